@@ -1,0 +1,1 @@
+"""Asyncio Kafka client SDK built on a sans-IO protocol core (``sdk.protocol``, ``sdk.records``)."""

@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Generate the protocol tables in ``sdk/protocol`` from Kafka's JSON message definitions.
+
+Usage::
+
+    python tools/generate_protocol.py ../shared/kafka-protocol
+
+Reads ``message/*.json`` and ``errors.tsv`` from that folder and rewrites
+``sdk/protocol/_generated_schemas.py`` and ``sdk/protocol/_generated_errors.py``. The output
+keeps only what the codec needs (names, types, version ranges, defaults, tags) and none of the
+prose, so that the project carries its own compact definitions and re-generating against a newer
+Kafka is one command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pprint
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT_SCHEMAS = ROOT / "sdk" / "protocol" / "_generated_schemas.py"
+OUT_ERRORS = ROOT / "sdk" / "protocol" / "_generated_errors.py"
+
+OPEN_END = 0x7FFF
+PRIMITIVES = {
+    "bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64",
+    "string", "bytes", "records", "uuid",
+}
+
+
+def parse_versions(text: str | None) -> tuple[int, int] | None:
+    """Turn Kafka's version spec ("3+", "0-12", "5", "none") into an inclusive range."""
+    if text is None or text == "none":
+        return None
+    text = text.strip()
+    if text.endswith("+"):
+        return (int(text[:-1]), OPEN_END)
+    if "-" in text:
+        lo, hi = text.split("-")
+        return (int(lo), int(hi))
+    return (int(text), int(text))
+
+
+def snake_case(name: str) -> str:
+    """CamelCase field name to a Python attribute name (``ThrottleTimeMs`` -> ``throttle_time_ms``)."""
+    s = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
+    s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s).lower()
+    if s in {"global", "from", "import", "class", "type_"}:
+        s += "_"
+    return s
+
+
+def strip_comments(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.strip().startswith("//"))
+
+
+def parse_default(type_name: str, raw: Any, nullable: bool) -> Any:
+    """Kafka writes defaults as strings; turn them into the Python value the codec uses."""
+    if raw is None:
+        if type_name.startswith("[]"):
+            return "[]"
+        if type_name in ("bool",):
+            return False
+        if type_name in ("int8", "int16", "uint16", "int32", "uint32", "int64"):
+            return 0
+        if type_name == "float64":
+            return 0.0
+        if type_name == "string":
+            return ""
+        if type_name == "bytes":
+            return b""
+        if type_name == "records":
+            return None
+        if type_name == "uuid":
+            return "uuid0"
+        return "struct"
+    if raw == "null":
+        return None
+    if type_name == "bool":
+        return str(raw).lower() == "true"
+    if type_name in ("int8", "int16", "uint16", "int32", "uint32", "int64"):
+        return int(str(raw), 0)
+    if type_name == "float64":
+        return float(raw)
+    if type_name == "string":
+        return str(raw)
+    return raw
+
+
+class Generator:
+    """Turns one definition file into the nested table the codec compiles."""
+
+    def __init__(self, spec: dict[str, Any]):
+        self.spec = spec
+        self.common = {s["name"]: s for s in spec.get("commonStructs", [])}
+        self.structs: set[str] = set()
+
+    def field(self, f: dict[str, Any]) -> dict[str, Any]:
+        type_name = f["type"]
+        is_array = type_name.startswith("[]")
+        elem = type_name[2:] if is_array else type_name
+        nullable = parse_versions(f.get("nullableVersions"))
+        out: dict[str, Any] = {
+            "name": snake_case(f["name"]),
+            "type": elem,
+            "array": is_array,
+            "versions": parse_versions(f.get("versions")),
+        }
+        if nullable:
+            out["nullable"] = nullable
+        if "tag" in f:
+            out["tag"] = int(f["tag"])
+            out["tagged"] = parse_versions(f.get("taggedVersions"))
+        if "flexibleVersions" in f:
+            out["flexible"] = parse_versions(f["flexibleVersions"])
+        if elem not in PRIMITIVES:
+            fields = f.get("fields")
+            if fields is None:
+                common = self.common.get(elem)
+                if common is None:
+                    raise SystemExit(f"unknown type {elem} in {self.spec['name']}")
+                fields = common["fields"]
+            out["struct"] = elem
+            out["fields"] = [self.field(x) for x in fields]
+            self.structs.add(elem)
+        out["default"] = parse_default(
+            "[]" + elem if is_array else elem, f.get("default"), nullable is not None
+        )
+        return out
+
+    def message(self) -> dict[str, Any]:
+        spec = self.spec
+        return {
+            "name": spec["name"],
+            "api_key": spec.get("apiKey"),
+            "kind": spec["type"],
+            "valid": parse_versions(spec.get("validVersions")),
+            "flexible": parse_versions(spec.get("flexibleVersions")),
+            "fields": [self.field(f) for f in spec.get("fields", [])],
+        }
+
+
+def load_messages(source: Path) -> list[dict[str, Any]]:
+    messages = []
+    for path in sorted((source / "message").glob("*.json")):
+        spec = json.loads(strip_comments(path.read_text()))
+        messages.append(Generator(spec).message())
+    return messages
+
+
+def load_errors(source: Path) -> list[tuple[int, str, str, bool]]:
+    rows = []
+    lines = (source / "errors.tsv").read_text().splitlines()
+    for line in lines[1:]:
+        if not line.strip():
+            continue
+        code, name, java_class, retriable = ([*line.split("\t"), "", "", "", ""])[:4]
+        rows.append((int(code), name, java_class, retriable.strip() == "yes"))
+    return rows
+
+
+def api_release(source: Path) -> dict[str, str]:
+    """Which Kafka release each API's definition comes from (to pick between reused keys)."""
+    out = {}
+    for line in (source / "api_keys.tsv").read_text().splitlines()[1:]:
+        cols = line.split("\t")
+        if len(cols) >= 5:
+            out[cols[1]] = cols[4]
+    return out
+
+
+HEADER = '''"""Generated by tools/generate_protocol.py from Kafka's message definitions. Do not edit."""
+# ruff: noqa
+'''
+
+
+def write_schemas(messages: list[dict[str, Any]], releases: dict[str, str]) -> None:
+    # Key 74 was reused by Kafka 4 (ListConfigResources replaced ListClientMetricsResources);
+    # mark the definitions that are current so the codec's api-key table picks those.
+    for m in messages:
+        base = m["name"].removesuffix("Request").removesuffix("Response")
+        m["current"] = not releases.get(base, "").endswith("-dev")
+    body = pprint.pformat(messages, width=120, sort_dicts=False)
+    OUT_SCHEMAS.write_text(f"{HEADER}\nMESSAGES = {body}\n")
+
+
+def write_errors(rows: list[tuple[int, str, str, bool]]) -> None:
+    body = pprint.pformat(rows, width=120)
+    OUT_ERRORS.write_text(f"{HEADER}\n# (code, name, java exception class, retriable)\nERRORS = {body}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("source", type=Path, help="folder with message/*.json and errors.tsv")
+    args = parser.parse_args(argv)
+    messages = load_messages(args.source)
+    write_schemas(messages, api_release(args.source))
+    write_errors(load_errors(args.source))
+    print(f"wrote {len(messages)} message definitions to {OUT_SCHEMAS.relative_to(ROOT)}")
+    print(f"wrote errors to {OUT_ERRORS.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
