@@ -6,8 +6,9 @@ bad" and never see ``IndexError``/``struct.error`` leaking from the parser. The 
 that tests, logs and the broker's error mapping can tell *which* defect was found (a CRC mismatch is
 retried by Kafka clients; a bad magic byte means the peer speaks another format).
 
-``offset`` is a byte position: inside the caller's buffer for batch-level defects, inside the
-(decompressed) records section for record-level ones.
+``offset`` is a byte position: inside the caller's buffer for batch-level defects; for
+record-level ones, inside the caller's buffer when an uncompressed batch was given as ``bytes``,
+otherwise inside the (decompressed) copy of the records section.
 """
 
 from __future__ import annotations
