@@ -10,6 +10,7 @@ buffer, never copied.
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,8 @@ ResponseHeader = MESSAGE_CLASSES["ResponseHeader"]
 API_VERSIONS_KEY = 18
 _HEAD = struct.Struct(">hhi")
 _I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_IMMUTABLE = (int, float, str, bytes, type(None), uuid.UUID)
 
 
 def _compile(
@@ -64,14 +67,21 @@ def _compile(
         enc.append(f"    out += _pack{k}({names})")
         group.clear()
 
+    def set_default(i: int, f: FieldSpec) -> None:
+        default = f.make_default()
+        if isinstance(default, _IMMUTABLE):  # shared safely; saves a call per decoded struct
+            ns[f"_c{i}"] = default
+            dec.append(f"    o.{f.name} = _c{i}")
+        else:
+            ns[f"_f{i}"] = f
+            dec.append(f"    o.{f.name} = _f{i}.make_default()")
+
     for i, f in enumerate(cls.FIELDS):
         if not f.present_in(version):
-            ns[f"_f{i}"] = f
-            dec.append(f"    o.{f.name} = _f{i}.make_default()")
+            set_default(i, f)
             continue
         if flexible and f.tagged_in(version):
-            ns[f"_f{i}"] = f
-            dec.append(f"    o.{f.name} = _f{i}.make_default()")
+            set_default(i, f)
             tagged.append(f)
             continue
         if f.type in p.FIXED_WIDTH and not f.array:
@@ -87,8 +97,17 @@ def _compile(
         ns["_tagged"] = {f.tag: f for f in tagged}
         ns["_tagged_list"] = sorted(tagged, key=lambda f: f.tag or 0)
         ns["_version"] = version
-        dec.append("    pos = _read_tags(buf, pos, end, o, _tagged, _version)")
-        enc.append("    _write_tags(out, o, _tagged_list, _version)")
+        # Nearly every tag section is empty (a single 0): handle that inline, without a call.
+        dec.append("    if pos < end and buf[pos] == 0:")
+        dec.append("        pos += 1")
+        dec.append("        o.unknown_tags = None")
+        dec.append("    else:")
+        dec.append("        pos = _read_tags(buf, pos, end, o, _tagged, _version)")
+        if tagged:
+            enc.append("    _write_tags(out, o, _tagged_list, _version)")
+        else:
+            enc.append("    if o.unknown_tags: _write_tags(out, o, _tagged_list, _version)")
+            enc.append("    else: out.append(0)")
         ns["_read_tags"], ns["_write_tags"] = _read_tags, _write_tags
     else:
         dec.append("    o.unknown_tags = None")
@@ -318,14 +337,26 @@ def encode_into(out: bytearray, msg: Message, version: int) -> None:
 
 def encode(msg: Message, version: int) -> bytes:
     """The wire bytes of a message body (no header, no size prefix)."""
-    out = bytearray()
+    out = p.OutputBuffer()
     encode_into(out, msg, version)
-    return bytes(out)
+    return out.getvalue()
+
+
+def _view(data: bytes | bytearray | memoryview) -> memoryview:
+    """A flat view of unsigned bytes, whatever buffer the caller holds.
+
+    The readers index single bytes; a view of another format (an ``array('b')``, a cast view)
+    would hand them signed or multi-byte items and lengths counted in items.
+    """
+    view = memoryview(data)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
 
 
 def decode(cls: type[Message], data: bytes | bytearray | memoryview, version: int) -> Message:
     """Decode a whole message body; ``records`` fields are views into ``data``."""
-    msg, _ = decode_at(cls, memoryview(data), 0, version)
+    msg, _ = decode_at(cls, _view(data), 0, version)
     return msg
 
 
@@ -359,16 +390,18 @@ def supported_versions(api_key: int) -> tuple[int, int]:
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
+    """Header v2 (tagged fields) for flexible request versions, v1 before."""
     if api_key == 7 and api_version == 0:  # ControlledShutdown v0 predates client ids
         return 0
-    return 2 if _is_flexible(REQUESTS[api_key], api_version) else 1
+    return 2 if _is_flexible(request_class(api_key), api_version) else 1
 
 
 def response_header_version(api_key: int, api_version: int) -> int:
+    """Header v1 (tagged fields) for flexible response versions, v0 before."""
     # KIP-511: ApiVersions responses keep header v0 so any client can read the version list.
     if api_key == API_VERSIONS_KEY:
         return 0
-    return 1 if _is_flexible(RESPONSES[api_key], api_version) else 0
+    return 1 if _is_flexible(response_class(api_key), api_version) else 0
 
 
 def encode_request(msg: Message, version: int, correlation_id: int, client_id: str | None) -> bytes:
@@ -382,10 +415,10 @@ def encode_request(msg: Message, version: int, correlation_id: int, client_id: s
         correlation_id=correlation_id,
         client_id=client_id,
     )
-    out = bytearray()
+    out = p.OutputBuffer()
     encode_into(out, header, request_header_version(api_key, version))
     encode_into(out, msg, version)
-    return bytes(out)
+    return out.getvalue()
 
 
 def decode_request_header(data: bytes | bytearray | memoryview) -> tuple[Message, int]:
@@ -394,7 +427,7 @@ def decode_request_header(data: bytes | bytearray | memoryview) -> tuple[Message
     The key, version and correlation id are read first so that even a request this side cannot
     parse can be answered with the right correlation id.
     """
-    buf = memoryview(data)
+    buf = _view(data)
     if len(buf) < 8:
         raise DecodeError("request shorter than its header", 0)
     api_key, api_version, correlation_id = _HEAD.unpack_from(buf, 0)
@@ -411,7 +444,7 @@ def decode_request_header(data: bytes | bytearray | memoryview) -> tuple[Message
 
 def decode_request(data: bytes | bytearray | memoryview) -> tuple[Message, Message]:
     """Header and body of a request as the broker receives it (after the size prefix)."""
-    buf = memoryview(data)
+    buf = _view(data)
     header, pos = decode_request_header(buf)
     cls = REQUESTS[header.request_api_key]
     body, _ = decode_at(cls, buf, pos, header.request_api_version)
@@ -420,9 +453,20 @@ def decode_request(data: bytes | bytearray | memoryview) -> tuple[Message, Messa
 
 def encode_response(msg: Message, version: int, correlation_id: int) -> bytes:
     """Response header plus body, without the 4-byte size prefix."""
-    out = bytearray()
+    out = p.OutputBuffer()
     encode_response_into(out, msg, version, correlation_id)
-    return bytes(out)
+    return out.getvalue()
+
+
+def encode_response_parts(msg: Message, version: int, correlation_id: int) -> list[Any]:
+    """``encode_response`` as a list of buffers for ``transport.writelines``.
+
+    Large ``records`` values (a Fetch response's log segments) are handed back as given, never
+    copied, so the broker can send them straight from the read buffer.
+    """
+    out = p.OutputBuffer()
+    encode_response_into(out, msg, version, correlation_id)
+    return out.parts()
 
 
 def encode_response_into(out: bytearray, msg: Message, version: int, correlation_id: int) -> None:
@@ -439,9 +483,20 @@ def decode_response(
     api_key: int, version: int, data: bytes | bytearray | memoryview
 ) -> tuple[int, Message]:
     """Correlation id and body of a response as the client receives it."""
-    buf = memoryview(data)
+    buf = _view(data)
+    cls = response_class(api_key)
+    _check_version(cls, version)  # before the header, whose version depends on it
     header, pos = decode_at(ResponseHeader, buf, 0, response_header_version(api_key, version))
-    body, _ = decode_at(response_class(api_key), buf, pos, version)
+    try:
+        body, _ = decode_at(cls, buf, pos, version)
+    except DecodeError:
+        # A broker that does not support the ApiVersions version asked for answers in v0 with
+        # an error code (KIP-511); Kafka's client falls back to reading v0 the same way.
+        if api_key != API_VERSIONS_KEY or version == 0 or len(buf) < pos + 2:
+            raise
+        if _I16.unpack_from(buf, pos)[0] == 0:
+            raise
+        body, _ = decode_at(cls, buf, pos, 0)
     return header.correlation_id, body
 
 

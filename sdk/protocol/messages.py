@@ -143,17 +143,32 @@ def _make_init(cls: type[Message]) -> None:
 
 
 def _build_struct(
-    name: str, qualname: str, fields: list[dict[str, Any]], registry: dict[str, type[Message]]
+    name: str,
+    qualname: str,
+    fields: list[dict[str, Any]],
+    registry: dict[str, tuple[list[dict[str, Any]], type[Message]]],
 ) -> type[Message]:
+    """One class per struct name and definition within a message.
+
+    Kafka's common structs are referenced from several fields (``LeaderChangeMessage.Voters`` and
+    ``GrantingVoters`` are both ``Voter``); they must share one class, or a value built with
+    ``Parent.Voter`` would not compare equal to the one the decoder makes for the other field.
+    """
     specs = []
     children: dict[str, type[Message]] = {}
     for table in fields:
         struct = None
         if "fields" in table:
             child_name = table["struct"]
-            struct = _build_struct(child_name, f"{qualname}.{child_name}", table["fields"], registry)
+            known = registry.get(child_name)
+            if known is not None and known[0] == table["fields"]:
+                struct = known[1]
+            else:
+                struct = _build_struct(
+                    child_name, f"{qualname}.{child_name}", table["fields"], registry
+                )
+                registry.setdefault(child_name, (table["fields"], struct))
             children[child_name] = struct
-            registry.setdefault(child_name, struct)
         specs.append(FieldSpec(table, struct))
     cls = type(name, (Message,), {"__slots__": tuple(f.name for f in specs), "__module__": __name__})
     cls.__qualname__ = qualname
@@ -170,9 +185,9 @@ REQUESTS: dict[int, type[Message]] = {}
 RESPONSES: dict[int, type[Message]] = {}
 
 for _table in MESSAGES:
-    _registry: dict[str, type[Message]] = {}
+    _registry: dict[str, tuple[list[dict[str, Any]], type[Message]]] = {}
     _cls = _build_struct(_table["name"], _table["name"], _table["fields"], _registry)
-    for _child_name, _child in _registry.items():
+    for _child_name, (_, _child) in _registry.items():
         if not hasattr(_cls, _child_name):
             setattr(_cls, _child_name, _child)
     _cls.API_KEY = _table["api_key"]

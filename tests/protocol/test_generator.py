@@ -1,0 +1,106 @@
+"""The generator: committed tables must be what it makes from Kafka's definitions today.
+
+CI checks out ``shared/`` next to the repository, so the definitions are at
+``../shared/kafka-protocol``; the test regenerates into a scratch folder and compares, which fails
+when someone edits a generated file by hand or changes the generator without re-running it. The
+definitions are only read by the generator run in a subprocess, never imported by the package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERATOR = ROOT / "tools" / "generate_protocol.py"
+DEFINITIONS = ROOT.parent / "shared" / "kafka-protocol"
+GENERATED = ("_generated_schemas.py", "_generated_errors.py")
+
+
+def _load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("generate_protocol", GENERATOR)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(not DEFINITIONS.is_dir(), reason="../shared/kafka-protocol is not checked out")
+def test_committed_tables_are_current(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(GENERATOR), str(DEFINITIONS), "--out-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    for name in GENERATED:
+        fresh = (tmp_path / name).read_text()
+        committed = (ROOT / "sdk" / "protocol" / name).read_text()
+        assert fresh == committed, f"sdk/protocol/{name} is stale: run tools/generate_protocol.py"
+
+
+def test_version_ranges() -> None:
+    gen = _load_generator()
+    assert gen.parse_versions("3+") == (3, 0x7FFF)
+    assert gen.parse_versions("0-12") == (0, 12)
+    assert gen.parse_versions("5") == (5, 5)
+    assert gen.parse_versions("none") is None
+    assert gen.parse_versions(None) is None
+
+
+def test_names_and_defaults() -> None:
+    gen = _load_generator()
+    assert gen.snake_case("ThrottleTimeMs") == "throttle_time_ms"
+    assert gen.snake_case("IncludeClusterAuthorizedOperations") == "include_cluster_authorized_operations"
+    assert gen.snake_case("ReplicaId") == "replica_id"
+    assert gen.parse_default("int32", "-1", False) == -1
+    assert gen.parse_default("int64", "0x7fffffffffffffff", False) == 2**63 - 1
+    assert gen.parse_default("bool", "true", False) is True
+    assert gen.parse_default("string", "null", True) is None
+    assert gen.parse_default("[]int32", None, False) == "[]"
+    assert gen.parse_default("uuid", None, False) == "uuid0"
+    # Records default to null only where null can be written (Fix: FetchSnapshotResponse).
+    assert gen.parse_default("records", None, True) is None
+    assert gen.parse_default("records", None, False) == b""
+
+
+def test_out_dir_leaves_the_package_alone(tmp_path: Path) -> None:
+    """A generation into a scratch folder from a tiny definition set touches only that folder."""
+    source = tmp_path / "defs"
+    (source / "message").mkdir(parents=True)
+    (source / "message" / "PingRequest.json").write_text(
+        "// a comment line, as Kafka's files have\n"
+        '{"apiKey": 999, "type": "request", "name": "PingRequest", "validVersions": "0-1",\n'
+        ' "flexibleVersions": "1+", "fields": [\n'
+        '  {"name": "Payload", "type": "bytes", "versions": "0+", "nullableVersions": "1+"},\n'
+        '  {"name": "Hint", "type": "string", "versions": "1+", "taggedVersions": "1+", "tag": 0}]}\n'
+    )
+    (source / "errors.tsv").write_text(
+        "code\tname\texception_class\tretriable\n7\tSLOW\tSlowException\tyes\n"
+    )
+    (source / "api_keys.tsv").write_text(
+        "api_key\tname\tvalid_versions\tflexible_versions\tspec_from_kafka\tnote\n"
+    )
+    before = {name: (ROOT / "sdk" / "protocol" / name).read_bytes() for name in GENERATED}
+    out = tmp_path / "out"
+    gen = _load_generator()
+    assert gen.main([str(source), "--out-dir", str(out)]) == 0
+    for name in GENERATED:
+        assert (ROOT / "sdk" / "protocol" / name).read_bytes() == before[name]
+    namespace: dict[str, object] = {}
+    exec((out / "_generated_schemas.py").read_text(), namespace)
+    (ping,) = namespace["MESSAGES"]  # type: ignore[misc]
+    assert ping["name"] == "PingRequest" and ping["valid"] == (0, 1) and ping["flexible"] == (1, 0x7FFF)
+    payload, hint = ping["fields"]
+    assert payload == {"name": "payload", "type": "bytes", "array": False, "versions": (0, 0x7FFF),
+                       "nullable": (1, 0x7FFF), "default": b""}
+    assert (hint["tag"], hint["tagged"]) == (0, (1, 0x7FFF))
+    exec((out / "_generated_errors.py").read_text(), namespace)
+    assert namespace["ERRORS"] == [(7, "SLOW", "SlowException", True)]
