@@ -1,0 +1,86 @@
+"""``python -m reference_broker --data-dir DIR --port 9092``: run one broker until SIGTERM/SIGINT.
+
+The listening line on stdout is an interface: ``BrokerProcess`` waits for it to learn the port
+when started with ``--port 0``, so it is printed only once the socket accepts connections, and
+flushed. Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from reference_broker.config import BrokerConfig, ConfigError
+
+LISTENING_PREFIX = "reference_broker listening on "
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m reference_broker", description=__doc__)
+    parser.add_argument("--data-dir", required=True, type=Path, help="where partitions are stored")
+    parser.add_argument("--port", type=int, default=9092, help="TCP port (0 picks a free one)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise")
+    parser.add_argument("--node-id", type=int, default=None, help="broker id (default 1)")
+    parser.add_argument("--config", type=Path, default=None, help="a Kafka-style .properties file")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        type=str.upper,
+        help="stderr log level",
+    )
+    return parser.parse_args(argv)
+
+
+def load_config(args: argparse.Namespace) -> BrokerConfig:
+    common = dict(
+        data_dir=args.data_dir, host=args.host, port=args.port, node_id=args.node_id, log_level=args.log_level
+    )
+    if args.config is not None:
+        return BrokerConfig.from_file(args.config, **common)
+    return BrokerConfig.build(**common)
+
+
+async def serve(config: BrokerConfig) -> None:
+    """Run until a signal arrives, then shut down cleanly (flush and close every log)."""
+    from reference_broker.broker import Broker
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with Broker(config) as broker:
+        print(f"{LISTENING_PREFIX}{broker.host}:{broker.port}", flush=True)
+        await stop.wait()
+        logging.getLogger("reference_broker").info("signal received, shutting down")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = load_config(args)
+    except ConfigError as exc:
+        print(f"reference_broker: configuration error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    try:
+        asyncio.run(serve(config))
+    except ConfigError as exc:
+        print(f"reference_broker: configuration error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except OSError as exc:
+        print(f"reference_broker: cannot start: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

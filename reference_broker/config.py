@@ -1,0 +1,481 @@
+"""Broker settings under Kafka's own key names, read from a ``.properties`` file and the CLI.
+
+Kafka's names are kept so that a config file written for a real broker mostly works here, and so
+that DescribeConfigs can answer with the names, defaults and sources clients expect. Keys a
+single-node broker has no use for but Kafka users commonly set (``default.replication.factor``,
+``min.insync.replicas``, ...) are accepted and reported; unknown keys are an error, because a
+typo silently ignored is the worse failure for a test broker.
+
+Topic-level settings (``retention.ms``, ``segment.bytes``, ...) are parsed by the storage layer's
+``LogConfig``; their defaults come from the broker keys in :data:`TOPIC_TO_BROKER_KEY`, which is
+also what DescribeConfigs reports as each topic key's synonym.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from reference_broker.log.config import LogConfig
+
+KIB = 1024
+MIB = 1024 * KIB
+GIB = 1024 * MIB
+HOUR_MS = 3_600_000
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+class ConfigError(ValueError):
+    """A setting that is unknown, unparsable or out of range; the message names the key."""
+
+
+class ConfigType(enum.IntEnum):
+    """Kafka's DescribeConfigs ``config_type`` codes (KIP-569)."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(enum.IntEnum):
+    """Kafka's DescribeConfigs ``config_source`` codes."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigKey:
+    """One setting: its Kafka name, type, default and the check applied to values."""
+
+    name: str
+    type: ConfigType
+    default: Any
+    doc: str
+    check: Callable[[Any], str | None] | None = None
+    choices: tuple[str, ...] | None = None
+    sensitive: bool = False
+
+    def parse(self, raw: Any) -> Any:
+        """Typed value of ``raw`` (a string from a file, or an already typed value)."""
+        try:
+            value = _PARSERS[self.type](raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{self.name}: {raw!r} is not a valid {self.type.name.lower()}") from None
+        if self.type in (ConfigType.INT, ConfigType.SHORT) and not -(2**31) <= value <= INT_MAX:
+            raise ConfigError(f"{self.name}: {value} does not fit in a 32-bit int")
+        if self.type == ConfigType.LONG and not -(2**63) <= value <= LONG_MAX:
+            raise ConfigError(f"{self.name}: {value} does not fit in a 64-bit long")
+        if self.choices is not None:
+            items = value if isinstance(value, list) else [value]
+            bad = [v for v in items if v not in self.choices]
+            if bad or not items:
+                raise ConfigError(f"{self.name}: {raw!r} is not one of {', '.join(self.choices)}")
+        if self.check is not None:
+            problem = self.check(value)
+            if problem:
+                raise ConfigError(f"{self.name}: {value!r} {problem}")
+        return value
+
+
+def render(value: Any) -> str | None:
+    """A typed value as Kafka prints it in DescribeConfigs."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _parse_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise ValueError(raw)
+
+
+def _parse_int(raw: Any) -> int:
+    if isinstance(raw, bool):
+        raise ValueError(raw)
+    if isinstance(raw, int):
+        return raw
+    return int(str(raw).strip())
+
+
+def _parse_list(raw: Any) -> list[str]:
+    if isinstance(raw, list | tuple):
+        return [str(v).strip() for v in raw]
+    return [part.strip() for part in str(raw).split(",") if part.strip()]
+
+
+_PARSERS: dict[ConfigType, Callable[[Any], Any]] = {
+    ConfigType.BOOLEAN: _parse_bool,
+    ConfigType.STRING: lambda raw: None if raw is None else str(raw).strip(),
+    ConfigType.INT: _parse_int,
+    ConfigType.SHORT: _parse_int,
+    ConfigType.LONG: _parse_int,
+    ConfigType.DOUBLE: lambda raw: float(str(raw).strip()),
+    ConfigType.LIST: _parse_list,
+    ConfigType.CLASS: lambda raw: str(raw).strip(),
+    ConfigType.PASSWORD: lambda raw: str(raw),
+}
+
+
+def at_least(low: int | float) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= low else f"must be at least {low}"
+
+
+def between(low: int | float, high: int | float) -> Callable[[Any], str | None]:
+    return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
+
+
+def _retention(v: int) -> str | None:
+    return None if v >= -1 else "must be -1 (unlimited) or at least 0"
+
+
+def _replication_factor(v: int) -> str | None:
+    return None if v in (1, -1) else "must be 1 (this broker has a single node)"
+
+
+_B = ConfigType
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+BROKER_KEYS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in [
+        ConfigKey("node.id", _B.INT, 1, "Id of this broker, reported in Metadata.", at_least(0)),
+        ConfigKey("broker.id", _B.INT, -1, "Legacy alias of node.id (ignored when -1).", at_least(-1)),
+        ConfigKey("listeners", _B.LIST, [], "Ignored: use --host/--port (kept for config files)."),
+        ConfigKey("advertised.host", _B.STRING, None, "Host clients are told to connect to."),
+        ConfigKey("advertised.port", _B.INT, None, "Port clients are told to connect to.", between(0, 65535)),
+        ConfigKey("advertised.listeners", _B.LIST, [], "PLAINTEXT://host:port; the first entry wins."),
+        ConfigKey("cluster.id", _B.STRING, None, "Cluster id; generated once and kept in the data dir."),
+        ConfigKey("broker.rack", _B.STRING, None, "Rack reported in Metadata."),
+        ConfigKey("log.dirs", _B.STRING, None, "Ignored: use --data-dir."),
+        ConfigKey("log.dir", _B.STRING, None, "Ignored: use --data-dir."),
+        ConfigKey("num.partitions", _B.INT, 1, "Partitions of auto-created topics.", at_least(1)),
+        ConfigKey("auto.create.topics.enable", _B.BOOLEAN, True, "Create unknown topics on Metadata."),
+        ConfigKey(
+            "default.replication.factor", _B.INT, 1, "Accepted; only 1 is possible.", _replication_factor
+        ),
+        ConfigKey(
+            "offsets.topic.replication.factor",
+            _B.SHORT,
+            1,
+            "Accepted for compatibility.",
+            _replication_factor,
+        ),
+        ConfigKey(
+            "transaction.state.log.replication.factor",
+            _B.SHORT,
+            1,
+            "Accepted for compatibility.",
+            _replication_factor,
+        ),
+        ConfigKey("transaction.state.log.min.isr", _B.INT, 1, "Accepted for compatibility.", at_least(1)),
+        ConfigKey("min.insync.replicas", _B.INT, 1, "Accepted; acks=all needs only this node.", at_least(1)),
+        ConfigKey("delete.topic.enable", _B.BOOLEAN, True, "Allow DeleteTopics."),
+        ConfigKey("log.segment.bytes", _B.INT, 1 * GIB, "Roll a segment at this size.", at_least(14)),
+        ConfigKey("log.roll.ms", _B.LONG, None, "Roll a segment after this long (ms)."),
+        ConfigKey("log.roll.hours", _B.INT, 168, "Roll a segment after this long (hours).", at_least(1)),
+        ConfigKey("log.roll.jitter.ms", _B.LONG, None, "Accepted; jitter is not applied."),
+        ConfigKey("log.roll.jitter.hours", _B.INT, 0, "Accepted; jitter is not applied.", at_least(0)),
+        ConfigKey(
+            "log.retention.ms", _B.LONG, None, "Delete segments older than this (ms, -1 = never).", _retention
+        ),
+        ConfigKey("log.retention.minutes", _B.INT, None, "Retention in minutes."),
+        ConfigKey("log.retention.hours", _B.INT, 168, "Retention in hours."),
+        ConfigKey(
+            "log.retention.bytes",
+            _B.LONG,
+            -1,
+            "Delete old segments beyond this size per partition.",
+            _retention,
+        ),
+        ConfigKey(
+            "log.retention.check.interval.ms", _B.LONG, 300_000, "How often retention runs.", at_least(1)
+        ),
+        ConfigKey(
+            "log.cleanup.policy",
+            _B.LIST,
+            ["delete"],
+            "delete (compaction is not implemented).",
+            choices=("delete", "compact"),
+        ),
+        ConfigKey(
+            "log.flush.interval.messages", _B.LONG, LONG_MAX, "fsync after this many messages.", at_least(1)
+        ),
+        ConfigKey("log.flush.interval.ms", _B.LONG, None, "fsync after this long."),
+        ConfigKey("log.flush.scheduler.interval.ms", _B.LONG, LONG_MAX, "How often the flusher runs."),
+        ConfigKey(
+            "log.index.interval.bytes", _B.INT, 4096, "Bytes between offset-index entries.", at_least(0)
+        ),
+        ConfigKey("log.index.size.max.bytes", _B.INT, 10 * MIB, "Maximum index file size.", at_least(4)),
+        ConfigKey(
+            "log.segment.delete.delay.ms", _B.LONG, 60_000, "Delay before deleting files.", at_least(0)
+        ),
+        ConfigKey(
+            "log.cleaner.delete.retention.ms", _B.LONG, 86_400_000, "Tombstone retention.", at_least(0)
+        ),
+        ConfigKey("log.cleaner.min.compaction.lag.ms", _B.LONG, 0, "Compaction lag.", at_least(0)),
+        ConfigKey("log.cleaner.max.compaction.lag.ms", _B.LONG, LONG_MAX, "Compaction lag.", at_least(1)),
+        ConfigKey("log.cleaner.min.cleanable.ratio", _B.DOUBLE, 0.5, "Compaction ratio.", between(0, 1)),
+        ConfigKey(
+            "log.message.timestamp.type",
+            _B.STRING,
+            "CreateTime",
+            "CreateTime or LogAppendTime.",
+            choices=TIMESTAMP_TYPES,
+        ),
+        ConfigKey(
+            "log.message.timestamp.before.max.ms",
+            _B.LONG,
+            LONG_MAX,
+            "Oldest accepted timestamp.",
+            at_least(0),
+        ),
+        ConfigKey(
+            "log.message.timestamp.after.max.ms", _B.LONG, LONG_MAX, "Newest accepted timestamp.", at_least(0)
+        ),
+        ConfigKey("log.preallocate", _B.BOOLEAN, False, "Accepted; files are not preallocated."),
+        ConfigKey("unclean.leader.election.enable", _B.BOOLEAN, False, "Accepted for compatibility."),
+        ConfigKey(
+            "compression.type",
+            _B.STRING,
+            "producer",
+            "Stored as sent (producer) or recompressed.",
+            choices=COMPRESSION_TYPES,
+        ),
+        ConfigKey("message.max.bytes", _B.INT, 1_048_588, "Largest record batch accepted.", at_least(0)),
+        ConfigKey("replica.fetch.max.bytes", _B.INT, 1 * MIB, "Accepted for compatibility.", at_least(0)),
+        ConfigKey(
+            "socket.request.max.bytes", _B.INT, 100 * MIB, "Largest request frame accepted.", at_least(1)
+        ),
+        ConfigKey("socket.send.buffer.bytes", _B.INT, 100 * KIB, "SO_SNDBUF (-1 = OS default)."),
+        ConfigKey("socket.receive.buffer.bytes", _B.INT, 100 * KIB, "SO_RCVBUF (-1 = OS default)."),
+        ConfigKey("fetch.max.bytes", _B.INT, 55 * MIB, "Cap on one fetch response.", at_least(0)),
+        ConfigKey(
+            "max.incremental.fetch.session.cache.slots", _B.INT, 1000, "Fetch sessions kept.", at_least(0)
+        ),
+        ConfigKey(
+            "group.initial.rebalance.delay.ms", _B.INT, 3000, "For the group coordinator.", at_least(0)
+        ),
+        ConfigKey("offsets.retention.minutes", _B.INT, 10080, "For the group coordinator.", at_least(1)),
+        ConfigKey("transaction.max.timeout.ms", _B.INT, 900_000, "Longest transaction timeout.", at_least(1)),
+        ConfigKey(
+            "transactional.id.expiration.ms",
+            _B.INT,
+            604_800_000,
+            "For the transaction coordinator.",
+            at_least(1),
+        ),
+        ConfigKey(
+            "producer.id.expiration.ms", _B.INT, 86_400_000, "Idle idempotent producer expiry.", at_least(1)
+        ),
+        ConfigKey("num.network.threads", _B.INT, 3, "Accepted; one asyncio loop serves all."),
+        ConfigKey("num.io.threads", _B.INT, 8, "Accepted; one asyncio loop serves all."),
+        ConfigKey("zookeeper.connect", _B.STRING, None, "Accepted and ignored."),
+        ConfigKey("process.roles", _B.LIST, ["broker", "controller"], "Accepted; always both."),
+    ]
+}
+
+# Topic key -> broker key that supplies its default (Kafka's LogConfig synonyms).
+TOPIC_TO_BROKER_KEY: dict[str, str] = {
+    "cleanup.policy": "log.cleanup.policy",
+    "compression.type": "compression.type",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "preallocate": "log.preallocate",
+    "retention.bytes": "log.retention.bytes",
+    "retention.ms": "log.retention.ms",
+    "segment.bytes": "log.segment.bytes",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "segment.jitter.ms": "log.roll.jitter.ms",
+    "segment.ms": "log.roll.ms",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
+
+
+# Broker keys whose value may come from a coarser-grained synonym (Kafka's ``*.hours`` keys).
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "log.roll.ms": ("log.roll.ms", "log.roll.hours"),
+    "log.roll.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    "log.flush.interval.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+}
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """Parse Java ``.properties`` text: ``key=value`` or ``key: value``, ``#``/``!`` comments,
+    backslash line continuations. Enough of the format for broker configs."""
+    result: dict[str, str] = {}
+    logical: list[str] = []
+    for raw_line in text.splitlines():
+        line = raw_line.strip() if not logical else raw_line.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical.append(line[:-1])
+            continue
+        logical.append(line)
+        entry = "".join(logical)
+        logical = []
+        cut = min((i for i in (entry.find("="), entry.find(":")) if i >= 0), default=-1)
+        if cut < 0:
+            key, value = entry.strip(), ""
+        else:
+            key, value = entry[:cut].strip(), entry[cut + 1 :].strip()
+        result[key] = value
+    return result
+
+
+@dataclasses.dataclass
+class BrokerConfig:
+    """Everything the broker is started with.
+
+    ``settings`` holds typed values for the keys that were given explicitly (file or CLI);
+    :meth:`get` falls back to Kafka's default. The CLI-only fields are plain attributes.
+    """
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 9092
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    log_level: str = "INFO"
+
+    @classmethod
+    def build(
+        cls,
+        data_dir: str | Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 9092,
+        node_id: int | None = None,
+        properties: Mapping[str, Any] | None = None,
+        log_level: str = "INFO",
+    ) -> BrokerConfig:
+        """Validate everything up front so a bad setting fails at start, not at first use."""
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"port: {port} is not between 0 and 65535")
+        settings: dict[str, Any] = {}
+        for key, raw in (properties or {}).items():
+            spec = BROKER_KEYS.get(key)
+            if spec is None:
+                raise ConfigError(f"unknown config key {key!r}")
+            settings[key] = spec.parse(raw)
+        if node_id is not None:
+            settings["node.id"] = BROKER_KEYS["node.id"].parse(node_id)
+        elif settings.get("broker.id", -1) >= 0 and "node.id" not in settings:
+            settings["node.id"] = settings["broker.id"]
+        for key in ("advertised.listeners",):
+            for listener in settings.get(key, []):
+                _split_listener(listener)
+        return cls(data_dir=Path(data_dir), host=host, port=port, settings=settings, log_level=log_level)
+
+    @classmethod
+    def from_file(cls, path: str | Path, **kwargs: Any) -> BrokerConfig:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        props = read_properties(text)
+        props.update(kwargs.pop("properties", None) or {})
+        return cls.build(properties=props, **kwargs)
+
+    def get(self, key: str) -> Any:
+        """The effective value of a broker key (explicit, derived from a synonym, or default)."""
+        if key in self.settings:
+            return self.settings[key]
+        if key == "log.retention.ms":
+            if "log.retention.minutes" in self.settings:
+                return self.settings["log.retention.minutes"] * 60_000
+            return self.get("log.retention.hours") * HOUR_MS
+        if key == "log.roll.ms":
+            return self.get("log.roll.hours") * HOUR_MS
+        if key == "log.roll.jitter.ms":
+            return self.get("log.roll.jitter.hours") * HOUR_MS
+        if key == "log.flush.interval.ms":
+            return self.get("log.flush.scheduler.interval.ms")
+        return BROKER_KEYS[key].default
+
+    def source(self, key: str) -> ConfigSource:
+        explicit = any(k in self.settings for k in SYNONYMS.get(key, (key,)))
+        return ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG
+
+    @property
+    def node_id(self) -> int:
+        return int(self.get("node.id"))
+
+    @property
+    def advertised_host(self) -> str:
+        if self.get("advertised.host"):
+            return str(self.get("advertised.host"))
+        listeners = self.get("advertised.listeners")
+        if listeners:
+            return _split_listener(listeners[0])[0]
+        return self.host
+
+    def advertised_port(self, bound_port: int) -> int:
+        """The port in Metadata; ``bound_port`` is the real one (``--port 0`` picks it late)."""
+        if self.get("advertised.port"):
+            return int(self.get("advertised.port"))
+        listeners = self.get("advertised.listeners")
+        if listeners:
+            return _split_listener(listeners[0])[1] or bound_port
+        return bound_port
+
+    def log_config(self) -> LogConfig:
+        """Defaults of every partition log, from the explicitly given broker keys."""
+        props = {k: render(v) for k, v in self.settings.items()}
+        return LogConfig.from_broker_properties(props)
+
+    def topic_default_source(self, topic_key: str) -> ConfigSource:
+        return self.source(TOPIC_TO_BROKER_KEY[topic_key])
+
+
+def _split_listener(listener: str) -> tuple[str, int]:
+    """``PLAINTEXT://host:port`` (or ``host:port``) into host and port; port 0 means "bound"."""
+    rest = listener.split("://", 1)[-1]
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"advertised.listeners: {listener!r} is not NAME://host:port")
+    return host.strip("[]"), int(port)
+
+
+def new_cluster_id() -> str:
+    """A Kafka-style cluster id: 16 random bytes, URL-safe base64 without padding (22 chars)."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

@@ -1,0 +1,44 @@
+"""Request handlers, one module per API family, and the registry the network layer dispatches to.
+
+A handler is ``async def handle(broker, ctx, request) -> response | None`` (None: send nothing, as
+for acks=0 produce). Each module's ``install(registry)`` registers its APIs with the versions it
+implements; ApiVersions advertises exactly the registry's contents, so an API appears to clients
+the moment a later issue's module (group coordinator: FindCoordinator, JoinGroup, ...;
+transaction coordinator: AddPartitionsToTxn, EndTxn, ...) is added to ``FAMILIES``.
+"""
+
+from reference_broker.handlers import (
+    api_versions,
+    cluster,
+    configs,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+    producer_ids,
+    records_admin,
+    topics,
+)
+from reference_broker.handlers.registry import ApiHandler, HandlerRegistry
+
+FAMILIES = (
+    api_versions,
+    metadata,
+    produce,
+    fetch,
+    list_offsets,
+    topics,
+    configs,
+    records_admin,
+    cluster,
+    producer_ids,
+)
+
+
+def install_all(registry: HandlerRegistry) -> None:
+    """Register every API family this broker implements."""
+    for family in FAMILIES:
+        family.install(registry)
+
+
+__all__ = ["FAMILIES", "ApiHandler", "HandlerRegistry", "install_all"]

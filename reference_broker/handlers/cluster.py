@@ -1,0 +1,49 @@
+"""DescribeCluster (key 60): this one node is the whole cluster and its controller."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sdk.protocol.errors import ErrorCode
+from sdk.protocol.messages import DescribeClusterRequest, DescribeClusterResponse
+
+if TYPE_CHECKING:
+    from reference_broker.broker import Broker
+    from reference_broker.handlers.registry import HandlerRegistry
+    from reference_broker.network.server import RequestContext
+
+API_KEY = 60
+ENDPOINT_BROKERS = 1
+
+
+async def handle(
+    broker: Broker, ctx: RequestContext, request: DescribeClusterRequest
+) -> DescribeClusterResponse:
+    if request.endpoint_type != ENDPOINT_BROKERS:
+        # Controller endpoints (KIP-919) are only served by KRaft controllers' own listeners.
+        return DescribeClusterResponse(
+            error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+            endpoint_type=request.endpoint_type,
+            error_message="this listener only describes brokers",
+        )
+    return DescribeClusterResponse(
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        endpoint_type=ENDPOINT_BROKERS,
+        brokers=[
+            DescribeClusterResponse.DescribeClusterBroker(
+                broker_id=broker.node_id,
+                host=broker.advertised_host,
+                port=broker.advertised_port,
+                rack=broker.config.get("broker.rack"),
+            )
+        ],
+    )
+
+
+def error_response(request: DescribeClusterRequest, version: int, code: int) -> DescribeClusterResponse:
+    return DescribeClusterResponse(error_code=code)
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(API_KEY, handle, error_response=error_response)

@@ -1,0 +1,185 @@
+"""Fetch (key 1): read whole batches from the log, long-polling until ``min_bytes`` or ``max_wait``.
+
+The records in the response are the log's bytes as read, never decoded. Byte limits follow
+Kafka's ``ReplicaManager.readFromLog``: each partition reads at most ``min(partition_max_bytes,
+what is left of max_bytes)``, except that the first partition with data returns at least one
+whole batch however large, so a consumer can always make progress. The wait ends early on an
+error, as Kafka's DelayedFetch does, and is woken by appends to any partition being fetched.
+
+Which partitions a request covers, and which of them its response lists, is decided by the fetch
+session (``fetch_sessions``): everything requested for sessionless and full requests, the whole
+session with only the changed partitions reported for incremental ones.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from reference_broker.handlers.common import error_code_of, find_topic, leader_epoch_error
+from reference_broker.handlers.fetch_sessions import TOPIC_IDS_FROM, FetchPlan, SessionPartition
+from sdk.protocol.errors import ErrorCode, KafkaError
+from sdk.protocol.messages import FetchRequest, FetchResponse
+
+if TYPE_CHECKING:
+    from reference_broker.broker import Broker
+    from reference_broker.handlers.registry import HandlerRegistry
+    from reference_broker.log.log_manager import TopicMetadata
+    from reference_broker.network.server import RequestContext
+
+API_KEY = 1
+READ_COMMITTED = 1
+
+TopicResponse = FetchResponse.FetchableTopicResponse
+PartitionData = FetchResponse.PartitionData
+Aborted = FetchResponse.AbortedTransaction
+
+
+@dataclass
+class _Wanted:
+    """One partition to read, resolved against the topic table once per request."""
+
+    target: SessionPartition
+    info: TopicMetadata | None
+    missing_code: int
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> FetchResponse:
+    version = ctx.api_version
+    plan = broker.fetch_sessions.plan(request, version)
+    if plan.error_code:
+        return FetchResponse(error_code=plan.error_code, session_id=0)
+    by_id = version >= TOPIC_IDS_FROM
+    wanted = []
+    for target in plan.partitions:
+        info, missing = find_topic(broker, target.topic, target.topic_id if by_id else None)
+        wanted.append(_Wanted(target, info, missing))
+    committed = request.isolation_level == READ_COMMITTED
+    deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
+    while True:
+        partitions, total, errors = _read_all(broker, request, wanted, committed)
+        remaining = deadline - time.monotonic()
+        if total >= request.min_bytes or errors or remaining <= 0 or not wanted:
+            break
+        keys = [(w.info.name, w.target.partition) for w in wanted if w.info is not None]
+        if not await broker.waiters.wait(keys, remaining):
+            partitions, total, errors = _read_all(broker, request, wanted, committed)
+            break
+    return FetchResponse(
+        error_code=0, session_id=plan.response_session_id, responses=_group(plan, wanted, partitions)
+    )
+
+
+def _group(
+    plan: FetchPlan, wanted: list[_Wanted], partitions: list[FetchResponse.PartitionData]
+) -> list[FetchResponse.FetchableTopicResponse]:
+    """Partitions grouped by topic in request/session order; incremental responses keep only
+    the partitions with news."""
+    topics: dict[object, FetchResponse.FetchableTopicResponse] = {}
+    for w, data in zip(wanted, partitions, strict=True):
+        target = w.target
+        news = target.must_report(
+            data.error_code,
+            len(data.records),
+            data.high_watermark,
+            data.last_stable_offset,
+            data.log_start_offset,
+        )
+        if plan.incremental and not news:
+            continue
+        key = (target.topic, target.topic_id)
+        entry = topics.get(key)
+        if entry is None:
+            entry = topics[key] = TopicResponse(topic=target.topic, topic_id=target.topic_id, partitions=[])
+        entry.partitions.append(data)
+    return list(topics.values())
+
+
+def _read_all(
+    broker: Broker, request: FetchRequest, wanted: list[_Wanted], committed: bool
+) -> tuple[list[FetchResponse.PartitionData], int, bool]:
+    """One pass over every partition; returns the data, the bytes read and whether any failed."""
+    budget = request.max_bytes if request.max_bytes > 0 else 0
+    min_one = True
+    total = 0
+    errors = False
+    result = []
+    for w in wanted:
+        p = w.target
+        info = w.info
+        if info is None or not 0 <= p.partition < info.num_partitions:
+            result.append(_error(p.partition, w.missing_code or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            errors = True
+            continue
+        code = leader_epoch_error(p.current_leader_epoch)
+        if code:
+            result.append(_error(p.partition, code))
+            errors = True
+            continue
+        limit = min(max(p.partition_max_bytes, 0), budget)
+        try:
+            read = broker.logs.read(
+                info.name, p.partition, p.fetch_offset, limit, min_one=min_one, committed=committed
+            )
+        except KafkaError as exc:
+            start, hw, lso = broker.logs.offsets(info.name, p.partition)
+            result.append(_error(p.partition, error_code_of(exc), hw, lso, start))
+            errors = True
+            continue
+        size = len(read.records)
+        if size:
+            min_one = False
+            budget = max(0, budget - size)
+            total += size
+        result.append(
+            PartitionData(
+                partition_index=p.partition,
+                error_code=0,
+                high_watermark=read.high_watermark,
+                last_stable_offset=read.last_stable_offset,
+                log_start_offset=read.log_start_offset,
+                aborted_transactions=(
+                    [Aborted(producer_id=pid, first_offset=first) for pid, first in read.aborted]
+                    if committed
+                    else None
+                ),
+                preferred_read_replica=-1,
+                records=read.records,
+            )
+        )
+    return result, total, errors
+
+
+def _error(
+    partition: int, code: int, hw: int = -1, lso: int = -1, log_start: int = -1
+) -> FetchResponse.PartitionData:
+    return PartitionData(
+        partition_index=partition,
+        error_code=code,
+        high_watermark=hw,
+        last_stable_offset=lso,
+        log_start_offset=log_start,
+        aborted_transactions=None,
+        preferred_read_replica=-1,
+        records=b"",
+    )
+
+
+def error_response(request: FetchRequest, version: int, code: int) -> FetchResponse:
+    if version >= 7:
+        return FetchResponse(error_code=code, session_id=0)
+    return FetchResponse(
+        responses=[
+            TopicResponse(
+                topic=t.topic,
+                topic_id=t.topic_id,
+                partitions=[_error(p.partition, code) for p in t.partitions],
+            )
+            for t in request.topics
+        ]
+    )
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(API_KEY, handle, error_response=error_response)

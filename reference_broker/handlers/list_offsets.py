@@ -1,0 +1,100 @@
+"""ListOffsets (key 2): offsets by special timestamp or by time.
+
+Special timestamps (Kafka's ``ListOffsetsRequest``): -1 latest (the high watermark, or the last
+stable offset for read_committed), -2 earliest, -3 the record with the largest timestamp (v7+),
+-4 earliest local (v8+; everything is local here, so the log start), -5 latest tiered (v9+) and
+-6 earliest pending upload (v11): nothing is tiered, so "not found" (-1). Other values find the
+first offset whose timestamp is at least the target, within what a consumer may read.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from reference_broker.handlers.common import LEADER_EPOCH, error_code_of, find_topic, leader_epoch_error
+from sdk.protocol.errors import ErrorCode, KafkaError
+from sdk.protocol.messages import ListOffsetsRequest, ListOffsetsResponse
+
+if TYPE_CHECKING:
+    from reference_broker.broker import Broker
+    from reference_broker.handlers.registry import HandlerRegistry
+    from reference_broker.network.server import RequestContext
+
+API_KEY = 2
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+EARLIEST_PENDING_UPLOAD = -6
+READ_COMMITTED = 1
+# The oldest request version that may ask for each special timestamp.
+_MIN_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
+
+TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
+PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
+
+
+def _lookup(broker: Broker, name: str, partition: int, timestamp: int, committed: bool) -> tuple[int, int]:
+    """(timestamp, offset) answered for one partition; (-1, -1) when nothing matches."""
+    start, hw, lso = broker.logs.offsets(name, partition)
+    readable_end = lso if committed else hw
+    if timestamp == LATEST:
+        return -1, readable_end
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return -1, start
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        return -1, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = broker.logs.max_timestamp(name, partition)
+    else:
+        found = broker.logs.offset_for_timestamp(name, partition, timestamp)
+    if found is None or found[1] >= readable_end:
+        return -1, -1
+    return found
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    committed = request.isolation_level == READ_COMMITTED
+    topics = []
+    for topic in request.topics:
+        info, missing = find_topic(broker, topic.name, None)
+        partitions = []
+        for p in topic.partitions:
+            result = PartitionResponse(partition_index=p.partition_index, timestamp=-1, offset=-1)
+            if info is None or not 0 <= p.partition_index < info.num_partitions:
+                result.error_code = missing or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif p.timestamp < 0 and ctx.api_version < _MIN_VERSION.get(p.timestamp, 0):
+                result.error_code = ErrorCode.UNSUPPORTED_VERSION
+            elif code := leader_epoch_error(p.current_leader_epoch):
+                result.error_code = code
+            else:
+                try:
+                    result.timestamp, result.offset = _lookup(
+                        broker, info.name, p.partition_index, p.timestamp, committed
+                    )
+                    result.leader_epoch = LEADER_EPOCH if result.offset >= 0 else -1
+                except KafkaError as exc:
+                    result.error_code = error_code_of(exc)
+            partitions.append(result)
+        topics.append(TopicResponse(name=topic.name, partitions=partitions))
+    return ListOffsetsResponse(topics=topics)
+
+
+def error_response(request: ListOffsetsRequest, version: int, code: int) -> ListOffsetsResponse:
+    return ListOffsetsResponse(
+        topics=[
+            TopicResponse(
+                name=t.name,
+                partitions=[
+                    PartitionResponse(partition_index=p.partition_index, error_code=code)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ]
+    )
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(API_KEY, handle, error_response=error_response)

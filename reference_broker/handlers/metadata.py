@@ -1,0 +1,129 @@
+"""Metadata (key 3): this node as the only broker, controller and leader of every partition.
+
+Topics unknown by name are auto-created when both the broker (``auto.create.topics.enable``)
+and the request (``allow_auto_topic_creation``, v4+) allow it. Creation is synchronous here, so
+the new topic is reported ready in the same response, where Kafka would first answer
+LEADER_NOT_AVAILABLE; clients treat both the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from reference_broker.handlers.common import LEADER_EPOCH, ZERO_UUID, error_code_of, topic_name_problem
+from sdk.protocol.errors import ErrorCode
+from sdk.protocol.messages import MetadataRequest, MetadataResponse
+
+if TYPE_CHECKING:
+    from reference_broker.broker import Broker
+    from reference_broker.handlers.registry import HandlerRegistry
+    from reference_broker.log.log_manager import TopicMetadata
+    from reference_broker.network.server import RequestContext
+
+API_KEY = 3
+log = logging.getLogger("reference_broker.metadata")
+AUTHORIZED_OPS_OMITTED = -(2**31)
+# Every operation a single-node, ACL-less broker allows: READ..DESCRIBE_CONFIGS..(bits 3-12).
+ALL_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+ALL_CLUSTER_OPERATIONS = sum(1 << op for op in (4, 7, 8, 9, 10, 11, 12, 13, 14))
+
+Topic = MetadataResponse.MetadataResponseTopic
+Partition = MetadataResponse.MetadataResponsePartition
+
+
+def topic_entry(
+    broker: Broker, info: TopicMetadata, include_ops: bool
+) -> MetadataResponse.MetadataResponseTopic:
+    node = broker.node_id
+    return Topic(
+        error_code=0,
+        name=info.name,
+        topic_id=info.topic_id,
+        is_internal=info.name.startswith("__"),
+        partitions=[
+            Partition(
+                error_code=0,
+                partition_index=p,
+                leader_id=node,
+                leader_epoch=LEADER_EPOCH,
+                replica_nodes=[node],
+                isr_nodes=[node],
+                offline_replicas=[],
+            )
+            for p in range(info.num_partitions)
+        ],
+        topic_authorized_operations=ALL_TOPIC_OPERATIONS if include_ops else AUTHORIZED_OPS_OMITTED,
+    )
+
+
+def _named(
+    broker: Broker, name: str, allow_create: bool, include_ops: bool
+) -> MetadataResponse.MetadataResponseTopic:
+    info = broker.logs.topic(name)
+    if info is not None:
+        return topic_entry(broker, info, include_ops)
+    problem = topic_name_problem(name)
+    if problem:
+        return Topic(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=name)
+    if not (allow_create and broker.config.get("auto.create.topics.enable")):
+        return Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name)
+    try:
+        info = broker.logs.create_topic(name, broker.config.get("num.partitions"), {})
+    except Exception as exc:
+        log.warning("auto-creating topic %r failed: %s", name, exc)
+        return Topic(error_code=error_code_of(exc), name=name)
+    log.info("auto-created topic %s with %d partitions", name, info.num_partitions)
+    return topic_entry(broker, info, include_ops)
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
+    include_ops = bool(request.include_topic_authorized_operations)
+    version = ctx.api_version
+    if request.topics is None or (version == 0 and not request.topics):
+        topics = [topic_entry(broker, info, include_ops) for info in broker.logs.topics()]
+    else:
+        allow_create = request.allow_auto_topic_creation if version >= 4 else True
+        topics = []
+        for wanted in request.topics:
+            if wanted.name is None:
+                info = broker.logs.topic_by_id(wanted.topic_id)
+                if info is None:
+                    topics.append(
+                        Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=wanted.topic_id)
+                    )
+                else:
+                    topics.append(topic_entry(broker, info, include_ops))
+            else:
+                topics.append(_named(broker, wanted.name, allow_create, include_ops))
+    return MetadataResponse(
+        brokers=[
+            MetadataResponse.MetadataResponseBroker(
+                node_id=broker.node_id,
+                host=broker.advertised_host,
+                port=broker.advertised_port,
+                rack=broker.config.get("broker.rack"),
+            )
+        ],
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        topics=topics,
+        cluster_authorized_operations=(
+            ALL_CLUSTER_OPERATIONS
+            if request.include_cluster_authorized_operations
+            else AUTHORIZED_OPS_OMITTED
+        ),
+    )
+
+
+def error_response(request: MetadataRequest, version: int, code: int) -> MetadataResponse:
+    if version >= 13:
+        return MetadataResponse(error_code=code)
+    topics = [
+        Topic(error_code=code, name=t.name, topic_id=t.topic_id or ZERO_UUID) for t in request.topics or []
+    ]
+    return MetadataResponse(topics=topics)
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(API_KEY, handle, error_response=error_response)

@@ -1,0 +1,150 @@
+"""Produce (key 0): validate each partition's batch, append it, wake waiting fetches.
+
+The request-level rules of Kafka's ``ProduceRequest.validateRecords`` (one magic v2 batch per
+partition, no ZStandard before v7) are checked here; everything about the batch itself (size,
+CRC, record count, offsets, timestamps) is the log's validator's job, as it is Kafka's
+``LogValidator``'s. Everything up to the append runs without an ``await``, so requests pipelined
+on one connection append in the order they were sent (idempotent producers with several in
+flight depend on it).
+Idempotence and transactional bookkeeping (sequence checks, duplicates, fencing) belong to the
+log's producer state; its errors come back as ``KafkaError``s and become partition error codes.
+
+acks=0 gets no response at all. If such a request failed for some partition, the connection is
+closed after processing, as Kafka does, because that is the only signal the client can notice.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import TYPE_CHECKING
+
+from reference_broker.handlers.common import error_code_of, find_topic
+from sdk.protocol.errors import ErrorCode, KafkaError
+from sdk.protocol.messages import ProduceRequest, ProduceResponse
+
+if TYPE_CHECKING:
+    from reference_broker.broker import Broker
+    from reference_broker.handlers.registry import HandlerRegistry
+    from reference_broker.log.log_manager import TopicMetadata
+    from reference_broker.network.server import RequestContext
+
+API_KEY = 0
+log = logging.getLogger("reference_broker.produce")
+
+TopicResponse = ProduceResponse.TopicProduceResponse
+PartitionResponse = ProduceResponse.PartitionProduceResponse
+RecordError = ProduceResponse.BatchIndexAndErrorMessage
+_ATTRIBUTES = struct.Struct(">h")
+_MAGIC_OFFSET, _ATTRIBUTES_OFFSET, _LOG_OVERHEAD, _ZSTD = 16, 21, 12, 4
+
+
+def request_level_problem(records: memoryview | bytes | None, version: int) -> str | None:
+    """Kafka's ``ProduceRequest.validateRecords``: why the partition gets INVALID_RECORD, or None."""
+    if records is None or len(records) < _ATTRIBUTES_OFFSET + 2:
+        return f"Produce requests with version {version} must have at least one record batch per partition"
+    if records[_MAGIC_OFFSET] != 2:
+        return (
+            f"Produce requests with version {version} are only allowed to contain record batches "
+            "with magic version 2"
+        )
+    (batch_length,) = struct.unpack_from(">i", records, 8)
+    if batch_length >= 0 and _LOG_OVERHEAD + batch_length < len(records):
+        return (
+            f"Produce requests with version {version} are only allowed to contain exactly one record "
+            "batch per partition"
+        )
+    return None
+
+
+def _failed(index: int, code: int, message: str | None = None) -> ProduceResponse.PartitionProduceResponse:
+    errors = (
+        [RecordError(batch_index=0, batch_index_error_message=message)]
+        if (code == ErrorCode.INVALID_RECORD and message)
+        else []
+    )
+    return PartitionResponse(
+        index=index,
+        error_code=code,
+        base_offset=-1,
+        log_append_time_ms=-1,
+        log_start_offset=-1,
+        record_errors=errors,
+        error_message=message,
+    )
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
+    version = ctx.api_version
+    acks = request.acks
+    any_error = False
+    topics = []
+    for topic in request.topic_data:
+        info, missing = find_topic(broker, topic.name, topic.topic_id if version >= 13 else None)
+        partitions = []
+        for part in topic.partition_data:
+            if acks not in (0, 1, -1):
+                result = _failed(part.index, ErrorCode.INVALID_REQUIRED_ACKS)
+            elif info is None or not 0 <= part.index < info.num_partitions:
+                result = _failed(part.index, missing or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                result = _append(broker, info, part.index, part.records, version)
+            any_error = any_error or result.error_code != 0
+            partitions.append(result)
+        topics.append(TopicResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=partitions))
+    if acks == 0:
+        if any_error:
+            ctx.close_after = True
+            log.info("acks=0 produce from %s had errors; closing the connection", ctx.connection.peer)
+        return None
+    return ProduceResponse(responses=topics)
+
+
+def _append(
+    broker: Broker, info: TopicMetadata, index: int, records: memoryview | bytes | None, version: int
+) -> ProduceResponse.PartitionProduceResponse:
+    name = info.name
+    problem = request_level_problem(records, version)
+    if problem:
+        log.info("rejected produce to %s-%d: %s", name, index, problem)
+        return _failed(index, ErrorCode.INVALID_RECORD, problem)
+    assert records is not None
+    (attributes,) = _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_OFFSET)
+    if attributes & 0x07 == _ZSTD and version < 7:
+        return _failed(
+            index,
+            ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+            f"Produce requests with version {version} cannot use ZStandard compression",
+        )
+    try:
+        appended = broker.logs.append(name, index, records)
+    except KafkaError as exc:
+        if exc.code != ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+            log.info("append to %s-%d refused: %s", name, index, exc)
+        return _failed(index, error_code_of(exc), exc.message or exc.name)
+    return PartitionResponse(
+        index=index,
+        error_code=0,
+        base_offset=appended.base_offset,
+        log_append_time_ms=appended.log_append_time_ms,
+        log_start_offset=appended.log_start_offset,
+    )
+
+
+def error_response(request: ProduceRequest, version: int, code: int) -> ProduceResponse | None:
+    if request.acks == 0:
+        return None  # the client reads no response: closing the connection is the signal
+    return ProduceResponse(
+        responses=[
+            TopicResponse(
+                name=t.name,
+                topic_id=t.topic_id,
+                partition_responses=[_failed(p.index, code) for p in t.partition_data],
+            )
+            for t in request.topic_data
+        ]
+    )
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(API_KEY, handle, error_response=error_response)

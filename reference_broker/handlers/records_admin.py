@@ -1,0 +1,72 @@
+"""DeleteRecords (key 21): move a partition's log start offset forward.
+
+An offset of -1 means "up to the high watermark", as in Kafka; offsets past the high watermark
+get OFFSET_OUT_OF_RANGE. The storage layer deletes whole segments below the new start lazily;
+readers see the new start at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from reference_broker.handlers.common import error_code_of, find_topic
+from sdk.protocol.errors import ErrorCode, KafkaError
+from sdk.protocol.messages import DeleteRecordsRequest, DeleteRecordsResponse
+
+if TYPE_CHECKING:
+    from reference_broker.broker import Broker
+    from reference_broker.handlers.registry import HandlerRegistry
+    from reference_broker.network.server import RequestContext
+
+API_KEY = 21
+HIGH_WATERMARK = -1
+log = logging.getLogger("reference_broker.records_admin")
+
+TopicResult = DeleteRecordsResponse.DeleteRecordsTopicResult
+PartitionResult = DeleteRecordsResponse.DeleteRecordsPartitionResult
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+    topics = []
+    for topic in request.topics:
+        info, missing = find_topic(broker, topic.name, None)
+        partitions = []
+        for p in topic.partitions:
+            result = PartitionResult(partition_index=p.partition_index, low_watermark=-1, error_code=0)
+            partitions.append(result)
+            if info is None or not 0 <= p.partition_index < info.num_partitions:
+                result.error_code = missing or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            _, hw, _ = broker.logs.offsets(info.name, p.partition_index)
+            offset = hw if p.offset == HIGH_WATERMARK else p.offset
+            if offset < 0 or offset > hw:
+                result.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+                continue
+            try:
+                result.low_watermark = broker.logs.delete_records(info.name, p.partition_index, offset)
+            except KafkaError as exc:
+                result.error_code = error_code_of(exc)
+            else:
+                log.info("log start of %s-%d is now %d", info.name, p.partition_index, result.low_watermark)
+        topics.append(TopicResult(name=topic.name, partitions=partitions))
+    return DeleteRecordsResponse(topics=topics)
+
+
+def error_response(request: DeleteRecordsRequest, version: int, code: int) -> DeleteRecordsResponse:
+    return DeleteRecordsResponse(
+        topics=[
+            TopicResult(
+                name=t.name,
+                partitions=[
+                    PartitionResult(partition_index=p.partition_index, low_watermark=-1, error_code=code)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ]
+    )
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(API_KEY, handle, error_response=error_response)

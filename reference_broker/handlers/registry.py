@@ -1,0 +1,78 @@
+"""The api-key -> handler table behind dispatch and ApiVersions."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from sdk.protocol.codec import request_class
+from sdk.protocol.messages import Message
+
+if TYPE_CHECKING:
+    from reference_broker.broker import Broker
+    from reference_broker.network.server import RequestContext
+
+HandleFunc = Callable[["Broker", "RequestContext", Any], Awaitable[Message | None]]
+# (request, api_version, error_code) -> a response carrying that error everywhere it can, or None
+# when the only way to report it is closing the connection.
+ErrorFunc = Callable[[Any, int, int], Message | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiHandler:
+    """One implemented API: the versions served and how to answer with an error."""
+
+    api_key: int
+    min_version: int
+    max_version: int
+    handle: HandleFunc
+    error_response: ErrorFunc | None = None
+
+
+class HandlerRegistry:
+    """Implements the network layer's ``Dispatcher`` for one broker."""
+
+    def __init__(self, broker: Broker):
+        self.broker = broker
+        self._handlers: dict[int, ApiHandler] = {}
+
+    def register(
+        self,
+        api_key: int,
+        handle: HandleFunc,
+        *,
+        versions: tuple[int, int] | None = None,
+        error_response: ErrorFunc | None = None,
+    ) -> None:
+        """Serve ``api_key``; ``versions`` defaults to everything the codec can decode."""
+        lo, hi = request_class(api_key).VALID_VERSIONS
+        if versions is not None:
+            if versions[0] < lo or versions[1] > hi:
+                raise ValueError(f"api key {api_key}: versions {versions} exceed the codec's {lo}-{hi}")
+            lo, hi = versions
+        self._handlers[api_key] = ApiHandler(api_key, lo, hi, handle, error_response)
+
+    def find(self, api_key: int, api_version: int) -> ApiHandler | None:
+        handler = self._handlers.get(api_key)
+        if handler is None or not handler.min_version <= api_version <= handler.max_version:
+            return None
+        return handler
+
+    def advertised(self) -> list[ApiHandler]:
+        """Every registered API, by key; what ApiVersions reports."""
+        return [self._handlers[k] for k in sorted(self._handlers)]
+
+    async def handle(self, ctx: RequestContext, request: Message) -> Message | None:
+        return await self._handlers[ctx.api_key].handle(self.broker, ctx, request)
+
+    def error_response(self, ctx: RequestContext, request: Message, code: int) -> Message | None:
+        handler = self._handlers.get(ctx.api_key)
+        if handler is None or handler.error_response is None:
+            return None
+        return handler.error_response(request, ctx.api_version, code)
+
+    def unsupported_api_versions(self) -> Message:
+        from reference_broker.handlers.api_versions import unsupported_version_response
+
+        return unsupported_version_response(self)

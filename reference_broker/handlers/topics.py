@@ -1,0 +1,247 @@
+"""CreateTopics (19), DeleteTopics (20), CreatePartitions (37).
+
+One node means one replica: replication factor 1 or -1 (the broker default) is accepted, any
+other value gets INVALID_REPLICATION_FACTOR, and manual assignments must name only this node,
+once per partition. Validation mirrors Kafka's order so clients see the same error for the
+same mistake; ``validate_only`` runs every check and creates nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from reference_broker.handlers.common import error_code_of, error_message_of, find_topic, topic_name_problem
+from reference_broker.handlers.configs import describe_topic_configs
+from sdk.protocol.errors import ErrorCode, KafkaError
+from sdk.protocol.messages import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
+
+if TYPE_CHECKING:
+    from reference_broker.broker import Broker
+    from reference_broker.handlers.registry import HandlerRegistry
+    from reference_broker.network.server import RequestContext
+
+log = logging.getLogger("reference_broker.topics")
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+
+CreatableResult = CreateTopicsResponse.CreatableTopicResult
+DeletableResult = DeleteTopicsResponse.DeletableTopicResult
+PartitionsResult = CreatePartitionsResponse.CreatePartitionsTopicResult
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _partition_count(broker: Broker, topic: CreateTopicsRequest.CreatableTopic) -> int:
+    node = broker.node_id
+    if topic.assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            raise _Refused(
+                ErrorCode.INVALID_REQUEST,
+                "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                "Both cannot be used at the same time.",
+            )
+        indexes = sorted(a.partition_index for a in topic.assignments)
+        if indexes != list(range(len(indexes))):
+            raise _Refused(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                "Partitions should be a consecutive 0-based integer sequence",
+            )
+        for a in topic.assignments:
+            if a.broker_ids != [node]:
+                raise _Refused(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Partition {a.partition_index} must be assigned to broker {node} only",
+                )
+        return len(indexes)
+    if topic.replication_factor not in (-1, 1):
+        raise _Refused(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Unable to replicate the partition {topic.replication_factor} time(s): "
+            "The target replication factor of "
+            f"{topic.replication_factor} cannot be reached because only 1 broker(s) are registered.",
+        )
+    if topic.num_partitions == -1:
+        return int(broker.config.get("num.partitions"))
+    if topic.num_partitions <= 0:
+        raise _Refused(
+            ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value."
+        )
+    return topic.num_partitions
+
+
+async def create_topics(
+    broker: Broker, ctx: RequestContext, request: CreateTopicsRequest
+) -> CreateTopicsResponse:
+    counts = Counter(t.name for t in request.topics)
+    results = []
+    for topic in request.topics:
+        result = CreatableResult(name=topic.name, error_code=0, error_message=None)
+        results.append(result)
+        try:
+            if counts[topic.name] > 1:
+                raise _Refused(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+            problem = topic_name_problem(topic.name)
+            if problem:
+                raise _Refused(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+            if broker.logs.topic(topic.name) is not None:
+                raise _Refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
+            partitions = _partition_count(broker, topic)
+            overrides = {c.name: c.value for c in topic.configs}
+            try:
+                broker.logs.check_topic_config(overrides)
+            except ValueError as exc:
+                raise _Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
+            if request.validate_only:
+                info = None
+            else:
+                info = broker.logs.create_topic(topic.name, partitions, overrides)
+                log.info("created topic %s (%d partitions, id %s)", topic.name, partitions, info.topic_id)
+        except _Refused as refused:
+            result.error_code, result.error_message = refused.code, refused.message
+            continue
+        except KafkaError as exc:  # refused by the log manager (e.g. a name colliding via '.'/'_')
+            log.info("topic %s not created: %s", topic.name, exc)
+            result.error_code, result.error_message = error_code_of(exc), error_message_of(exc)
+            continue
+        except Exception as exc:
+            log.exception("creating topic %s failed", topic.name)
+            result.error_code, result.error_message = error_code_of(exc), error_message_of(exc)
+            continue
+        result.num_partitions = partitions
+        result.replication_factor = 1
+        if info is not None:
+            result.topic_id = info.topic_id
+        if ctx.api_version >= 5:
+            result.configs = [
+                CreateTopicsResponse.CreatableTopicConfigs(
+                    name=c.name,
+                    value=c.value,
+                    read_only=c.read_only,
+                    config_source=c.config_source,
+                    is_sensitive=c.is_sensitive,
+                )
+                for c in describe_topic_configs(broker, topic.name if info else None, overrides)
+            ]
+    return CreateTopicsResponse(topics=results)
+
+
+def create_topics_error(request: CreateTopicsRequest, version: int, code: int) -> CreateTopicsResponse:
+    return CreateTopicsResponse(
+        topics=[CreatableResult(name=t.name, error_code=code) for t in request.topics]
+    )
+
+
+def _delete_targets(request: DeleteTopicsRequest, version: int) -> list[tuple[str | None, object]]:
+    if version >= 6:
+        return [(t.name, t.topic_id) for t in request.topics]
+    return [(name, None) for name in request.topic_names]
+
+
+async def delete_topics(
+    broker: Broker, ctx: RequestContext, request: DeleteTopicsRequest
+) -> DeleteTopicsResponse:
+    results = []
+    for name, topic_id in _delete_targets(request, ctx.api_version):
+        info, missing = find_topic(broker, name, topic_id)  # type: ignore[arg-type]
+        result = DeletableResult(name=name, error_code=0)
+        if topic_id is not None:
+            result.topic_id = topic_id
+        if info is None:
+            result.error_code = missing
+            result.error_message = (
+                "This server does not host this topic ID."
+                if (missing == ErrorCode.UNKNOWN_TOPIC_ID)
+                else "This server does not host this topic-partition."
+            )
+        elif not broker.config.get("delete.topic.enable"):
+            result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
+            result.error_message = "Topic deletion is disabled."
+        else:
+            result.name, result.topic_id = info.name, info.topic_id
+            try:
+                broker.logs.delete_topic(info.name)
+                log.info("deleted topic %s", info.name)
+            except Exception as exc:
+                log.exception("deleting topic %s failed", info.name)
+                result.error_code, result.error_message = error_code_of(exc), error_message_of(exc)
+            for p in range(info.num_partitions):
+                broker.waiters.notify((info.name, p))
+        results.append(result)
+    return DeleteTopicsResponse(responses=results)
+
+
+def delete_topics_error(request: DeleteTopicsRequest, version: int, code: int) -> DeleteTopicsResponse:
+    return DeleteTopicsResponse(
+        responses=[
+            DeletableResult(name=name, error_code=code) for name, _ in _delete_targets(request, version)
+        ]
+    )
+
+
+async def create_partitions(
+    broker: Broker, ctx: RequestContext, request: CreatePartitionsRequest
+) -> CreatePartitionsResponse:
+    counts = Counter(t.name for t in request.topics)
+    results = []
+    for topic in request.topics:
+        result = PartitionsResult(name=topic.name, error_code=0, error_message=None)
+        results.append(result)
+        info = broker.logs.topic(topic.name)
+        if counts[topic.name] > 1:
+            result.error_code, result.error_message = ErrorCode.INVALID_REQUEST, "Duplicate topic name."
+        elif info is None:
+            result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            result.error_message = f"The topic '{topic.name}' does not exist."
+        elif topic.count < info.num_partitions:
+            result.error_code = ErrorCode.INVALID_PARTITIONS
+            result.error_message = (
+                f"The topic {topic.name} currently has {info.num_partitions} partition(s); "
+                f"{topic.count} would not be an increase."
+            )
+        elif topic.count == info.num_partitions:
+            result.error_code = ErrorCode.INVALID_PARTITIONS
+            result.error_message = f"Topic already has {info.num_partitions} partition(s)."
+        elif topic.assignments is not None and (
+            len(topic.assignments) != topic.count - info.num_partitions
+            or any(a.broker_ids != [broker.node_id] for a in topic.assignments)
+        ):
+            result.error_code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+            result.error_message = (
+                f"Each of the {topic.count - info.num_partitions} new partitions must be "
+                f"assigned to broker {broker.node_id} only."
+            )
+        elif not request.validate_only:
+            try:
+                broker.logs.add_partitions(topic.name, topic.count)
+                log.info("topic %s now has %d partitions", topic.name, topic.count)
+            except Exception as exc:
+                log.exception("adding partitions to %s failed", topic.name)
+                result.error_code, result.error_message = error_code_of(exc), error_message_of(exc)
+    return CreatePartitionsResponse(results=results)
+
+
+def create_partitions_error(
+    request: CreatePartitionsRequest, version: int, code: int
+) -> CreatePartitionsResponse:
+    return CreatePartitionsResponse(
+        results=[PartitionsResult(name=t.name, error_code=code) for t in request.topics]
+    )
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(CREATE_TOPICS, create_topics, error_response=create_topics_error)
+    registry.register(DELETE_TOPICS, delete_topics, error_response=delete_topics_error)
+    registry.register(CREATE_PARTITIONS, create_partitions, error_response=create_partitions_error)

@@ -1,0 +1,160 @@
+"""The handlers' view of the storage layer: a thin adapter over ``log.LogManager``.
+
+It exists so handlers speak in protocol terms (a partition of a named topic, read_committed or
+not, special ListOffsets answers) and so the one place that knows the log's method names is
+here. It adds no state of its own beyond the clock and the data-arrival callback that wakes
+long-polling fetches.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+
+from reference_broker.config import BrokerConfig, ConfigError
+from reference_broker.log.config import LogConfig
+from reference_broker.log.log_manager import LogManager, TopicMetadata
+from reference_broker.log.partition_log import AppendResult
+
+log = logging.getLogger("reference_broker.storage")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class FetchedData:
+    """What one partition contributes to a FetchResponse."""
+
+    records: bytes | memoryview
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted: list[tuple[int, int]]
+
+
+class Storage:
+    """Topic metadata and partition logs of one broker."""
+
+    def __init__(self, manager: LogManager, on_data: Callable[[Hashable], None] | None = None):
+        self.manager = manager
+        self.on_data = on_data
+
+    @classmethod
+    def open(cls, config: BrokerConfig, on_data: Callable[[Hashable], None] | None = None) -> Storage:
+        """Open every log under the data dir (recovering them), with the broker's log defaults."""
+        try:
+            defaults = config.log_config()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        try:
+            manager = LogManager(
+                config.data_dir, defaults, node_id=config.node_id, cluster_id=config.get("cluster.id")
+            )
+        except ValueError as exc:  # meta.properties of another node or cluster
+            raise ConfigError(str(exc)) from None
+        return cls(manager, on_data)
+
+    @property
+    def cluster_id(self) -> str:
+        return self.manager.cluster_id
+
+    def close(self) -> None:
+        self.manager.close()
+
+    def enforce_retention(self) -> None:
+        self.manager.run_retention(now_ms())
+
+    def housekeeping(self) -> None:
+        """fsync rolled segments (advancing recovery points) and expire idle producer ids."""
+        self.manager.flush_logs(now_ms())
+        self.manager.remove_expired_producers(now_ms())
+
+    # -- topics --------------------------------------------------------------------------
+
+    def topics(self) -> list[TopicMetadata]:
+        return sorted(self.manager.topics().values(), key=lambda t: t.name)
+
+    def topic(self, name: str) -> TopicMetadata | None:
+        return self.manager.topic(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
+        return self.manager.topic_by_id(topic_id)
+
+    def create_topic(self, name: str, partitions: int, overrides: Mapping[str, str | None]) -> TopicMetadata:
+        return self.manager.create_topic(
+            name, partitions, {k: v for k, v in overrides.items() if v is not None}
+        )
+
+    def check_topic_config(self, overrides: Mapping[str, str | None]) -> LogConfig:
+        """The config ``overrides`` would give a topic; ValueError (naming the key) if invalid."""
+        return LogConfig.from_properties(overrides, self.manager.default_config)
+
+    def delete_topic(self, name: str) -> None:
+        meta = self.manager.delete_topic(name)
+        if self.on_data is not None:
+            for p in range(meta.num_partitions):
+                self.on_data((name, p))
+
+    def add_partitions(self, name: str, total: int) -> None:
+        self.manager.create_partitions(name, total)
+
+    def topic_config(self, name: str) -> LogConfig:
+        return self.manager.topic_config(name)
+
+    def topic_overrides(self, name: str) -> dict[str, str]:
+        meta = self.manager.topic(name)
+        return dict(meta.configs) if meta else {}
+
+    def set_topic_overrides(self, name: str, overrides: Mapping[str, str]) -> None:
+        """Replace all overrides (persisted by the log manager, applied to every partition)."""
+        self.manager.update_topic_config(name, overrides, replace=True)
+
+    # -- partitions ----------------------------------------------------------------------
+
+    def append(self, topic: str, partition: int, records: bytes | memoryview) -> AppendResult:
+        result = self.manager.get_log(topic, partition).append(records, now_ms=now_ms())
+        if self.on_data is not None and not result.duplicate:
+            self.on_data((topic, partition))
+        return result
+
+    def read(
+        self, topic: str, partition: int, offset: int, max_bytes: int, *, min_one: bool, committed: bool
+    ) -> FetchedData:
+        plog = self.manager.get_log(topic, partition)
+        result = plog.read(
+            offset,
+            max_bytes,
+            max_offset=plog.last_stable_offset if committed else None,
+            min_one_batch=min_one,
+            with_aborted=committed,
+        )
+        return FetchedData(
+            result.data,
+            result.high_watermark,
+            result.last_stable_offset,
+            result.log_start_offset,
+            result.aborted_transactions or [],
+        )
+
+    def offsets(self, topic: str, partition: int) -> tuple[int, int, int]:
+        """(log start offset, high watermark, last stable offset)."""
+        plog = self.manager.get_log(topic, partition)
+        return plog.log_start_offset, plog.high_watermark, plog.last_stable_offset
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record at or after ``timestamp``."""
+        found = self.manager.get_log(topic, partition).offset_for_timestamp(max(timestamp, 0))
+        return None if found is None else (found[1], found[0])
+
+    def max_timestamp(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the record with the largest timestamp."""
+        found = self.manager.get_log(topic, partition).max_timestamp_offset()
+        return None if found is None else (found[1], found[0])
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        return self.manager.get_log(topic, partition).delete_records_before(offset, now_ms=now_ms())

@@ -1,0 +1,87 @@
+"""The in-process forms (``async with Broker`` and ``run_in_process``) and failure handling inside it."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from pathlib import Path
+
+from reference_broker.broker import Broker
+from reference_broker.config import BrokerConfig
+from reference_broker.testing import WireClient, run_in_process
+from sdk.protocol.codec import decode_response, encode_request
+from sdk.protocol.errors import ErrorCode
+from sdk.protocol.messages import ApiVersionsRequest, ListOffsetsRequest, MetadataRequest
+
+
+async def roundtrip(host: str, port: int, request: object, version: int, correlation_id: int = 1) -> object:
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        payload = encode_request(request, version, correlation_id, "in-process")  # type: ignore[arg-type]
+        writer.write(struct.pack(">i", len(payload)) + payload)
+        await writer.drain()
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
+        cid, response = decode_response(type(request).API_KEY, version, await reader.readexactly(size))  # type: ignore[attr-defined]
+        assert cid == correlation_id
+        return response
+    finally:
+        writer.close()
+
+
+async def test_async_context_manager(tmp_path: Path) -> None:
+    config = BrokerConfig.build(tmp_path, port=0, properties={"num.partitions": 2})
+    async with Broker(config) as broker:
+        assert broker.port != 0
+        response = await roundtrip(
+            broker.host,
+            broker.port,
+            MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="inproc")]),
+            12,
+        )
+        assert len(response.topics[0].partitions) == 2  # type: ignore[attr-defined]
+    assert (tmp_path / "inproc-0" / ".clean_shutdown").exists()
+
+
+async def test_handler_exception_answers_unknown_server_error(tmp_path: Path) -> None:
+    config = BrokerConfig.build(tmp_path, port=0)
+    async with Broker(config) as broker:
+
+        async def explode(*args: object) -> None:
+            raise RuntimeError("boom")
+
+        handler = broker.registry._handlers[2]
+        broker.registry._handlers[2] = type(handler)(
+            2, handler.min_version, handler.max_version, explode, handler.error_response
+        )
+        request = ListOffsetsRequest(
+            topics=[
+                ListOffsetsRequest.ListOffsetsTopic(
+                    name="t",
+                    partitions=[ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)],
+                )
+            ]
+        )
+        reader, writer = await asyncio.open_connection(broker.host, broker.port)
+        for cid, (req, version) in enumerate([(request, 7), (ApiVersionsRequest(), 0)], start=1):
+            payload = encode_request(req, version, cid, "x")
+            writer.write(struct.pack(">i", len(payload)) + payload)
+        await writer.drain()
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
+        _, failed = decode_response(2, 7, await reader.readexactly(size))
+        assert failed.topics[0].partitions[0].error_code == ErrorCode.UNKNOWN_SERVER_ERROR
+        (size,) = struct.unpack(">i", await reader.readexactly(4))  # the connection survived
+        _, ok = decode_response(18, 0, await reader.readexactly(size))
+        assert ok.error_code == 0
+        writer.close()
+
+
+def test_run_in_process_thread() -> None:
+    with (
+        run_in_process(config={"auto.create.topics.enable": False}) as runner,
+        WireClient(runner.bootstrap) as client,
+    ):
+        response = client.request(
+            MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="nope")]), 12
+        )
+        assert response.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert runner.call(lambda: runner.broker.logs.topic("nope")) is None
