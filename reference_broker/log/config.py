@@ -1,0 +1,252 @@
+"""Per-log configuration with Kafka's names, defaults and validation rules.
+
+``LogConfig`` holds the settings that govern one partition log. Field defaults are Kafka's broker
+defaults; :meth:`LogConfig.from_properties` reads the topic-level names a client sends in
+CreateTopics / AlterConfigs (``segment.bytes``, ``retention.ms``...) and
+:meth:`LogConfig.from_broker_properties` the broker-level ``log.*`` names of ``server.properties``.
+Invalid values raise ``ValueError("Invalid value X for configuration K: ...")`` naming the key, as
+Kafka's ``ConfigException`` does, so a handler can map it to INVALID_CONFIG with a useful message.
+
+Only ``cleanup.policy=delete`` is implemented. ``compact`` is accepted (and makes the log require
+keys, as Kafka does) but no cleaner runs, so a compacted topic simply keeps everything. Other
+valid Kafka topic configs (``compression.type``, ``min.insync.replicas``...) are accepted and kept
+in :attr:`LogConfig.extra` so DescribeConfigs can echo them, but the log does not act on them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["LONG_MAX", "LogConfig"]
+
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+_LONG_MIN = -(1 << 63)
+_INT_MIN = -(1 << 31)
+_DAY_MS = 24 * 60 * 60 * 1000
+
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+CLEANUP_POLICIES = ("delete", "compact")
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+
+#: Kafka topic configs that are valid but not acted on by this log (kept in ``extra``).
+_PASSTHROUGH_TOPIC_KEYS = frozenset({
+    "compression.type", "compression.gzip.level", "compression.lz4.level",
+    "compression.zstd.level", "delete.retention.ms", "file.delete.delay.ms",
+    "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
+    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms",
+    "message.downconversion.enable", "message.format.version", "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms", "min.insync.replicas", "preallocate", "remote.storage.enable",
+    "remote.log.copy.disable", "remote.log.delete.on.disable", "unclean.leader.election.enable",
+})
+
+
+def _parse_int(key: str, raw: Any, lo: int, hi: int) -> int:
+    if isinstance(raw, bool):
+        raise ValueError(f"Invalid value {raw!r} for configuration {key}: expected an integer")
+    if isinstance(raw, int):
+        value = raw
+    else:
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise ValueError(
+                f"Invalid value {raw!r} for configuration {key}: expected an integer"
+            ) from None
+    if value < lo or value > hi:
+        bound = f"at least {lo}" if hi in (INT_MAX, LONG_MAX) else f"in [{lo}, {hi}]"
+        raise ValueError(f"Invalid value {value} for configuration {key}: Value must be {bound}")
+    return value
+
+
+def _int(lo: int) -> Callable[[str, Any], int]:
+    return lambda key, raw: _parse_int(key, raw, lo, INT_MAX)
+
+
+def _long(lo: int) -> Callable[[str, Any], int]:
+    return lambda key, raw: _parse_int(key, raw, lo, LONG_MAX)
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str, Any], str]:
+    def parse(key: str, raw: Any) -> str:
+        value = str(raw).strip()
+        for option in options:
+            if value.lower() == option.lower():
+                return option
+        raise ValueError(
+            f"Invalid value {raw!r} for configuration {key}: String must be one of: "
+            + ", ".join(options)
+        )
+
+    return parse
+
+
+def _policy(key: str, raw: Any) -> tuple[str, ...]:
+    items = [part.strip().lower() for part in str(raw).split(",") if part.strip()]
+    if not items or any(item not in CLEANUP_POLICIES for item in items):
+        raise ValueError(
+            f"Invalid value {raw!r} for configuration {key}: each entry must be one of"
+            " delete, compact"
+        )
+    return tuple(dict.fromkeys(items))
+
+
+#: topic-level name -> (field, parser)
+_TOPIC_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
+    "segment.bytes": ("segment_bytes", _int(14)),
+    "segment.ms": ("segment_ms", _long(1)),
+    "segment.jitter.ms": ("segment_jitter_ms", _long(0)),
+    "segment.index.bytes": ("segment_index_bytes", _int(4)),
+    "retention.ms": ("retention_ms", _long(-1)),
+    "retention.bytes": ("retention_bytes", lambda k, v: _parse_int(k, v, _LONG_MIN, LONG_MAX)),
+    "max.message.bytes": ("max_message_bytes", _int(0)),
+    "index.interval.bytes": ("index_interval_bytes", _int(0)),
+    "flush.messages": ("flush_interval_messages", _long(1)),
+    "flush.ms": ("flush_interval_ms", _long(0)),
+    "message.timestamp.type": ("message_timestamp_type", _choice(TIMESTAMP_TYPES)),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _long(0)),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _long(0)),
+    "cleanup.policy": ("cleanup_policy", _policy),
+}
+
+#: broker-level (server.properties) name -> topic-level name
+_BROKER_KEYS = {
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.roll.jitter.ms": "segment.jitter.ms",
+    "log.index.size.max.bytes": "segment.index.bytes",
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "message.max.bytes": "max.message.bytes",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
+    "log.cleanup.policy": "cleanup.policy",
+}
+#: broker-level names given in coarser units: name -> (topic name, multiplier); the finer wins.
+_BROKER_UNIT_KEYS = {
+    "log.roll.hours": ("segment.ms", 3_600_000),
+    "log.roll.jitter.hours": ("segment.jitter.ms", 3_600_000),
+    "log.retention.minutes": ("retention.ms", 60_000),
+    "log.retention.hours": ("retention.ms", 3_600_000),
+}
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Settings of one partition log (Kafka semantics; defaults are Kafka's).
+
+    Times are milliseconds, sizes bytes. ``-1`` for ``retention_ms``/``retention_bytes`` (any
+    negative value for bytes) means unlimited. ``flush_interval_*`` default to "never": the log
+    relies on the OS page cache, exactly like Kafka (see ``partition_log`` on durability).
+    ``producer_id_expiration_ms`` is Kafka's broker-level ``producer.id.expiration.ms``.
+    """
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * _DAY_MS
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = 10 * 1024 * 1024
+    retention_ms: int = 7 * _DAY_MS
+    retention_bytes: int = -1
+    max_message_bytes: int = 1024 * 1024 + 12
+    index_interval_bytes: int = 4096
+    flush_interval_messages: int = LONG_MAX
+    flush_interval_ms: int = LONG_MAX
+    message_timestamp_type: str = "CreateTime"
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = LONG_MAX
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    producer_id_expiration_ms: int = _DAY_MS
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    # -- derived -------------------------------------------------------------------------------
+
+    @property
+    def log_append_time(self) -> bool:
+        """True when the broker stamps batches with its own clock (``LogAppendTime``)."""
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def delete_enabled(self) -> bool:
+        """Whether retention may delete segments (``cleanup.policy`` contains ``delete``)."""
+        return "delete" in self.cleanup_policy
+
+    @property
+    def compacted(self) -> bool:
+        """``cleanup.policy`` contains ``compact``: appends need keys (no cleaner runs here)."""
+        return "compact" in self.cleanup_policy
+
+    # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def from_properties(
+        cls, props: Mapping[str, Any], base: LogConfig | None = None
+    ) -> LogConfig:
+        """Build a config from Kafka topic-level names, on top of ``base`` (default: Kafka's).
+
+        Unknown names raise ``ValueError("Unknown topic config name: ...")`` as Kafka does;
+        ``None`` values mean "remove the override" (the value from ``base`` is kept).
+        """
+        base = base or cls()
+        changes: dict[str, Any] = {}
+        extra = dict(base.extra)
+        for key, raw in props.items():
+            if raw is None:
+                continue
+            if key == "message.timestamp.difference.max.ms":  # deprecated alias of both
+                value = _long(0)(key, raw)
+                changes["message_timestamp_before_max_ms"] = value
+                changes["message_timestamp_after_max_ms"] = value
+            elif key in _TOPIC_KEYS:
+                name, parse = _TOPIC_KEYS[key]
+                changes[name] = parse(key, raw)
+            elif key in _PASSTHROUGH_TOPIC_KEYS:
+                if key == "compression.type":
+                    _choice(COMPRESSION_TYPES)(key, raw)
+                extra[key] = str(raw)
+            else:
+                raise ValueError(f"Unknown topic config name: {key}")
+        changes["extra"] = extra
+        return dataclasses.replace(base, **changes)
+
+    @classmethod
+    def from_broker_properties(cls, props: Mapping[str, Any]) -> LogConfig:
+        """Defaults for every log from broker ``server.properties`` names (``log.segment.bytes``...).
+
+        Names that are not log settings are ignored (the broker config holds many others).
+        ``log.retention.ms`` wins over ``.minutes`` which wins over ``.hours``, as in Kafka.
+        """
+        topic_props: dict[str, Any] = {}
+        for key in ("log.retention.hours", "log.retention.minutes", "log.roll.hours",
+                    "log.roll.jitter.hours"):
+            if props.get(key) is not None:
+                topic_key, unit = _BROKER_UNIT_KEYS[key]
+                topic_props[topic_key] = _long(0)(key, props[key]) * unit
+        for key, topic_key in _BROKER_KEYS.items():
+            if props.get(key) is not None:
+                _, parse = _TOPIC_KEYS[topic_key]
+                parse(key, props[key])  # report errors under the broker-level name
+                topic_props[topic_key] = props[key]
+        config = cls.from_properties(topic_props)
+        if props.get("producer.id.expiration.ms") is not None:
+            value = _int(1)("producer.id.expiration.ms", props["producer.id.expiration.ms"])
+            config = dataclasses.replace(config, producer_id_expiration_ms=value)
+        return config
+
+    def to_properties(self) -> dict[str, str]:
+        """Topic-level names and values, as DescribeConfigs reports them."""
+        out = {key: _render(getattr(self, name)) for key, (name, _) in _TOPIC_KEYS.items()}
+        out.update(self.extra)
+        return out
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)

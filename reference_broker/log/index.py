@@ -1,0 +1,278 @@
+"""The three per-segment index files, in Kafka's on-disk formats (big-endian).
+
+* ``.index`` (:class:`OffsetIndex`): sparse, 8-byte entries ``int32 relative offset, int32
+  position``. An entry maps the *last* offset of a batch to the file position where that batch
+  starts (Kafka 3.x), one entry per ``index.interval.bytes`` of appended data. A lookup takes the
+  greatest entry <= the target and scans batch headers forward from there.
+* ``.timeindex`` (:class:`TimeIndex`): 12-byte entries ``int64 timestamp, int32 relative offset``.
+  Timestamps are the segment's running maximum, so entries strictly increase; the offset is the
+  last offset of the batch that set the maximum. The final entry (written when the segment is
+  rolled or closed) is therefore the segment's largest timestamp.
+* ``.txnindex`` (:class:`TransactionIndex`): 34-byte aborted-transaction entries ``int16 version,
+  int64 producer id, int64 first offset, int64 last offset, int64 last stable offset``, stored in
+  the segment holding the ABORT marker.
+
+Entries live in memory (``array`` for the two sparse indexes) and are appended to the file as they
+are created; loading returns a problem string instead of raising when the file is damaged so the
+segment can rebuild the index from its log.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+import struct
+import sys
+from array import array
+from pathlib import Path
+from typing import NamedTuple
+
+from reference_broker.log._files import pwrite_all
+
+__all__ = ["AbortedTxn", "OffsetIndex", "TimeIndex", "TransactionIndex"]
+
+_BIG_ENDIAN = sys.byteorder == "big"
+
+
+class _IndexFile:
+    """Lazily opened read-write file descriptor for one index file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._fd: int | None = None
+
+    def _file(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        return self._fd
+
+    def _write_at(self, data: bytes, position: int) -> None:
+        pwrite_all(self._file(), data, position)
+
+    def _rewrite(self, data: bytes) -> None:
+        fd = self._file()
+        os.ftruncate(fd, 0)
+        pwrite_all(fd, data, 0)
+
+    def create_empty(self) -> None:
+        """Create the file (empty) so a fresh segment has its full set of files."""
+        self._file()
+
+    def flush(self) -> None:
+        """fsync the file if it was written through this object."""
+        if self._fd is not None:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        """Close the descriptor; the object can still reopen it."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _int_array(code: str, raw: bytes) -> array:
+    values = array(code)
+    values.frombytes(raw)
+    if not _BIG_ENDIAN:
+        values.byteswap()
+    return values
+
+
+def _strictly_increasing(values: array) -> bool:
+    return all(a < b for a, b in itertools.pairwise(values))
+
+
+class OffsetIndex(_IndexFile):
+    """Relative last offset of a batch -> byte position of that batch in the segment."""
+
+    ENTRY_SIZE = 8
+    _ENTRY = struct.Struct(">ii")
+
+    def __init__(self, path: Path, max_bytes: int):
+        super().__init__(path)
+        self.max_entries = max(1, max_bytes // self.ENTRY_SIZE)
+        self.relative_offsets = array("i")
+        self.positions = array("i")
+
+    def __len__(self) -> int:
+        return len(self.relative_offsets)
+
+    @property
+    def is_full(self) -> bool:
+        """Kafka rolls the segment when its index cannot take another entry."""
+        return len(self) >= self.max_entries
+
+    def load(self, segment_size: int) -> str | None:
+        """Read the file; return why it is unusable (missing, torn, not monotonic) or None."""
+        raw = _read(self.path)
+        if raw is None:
+            return "missing"
+        if len(raw) % self.ENTRY_SIZE:
+            return f"size {len(raw)} is not a multiple of {self.ENTRY_SIZE}"
+        both = _int_array("i", raw)
+        rel, pos = both[0::2], both[1::2]
+        if len(rel) and (rel[0] < 0 or pos[0] < 0 or pos[-1] >= segment_size):
+            return "entry outside the segment"
+        if not (_strictly_increasing(rel) and _strictly_increasing(pos)):
+            return "entries are not increasing"
+        self.relative_offsets, self.positions = rel, pos
+        return None
+
+    def append(self, relative_offset: int, position: int) -> None:
+        """Add an entry (must be beyond the last one) and write it to the file."""
+        self._write_at(self._ENTRY.pack(relative_offset, position), len(self) * self.ENTRY_SIZE)
+        self.relative_offsets.append(relative_offset)
+        self.positions.append(position)
+
+    def floor(self, relative_offset: int) -> tuple[int, int] | None:
+        """The entry with the greatest relative offset <= ``relative_offset``, if any."""
+        i = bisect.bisect_right(self.relative_offsets, relative_offset) - 1
+        if i < 0:
+            return None
+        return self.relative_offsets[i], self.positions[i]
+
+    def reset(self, entries: list[tuple[int, int]]) -> None:
+        """Replace all entries (index rebuild)."""
+        self.relative_offsets = array("i", (e[0] for e in entries))
+        self.positions = array("i", (e[1] for e in entries))
+        self._rewrite(b"".join(self._ENTRY.pack(*e) for e in entries))
+
+
+class TimeIndex(_IndexFile):
+    """Running maximum timestamp -> relative offset of the batch that reached it."""
+
+    ENTRY_SIZE = 12
+    _ENTRY = struct.Struct(">qi")
+
+    def __init__(self, path: Path, max_bytes: int):
+        super().__init__(path)
+        self.max_entries = max(1, max_bytes // self.ENTRY_SIZE)
+        self.timestamps = array("q")
+        self.relative_offsets = array("i")
+
+    def __len__(self) -> int:
+        return len(self.timestamps)
+
+    @property
+    def is_full(self) -> bool:
+        """Kafka rolls the segment when its time index cannot take another entry."""
+        return len(self) >= self.max_entries
+
+    def load(self) -> str | None:
+        """Read the file; return why it is unusable or None."""
+        raw = _read(self.path)
+        if raw is None:
+            return "missing"
+        if len(raw) % self.ENTRY_SIZE:
+            return f"size {len(raw)} is not a multiple of {self.ENTRY_SIZE}"
+        entries = list(self._ENTRY.iter_unpack(raw))
+        ts = array("q", (e[0] for e in entries))
+        rel = array("i", (e[1] for e in entries))
+        if len(rel) and rel[0] < 0:
+            return "negative relative offset"
+        if not _strictly_increasing(ts) or any(a > b for a, b in itertools.pairwise(rel)):
+            return "entries are not increasing"
+        self.timestamps, self.relative_offsets = ts, rel
+        return None
+
+    @classmethod
+    def read_last_entry(cls, path: Path) -> tuple[int, int] | None:
+        """The last (timestamp, relative offset) without loading the file (a segment's max)."""
+        try:
+            with path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                if size < cls.ENTRY_SIZE or size % cls.ENTRY_SIZE:
+                    return None
+                f.seek(size - cls.ENTRY_SIZE)
+                ts, rel = cls._ENTRY.unpack(f.read(cls.ENTRY_SIZE))
+                return ts, rel
+        except FileNotFoundError:
+            return None
+
+    def maybe_append(self, timestamp: int, relative_offset: int) -> None:
+        """Append if ``timestamp`` is above the last entry's (entries stay strictly increasing)."""
+        if timestamp < 0 or (len(self) and timestamp <= self.timestamps[-1]):
+            return
+        self._write_at(self._ENTRY.pack(timestamp, relative_offset), len(self) * self.ENTRY_SIZE)
+        self.timestamps.append(timestamp)
+        self.relative_offsets.append(relative_offset)
+
+    def floor(self, timestamp: int) -> tuple[int, int] | None:
+        """The entry with the greatest timestamp <= ``timestamp``, if any."""
+        i = bisect.bisect_right(self.timestamps, timestamp) - 1
+        if i < 0:
+            return None
+        return self.timestamps[i], self.relative_offsets[i]
+
+    def reset(self, entries: list[tuple[int, int]]) -> None:
+        """Replace all entries (index rebuild)."""
+        self.timestamps = array("q", (e[0] for e in entries))
+        self.relative_offsets = array("i", (e[1] for e in entries))
+        self._rewrite(b"".join(self._ENTRY.pack(*e) for e in entries))
+
+
+class AbortedTxn(NamedTuple):
+    """One aborted transaction: the consumer drops ``producer_id``'s data in [first, last]."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+class TransactionIndex(_IndexFile):
+    """Aborted transactions whose ABORT marker lies in this segment, in marker order."""
+
+    ENTRY_SIZE = 34
+    _ENTRY = struct.Struct(">hqqqq")
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        self.entries: list[AbortedTxn] = []
+
+    def load(self) -> str | None:
+        """Read the file; return why it is unusable or None."""
+        raw = _read(self.path)
+        if raw is None:
+            return "missing"
+        if len(raw) % self.ENTRY_SIZE:
+            return f"size {len(raw)} is not a multiple of {self.ENTRY_SIZE}"
+        entries = []
+        for version, *fields in self._ENTRY.iter_unpack(raw):
+            if version != 0:
+                return f"unknown entry version {version}"
+            entries.append(AbortedTxn(*fields))
+        self.entries = entries
+        return None
+
+    def append(self, txn: AbortedTxn) -> None:
+        """Record an aborted transaction (written through to the file)."""
+        self._write_at(self._ENTRY.pack(0, *txn), len(self.entries) * self.ENTRY_SIZE)
+        self.entries.append(txn)
+
+    def reset(self, entries: list[AbortedTxn] | None = None) -> None:
+        """Replace all entries (rebuild during recovery)."""
+        self.entries = list(entries or ())
+        self._rewrite(b"".join(self._ENTRY.pack(0, *e) for e in self.entries))
+
+    def collect(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
+        """Entries overlapping [fetch_offset, upper_bound_offset), and whether the search is done.
+
+        Kafka's rule: an entry whose last stable offset reaches the upper bound proves no later
+        segment can hold another overlapping abort, so the caller can stop.
+        """
+        found = []
+        for txn in self.entries:
+            if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
+                found.append(txn)
+            if txn.last_stable_offset >= upper_bound_offset:
+                return found, True
+        return found, False
