@@ -1,0 +1,235 @@
+"""Broker throughput: confluent-kafka (librdkafka) as the load generator.
+
+Produces 100-byte messages with acks=all and idempotence on, then consumes them back, against
+the reference broker (a subprocess) and librdkafka's mock cluster in the same run, for 1 and 8
+partitions. Prints msgs/s, MB/s and the reference/mock ratio, each the median of several runs.
+
+    python benchmarks/bench_broker.py [--messages 300000] [--runs 3] [--partitions 1 8] [--keep-gc]
+
+The mock cluster keeps only about 5 MiB per partition, so its consume figure is measured over
+whatever it still holds (the rate, not the count, is what is compared).
+
+The consumer is configured so that librdkafka's prefetch limit does not pause it (see
+``consume``); ``python benchmarks/profile_broker.py`` shows where the broker spends its time
+under the same workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import statistics
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+
+import confluent_kafka as ck
+import confluent_kafka.admin  # ck.admin is not imported by confluent_kafka itself
+
+from reference_broker.testing import BrokerProcess
+from sdk.testing.librdkafka_mock import LibrdkafkaMockCluster
+
+VALUE = b"v" * 100
+#: Whether the timed phases run with Python's cyclic garbage collector paused (``--keep-gc``).
+PAUSE_GC = True
+
+
+@contextlib.contextmanager
+def client_gc_paused() -> Iterator[None]:
+    """Pause the benchmark process's cyclic GC while a phase is timed.
+
+    consume() hands back 10,000 Message objects at a time; they survive long enough to be
+    promoted, so full collections keep running over the whole interpreter heap (about 40 ms
+    each, several per 100,000 messages). That is the load generator's cost, the same whatever the
+    broker, and it dominated the consume figure; reference counting still frees everything.
+    """
+    if not PAUSE_GC or not gc.isenabled():
+        yield
+        return
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def produce(bootstrap: str, topic: str, messages: int, partitions: int) -> float:
+    producer = ck.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+        }
+    )
+    # Make sure metadata is there before the clock starts.
+    producer.list_topics(topic, timeout=10)
+    failures = []
+
+    def on_delivery(err: ck.KafkaError | None, _msg: ck.Message) -> None:
+        if err is not None:
+            failures.append(err)
+
+    start = time.perf_counter()
+    for i in range(messages):
+        while True:
+            try:
+                producer.produce(topic, VALUE, partition=i % partitions, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    remaining = producer.flush(120)
+    elapsed = time.perf_counter() - start
+    if remaining or failures:
+        raise RuntimeError(f"produce failed: {remaining} undelivered, errors {failures[:3]}")
+    return elapsed
+
+
+def consume(bootstrap: str, topic: str, partitions: int) -> tuple[int, float]:
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex}",  # required by librdkafka, unused with assign()
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.max.bytes": 52_428_800,
+            "max.partition.fetch.bytes": 10_485_760,
+            # librdkafka stops prefetching a partition at 100,000 queued messages and then waits
+            # fetch.queue.backoff.ms (1 s) before looking again: with 10 MiB fetches the queue
+            # passes that after two fetches, and the application drains it long before the second
+            # look, so the default measures that pause rather than the broker.
+            "queued.min.messages": 1_000_000,
+        }
+    )
+    assigned = [ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in range(partitions)]
+    # How many messages the target holds (the mock keeps only the newest ~5 MiB per partition).
+    # Knowing it, the last consume() asks for exactly what is left and returns at once; waiting
+    # for end-of-partition events instead would add the broker's fetch long poll (500 ms) to the
+    # measurement, or consume()'s timeout when a partial last batch waits for more messages.
+    expected = 0
+    for tp in assigned:
+        low, high = consumer.get_watermark_offsets(tp, timeout=10)
+        expected += high - low
+    consumer.assign(assigned)
+    count = 0
+    at_eof: set[int] = set()
+    # The clock starts when the first messages arrive (connection set-up is not throughput) and
+    # stops once the batch holding the last message has been processed. Reading the clock per
+    # batch rather than per message keeps the Python loop's own cost out of the measurement.
+    start = last = None
+    deadline = time.perf_counter() + 120
+    while count < expected and len(at_eof) < partitions and time.perf_counter() < deadline:
+        batch = consumer.consume(min(10_000, expected - count), timeout=1.0)
+        received = time.perf_counter()
+        seen = 0
+        for msg in batch:
+            err = msg.error()
+            if err is None:
+                seen += 1
+            elif err.code() == ck.KafkaError._PARTITION_EOF:
+                at_eof.add(msg.partition())
+            else:
+                raise RuntimeError(f"consume failed: {err}")
+        if seen:
+            if start is None:
+                start = received
+            count += seen
+            last = time.perf_counter()
+    if start is None or last is None:
+        raise RuntimeError("consumed nothing")
+    elapsed = last - start
+    consumer.close()
+    return count, elapsed
+
+
+class ReferenceTarget:
+    name = "reference"
+
+    def __init__(self) -> None:
+        self._broker = BrokerProcess()
+
+    def __enter__(self) -> ReferenceTarget:
+        self._broker.__enter__()
+        self.bootstrap = self._broker.bootstrap
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._broker.__exit__(None, None, None)
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        admin = ck.admin.AdminClient({"bootstrap.servers": self.bootstrap})
+        admin.create_topics([ck.admin.NewTopic(name, partitions, 1)])[name].result(30)
+
+
+class MockTarget:
+    name = "mock"
+
+    def __enter__(self) -> MockTarget:
+        self._cluster = LibrdkafkaMockCluster(1)
+        self.bootstrap = self._cluster.bootstrap
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cluster.close()
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        self._cluster.create_topic(name, partitions)
+
+
+def run_target(
+    target: AbstractContextManager, partitions: int, messages: int, runs: int
+) -> dict[str, float]:
+    produce_rates, consume_rates = [], []
+    with target as t:
+        for _ in range(runs):
+            topic = f"bench-{partitions}-{uuid.uuid4().hex[:8]}"
+            t.create_topic(topic, partitions)
+            with client_gc_paused():
+                produce_rates.append(messages / produce(t.bootstrap, topic, messages, partitions))
+            with client_gc_paused():
+                count, elapsed = consume(t.bootstrap, topic, partitions)
+            consume_rates.append(count / elapsed)
+    return {
+        "produce": statistics.median(produce_rates),
+        "consume": statistics.median(consume_rates),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--partitions", type=int, nargs="*", default=[1, 8])
+    parser.add_argument(
+        "--keep-gc", action="store_true", help="leave the client's cyclic GC running while timing"
+    )
+    args = parser.parse_args()
+    global PAUSE_GC
+    PAUSE_GC = not args.keep_gc
+    record_bytes = len(VALUE)
+    targets: list[type[ReferenceTarget] | type[MockTarget]] = [ReferenceTarget, MockTarget]
+    print(
+        f"{args.messages} messages of {record_bytes} bytes, acks=all, idempotent; median of {args.runs};"
+        f" client GC {'running' if args.keep_gc else 'paused'} while timing"
+    )
+    header = f"{'partitions':>10} {'phase':>8} {'target':>10} {'msgs/s':>12} {'MB/s':>8} {'ref/mock':>9}"
+    print(header)
+    for partitions in args.partitions:
+        results = {make.name: run_target(make(), partitions, args.messages, args.runs) for make in targets}
+        for phase in ("produce", "consume"):
+            ratio = results["reference"][phase] / results["mock"][phase]
+            for name, res in results.items():
+                rate = res[phase]
+                mbps = rate * record_bytes / 1e6
+                shown = f"{ratio:9.2f}" if name == "reference" else ""
+                print(f"{partitions:>10} {phase:>8} {name:>10} {rate:12,.0f} {mbps:8.1f} {shown}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Test helpers for applications built on the SDK (optional: they need confluent-kafka)."""
