@@ -1,0 +1,376 @@
+"""Producer throughput: this SDK next to aiokafka, kafka-python and confluent-kafka.
+
+Every client sends the same workload (100-byte values, no keys, acks=all, idempotence on,
+linger 5 ms, 16 KiB batches, a 4-partition topic) and the clock runs from the first send until
+every record is acknowledged. Each measurement runs in its own process (no shared interpreter
+state, no shared GIL with the broker), against the reference broker (started here with
+``reference_broker.testing.BrokerProcess``) and against librdkafka's mock cluster (also in its own
+process). The median of ``--runs`` runs is reported, with the ratio to aiokafka.
+
+    python benchmarks/bench_producer.py                      # everything, 200k messages, 3 runs
+    python benchmarks/bench_producer.py --messages 50000 --targets mock --clients sdk,aiokafka
+    python benchmarks/bench_producer.py --profile sdk        # where the time goes (cProfile)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+VALUE = b"v" * 100
+BATCH_SIZE = 16384
+LINGER_MS = 5
+CLIENTS = [
+    "sdk",
+    "sdk-send_many",
+    "sdk-sync",
+    "aiokafka",
+    "aiokafka-batch",
+    "kafka-python",
+    "confluent-kafka",
+]
+TARGETS = ["reference", "mock"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# -- the clients (each runs in a worker process) --------------------------------------------------
+
+
+class Clock:
+    """Wall time and this process's CPU time (all threads: librdkafka's and kafka-python's I/O
+    threads count too) from creation to ``stop``. CPU per message is the steadier figure on a
+    busy machine."""
+
+    def __init__(self) -> None:
+        self.wall = time.perf_counter()
+        self.cpu = time.process_time()
+
+    def stop(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+async def _sdk(bootstrap: str, topic: str, n: int) -> float:
+    from sdk import Producer
+
+    async with Producer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=LINGER_MS, batch_size=BATCH_SIZE
+    ) as producer:
+        assert producer.config.idempotent
+        await producer.send_and_wait(topic, b"warm-up")
+        clock = Clock()
+        send = producer.send
+        for _ in range(n):
+            await send(topic, VALUE)
+        await producer.flush()
+        return clock.stop()
+
+
+async def _sdk_send_many(bootstrap: str, topic: str, n: int) -> float:
+    from sdk import Producer
+
+    async with Producer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=LINGER_MS, batch_size=BATCH_SIZE
+    ) as producer:
+        await producer.send_and_wait(topic, b"warm-up")
+        chunk = [(None, VALUE)] * 10000
+        clock = Clock()
+        futures = []
+        for offset in range(0, n, len(chunk)):
+            futures.append(await producer.send_many(topic, chunk[: n - offset]))
+        await asyncio.gather(*futures)
+        return clock.stop()
+
+
+def _sdk_sync(bootstrap: str, topic: str, n: int) -> float:
+    from sdk.sync import Producer
+
+    with Producer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=LINGER_MS, batch_size=BATCH_SIZE
+    ) as producer:
+        producer.send_and_wait(topic, b"warm-up")
+        clock = Clock()
+        send = producer.send
+        for _ in range(n):
+            send(topic, VALUE)
+        producer.flush()
+        return clock.stop()
+
+
+async def _aiokafka(bootstrap: str, topic: str, n: int) -> float:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=LINGER_MS,
+        max_batch_size=BATCH_SIZE,
+    )
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"warm-up")
+        clock = Clock()
+        send = producer.send
+        for _ in range(n):
+            await send(topic, VALUE)
+        await producer.flush()
+        return clock.stop()
+    finally:
+        await producer.stop()
+
+
+async def _aiokafka_batch(bootstrap: str, topic: str, n: int) -> float:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=LINGER_MS,
+        max_batch_size=BATCH_SIZE,
+    )
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"warm-up")
+        partitions = sorted(await producer.partitions_for(topic))
+        clock = Clock()
+        futures = []
+        sent = 0
+        index = 0
+        while sent < n:
+            batch = producer.create_batch()
+            while sent < n and batch.append(key=None, value=VALUE, timestamp=None) is not None:
+                sent += 1
+            batch.close()
+            futures.append(
+                await producer.send_batch(batch, topic, partition=partitions[index % len(partitions)])
+            )
+            index += 1
+        await asyncio.gather(*futures)
+        return clock.stop()
+    finally:
+        await producer.stop()
+
+
+def _kafka_python(bootstrap: str, topic: str, n: int) -> float:
+    from kafka import KafkaProducer
+
+    # kafka-python cannot read the mock cluster's (malformed) ApiVersions fallback answer to its
+    # v3+ request; pinning the version makes it start at ApiVersions v2, which the mock speaks.
+    pinned = {"api_version": (2, 3)} if os.environ.get("BENCH_TARGET") == "mock" else {}
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=LINGER_MS,
+        batch_size=BATCH_SIZE,
+        **pinned,
+    )
+    try:
+        producer.send(topic, b"warm-up").get(30)
+        clock = Clock()
+        send = producer.send
+        for _ in range(n):
+            send(topic, VALUE)
+        producer.flush()
+        return clock.stop()
+    finally:
+        producer.close()
+
+
+def _confluent(bootstrap: str, topic: str, n: int) -> float:
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": LINGER_MS,
+            "batch.size": BATCH_SIZE,
+            "log_level": 0,
+        }
+    )
+    producer.produce(topic, b"warm-up")
+    producer.flush(30)
+    clock = Clock()
+    produce, poll = producer.produce, producer.poll
+    for _ in range(n):
+        try:
+            produce(topic, VALUE)
+        except BufferError:
+            poll(0.01)
+            produce(topic, VALUE)
+    producer.flush(120)
+    return clock.stop()
+
+
+WORKERS: dict[str, Callable[[str, str, int], Any]] = {  # each returns (wall s, CPU s)
+    "sdk": _sdk,
+    "sdk-send_many": _sdk_send_many,
+    "sdk-sync": _sdk_sync,
+    "aiokafka": _aiokafka,
+    "aiokafka-batch": _aiokafka_batch,
+    "kafka-python": _kafka_python,
+    "confluent-kafka": _confluent,
+}
+
+
+def run_worker(client: str, bootstrap: str, topic: str, n: int, profile: bool) -> tuple[float, float]:
+    worker = WORKERS[client]
+
+    def call() -> tuple[float, float]:
+        result = worker(bootstrap, topic, n)
+        return asyncio.run(result) if asyncio.iscoroutine(result) else result
+
+    if not profile:
+        return call()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    elapsed = call()
+    profiler.disable()
+    stats = pstats.Stats(profiler, stream=sys.stderr)
+    stats.sort_stats("tottime").print_stats(25)
+    return elapsed
+
+
+# -- clusters -------------------------------------------------------------------------------------
+
+
+class MockClusterProcess:
+    """librdkafka's mock cluster in a child process (1 broker), so it does not share our GIL."""
+
+    SCRIPT = (
+        "import sys, confluent_kafka\n"
+        "p = confluent_kafka.Producer({'test.mock.num.brokers': 1, 'log_level': 0})\n"
+        "b = list(p.list_topics(timeout=10).brokers.values())[0]\n"
+        "print(f'{b.host}:{b.port}', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+
+    def __enter__(self) -> MockClusterProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", self.SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        self.bootstrap = self.proc.stdout.readline().strip()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def measure(client: str, target: str, bootstrap: str, n: int) -> tuple[float, float]:
+    """One run in a fresh process: messages per second, and CPU microseconds per message."""
+    topic = f"bench-{client}-{uuid.uuid4().hex[:8]}"
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--worker",
+            client,
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--messages",
+            str(n),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+        env=dict(
+            os.environ, BENCH_TARGET=target, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
+        ),
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{client} failed:\n{out.stderr[-3000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return n / result["elapsed"], result["cpu"] / n * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--clients", default=",".join(CLIENTS))
+    parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--profile", metavar="CLIENT", help="profile one client against the mock cluster")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:
+        elapsed, cpu = run_worker(args.worker, args.bootstrap, args.topic, args.messages, profile=False)
+        print(json.dumps({"elapsed": elapsed, "cpu": cpu}))
+        return
+    if args.profile:
+        with MockClusterProcess() as mock:
+            elapsed = run_worker(
+                args.profile, mock.bootstrap, f"profile-{uuid.uuid4().hex[:6]}", args.messages, profile=True
+            )
+        print(f"{args.profile}: {args.messages / elapsed:,.0f} msgs/s under cProfile")
+        return
+
+    clients = args.clients.split(",")
+    targets = args.targets.split(",")
+    rate: dict[tuple[str, str], float] = {}
+    cpu: dict[tuple[str, str], float] = {}
+    for target in targets:
+        if target == "reference":
+            sys.path.insert(0, ROOT)
+            from reference_broker.testing import BrokerProcess
+
+            cluster: Any = BrokerProcess(config={"num.partitions": 4}, log_level="WARNING")
+        else:
+            cluster = MockClusterProcess()
+        with cluster:
+            for client in clients:
+                runs = [measure(client, target, cluster.bootstrap, args.messages) for _ in range(args.runs)]
+                rate[(target, client)] = statistics.median(r for r, _ in runs)
+                cpu[(target, client)] = statistics.median(c for _, c in runs)
+                shown = ", ".join(f"{r:,.0f}/s {c:.1f}us" for r, c in runs)
+                print(f"  {target:<9} {client:<16} {shown}", file=sys.stderr)
+
+    print(
+        f"\n{args.messages:,} messages x {args.runs} runs, 100-byte values, acks=all, idempotent, "
+        f"linger {LINGER_MS} ms, batch {BATCH_SIZE} B. Median msgs/s (ratio vs aiokafka) and median "
+        "client CPU microseconds per message (ratio: aiokafka's CPU / this client's).\n"
+    )
+    head = " | ".join(f"{t + ' msgs/s':>20} | {t + ' CPU us/msg':>22}" for t in targets)
+    print(f"| {'client':<16} | {head} |")
+    print("|" + "|".join(["-" * 18] + ["-" * 22, "-" * 24] * len(targets)) + "|")
+    for client in clients:
+        cells = []
+        for target in targets:
+            key, base = (target, client), (target, "aiokafka")
+            speed = f" ({rate[key] / rate[base]:.2f}x)" if base in rate else ""
+            cost = f" ({cpu[base] / cpu[key]:.2f}x)" if base in cpu else ""
+            cells.append(f"{rate[key]:>11,.0f}{speed:>9}")
+            cells.append(f"{cpu[key]:>13.1f}{cost:>9}")
+        print(f"| {client:<16} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

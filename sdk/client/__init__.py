@@ -1,0 +1,28 @@
+"""Connections and cluster metadata shared by the producer, consumer and admin client."""
+
+from sdk.client.backoff import ExponentialBackoff
+from sdk.client.client import KafkaClient, parse_bootstrap_servers
+from sdk.client.cluster import (
+    BrokerMetadata,
+    ClusterMetadata,
+    PartitionMetadata,
+    TopicMetadata,
+    TopicPartition,
+)
+from sdk.client.connection import Connection, pick_version
+from sdk.client.sasl import PlainMechanism, SaslMechanism
+
+__all__ = [
+    "BrokerMetadata",
+    "ClusterMetadata",
+    "Connection",
+    "ExponentialBackoff",
+    "KafkaClient",
+    "PartitionMetadata",
+    "PlainMechanism",
+    "SaslMechanism",
+    "TopicMetadata",
+    "TopicPartition",
+    "parse_bootstrap_servers",
+    "pick_version",
+]

@@ -1,0 +1,26 @@
+"""The asyncio producer and its parts (accumulator, sender, idempotence, partitioners, interceptors)."""
+
+from sdk.producer.interceptors import ProducerInterceptor, ProducerRecord
+from sdk.producer.partitioner import (
+    CallablePartitioner,
+    DefaultPartitioner,
+    Murmur2RandomPartitioner,
+    Partitioner,
+    RoundRobinPartitioner,
+)
+from sdk.producer.producer import Producer
+from sdk.producer.record_metadata import BatchMetadata, OffsetRange, RecordMetadata
+
+__all__ = [
+    "BatchMetadata",
+    "CallablePartitioner",
+    "DefaultPartitioner",
+    "Murmur2RandomPartitioner",
+    "OffsetRange",
+    "Partitioner",
+    "Producer",
+    "ProducerInterceptor",
+    "ProducerRecord",
+    "RecordMetadata",
+    "RoundRobinPartitioner",
+]

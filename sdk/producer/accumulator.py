@@ -1,0 +1,437 @@
+"""RecordAccumulator: per-partition queues of batches, and the producer's memory bound.
+
+The producer appends records straight into the open batch of their partition; the sender asks
+``ready()`` which brokers have something worth sending (a full batch, a batch older than
+``linger_ms``, a retry whose backoff passed, or anything at all while flushing, closing or when
+``send`` is blocked on memory) and ``drain()``s one batch per partition into one Produce request
+per broker, up to ``max_request_size``, as Kafka's Java RecordAccumulator does.
+
+Memory is accounted per record (its encoded size estimate) and released when its batch completes;
+a ``send`` that does not fit waits, first come first served, up to ``max_block_ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from sdk.client.backoff import ExponentialBackoff
+from sdk.client.cluster import ClusterMetadata
+from sdk.errors import BufferExhaustedError
+from sdk.producer.batch import BatchSink, ProducerBatch
+from sdk.records import Compression, RecordBatchBuilder
+
+if TYPE_CHECKING:
+    from sdk.producer.transaction_manager import TransactionManager
+
+__all__ = ["RecordAccumulator"]
+
+#: Upper bound of a record's framing inside a batch (length, attributes, deltas, key/value
+#: lengths, header count), as Kafka's ``Record.MAX_RECORD_OVERHEAD``.
+RECORD_OVERHEAD = 21
+BATCH_OVERHEAD = 61
+
+Deque = deque[ProducerBatch]
+
+
+def now_ms() -> float:
+    return time.monotonic() * 1000
+
+
+class RecordAccumulator:
+    """Batches by topic-partition; memory bound; ready/drain/expire for the sender."""
+
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        linger_ms: float,
+        compression: Compression,
+        buffer_memory: int,
+        delivery_timeout_ms: float,
+        retry_backoff: ExponentialBackoff,
+        max_in_flight_per_partition: int | None = None,
+        on_ready: Callable[[], None] | None = None,
+    ):
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.compression = compression
+        self.buffer_memory = buffer_memory
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.retry_backoff = retry_backoff
+        self.on_ready = on_ready or (lambda: None)
+        self._batches: dict[str, dict[int, Deque]] = {}
+        #: The batch still taking records, per topic and partition: the producer's fast path
+        #: appends to it directly (``RecordAccumulator.append`` handles everything else).
+        self.open: dict[str, dict[int, ProducerBatch]] = {}
+        self._incomplete: set[ProducerBatch] = set()
+        #: Bytes reserved, and sends waiting for room: public for the producer's inlined fast path.
+        self.used = 0
+        self.waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._flushes = 0
+        self._closing = False
+        self._drain_index: dict[int, int] = {}
+        #: Partitions with a batch on the wire, when order needs one request at a time per partition.
+        self._muted: set[tuple[str, int]] | None = set() if max_in_flight_per_partition == 1 else None
+
+    # -- memory ---------------------------------------------------------------------------------
+
+    @property
+    def memory_used(self) -> int:
+        return self.used
+
+    def try_reserve(self, size: int) -> bool:
+        """Take ``size`` bytes of the bound if they are free and nobody is queued before us."""
+        if self.waiters or self.used + size > self.buffer_memory:
+            return False
+        self.used += size
+        return True
+
+    async def reserve(self, size: int, timeout_ms: float) -> None:
+        """Wait for ``size`` bytes; ``BufferExhaustedError`` after ``timeout_ms``."""
+        if self.try_reserve(size):
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (size, future)
+        self.waiters.append(entry)
+        self.on_ready()  # a blocked send makes every partition ready: free memory sooner
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                await future
+        except TimeoutError:
+            if entry in self.waiters:
+                self.waiters.remove(entry)
+                self._grant()
+            elif future.done() and not future.cancelled():
+                self.release(size)  # granted in the same instant the wait expired
+            raise BufferExhaustedError(
+                f"{size} bytes did not become free in the producer's buffer_memory "
+                f"({self.buffer_memory} bytes, {self.used} in use) within max_block_ms={timeout_ms:.0f}"
+            ) from None
+        except BaseException:
+            if entry in self.waiters:
+                self.waiters.remove(entry)
+            elif future.done() and not future.cancelled():
+                self.release(size)
+            raise
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        if self.waiters:
+            self._grant()
+
+    def _grant(self) -> None:
+        waiters = self.waiters
+        while waiters:
+            size, future = waiters[0]
+            if future.done():
+                waiters.popleft()
+                continue
+            if self.used + size > self.buffer_memory:
+                return
+            waiters.popleft()
+            self.used += size
+            future.set_result(None)
+
+    # -- appending ------------------------------------------------------------------------------
+
+    def _new_batch(self, topic: str, partition: int, dq: Deque) -> ProducerBatch:
+        builder = RecordBatchBuilder(self.compression, batch_size=self.batch_size)
+        batch = ProducerBatch(topic, partition, builder, now_ms())
+        dq.append(batch)
+        self._incomplete.add(batch)
+        open_parts = self.open.get(topic)
+        if open_parts is None:
+            open_parts = self.open[topic] = {}
+        open_parts[partition] = batch
+        return batch
+
+    def _seal(self, batch: ProducerBatch) -> None:
+        """No more appends to ``batch`` (full, or about to be sent)."""
+        batch.full = True
+        open_parts = self.open.get(batch.topic)
+        if open_parts is not None and open_parts.get(batch.partition) is batch:
+            del open_parts[batch.partition]
+
+    def _deque(self, topic: str, partition: int) -> Deque:
+        parts = self._batches.get(topic)
+        if parts is None:
+            parts = self._batches[topic] = {}
+        dq = parts.get(partition)
+        if dq is None:
+            dq = parts[partition] = deque()
+        return dq
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Any,
+        sink: Any,
+        reserved: int,
+    ) -> bool:
+        """Add one record (memory already reserved); True if this append filled a batch."""
+        parts = self._batches.get(topic)
+        dq = parts.get(partition) if parts is not None else None
+        if dq is None:
+            dq = self._deque(topic, partition)
+        filled = False
+        if dq:
+            batch = dq[-1]
+            if not batch.full:
+                delta = batch.builder.append(timestamp, key, value, headers)
+                if delta is not None:
+                    batch.entries.append(
+                        (
+                            sink,
+                            delta,
+                            timestamp,
+                            -1 if key is None else len(key),
+                            -1 if value is None else len(value),
+                        )
+                    )
+                    batch.reserved += reserved
+                    return False
+                self._seal(batch)
+                filled = True
+        batch = self._new_batch(topic, partition, dq)
+        delta = batch.builder.append(timestamp, key, value, headers)
+        assert delta is not None
+        batch.entries.append(
+            (sink, delta, timestamp, -1 if key is None else len(key), -1 if value is None else len(value))
+        )
+        batch.reserved += reserved
+        self.on_ready()
+        return filled
+
+    def append_many(
+        self, topic: str, partition: int, timestamp: int, items: list[Any], sink: BatchSink
+    ) -> bool:
+        """Add ``send_many`` records ``(key, value, size, headers)`` to one partition (memory
+        already reserved); each batch they land in gets one run entry. True if a batch filled."""
+        dq = self._deque(topic, partition)
+        batch = dq[-1] if dq and not dq[-1].full else self._new_batch(topic, partition, dq)
+        append = batch.builder.append
+        first = -1
+        count = reserved = 0
+        filled = False
+        for key, value, size, headers in items:
+            delta = append(timestamp, key, value, headers)
+            if delta is None:
+                if count:
+                    batch.runs.append([sink, first, count])
+                    sink.pending_runs += 1
+                    batch.reserved += reserved
+                self._seal(batch)
+                filled = True
+                batch = self._new_batch(topic, partition, dq)
+                append = batch.builder.append
+                delta = append(timestamp, key, value, headers)
+                count = reserved = 0
+            if not count:
+                first = delta
+            count += 1
+            reserved += size
+        if count:
+            batch.runs.append([sink, first, count])
+            sink.pending_runs += 1
+            batch.reserved += reserved
+        self.on_ready()
+        return filled
+
+    # -- the sender's side ----------------------------------------------------------------------
+
+    def begin_flush(self) -> None:
+        self._flushes += 1
+        self.on_ready()
+
+    def end_flush(self) -> None:
+        self._flushes -= 1
+
+    def close(self) -> None:
+        """No more appends are coming: send everything now."""
+        self._closing = True
+        self.on_ready()
+
+    def incomplete_batches(self) -> list[ProducerBatch]:
+        return list(self._incomplete)
+
+    @property
+    def has_incomplete(self) -> bool:
+        return bool(self._incomplete)
+
+    def has_undrained(self) -> bool:
+        return any(dq for parts in self._batches.values() for dq in parts.values())
+
+    def ready(self, cluster: ClusterMetadata, now: float) -> tuple[dict[int, list[Deque]], float, set[str]]:
+        """Brokers with a sendable batch (with their partitions' queues), the time until the next
+        batch becomes sendable, and topics with partitions whose leader is unknown."""
+        ready: dict[int, list[Deque]] = {}
+        next_delay = float("inf")
+        unknown: set[str] = set()
+        send_all = self._closing or self._flushes > 0 or bool(self.waiters)
+        linger = self.linger_ms
+        backoff = self.retry_backoff
+        muted = self._muted
+        topics = cluster.topics
+        for topic, parts in self._batches.items():
+            meta = topics.get(topic)
+            for partition, dq in parts.items():
+                if not dq:
+                    continue
+                p = meta.partitions.get(partition) if meta is not None else None
+                leader = p.leader if p is not None else -1
+                if leader < 0:
+                    unknown.add(topic)
+                    continue
+                if muted is not None and (topic, partition) in muted:
+                    continue
+                batch = dq[0]
+                if batch.attempts:
+                    wait = backoff.backoff_ms(batch.attempts - 1)
+                    waited = now - batch.last_attempt_ms
+                    if waited < wait:
+                        next_delay = min(next_delay, wait - waited)
+                        continue
+                    sendable = True
+                else:
+                    waited = now - batch.created_ms
+                    sendable = send_all or batch.full or len(dq) > 1 or waited >= linger
+                    if not sendable:
+                        next_delay = min(next_delay, linger - waited)
+                        continue
+                queues = ready.get(leader)
+                if queues is None:
+                    ready[leader] = [dq]
+                else:
+                    queues.append(dq)
+        return ready, next_delay, unknown
+
+    def drain(
+        self,
+        node_id: int,
+        queues: list[Deque],
+        max_request_size: int,
+        now: float,
+        txn: TransactionManager | None,
+    ) -> list[ProducerBatch]:
+        """Take at most one batch per partition for one Produce request to ``node_id``."""
+        drained: list[ProducerBatch] = []
+        if not queues:
+            return drained
+        size = 0
+        count = len(queues)
+        start = self._drain_index.get(node_id, 0) % count
+        for i in range(count):
+            dq = queues[(start + i) % count]
+            if not dq:
+                continue
+            first = dq[0]
+            if size + first.estimated_size() > max_request_size and drained:
+                # The rest waits for the next request; start there next time.
+                self._drain_index[node_id] = start + i
+                break
+            if txn is not None and not txn.can_drain(first):
+                continue
+            batch = dq.popleft()
+            if not batch.full:
+                self._seal(batch)
+            if txn is not None and not batch.has_sequence:
+                txn.assign_sequence(batch)
+            size += len(batch.close())
+            drained.append(batch)
+            if self._muted is not None:
+                self._muted.add((batch.topic, batch.partition))
+        else:
+            self._drain_index[node_id] = start + 1
+        return drained
+
+    def unmute(self, batch: ProducerBatch) -> None:
+        if self._muted is not None:
+            self._muted.discard((batch.topic, batch.partition))
+
+    def reenqueue(self, batch: ProducerBatch, now: float) -> None:
+        """Put a failed batch back at the head of its queue to be retried after a backoff.
+
+        Batches with sequence numbers go back in sequence order, so a partition's retries leave in
+        the order they were first sent.
+        """
+        batch.attempts += 1
+        batch.last_attempt_ms = now
+        dq = self._deque(batch.topic, batch.partition)
+        if batch.has_sequence:
+            index = 0
+            while index < len(dq) and dq[index].has_sequence and _seq_before(dq[index], batch):
+                index += 1
+            dq.insert(index, batch)
+        else:
+            dq.appendleft(batch)
+        self.on_ready()
+
+    def split_and_reenqueue(self, batch: ProducerBatch) -> list[ProducerBatch]:
+        """Replace a batch the broker found too large by its two halves, at the head of its
+        queue, to be sent again at once (as Kafka's Java client does for MESSAGE_TOO_LARGE)."""
+        halves = batch.split()
+        self._incomplete.discard(batch)
+        dq = self._deque(batch.topic, batch.partition)
+        for half in reversed(halves):
+            self._incomplete.add(half)
+            dq.appendleft(half)
+        self.on_ready()
+        return halves
+
+    def expired_batches(self, now: float) -> list[ProducerBatch]:
+        """Remove and return queued batches older than ``delivery_timeout_ms``."""
+        limit = now - self.delivery_timeout_ms
+        expired: list[ProducerBatch] = []
+        for parts in self._batches.values():
+            for dq in parts.values():
+                while dq and dq[0].created_ms <= limit:
+                    batch = dq.popleft()
+                    if not batch.full:
+                        self._seal(batch)
+                    expired.append(batch)
+        return expired
+
+    def next_expiry_delay(self, now: float) -> float:
+        earliest = float("inf")
+        for parts in self._batches.values():
+            for dq in parts.values():
+                if dq and dq[0].created_ms < earliest:
+                    earliest = dq[0].created_ms
+        return max(0.0, earliest + self.delivery_timeout_ms - now)
+
+    def done(self, batch: ProducerBatch) -> None:
+        """Forget a completed batch and give its memory back."""
+        self._incomplete.discard(batch)
+        if batch.reserved:
+            self.release(batch.reserved)
+            batch.reserved = 0
+
+    def abort_undrained(self) -> list[ProducerBatch]:
+        """Remove and return every batch still queued (for a forced close)."""
+        aborted: list[ProducerBatch] = []
+        for parts in self._batches.values():
+            for dq in parts.values():
+                aborted.extend(dq)
+                dq.clear()
+        for batch in aborted:
+            batch.full = True
+        self.open.clear()
+        return aborted
+
+    async def wait_for_incomplete(self) -> None:
+        """Wait until every batch that exists now is acknowledged or failed."""
+        waiters = [b.wait_done() for b in list(self._incomplete)]
+        if waiters:
+            await asyncio.gather(*waiters)
+
+
+def _seq_before(a: ProducerBatch, b: ProducerBatch) -> bool:
+    return a.base_sequence < b.base_sequence if a.producer_epoch == b.producer_epoch else True

@@ -1,0 +1,532 @@
+"""The asyncio Producer (aiokafka-style API, Java-client semantics)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from time import time_ns as _time_ns
+from typing import Any
+
+from sdk.client.client import KafkaClient
+from sdk.errors import (
+    IllegalStateError,
+    InvalidPartitionError,
+    KafkaError,
+    MetadataTimeoutError,
+    ProducerClosedError,
+    RecordTooLargeError,
+    SerializationError,
+)
+from sdk.producer.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, RecordAccumulator, now_ms
+from sdk.producer.batch_api import BatchSendMixin, Headers, headers_size
+from sdk.producer.config import ProducerConfig
+from sdk.producer.interceptors import InterceptorChain, ProducerRecord
+from sdk.producer.partitioner import make_partitioner
+from sdk.producer.record_metadata import RecordMetadata
+from sdk.producer.sender import Sender
+from sdk.producer.transaction_manager import TransactionManager
+
+__all__ = ["Producer"]
+
+log = logging.getLogger(__name__)
+
+
+_NEW, _RUNNING, _CLOSING, _CLOSED = "new", "running", "closing", "closed"
+
+
+class Producer(BatchSendMixin):
+    """Send records to Kafka from asyncio code.
+
+    ::
+
+        async with Producer(bootstrap_servers="localhost:9092") as producer:
+            metadata = await producer.send_and_wait("events", b"payload", key=b"user-1")
+
+    Settings (aiokafka's names where aiokafka has the setting):
+
+    - ``bootstrap_servers``: ``"host:port,host:port"`` or a list.  ``client_id``.
+    - ``acks``: ``0`` (no answer), ``1`` (leader wrote it) or ``'all'``/``-1`` (all in-sync replicas;
+      default, as in Kafka 3+).
+    - ``enable_idempotence``: default on whenever ``acks='all'`` and at most 5 requests in flight
+      (Kafka 3+ behaviour): no duplicates from retries, per-partition order kept. Setting it to True
+      with ``acks`` other than ``'all'`` is a ``ConfigError``.
+    - ``compression_type``: None, ``'gzip'``, ``'snappy'``, ``'lz4'``, ``'zstd'``.
+    - ``batch_size`` (16384; aiokafka's ``max_batch_size`` is accepted too): uncompressed bytes per
+      partition batch. ``linger_ms`` (default 5, Kafka 4's default; aiokafka's is 0): how long a
+      batch waits for more records. 5 ms makes batches under moderate load and costs little latency;
+      set 0 for lowest latency at low volume.
+    - ``max_request_size`` (1 MiB): bound of one Produce request, and so of one record.
+    - ``buffer_memory`` (32 MiB): bytes of records waiting to be acknowledged. When it is full,
+      ``send`` waits up to ``max_block_ms`` (60000) for room, then raises ``BufferExhaustedError``.
+      ``max_block_ms`` also bounds the wait for a topic's metadata.
+    - ``request_timeout_ms`` (30000), ``delivery_timeout_ms`` (120000: a batch's whole budget,
+      retries included), ``retry_backoff_ms``/``retry_backoff_max_ms`` (100/1000, exponential),
+      ``reconnect_backoff_ms``/``reconnect_backoff_max_ms`` (50/1000), ``connect_timeout_ms``.
+    - ``max_in_flight_requests_per_connection`` (5).
+    - ``partitioner``: None/``'default'`` (Java's: murmur2 for keys, sticky without), ``'round_robin'``,
+      ``'murmur2_random'`` (librdkafka's), a ``Partitioner``, or a callable
+      ``(key_bytes, all_partitions, available_partitions) -> int``. An explicit partition wins.
+    - ``interceptors``: ``ProducerInterceptor`` instances.
+    - ``key_serializer``/``value_serializer``: callables to bytes; without them keys and values must
+      be bytes-like or None.
+    - ``metadata_max_age_ms`` (300000).
+    - ``security_protocol`` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), ``ssl_context``,
+      ``sasl_mechanism`` (``'PLAIN'`` or a ``SaslMechanism``), ``sasl_plain_username``/``_password``.
+    - ``transactional_id``, ``transaction_timeout_ms``: stored; the transactional methods raise
+      ``TransactionsNotImplementedError`` until transactions are added. Records are sent idempotently.
+
+    Errors (all subclasses of ``sdk.errors.KafkaError``):
+
+    - ``ConfigError`` (also a ValueError): a bad or conflicting setting, raised by the constructor;
+      ``.option`` names it.
+    - ``NoBrokersAvailableError``: ``start()`` reached none of the bootstrap servers.
+    - ``IllegalStateError``: ``send`` before ``start()``. ``ProducerClosedError`` (a subclass):
+      ``send`` after ``stop()`` began, or records still unsent when ``stop(timeout)`` gave up.
+    - ``SerializationError``: a serializer raised (the original is ``__cause__``), or a key/value is
+      not bytes and no serializer is set. Raised by ``send``; nothing is sent.
+    - ``RecordTooLargeError`` (a ``MessageTooLargeError``): the record is larger than
+      ``max_request_size`` or ``buffer_memory``. Raised by ``send``.
+    - ``InvalidPartitionError``: an explicit partition the topic does not have.
+    - ``MetadataTimeoutError``: the topic did not appear in metadata within ``max_block_ms`` (e.g.
+      it does not exist and the broker does not auto-create topics); ``.last_error`` holds what the
+      broker said. Raised by ``send``/``partitions_for``.
+    - ``BufferExhaustedError``: no room in ``buffer_memory`` within ``max_block_ms``. Raised by ``send``.
+    - Delivery failures, through the future ``send`` returned: ``DeliveryTimeoutError`` (not
+      acknowledged within ``delivery_timeout_ms``; the last broker error is ``__cause__``), or the
+      broker's non-retriable error (e.g. ``TopicAuthorizationFailedError``,
+      ``MessageTooLargeError``, ``InvalidRecordError``).
+    - ``TransactionsNotImplementedError``: the transactional methods, for now.
+    """
+
+    def __init__(self, **config: Any):
+        self.config = ProducerConfig.from_kwargs(**config)
+        cfg = self.config
+        self._state = _NEW
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: KafkaClient | None = None
+        self._accumulator: RecordAccumulator | None = None
+        self._sender: Sender | None = None
+        self._txn: TransactionManager | None = None
+        self._partitioner = make_partitioner(cfg.partitioner, cfg.batch_size)
+        self._interceptors = InterceptorChain(cfg.interceptors) if cfg.interceptors else None
+        self._key_serializer = cfg.key_serializer
+        self._value_serializer = cfg.value_serializer
+        self._max_block_ms = cfg.max_block_ms
+        self._max_request_size = cfg.max_request_size
+        self._buffer_memory = cfg.buffer_memory
+        self._yield_pending = False
+        self._cluster: Any = None
+        #: True while ``send`` may proceed: started, not stopping, sender not failed.
+        self._accepting = False
+        #: Largest record (framing included) allowed by max_request_size and buffer_memory.
+        self._max_record_size = min(cfg.max_request_size - BATCH_OVERHEAD, cfg.buffer_memory)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to the cluster and start the sender. Raises ``NoBrokersAvailableError``."""
+        if self._state != _NEW:
+            raise IllegalStateError(f"producer already {self._state}")
+        cfg = self.config
+        self._loop = asyncio.get_running_loop()
+        client = KafkaClient(
+            cfg.bootstrap_servers,
+            client_id=cfg.client_id or "sdk-producer",
+            request_timeout_ms=cfg.request_timeout_ms,
+            connect_timeout_ms=cfg.connect_timeout_ms,
+            metadata_max_age_ms=cfg.metadata_max_age_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+            reconnect_backoff_ms=cfg.reconnect_backoff_ms,
+            reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
+            security_protocol=cfg.security_protocol,
+            ssl_context=cfg.ssl_context,
+            sasl_mechanism=cfg.sasl_mechanism,
+            sasl_plain_username=cfg.sasl_plain_username,
+            sasl_plain_password=cfg.sasl_plain_password,
+        )
+        await client.start()
+        self._client = client
+        self._cluster = client.cluster
+        if cfg.idempotent:
+            self._txn = TransactionManager(cfg.transactional_id, cfg.transaction_timeout_ms)
+        self._accumulator = RecordAccumulator(
+            batch_size=cfg.batch_size,
+            linger_ms=cfg.linger_ms,
+            compression=cfg.compression,
+            buffer_memory=cfg.buffer_memory,
+            delivery_timeout_ms=cfg.delivery_timeout_ms,
+            retry_backoff=client.retry_backoff,
+            max_in_flight_per_partition=cfg.max_in_flight_requests_per_connection,
+        )
+        self._sender = Sender(
+            client,
+            self._accumulator,
+            self._txn,
+            acks=cfg.acks_value,
+            request_timeout_ms=cfg.request_timeout_ms,
+            max_request_size=cfg.max_request_size,
+            max_in_flight=cfg.max_in_flight_requests_per_connection,
+            interceptors=self._interceptors,
+        )
+        self._accumulator.on_ready = self._sender.wake
+        self._sender.start()
+        self._sender.on_fatal = self._stop_accepting
+        self._state = _RUNNING
+        self._accepting = True
+
+    def _stop_accepting(self) -> None:
+        self._accepting = False
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Deliver what is buffered, then close. With ``timeout`` (seconds), records still unsent
+        then fail with ``ProducerClosedError``. Safe to call twice."""
+        if self._state in (_CLOSING, _CLOSED):
+            return
+        if self._state == _NEW:
+            self._state = _CLOSED
+            return
+        self._state = _CLOSING
+        self._accepting = False
+        try:
+            assert self._sender is not None and self._client is not None
+            await self._sender.close(timeout)
+        finally:
+            if self._client is not None:
+                await self._client.close()
+            if self._interceptors is not None:
+                self._interceptors.close()
+            self._state = _CLOSED
+
+    close = stop
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered now and wait until each of those records is acknowledged or
+        failed (the outcome is in each record's future)."""
+        acc = self._accumulator
+        if acc is None:
+            return
+        acc.begin_flush()
+        try:
+            await asyncio.wait_for(acc.wait_for_incomplete(), timeout)
+        finally:
+            acc.end_flush()
+
+    @property
+    def client(self) -> KafkaClient:
+        if self._client is None:
+            raise IllegalStateError("producer not started")
+        return self._client
+
+    @property
+    def transaction_manager(self) -> TransactionManager | None:
+        return self._txn
+
+    def _check_running(self) -> None:
+        if self._state != _RUNNING:
+            if self._state == _NEW:
+                raise IllegalStateError("producer not started: call await producer.start() first")
+            raise ProducerClosedError(f"producer is {self._state}: cannot send")
+        sender = self._sender
+        if sender is not None and sender.fatal_error is not None:
+            raise sender.fatal_error
+
+    # -- metadata -------------------------------------------------------------------------------
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        """The topic's partition ids (waits up to ``max_block_ms`` for its metadata)."""
+        self._check_running()
+        meta = await self._wait_for_topic(topic, None, now_ms() + self._max_block_ms)
+        return set(meta.partition_ids)
+
+    async def _wait_for_topic(self, topic: str, partition: int | None, deadline: float) -> Any:
+        client = self.client
+        cluster = self._cluster
+        client.add_topic(topic)
+        refreshed = False
+        while True:
+            meta = cluster.topics.get(topic)
+            error = cluster.topic_error(topic)
+            if meta is not None and meta.partition_ids:
+                if partition is None or partition in meta.partitions:
+                    return meta
+                if refreshed:
+                    # Fresh metadata still lacks it: a wrong partition, not a stale cache.
+                    raise InvalidPartitionError(
+                        f"partition {partition} of {topic!r} does not exist "
+                        f"(the topic has {len(meta.partition_ids)})"
+                    )
+            elif error is not None and not error.retriable:
+                raise error
+            remaining = deadline - now_ms()
+            if remaining <= 0:
+                if meta is not None and meta.partition_ids and partition is not None:
+                    raise InvalidPartitionError(
+                        f"partition {partition} of {topic!r} does not exist "
+                        f"(the topic has {len(meta.partition_ids)})"
+                    )
+                raise MetadataTimeoutError(
+                    f"topic {topic!r} not present in metadata after {self._max_block_ms:.0f} ms"
+                    + (f" (last error: {error})" if error is not None else ""),
+                    topic=topic,
+                    last_error=error,
+                )
+            update = client.request_metadata_update()
+            try:
+                async with asyncio.timeout(remaining / 1000):
+                    await update
+                refreshed = True
+            except TimeoutError:
+                pass
+
+    # -- sending --------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue a record; returns a future resolving to its ``RecordMetadata`` once acknowledged.
+
+        Returns as soon as the record is in a batch; waits only for metadata of a new topic or
+        for room in ``buffer_memory`` (both bounded by ``max_block_ms``).
+        """
+        if not self._accepting:
+            self._check_running()
+        interceptors = self._interceptors
+        if interceptors is not None:
+            record = interceptors.on_send(ProducerRecord(topic, value, key, partition, timestamp_ms, headers))
+            topic, value, key, partition, timestamp_ms, headers = record
+        sink: asyncio.Future[RecordMetadata] = self._loop.create_future()  # type: ignore[union-attr]
+        try:
+            if self._key_serializer is not None or (key is not None and type(key) is not bytes):
+                key = self._serialize_key(topic, key)
+            if self._value_serializer is not None or (value is not None and type(value) is not bytes):
+                value = self._serialize_value(topic, value)
+            if not self._try_append(topic, key, value, partition, timestamp_ms, headers, sink):
+                await self._append_blocking(topic, key, value, partition, timestamp_ms, headers, sink)
+        except KafkaError as exc:
+            if interceptors is not None:
+                failed = RecordMetadata(topic, -1 if partition is None else partition, -1, -1)
+                interceptors.on_acknowledgement(failed, exc)
+            raise
+        if self._yield_pending:
+            # A batch just filled up: let the sender put it on the wire while we keep producing.
+            self._yield_pending = False
+            await asyncio.sleep(0)
+        return sink
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+    ) -> RecordMetadata:
+        """``send`` and wait for the acknowledgement."""
+        future = await self.send(topic, value, key, partition, timestamp_ms, headers)
+        return await future
+
+    def _check_running(self) -> None:
+        if self._state != _RUNNING:
+            if self._state == _NEW:
+                raise IllegalStateError("producer not started: call await producer.start() first")
+            raise ProducerClosedError(f"producer is {self._state}: cannot send")
+        sender = self._sender
+        if sender is not None and sender.fatal_error is not None:
+            raise sender.fatal_error
+
+    def _serialize_key(self, topic: str, key: Any) -> bytes | None:
+        serializer = self._key_serializer
+        if serializer is None:
+            if isinstance(key, bytearray | memoryview):
+                return bytes(key)
+            raise SerializationError(
+                f"key must be bytes or None without a key_serializer, not {type(key).__name__}"
+            )
+        try:
+            return serializer(key)
+        except Exception as exc:
+            raise SerializationError(f"key_serializer failed for a record to {topic!r}: {exc!r}") from exc
+
+    def _serialize_value(self, topic: str, value: Any) -> bytes | None:
+        serializer = self._value_serializer
+        if serializer is None:
+            if isinstance(value, bytearray | memoryview):
+                return bytes(value)
+            raise SerializationError(
+                f"value must be bytes or None without a value_serializer, not {type(value).__name__}"
+            )
+        try:
+            return serializer(value)
+        except Exception as exc:
+            raise SerializationError(f"value_serializer failed for a record to {topic!r}: {exc!r}") from exc
+
+    def _serialize(self, topic: str, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
+        """Key and value as bytes (for callers outside the hot path, e.g. the sync facade)."""
+        if self._key_serializer is not None or (key is not None and type(key) is not bytes):
+            key = self._serialize_key(topic, key)
+        if self._value_serializer is not None or (value is not None and type(value) is not bytes):
+            value = self._serialize_value(topic, value)
+        return key, value
+
+    def _record_size(self, key: bytes | None, value: bytes | None, headers: Headers | None) -> int:
+        """Bytes a record can take in a batch (Kafka's upper bound); raises if it can never fit."""
+        size = RECORD_OVERHEAD
+        if key is not None:
+            size += len(key)
+        if value is not None:
+            size += len(value)
+        if headers:
+            size += headers_size(headers)
+        if size > self._max_record_size:
+            self._too_large(size)
+        return size
+
+    def _too_large(self, size: int) -> None:
+        if size + BATCH_OVERHEAD > self._max_request_size:
+            raise RecordTooLargeError(
+                f"the record is {size + BATCH_OVERHEAD} bytes serialized, larger than "
+                f"max_request_size ({self._max_request_size})"
+            )
+        raise RecordTooLargeError(
+            f"the record is {size} bytes serialized, larger than buffer_memory ({self._buffer_memory})"
+        )
+
+    def _try_append(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        timestamp_ms: int | None,
+        headers: Headers | None,
+        sink: Any,
+    ) -> bool:
+        """Append without waiting; False (nothing done) when metadata or memory is missing."""
+        meta = self._cluster.topics.get(topic)
+        if meta is None or not meta.partition_ids:
+            return False
+        size = RECORD_OVERHEAD
+        if key is not None:
+            size += len(key)
+        if value is not None:
+            size += len(value)
+        if headers:
+            size += headers_size(headers)
+        if size > self._max_record_size:
+            self._too_large(size)
+        if partition is not None and partition not in meta.partitions:
+            if partition < 0:
+                raise InvalidPartitionError(f"partition {partition} is negative")
+            return False
+        acc: Any = self._accumulator
+        # RecordAccumulator.try_reserve, inlined: this runs once per record.
+        if acc.waiters or acc.used + size > self._buffer_memory:
+            return False
+        acc.used += size
+        if partition is None:
+            if key is None:
+                partition = self._partitioner.partition_keyless(
+                    topic, meta.partition_ids, meta.available, size
+                )
+            else:
+                partition = self._partitioner.partition(topic, key, meta.partition_ids, meta.available)
+        if timestamp_ms is None:
+            timestamp_ms = _time_ns() // 1_000_000
+        # The common case, inlined: the partition's open batch takes the record.
+        open_parts = acc.open.get(topic)
+        if open_parts is not None:
+            batch = open_parts.get(partition)
+            if batch is not None:
+                delta = batch.builder.append(timestamp_ms, key, value, headers)
+                if delta is not None:
+                    key_size = -1 if key is None else len(key)
+                    value_size = -1 if value is None else len(value)
+                    batch.entries.append((sink, delta, timestamp_ms, key_size, value_size))
+                    batch.reserved += size
+                    return True
+        if acc.append(topic, partition, timestamp_ms, key, value, headers, sink, size):
+            self._yield_pending = True
+        return True
+
+    async def _append_blocking(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        timestamp_ms: int | None,
+        headers: Headers | None,
+        sink: Any,
+    ) -> None:
+        """The slow path: wait for the topic's metadata and for memory, then append."""
+        deadline = now_ms() + self._max_block_ms
+        await self._wait_for_topic(topic, partition, deadline)
+        size = self._record_size(key, value, headers)
+        acc = self._accumulator
+        assert acc is not None
+        await acc.reserve(size, max(0.0, deadline - now_ms()))
+        self._check_running_after_wait(size)
+        meta = self._cluster.topics[topic]
+        if partition is None:
+            if key is None:
+                partition = self._partitioner.partition_keyless(
+                    topic, meta.partition_ids, meta.available, size
+                )
+            else:
+                partition = self._partitioner.partition(topic, key, meta.partition_ids, meta.available)
+        if timestamp_ms is None:
+            timestamp_ms = _time_ns() // 1_000_000
+        if acc.append(topic, partition, timestamp_ms, key, value, headers, sink, size):
+            self._yield_pending = True
+
+    def _check_running_after_wait(self, reserved: int) -> None:
+        try:
+            self._check_running()
+        except BaseException:
+            assert self._accumulator is not None
+            self._accumulator.release(reserved)
+            raise
+
+    # -- transactions (a later issue) -----------------------------------------------------------
+
+    def _transactions(self, operation: str) -> None:
+        txn = self._txn or TransactionManager(self.config.transactional_id)
+        txn.require_transactions(operation)
+
+    async def begin_transaction(self) -> None:
+        """Not implemented yet: raises ``TransactionsNotImplementedError``."""
+        self._transactions("begin_transaction")
+
+    async def commit_transaction(self) -> None:
+        """Not implemented yet: raises ``TransactionsNotImplementedError``."""
+        self._transactions("commit_transaction")
+
+    async def abort_transaction(self) -> None:
+        """Not implemented yet: raises ``TransactionsNotImplementedError``."""
+        self._transactions("abort_transaction")
+
+    async def send_offsets_to_transaction(self, offsets: Any, group_id: str) -> None:
+        """Not implemented yet: raises ``TransactionsNotImplementedError``."""
+        self._transactions("send_offsets_to_transaction")
+
+    def transaction(self) -> Any:
+        """Not implemented yet: raises ``TransactionsNotImplementedError``."""
+        self._transactions("transaction")
+
+    def __repr__(self) -> str:
+        return f"<Producer {self._state} bootstrap={self.config.bootstrap_servers!r}>"

@@ -1,0 +1,396 @@
+"""The Sender: one task that turns ready batches into Produce requests and handles the answers.
+
+Each pass (Java's ``Sender.runOnce``): get a producer id if idempotence needs one, find brokers
+with sendable batches, drain one request per broker that is connected and below
+``max_in_flight_requests_per_connection``, expire batches past ``delivery_timeout_ms``, then sleep
+until the next linger deadline or until something changes (an append fills a batch, a response
+arrives, a connection is made, metadata is refreshed).
+
+Responses are handled in callbacks: success resolves the batch's records; retriable errors put
+the batch back (in sequence order) after a backoff and request a metadata refresh where the error
+means the leader moved; everything else fails the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from sdk.client.client import KafkaClient
+from sdk.errors import (
+    DeliveryTimeoutError,
+    KafkaConnectionError,
+    KafkaError,
+    ProducerClosedError,
+    make_error,
+)
+from sdk.producer.accumulator import RecordAccumulator, now_ms
+from sdk.producer.batch import ProducerBatch
+from sdk.producer.interceptors import InterceptorChain
+from sdk.producer.transaction_manager import TransactionManager
+from sdk.protocol import messages
+
+__all__ = ["Sender"]
+
+log = logging.getLogger(__name__)
+
+PRODUCE = 0
+INIT_PRODUCER_ID = 22
+DUPLICATE_SEQUENCE_NUMBER = 46
+MESSAGE_TOO_LARGE = 10
+#: Errors meaning the client's metadata is stale (Java's InvalidMetadataException family).
+METADATA_ERRORS = frozenset({3, 5, 6, 13, 56, 74, 75, 100, 103})
+_IDLE_POLL_MS = 1000.0
+_SOCKET_POLL_MS = 2.0
+
+ProduceData = messages.ProduceRequest.TopicProduceData
+PartitionData = messages.ProduceRequest.PartitionProduceData
+
+
+class Sender:
+    """Moves batches from the accumulator to the brokers."""
+
+    def __init__(
+        self,
+        client: KafkaClient,
+        accumulator: RecordAccumulator,
+        txn: TransactionManager | None,
+        *,
+        acks: int,
+        request_timeout_ms: float,
+        max_request_size: int,
+        max_in_flight: int,
+        interceptors: InterceptorChain | None,
+    ):
+        self._client = client
+        self._acc = accumulator
+        self._txn = txn
+        self._acks = acks
+        self._request_timeout_ms = int(request_timeout_ms)
+        self._max_request_size = max_request_size
+        self._max_in_flight = max_in_flight
+        self._interceptors = interceptors
+        self._in_flight: dict[int, int] = {}
+        self._on_wire: set[ProducerBatch] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._init_task: asyncio.Task[None] | None = None
+        self._wakeup: asyncio.Future[None] | None = None
+        self._woken = False
+        self._stopping = False
+        self._forced: BaseException | None = None
+        self._fatal: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Called once when the producer can no longer send (a fatal InitProducerId error).
+        self.on_fatal: Callable[[], None] | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._client.add_listener(self.wake)
+        self._task = self._loop.create_task(self._run(), name="kafka-producer-sender")
+
+    def wake(self) -> None:
+        """Run a pass soon (cheap to call often)."""
+        self._woken = True
+        waiter = self._wakeup
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    @property
+    def fatal_error(self) -> BaseException | None:
+        return self._fatal
+
+    @property
+    def requests_in_flight(self) -> int:
+        return sum(self._in_flight.values())
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Send everything queued, wait for the answers, then stop; after ``timeout`` seconds,
+        fail what is left with ``ProducerClosedError``."""
+        self._stopping = True
+        self._acc.close()
+        self.wake()
+        task = self._task
+        if task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout)
+        except TimeoutError:
+            self.force_close(ProducerClosedError("producer closed before these records were acknowledged"))
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        finally:
+            self._client.remove_listener(self.wake)
+            if self._init_task is not None:
+                self._init_task.cancel()
+
+    def force_close(self, error: BaseException) -> None:
+        """Stop now: fail queued batches, and in-flight ones when their answer comes."""
+        self._forced = error
+        for batch in self._acc.abort_undrained():
+            self._fail(batch, error)
+        self.wake()
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        assert self._loop is not None
+        loop = self._loop
+        while True:
+            try:
+                delay = self._run_once()
+            except Exception:
+                log.exception("producer sender pass failed")
+                delay = 100.0
+            if self._stopping or self._forced is not None:
+                idle = not self._on_wire and not self._acc.has_incomplete
+                if idle or (self._forced is not None and not self._on_wire):
+                    return
+            if self._woken:
+                self._woken = False
+                await asyncio.sleep(0)
+                continue
+            waiter = self._wakeup = loop.create_future()
+            timer = loop.call_later(min(delay, _IDLE_POLL_MS) / 1000, _set_if_pending, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._wakeup = None
+            self._woken = False
+
+    def _run_once(self) -> float:
+        now = now_ms()
+        acc = self._acc
+        txn = self._txn
+        if self._forced is not None:
+            for batch in acc.abort_undrained():
+                self._fail(batch, self._forced)
+            return _IDLE_POLL_MS
+        if txn is not None:
+            txn.maybe_resolve_sequences()
+            if txn.fatal_error is not None:
+                self._fail_everything(txn.fatal_error)
+                return _IDLE_POLL_MS
+            if txn.needs_init(not self._on_wire):
+                self._start_init_producer_id()
+        cluster = self._client.cluster
+        ready, next_delay, unknown_leaders = acc.ready(cluster, now)
+        if unknown_leaders:
+            self._client.request_metadata_update()
+        client = self._client
+        for node_id, queues in ready.items():
+            if self._in_flight.get(node_id, 0) >= self._max_in_flight or not client.ready(node_id):
+                continue
+            conn = client.connection(node_id)
+            if conn is not None and conn.write_buffer_size > self._max_request_size:
+                # The socket is not keeping up (acks=0 has no in-flight limit): wait for it.
+                next_delay = min(next_delay, _SOCKET_POLL_MS)
+                continue
+            batches = acc.drain(node_id, queues, self._max_request_size, now, txn)
+            if batches:
+                self._send_produce(node_id, batches, now)
+        for batch in acc.expired_batches(now):
+            error = DeliveryTimeoutError(
+                f"expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
+                f"{now - batch.created_ms:.0f} ms passed since batch creation "
+                f"(delivery_timeout_ms={acc.delivery_timeout_ms:.0f})"
+            )
+            self._fail(batch, error)
+        return min(next_delay, acc.next_expiry_delay(now))
+
+    # -- produce --------------------------------------------------------------------------------
+
+    def _send_produce(self, node_id: int, batches: list[ProducerBatch], now: float) -> None:
+        by_topic: dict[str, list[Any]] = {}
+        for batch in batches:
+            data = PartitionData(index=batch.partition, records=batch.payload)
+            entries = by_topic.get(batch.topic)
+            if entries is None:
+                by_topic[batch.topic] = [data]
+            else:
+                entries.append(data)
+        request = messages.ProduceRequest(
+            transactional_id=None,
+            acks=self._acks,
+            timeout_ms=self._request_timeout_ms,
+            topic_data=[ProduceData(name=topic, partition_data=parts) for topic, parts in by_topic.items()],
+        )
+        conn = self._client.connection(node_id)
+        try:
+            if conn is None:
+                raise KafkaConnectionError(f"connection to broker {node_id} went away")
+            if self._acks == 0:
+                conn.send(request, expect_response=False)
+                for batch in batches:
+                    self._complete(batch, -1, -1, -1)
+                return
+            future = conn.send(request)
+        except KafkaError as exc:
+            for batch in batches:
+                self._handle_error(batch, exc, now)
+            return
+        assert future is not None
+        self._in_flight[node_id] = self._in_flight.get(node_id, 0) + 1
+        self._on_wire.update(batches)
+        future.add_done_callback(partial(self._on_produce_response, node_id, batches))
+
+    def _on_produce_response(
+        self, node_id: int, batches: list[ProducerBatch], future: asyncio.Future[Any]
+    ) -> None:
+        self._in_flight[node_id] -= 1
+        now = now_ms()
+        on_wire = self._on_wire
+        for batch in batches:
+            on_wire.discard(batch)
+            self._acc.unmute(batch)
+        error = (
+            KafkaConnectionError("produce request cancelled") if future.cancelled() else future.exception()
+        )
+        if error is not None:
+            if not isinstance(error, KafkaError):
+                error = KafkaConnectionError(f"produce request to broker {node_id} failed: {error!r}")
+            for batch in batches:
+                self._handle_error(batch, error, now)
+            self.wake()
+            return
+        response = future.result()
+        results: dict[tuple[str, int], Any] = {}
+        for topic in response.responses:
+            for part in topic.partition_responses:
+                results[(topic.name, part.index)] = part
+        for batch in batches:
+            part = results.get((batch.topic, batch.partition))
+            if part is None:
+                self._handle_error(
+                    batch,
+                    KafkaConnectionError(
+                        f"broker {node_id} did not answer for {batch.topic}-{batch.partition}"
+                    ),
+                    now,
+                )
+                continue
+            code = part.error_code
+            if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
+                self._complete(batch, part.base_offset, part.log_append_time_ms, part.log_start_offset)
+            else:
+                message = part.error_message
+                if part.record_errors:
+                    details = "; ".join(
+                        f"record {e.batch_index}: {e.batch_index_error_message}" for e in part.record_errors
+                    )
+                    message = f"{message or ''} ({details})"
+                self._handle_error(batch, make_error(code, message), now)
+        self.wake()
+
+    def _handle_error(self, batch: ProducerBatch, error: KafkaError, now: float) -> None:
+        if error.code in METADATA_ERRORS or isinstance(error, KafkaConnectionError):
+            self._client.request_metadata_update()
+        if self._forced is not None:
+            self._fail(batch, self._forced)
+            return
+        expired = now - batch.created_ms >= self._acc.delivery_timeout_ms
+        if expired:
+            timeout = DeliveryTimeoutError(
+                f"expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
+                f"{now - batch.created_ms:.0f} ms passed since batch creation; last error: {error}"
+            )
+            timeout.__cause__ = error
+            self._fail(batch, timeout)
+            return
+        txn = self._txn
+        if error.code == MESSAGE_TOO_LARGE and batch.record_count > 1:
+            # The broker's limit is below ours: halve the batch rather than fail every record in it.
+            halves = self._acc.split_and_reenqueue(batch)
+            if txn is not None and batch.has_sequence:
+                txn.replace_split(batch, halves)
+            return
+        retry = txn.can_retry(batch, error) if txn is not None and batch.has_sequence else error.retriable
+        if retry:
+            log.debug("retrying %r after %s", batch, error)
+            self._acc.reenqueue(batch, now)
+        else:
+            self._fail(batch, error)
+
+    def _complete(
+        self, batch: ProducerBatch, base_offset: int, log_append_time: int, log_start_offset: int
+    ) -> None:
+        if self._txn is not None:
+            self._txn.on_success(batch)
+        self._acc.done(batch)
+        batch.complete(base_offset, log_append_time, log_start_offset, self._interceptors)
+
+    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        if self._txn is not None:
+            self._txn.on_failure(batch, error)
+        self._acc.done(batch)
+        batch.fail(error, self._interceptors)
+
+    def _fail_everything(self, error: BaseException) -> None:
+        if self._fatal is None and self.on_fatal is not None:
+            self.on_fatal()
+        self._fatal = error
+        for batch in self._acc.abort_undrained():
+            self._fail(batch, error)
+
+    # -- producer id ----------------------------------------------------------------------------
+
+    def _start_init_producer_id(self) -> None:
+        assert self._loop is not None and self._txn is not None
+        if self._init_task is not None and not self._init_task.done():
+            return
+        self._txn.init_in_progress = True
+        self._init_task = self._loop.create_task(self._init_producer_id(), name="kafka-init-producer-id")
+
+    async def _init_producer_id(self) -> None:
+        txn = self._txn
+        assert txn is not None
+        attempts = 0
+        client = self._client
+        while True:
+            try:
+                node_id = await client.wait_for_node()
+                conn = await client.get_connection(node_id)
+                version = conn.version_for(INIT_PRODUCER_ID)
+                producer_id, epoch = txn.begin_init(version >= 3)
+                request = messages.InitProducerIdRequest(
+                    transactional_id=None,
+                    transaction_timeout_ms=int(txn.transaction_timeout_ms),
+                    producer_id=producer_id,
+                    producer_epoch=epoch,
+                )
+                response = await conn.request(request, version)
+                if response.error_code:
+                    error = make_error(response.error_code, "InitProducerId")
+                    if producer_id >= 0 and not error.retriable:
+                        # The broker refused the bump (e.g. it fenced the epoch): start afresh.
+                        txn.fresh_id_required = True
+                        raise error
+                    if not error.retriable:
+                        txn.init_failed(error)
+                        log.error("idempotent producer cannot get a producer id: %s", error)
+                        self.wake()
+                        return
+                    raise error
+                txn.set_producer_id(response.producer_id, response.producer_epoch)
+                log.debug("producer id %d epoch %d", response.producer_id, response.producer_epoch)
+                self.wake()
+                return
+            except asyncio.CancelledError:
+                txn.init_in_progress = False
+                raise
+            except (KafkaError, OSError) as exc:
+                attempts += 1
+                log.debug("InitProducerId failed (%r); retrying", exc)
+                txn.init_in_progress = True
+                await asyncio.sleep(client.retry_backoff.backoff_ms(attempts - 1) / 1000)
+
+
+def _set_if_pending(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -1,0 +1,422 @@
+"""Blocking facades over the asyncio clients, for scripts, notebooks and Spark executors.
+
+Every facade in a process shares one event loop running on a daemon thread (started on first
+use, and started anew in a forked child, where the parent's thread does not exist). The async
+client does all the I/O there; the calling threads only serialize and hand records over.
+
+Thread safety: every method may be called from any thread, concurrently. Records sent from one
+thread keep their order; records from different threads interleave in no defined order. Methods
+must not be called from the shared loop's own thread (for example from an interceptor or a
+delivery callback), because they would wait for that thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Coroutine, Iterable
+from typing import Any, TypeVar
+
+from sdk.errors import BufferExhaustedError, IllegalStateError, KafkaTimeoutError
+from sdk.producer.batch_api import Headers
+from sdk.producer.interceptors import ProducerRecord
+from sdk.producer.producer import Producer as AsyncProducer
+from sdk.producer.record_metadata import RecordMetadata
+
+__all__ = ["DeliveryFuture", "Producer", "shared_loop"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop running forever on a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="sdk-sync-loop", daemon=True)
+        self.thread.start()
+        self._started.wait()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._started.set)
+        self.loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for its result."""
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise IllegalStateError("blocking sdk.sync call from the shared event loop thread would deadlock")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise KafkaTimeoutError(f"operation did not finish within {timeout} s") from None
+
+
+_shared: LoopThread | None = None
+_shared_pid: int | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_loop() -> LoopThread:
+    """The process-wide loop thread (a new one after ``fork``)."""
+    global _shared, _shared_pid
+    with _shared_lock:
+        if _shared is None or _shared_pid != os.getpid() or not _shared.thread.is_alive():
+            _shared = LoopThread()
+            _shared_pid = os.getpid()
+        return _shared
+
+
+_PENDING, _FINISHED, _CANCELLED = 0, 1, 2
+_transition = threading.Lock()
+
+
+class DeliveryFuture:
+    """The outcome of one send: ``concurrent.futures.Future``'s methods plus kafka-python's
+    ``get(timeout)``.
+
+    A light re-implementation rather than a ``concurrent.futures.Future`` because one is made per
+    record: it costs a lock instead of a condition variable. It does not work with
+    ``concurrent.futures.wait``/``as_completed``; use ``get``, ``result`` or callbacks.
+    """
+
+    __slots__ = ("_callbacks", "_done_lock", "_exception", "_result", "_state")
+
+    def __init__(self) -> None:
+        self._state = _PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._callbacks: list[Any] | None = None
+        self._done_lock = threading.Lock()
+        self._done_lock.acquire()  # released once the outcome is known
+
+    def __repr__(self) -> str:
+        state = {_PENDING: "pending", _FINISHED: "finished", _CANCELLED: "cancelled"}[self._state]
+        return f"<DeliveryFuture {state}>"
+
+    def done(self) -> bool:
+        return self._state != _PENDING
+
+    def cancelled(self) -> bool:
+        return self._state == _CANCELLED
+
+    def running(self) -> bool:
+        return False
+
+    def cancel(self) -> bool:
+        """Stop waiting for the outcome (the record itself may still be delivered)."""
+        return self._finish(_CANCELLED, None, None)
+
+    def set_result(self, result: Any) -> None:
+        self._finish(_FINISHED, result, None)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        self._finish(_FINISHED, None, exception)
+
+    def _finish(self, state: int, result: Any, exception: BaseException | None) -> bool:
+        with _transition:
+            if self._state != _PENDING:
+                return False
+            self._result, self._exception, self._state = result, exception, state
+            self._done_lock.release()
+            callbacks, self._callbacks = self._callbacks, None
+        for callback in callbacks or ():
+            try:
+                callback(self)
+            except Exception:
+                log.exception("DeliveryFuture callback %r failed", callback)
+        return True
+
+    def add_done_callback(self, callback: Any) -> None:
+        """``callback(future)`` once done (at once if already done), on the completing thread."""
+        with _transition:
+            if self._state == _PENDING:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(callback)
+                return
+        callback(self)
+
+    def _wait(self, timeout: float | None) -> None:
+        if self._state != _PENDING:
+            return
+        if not self._done_lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+            raise concurrent.futures.TimeoutError()
+        self._done_lock.release()
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._wait(timeout)
+        if self._state == _CANCELLED:
+            raise concurrent.futures.CancelledError()
+        if self._exception is not None:
+            raise self._exception
+        return self._result
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait(timeout)
+        if self._state == _CANCELLED:
+            raise concurrent.futures.CancelledError()
+        return self._exception
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The result; ``KafkaTimeoutError`` if it is not there within ``timeout`` seconds."""
+        try:
+            return self.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise KafkaTimeoutError(f"no acknowledgement within {timeout} s") from None
+
+
+def _transfer(source: asyncio.Future[Any], target: DeliveryFuture) -> None:
+    if source.cancelled():
+        target.cancel()
+    elif source.exception() is not None:
+        target.set_exception(source.exception())
+    else:
+        target.set_result(source.result())
+
+
+_Item = tuple[str, Any, Any, Any, Any, Any, DeliveryFuture]
+
+
+class Producer:
+    """Blocking ``sdk.Producer``: same settings (see ``sdk.producer.Producer``), same errors.
+
+    ``send`` returns at once with a ``DeliveryFuture``; it blocks only while the hand-over queue
+    is full, which happens when the async producer itself waits (for ``buffer_memory`` or for a
+    new topic's metadata), so back-pressure reaches the caller as in Kafka's Java client.
+    """
+
+    #: Records handed over but not yet appended, beyond which ``send`` blocks.
+    HANDOVER_LIMIT = 10000
+    #: Records the loop thread appends before letting other work run.
+    PUMP_ROUND = 2000
+
+    def __init__(self, **config: Any):
+        self._runner = shared_loop()
+        self._producer = AsyncProducer(**config)
+        self._max_block_s = self._producer.config.max_block_ms / 1000
+        self._queue: deque[_Item] = deque()
+        self._lock = threading.Lock()
+        self._space = threading.Condition(self._lock)
+        self._pump_scheduled = False
+        self._waiting = 0
+        config = self._producer.config
+        self._serializing = config.key_serializer is not None or config.value_serializer is not None
+        self._slow_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._runner.run(self._producer.start())
+
+    @property
+    def async_producer(self) -> AsyncProducer:
+        """The asyncio producer doing the work (use it only from the shared loop thread)."""
+        return self._producer
+
+    # -- sending --------------------------------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+    ) -> DeliveryFuture:
+        """Queue a record; the future resolves to its ``RecordMetadata``.
+
+        Serialization (and interceptors' ``on_send``) run in the calling thread, so their
+        errors (``SerializationError``, ``RecordTooLargeError``) are raised here.
+        """
+        producer = self._producer
+        if not producer._accepting or self._closed:
+            producer._check_running()
+            raise IllegalStateError("producer closed")
+        interceptors = producer._interceptors
+        if interceptors is not None:
+            record = interceptors.on_send(ProducerRecord(topic, value, key, partition, timestamp_ms, headers))
+            topic, value, key, partition, timestamp_ms, headers = record
+        if (
+            self._serializing
+            or (key is not None and type(key) is not bytes)
+            or (value is not None and type(value) is not bytes)
+        ):
+            key, value = producer._serialize(topic, key, value)
+        producer._record_size(key, value, headers)
+        future = DeliveryFuture()
+        queue = self._queue
+        if len(queue) >= self.HANDOVER_LIMIT:
+            self._wait_for_room()
+        # deque.append and the flag are atomic under the GIL; the pump resets the flag before it
+        # drains, so a record appended at any moment is either drained or triggers a new pump.
+        queue.append((topic, key, value, partition, timestamp_ms, headers, future))
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            self._runner.loop.call_soon_threadsafe(self._pump)
+        return future
+
+    def _wait_for_room(self) -> None:
+        with self._lock:
+            self._waiting += 1
+            try:
+                if not self._space.wait_for(
+                    lambda: len(self._queue) < self.HANDOVER_LIMIT or self._closed, self._max_block_s
+                ):
+                    raise BufferExhaustedError(
+                        f"the producer accepted nothing for max_block_ms={self._max_block_s * 1000:.0f}"
+                    )
+            finally:
+                self._waiting -= 1
+
+    def _notify_room(self) -> None:
+        if self._waiting:
+            with self._lock:
+                self._space.notify_all()
+
+    def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+        timeout: float | None = None,
+    ) -> RecordMetadata:
+        """``send`` and block until the record is acknowledged."""
+        return self.send(topic, value, key, partition, timestamp_ms, headers).get(timeout)  # type: ignore[no-any-return]
+
+    def send_many(
+        self,
+        topic: str,
+        records: Iterable[tuple[Any, Any]],
+        *,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+    ) -> DeliveryFuture:
+        """The batch API (see ``sdk.Producer.send_many``): one future for all ``(key, value)`` records."""
+        records = list(records)
+        result = DeliveryFuture()
+
+        async def queue_all() -> None:
+            await self._drain_handover()
+            future = await self._producer.send_many(
+                topic, records, partition=partition, timestamp_ms=timestamp_ms, headers=headers
+            )
+            future.add_done_callback(lambda f: _transfer(f, result))
+
+        self._runner.run(queue_all())
+        return result
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until every record sent so far is acknowledged or failed."""
+
+        async def flush_all() -> None:
+            await self._drain_handover()
+            await self._producer.flush()
+
+        self._runner.run(flush_all(), timeout)
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return self._runner.run(self._producer.partitions_for(topic))
+
+    def close(self, timeout: float | None = None) -> None:
+        """Deliver what is buffered and stop (see ``sdk.Producer.stop``). Safe to call twice."""
+        if self._closed:
+            return
+
+        async def stop() -> None:
+            await self._drain_handover()
+            await self._producer.stop(timeout)
+
+        try:
+            self._runner.run(stop())
+        finally:
+            with self._lock:
+                self._closed = True
+                self._space.notify_all()
+
+    stop = close
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- transactions (a later issue) -----------------------------------------------------------
+
+    def begin_transaction(self) -> None:
+        self._runner.run(self._producer.begin_transaction())
+
+    def commit_transaction(self) -> None:
+        self._runner.run(self._producer.commit_transaction())
+
+    def abort_transaction(self) -> None:
+        self._runner.run(self._producer.abort_transaction())
+
+    # -- hand-over, on the loop thread ----------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Append queued records without waiting; hand a blocked one to a task that can wait."""
+        self._pump_scheduled = False
+        if self._slow_task is not None:
+            return  # the task drains the queue in order
+        producer = self._producer
+        queue = self._queue
+        try_append = producer._try_append
+        appended = 0
+        # A bounded round, then the loop's other work (the sender) gets a turn: a caller thread
+        # that keeps the queue full must not starve the network.
+        for _ in range(min(len(queue), self.PUMP_ROUND)):
+            topic, key, value, partition, timestamp_ms, headers, future = queue[0]
+            try:
+                if not try_append(topic, key, value, partition, timestamp_ms, headers, future):
+                    self._slow_task = self._runner.loop.create_task(self._drain_handover_task())
+                    break
+            except Exception as exc:
+                future.set_exception(exc)
+            queue.popleft()
+            appended += 1
+        producer._yield_pending = False
+        if appended:
+            self._notify_room()
+        if queue and self._slow_task is None and not self._pump_scheduled:
+            self._pump_scheduled = True
+            self._runner.loop.call_soon(self._pump)
+
+    async def _drain_handover_task(self) -> None:
+        try:
+            await self._drain_handover(from_task=True)
+        finally:
+            self._slow_task = None
+
+    async def _drain_handover(self, from_task: bool = False) -> None:
+        """Append everything handed over so far, waiting where the producer must wait."""
+        if not from_task:
+            while self._slow_task is not None:
+                await asyncio.shield(self._slow_task)
+        producer = self._producer
+        queue = self._queue
+        while queue:
+            topic, key, value, partition, timestamp_ms, headers, future = queue[0]
+            try:
+                if not producer._try_append(topic, key, value, partition, timestamp_ms, headers, future):
+                    await producer._append_blocking(
+                        topic, key, value, partition, timestamp_ms, headers, future
+                    )
+            except Exception as exc:
+                future.set_exception(exc)
+            queue.popleft()
+            self._notify_room()
+        producer._yield_pending = False

@@ -1,0 +1,126 @@
+"""KafkaClient: bootstrap, connection per broker, reconnects, metadata refresh."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from sdk.client import KafkaClient, parse_bootstrap_servers
+from sdk.client.backoff import ExponentialBackoff
+from sdk.client.sasl import create_mechanism
+from sdk.errors import ConfigError, KafkaConnectionError, NoBrokersAvailableError
+from sdk.protocol import messages
+
+
+async def test_bootstrap_and_topic_metadata(mock_cluster, topic_name):
+    client = KafkaClient(mock_cluster.bootstrap)
+    await client.start()
+    try:
+        assert sorted(client.cluster.brokers) == [b[0] for b in mock_cluster.brokers]
+        await client.add_topic(topic_name)
+        topic = client.cluster.topic(topic_name)
+        assert topic is not None and topic.partition_ids == (0, 1, 2, 3)
+        leaders = {client.cluster.leader_for(topic_name, p) for p in topic.partition_ids}
+        assert leaders <= set(client.cluster.brokers)
+        for node_id in client.cluster.brokers:
+            conn = await client.get_connection(node_id)
+            assert conn is await client.get_connection(node_id)  # one connection per broker
+    finally:
+        await client.close()
+
+
+async def test_bootstrap_skips_dead_addresses(mock_cluster):
+    client = KafkaClient(f"127.0.0.1:1,{mock_cluster.bootstrap}", connect_timeout_ms=500)
+    await client.start()
+    await client.close()
+
+
+async def test_no_brokers_available():
+    client = KafkaClient("127.0.0.1:1,127.0.0.1:2", connect_timeout_ms=300)
+    with pytest.raises(NoBrokersAvailableError, match=r"127\.0\.0\.1:1"):
+        await client.start()
+
+
+async def test_reconnects_after_the_connection_is_cut(mock_cluster, proxy_factory):
+    proxy = await proxy_factory(mock_cluster.bootstrap)
+    client = KafkaClient(proxy.bootstrap, reconnect_backoff_ms=20)
+    await client.start()
+    try:
+        node = next(iter(client.cluster.brokers))
+        first = await client.get_connection(node)
+        version = client.cluster.version
+        proxy.cut_all()
+        await asyncio.sleep(0.05)
+        assert first.closed
+        response = await client.send(node, messages.MetadataRequest(topics=[]))
+        assert response.brokers
+        assert (await client.get_connection(node)) is not first
+        # Losing a connection asks for fresh metadata.
+        deadline = time.monotonic() + 2
+        while client.cluster.version == version and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert client.cluster.version > version
+    finally:
+        await client.close()
+
+
+async def test_ready_connects_in_the_background_and_backs_off(mock_cluster, proxy_factory):
+    proxy = await proxy_factory(mock_cluster.bootstrap)
+    client = KafkaClient(proxy.bootstrap, reconnect_backoff_ms=200, reconnect_backoff_max_ms=400)
+    await client.start()
+    woke = asyncio.Event()
+    client.add_listener(woke.set)
+    try:
+        node = next(iter(client.cluster.brokers))
+        assert not client.ready(node)
+        await asyncio.wait_for(woke.wait(), 2)
+        assert client.ready(node)
+        await proxy.close()  # the broker is gone now
+        await asyncio.sleep(0.05)
+        assert not client.ready(node)
+        assert client.is_backing_off(node)
+        with pytest.raises(KafkaConnectionError):
+            await client.get_connection(node)
+    finally:
+        await client.close()
+
+
+async def test_metadata_is_refreshed_periodically(mock_cluster):
+    client = KafkaClient(mock_cluster.bootstrap, metadata_max_age_ms=100)
+    await client.start()
+    try:
+        version = client.cluster.version
+        await asyncio.sleep(0.45)
+        assert client.cluster.version >= version + 2
+    finally:
+        await client.close()
+
+
+def test_parse_bootstrap_servers():
+    assert parse_bootstrap_servers("a:1, b:2") == [("a", 1), ("b", 2)]
+    assert parse_bootstrap_servers(["[::1]:9093", "host"]) == [("::1", 9093), ("host", 9092)]
+    with pytest.raises(ConfigError):
+        parse_bootstrap_servers("a:notaport")
+    with pytest.raises(ConfigError):
+        parse_bootstrap_servers("")
+
+
+def test_security_settings_are_validated():
+    with pytest.raises(ConfigError, match="security_protocol"):
+        KafkaClient("a:1", security_protocol="SASL")
+    with pytest.raises(ConfigError, match="sasl_mechanism"):
+        KafkaClient("a:1", security_protocol="SASL_SSL")
+    with pytest.raises(ConfigError, match="SCRAM"):
+        create_mechanism("SCRAM-SHA-512", username="u", password="p")
+    with pytest.raises(ConfigError, match="sasl_plain_username"):
+        create_mechanism("PLAIN")
+
+
+def test_exponential_backoff():
+    backoff = ExponentialBackoff(100, 1000, jitter=0)
+    assert [backoff.backoff_ms(n) for n in range(6)] == [100, 200, 400, 800, 1000, 1000]
+    jittered = ExponentialBackoff(100, 1000, jitter=0.2)
+    assert all(80 <= jittered.backoff_ms(0) <= 120 for _ in range(100))
+    assert ExponentialBackoff(50, 50).backoff_ms(10) <= 60

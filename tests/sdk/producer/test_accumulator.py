@@ -1,0 +1,208 @@
+"""RecordAccumulator on its own: batching, readiness, drain limits, memory bound, expiry."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sdk.client.backoff import ExponentialBackoff
+from sdk.client.cluster import ClusterMetadata
+from sdk.errors import BufferExhaustedError
+from sdk.producer.accumulator import RecordAccumulator, now_ms
+from sdk.producer.batch import BatchSink
+from sdk.producer.record_metadata import OffsetRange
+from sdk.protocol import messages
+from sdk.records import Compression, RecordBatch
+
+MR = messages.MetadataResponse
+
+
+def _cluster(leaders: dict[int, int]) -> ClusterMetadata:
+    cluster = ClusterMetadata()
+    cluster.update(
+        MR(
+            brokers=[MR.MetadataResponseBroker(node_id=n, host="h", port=n) for n in set(leaders.values())],
+            topics=[
+                MR.MetadataResponseTopic(
+                    name="t",
+                    partitions=[
+                        MR.MetadataResponseTopic.MetadataResponsePartition(
+                            partition_index=p, leader_id=leader
+                        )
+                        for p, leader in leaders.items()
+                    ],
+                )
+            ],
+        )
+    )
+    return cluster
+
+
+def _accumulator(**overrides) -> RecordAccumulator:
+    options = dict(
+        batch_size=1000,
+        linger_ms=50,
+        compression=Compression.NONE,
+        buffer_memory=100_000,
+        delivery_timeout_ms=1000,
+        retry_backoff=ExponentialBackoff(100, 1000, jitter=0),
+    )
+    options.update(overrides)
+    return RecordAccumulator(**options)
+
+
+class Sink:
+    def __init__(self):
+        self.result = self.error = None
+
+    def done(self):
+        return self.result is not None or self.error is not None
+
+    def set_result(self, value):
+        self.result = value
+
+    def set_exception(self, error):
+        self.error = error
+
+
+def test_batches_fill_to_batch_size_then_a_new_one_starts():
+    acc = _accumulator()
+    filled = [acc.append("t", 0, 1, None, b"x" * 100, None, Sink(), 121) for _ in range(20)]
+    dq = acc._batches["t"][0]
+    assert len(dq) == 3
+    assert all(b.builder.estimated_size() <= 1000 for b in dq)
+    assert filled.count(True) == 2
+    assert dq[0].full and not dq[-1].full
+
+
+def test_ready_waits_for_linger_unless_full_or_flushing():
+    acc = _accumulator()
+    cluster = _cluster({0: 1, 1: 2})
+    acc.append("t", 0, 1, None, b"x", None, Sink(), 30)
+    now = now_ms()
+    ready, delay, unknown = acc.ready(cluster, now)
+    assert ready == {} and 0 < delay <= 50 and not unknown
+    ready, _, _ = acc.ready(cluster, now + 60)
+    assert set(ready) == {1}
+    acc.begin_flush()
+    acc.append("t", 1, 1, None, b"x", None, Sink(), 30)
+    ready, _, _ = acc.ready(cluster, now)
+    assert set(ready) == {1, 2}
+    acc.end_flush()
+
+
+def test_unknown_leader_is_reported():
+    acc = _accumulator(linger_ms=0)
+    acc.append("t", 0, 1, None, b"x", None, Sink(), 30)
+    ready, _, unknown = acc.ready(_cluster({0: -1}), now_ms())
+    assert ready == {} and unknown == {"t"}
+
+
+def test_drain_takes_one_batch_per_partition_within_max_request_size():
+    acc = _accumulator(linger_ms=0)
+    cluster = _cluster({0: 1, 1: 1, 2: 1})
+    for partition in range(3):
+        for _ in range(12):
+            acc.append("t", partition, 1, None, b"x" * 100, None, Sink(), 121)
+    ready, _, _ = acc.ready(cluster, now_ms())
+    batches = acc.drain(1, ready[1], 2500, now_ms(), None)
+    assert len(batches) == 2  # two ~1 KB batches fit in 2.5 KB, the third does not
+    assert len({b.partition for b in batches}) == 2
+    batches = acc.drain(1, ready[1], 100, now_ms(), None)
+    assert len(batches) == 1  # always at least one, even over the limit
+    for batch in batches:
+        RecordBatch(batch.payload).validate()
+
+
+async def test_memory_bound_blocks_then_fails():
+    acc = _accumulator(buffer_memory=300)
+    assert acc.try_reserve(200)
+    assert not acc.try_reserve(200)
+    with pytest.raises(BufferExhaustedError):
+        await acc.reserve(200, 50)
+    waiter = asyncio.create_task(acc.reserve(200, 1000))
+    await asyncio.sleep(0.01)
+    assert not acc.try_reserve(10)  # queued waiters go first
+    acc.release(200)
+    await waiter
+    assert acc.memory_used == 200
+
+
+def test_expired_batches_and_reenqueue_order():
+    acc = _accumulator(linger_ms=0)
+    for _ in range(5):  # two per batch: three batches
+        acc.append("t", 0, 1, None, b"x" * 400, None, Sink(), 421)
+    dq = acc._batches["t"][0]
+    first, second = dq.popleft(), dq.popleft()
+    first.base_sequence, second.base_sequence = 0, 5
+    first.producer_epoch = second.producer_epoch = 0
+    acc.reenqueue(second, now_ms())
+    acc.reenqueue(first, now_ms())
+    assert list(dq)[:2] == [first, second]
+    expired = acc.expired_batches(now_ms() + 5000)
+    assert len(expired) == 3
+
+
+def test_batches_complete_with_metadata_and_give_memory_back():
+    acc = _accumulator(linger_ms=0)
+    sinks = [Sink() for _ in range(3)]
+    for i, sink in enumerate(sinks):
+        assert acc.try_reserve(50)
+        acc.append("t", 0, 1000 + i, b"k", b"v" * i, None, sink, 50)
+    batch = acc._batches["t"][0].popleft()
+    batch.close()
+    acc.done(batch)
+    batch.complete(40, -1, 0, None)
+    assert [s.result.offset for s in sinks] == [40, 41, 42]
+    assert [s.result.timestamp for s in sinks] == [1000, 1001, 1002]
+    assert sinks[2].result.serialized_value_size == 2
+    assert acc.memory_used == 0
+
+
+def test_split_keeps_records_sinks_runs_and_sequences():
+    acc = _accumulator(linger_ms=0, batch_size=100_000)
+    sinks = [Sink() for _ in range(3)]
+    for i, sink in enumerate(sinks):
+        acc.append("t", 0, 1000 + i, b"k%d" % i, b"v%d" % i, [("h", b"x")], sink, 30)
+    many = BatchSink(FakeFuture(), "t")
+    acc.append_many("t", 0, 2000, [(None, b"m%d" % i, 30, None) for i in range(5)], many)
+    many.count = 5
+    many.seal()
+    batch = acc._batches["t"][0].popleft()
+    batch.set_producer_state(9, 1, 100)
+    batch.reserved = 240
+    first, second = acc.split_and_reenqueue(batch)
+    assert (first.record_count, second.record_count) == (4, 4)
+    assert (first.base_sequence, second.base_sequence) == (100, 104)
+    assert first.reserved + second.reserved == 240
+    assert [r.value for r in RecordBatch(first.close())] == [b"v0", b"v1", b"v2", b"m0"]
+    assert next(iter(RecordBatch(first.close()))).headers == [("h", b"x")]
+    assert [r.value for r in RecordBatch(second.close())] == [b"m1", b"m2", b"m3", b"m4"]
+    assert list(acc._batches["t"][0])[:2] == [first, second]
+    first.complete(10, -1, 0, None)
+    assert [s.result.offset for s in sinks] == [10, 11, 12]
+    assert not many.future.done()
+    second.complete(14, -1, 0, None)
+    assert many.future.result().ranges == (OffsetRange(0, 13, 1), OffsetRange(0, 14, 4))
+
+
+class FakeFuture:
+    """Just enough of a future for BatchSink."""
+
+    def __init__(self):
+        self._done, self._value, self._error = False, None, None
+
+    def done(self):
+        return self._done
+
+    def set_result(self, value):
+        self._done, self._value = True, value
+
+    def set_exception(self, error):
+        self._done, self._error = True, error
+
+    def result(self):
+        if self._error is not None:
+            raise self._error
+        return self._value

@@ -1,0 +1,147 @@
+"""The idempotence rules of TransactionManager, on real batches (no broker needed)."""
+
+from __future__ import annotations
+
+from sdk.errors import (
+    DeliveryTimeoutError,
+    InvalidRecordError,
+    NotLeaderOrFollowerError,
+    OutOfOrderSequenceNumberError,
+    UnknownProducerIdError,
+)
+from sdk.producer.batch import ProducerBatch, increment_sequence
+from sdk.producer.transaction_manager import TransactionManager
+from sdk.records import Compression, RecordBatch, RecordBatchBuilder
+
+
+def _batch(records: int = 3, partition: int = 0) -> ProducerBatch:
+    builder = RecordBatchBuilder(Compression.NONE)
+    for i in range(records):
+        builder.append(1000 + i, None, b"v%d" % i)
+    return ProducerBatch("t", partition, builder, 0.0)
+
+
+def _manager() -> TransactionManager:
+    txn = TransactionManager()
+    assert txn.needs_init(True)
+    assert txn.begin_init(True) == (-1, -1)
+    txn.set_producer_id(7, 0)
+    return txn
+
+
+def _drain(txn: TransactionManager, batch: ProducerBatch) -> ProducerBatch:
+    assert txn.can_drain(batch)
+    txn.assign_sequence(batch)
+    batch.close()
+    return batch
+
+
+def test_sequences_are_assigned_at_drain_and_stamped_in_the_batch():
+    txn = _manager()
+    b1, b2 = _drain(txn, _batch(3)), _drain(txn, _batch(2))
+    assert (b1.base_sequence, b2.base_sequence) == (0, 3)
+    header = RecordBatch(b2.close())
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 0, 3)
+    header.validate()
+    txn.on_success(b1)
+    txn.on_success(b2)
+    assert txn.sequence_state("t", 0) == (5, 4, 0)
+
+
+def test_no_producer_id_no_drain():
+    txn = TransactionManager()
+    assert not txn.can_drain(_batch())
+    assert txn.needs_init(False)
+
+
+def test_retry_goes_only_when_first_in_line():
+    txn = _manager()
+    b1, b2 = _drain(txn, _batch()), _drain(txn, _batch())
+    assert txn.can_retry(b1, NotLeaderOrFollowerError())
+    assert txn.can_retry(b2, OutOfOrderSequenceNumberError())  # behind b1: plain retry
+    assert not txn.bump_required
+    assert not txn.can_drain(b2)
+    assert txn.can_drain(b1)
+    txn.on_success(b1)
+    assert txn.can_drain(b2)
+    # A new batch waits for nothing but a valid producer id.
+    assert txn.can_drain(_batch())
+
+
+def test_out_of_order_for_the_next_batch_bumps_the_epoch_and_renumbers():
+    txn = _manager()
+    b1, b2, b3 = (_drain(txn, _batch(2)) for _ in range(3))
+    txn.on_success(b1)
+    assert txn.can_retry(b2, OutOfOrderSequenceNumberError())  # b2 is next in line: a real gap
+    assert txn.bump_required
+    assert txn.can_retry(b3, OutOfOrderSequenceNumberError())
+    assert not txn.can_drain(b2)  # nothing moves during the bump
+    assert not txn.needs_init(False)  # waits for the wire to be empty
+    assert txn.needs_init(True)
+    assert txn.begin_init(True) == (7, 0)  # KIP-360: bump the current epoch
+    txn.set_producer_id(7, 1)
+    assert (b2.producer_epoch, b2.base_sequence, b3.base_sequence) == (1, 0, 2)
+    assert b2.sequence_reset and b2.payload is None
+    assert RecordBatch(b2.close()).producer_epoch == 1
+    assert txn.can_drain(b2) and not txn.can_drain(b3)
+    assert txn.epoch_bumps == 1
+
+
+def test_unknown_producer_id_bumps_and_old_brokers_get_a_new_id():
+    txn = _manager()
+    b1 = _drain(txn, _batch())
+    assert txn.can_retry(b1, UnknownProducerIdError())
+    assert txn.needs_init(True)
+    assert txn.begin_init(False) == (-1, -1)  # InitProducerId < v3 cannot bump
+    txn.set_producer_id(8, 0)
+    assert (b1.producer_id, b1.base_sequence) == (8, 0)
+
+
+def test_failed_batch_leaves_a_gap_that_a_bump_closes():
+    txn = _manager()
+    b1, b2 = _drain(txn, _batch()), _drain(txn, _batch())
+    txn.on_failure(b1, InvalidRecordError())
+    assert txn.bump_required
+    txn.begin_init(True)
+    txn.set_producer_id(7, 1)
+    assert b2.base_sequence == 0
+
+
+def test_expired_batch_is_unresolved_until_later_batches_tell():
+    txn = _manager()
+    b1, b2 = _drain(txn, _batch()), _drain(txn, _batch())
+    txn.on_failure(b1, DeliveryTimeoutError("expired"))
+    assert not txn.bump_required
+    assert not txn.can_drain(_batch())  # new batches wait while b1's fate is unknown
+    txn.on_success(b2)  # b2 written after b1, so b1 was written too
+    txn.maybe_resolve_sequences()
+    assert not txn.bump_required
+    assert txn.can_drain(_batch())
+
+    b3, b4 = _drain(txn, _batch()), _drain(txn, _batch())
+    txn.on_failure(b3, DeliveryTimeoutError("expired"))
+    assert txn.can_retry(b4, OutOfOrderSequenceNumberError())  # right after the unresolved one
+    assert txn.bump_required
+
+
+def test_stale_partitions_keep_their_epoch_until_drained():
+    txn = _manager()
+    a1 = _drain(txn, _batch(partition=0))
+    b1 = _drain(txn, _batch(partition=1))
+    txn.on_success(a1)
+    assert txn.can_retry(b1, NotLeaderOrFollowerError())
+    txn.request_epoch_bump("t", 0)
+    txn.begin_init(True)
+    txn.set_producer_id(7, 1)
+    assert (b1.producer_epoch, b1.base_sequence) == (0, 0)  # partition 1 keeps its numbering
+    assert not txn.can_drain(_batch(partition=1))  # new epoch must not overtake b1
+    assert txn.can_drain(b1)
+    txn.on_success(b1)
+    fresh = _drain(txn, _batch(partition=1))
+    assert (fresh.producer_epoch, fresh.base_sequence) == (1, 0)
+
+
+def test_sequence_wraps_like_kafka():
+    assert increment_sequence(2**31 - 2, 1) == 2**31 - 1
+    assert increment_sequence(2**31 - 1, 1) == 0
+    assert increment_sequence(2**31 - 2, 5) == 3
