@@ -13,10 +13,12 @@ Checks, in Kafka's order and with Kafka's error for each:
 * client appends: base offset not 0, control batches, record count <= 0 or not equal to
   ``lastOffsetDelta + 1``, an idempotent batch without a base sequence -> ``InvalidRecordError``;
   transactional batch without producer id -> ``InvalidRecordError``;
-* every record is decoded (decompressing once if needed): the record count must match, offset
-  deltas must be 0..n-1, compacted topics require keys (``InvalidRecordError``); with
-  ``CreateTime``, timestamps outside ``message.timestamp.before/after.max.ms`` and client batches
-  claiming ``LogAppendTime`` -> ``InvalidTimestampError``;
+* every record is walked (decompressing once if needed, see ``sdk.records.walk_batch_records``:
+  framing only, no record objects): each record must fill its length exactly, the record count
+  must match, offset deltas must be 0..n-1, compacted topics require keys
+  (``InvalidRecordError``); with ``CreateTime``, timestamps outside
+  ``message.timestamp.before/after.max.ms`` and client batches claiming ``LogAppendTime`` ->
+  ``InvalidTimestampError``;
 * the whole append larger than ``segment.bytes`` -> ``RecordListTooLargeError``.
 
 For ``CreateTime`` the batch's max timestamp is recomputed from its records and rewritten (with a
@@ -24,10 +26,6 @@ new CRC) if the producer got it wrong, as Kafka does, so the time index can be t
 """
 
 from __future__ import annotations
-
-import struct
-
-import crc32c
 
 from reference_broker.log.config import LONG_MAX, LogConfig
 from reference_broker.log.producer_state import AppendOrigin
@@ -38,7 +36,13 @@ from sdk.protocol.errors import (
     MessageTooLargeError,
     RecordListTooLargeError,
 )
-from sdk.records import BATCH_HEADER_SIZE, CorruptRecordError, RecordBatch
+from sdk.records import (
+    BATCH_HEADER_SIZE,
+    CorruptRecordError,
+    RecordBatch,
+    set_max_timestamp,
+    walk_batch_records,
+)
 from sdk.records.errors import InvalidRecordCountError
 from sdk.records.errors import InvalidRecordError as RecordDecodeError
 
@@ -47,11 +51,6 @@ __all__ = ["validate_append"]
 _LOG_OVERHEAD = 12
 _MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - _LOG_OVERHEAD
 _MAGIC_OFFSET = 16
-_CRC_OFFSET = 17
-_CRC_START = 21
-_MAX_TIMESTAMP_OFFSET = 35
-_INT64 = struct.Struct(">q")
-_UINT32 = struct.Struct(">I")
 
 
 def validate_append(
@@ -141,6 +140,57 @@ def _check_records(
     origin: AppendOrigin,
     now_ms: int,
 ) -> None:
+    """The record-level checks, from one :func:`walk_batch_records` pass (no record objects).
+
+    The walk returns the facts every check needs (count, timestamp delta range, first offset gap,
+    first null key). When any check fails, or the walk itself raises, the batch is decoded again
+    by :func:`_check_records_by_decoding`, the full-decoding check this replaced, so that the
+    error reported (its kind, and which record it names when several are wrong) is exactly the one
+    that check gave; rejected batches are rare enough for that to cost nothing in practice.
+    """
+    try:
+        walk = walk_batch_records(buf, pos)
+    except CorruptRecordError:
+        _check_records_by_decoding(buf, pos, batch, config, origin, now_ms)
+        raise AssertionError("the record walk and the decoder disagree") from None
+    create_time = not config.log_append_time
+    count = walk.count
+    if count:
+        base = batch.base_timestamp
+        max_ts = max(-1, base + walk.max_timestamp_delta)  # type: ignore[operator]
+        before = config.message_timestamp_before_max_ms
+        after = config.message_timestamp_after_max_ms
+        ts_suspect = create_time and (
+            (after < LONG_MAX and max_ts - now_ms > after)
+            or (before < LONG_MAX and now_ms - (base + walk.min_timestamp_delta) > before)  # type: ignore[operator]
+        )
+        null_key = config.compacted and walk.first_null_key >= 0 and not batch.is_control
+        if walk.first_offset_gap >= 0 or null_key or ts_suspect:
+            # Raises the first problem in record order; returns only when the timestamps that
+            # looked out of range were negative ones, which Kafka does not check.
+            _check_records_by_decoding(buf, pos, batch, config, origin, now_ms)
+            if walk.first_offset_gap >= 0 or null_key:
+                raise AssertionError("the record walk and the decoder disagree")
+    if origin is AppendOrigin.CLIENT and count - 1 != batch.last_offset_delta:
+        raise InvalidRecordError("the records do not reach the batch's last offset delta")
+    if create_time and count and batch.timestamp_type == 0 and max_ts != batch.max_timestamp:
+        set_max_timestamp(buf, pos, max_ts)
+
+
+def _check_records_by_decoding(
+    buf: bytearray,
+    pos: int,
+    batch: RecordBatch,
+    config: LogConfig,
+    origin: AppendOrigin,
+    now_ms: int,
+) -> None:
+    """The record checks done by decoding every record: the reference for :func:`_check_records`.
+
+    This was the whole check before the walker; it now runs only to report a failure exactly as
+    it always was reported (and tests compare the two). Raises the first problem in record
+    order; otherwise fixes the max timestamp as :func:`_check_records` does.
+    """
     create_time = not config.log_append_time
     before = config.message_timestamp_before_max_ms
     after = config.message_timestamp_after_max_ms
@@ -148,7 +198,7 @@ def _check_records(
     max_ts = -1
     expected_delta = 0
     try:
-        for record in batch.iter_records(check_crc=False):
+        for record in RecordBatch(buf, pos).iter_records(check_crc=False):
             if record.offset - batch.base_offset != expected_delta:
                 raise InvalidRecordError(
                     f"record {expected_delta} of the batch at byte {pos} has offset delta"
@@ -172,10 +222,4 @@ def _check_records(
     if origin is AppendOrigin.CLIENT and expected_delta - 1 != batch.last_offset_delta:
         raise InvalidRecordError("the records do not reach the batch's last offset delta")
     if create_time and expected_delta and batch.timestamp_type == 0 and max_ts != batch.max_timestamp:
-        _set_max_timestamp(buf, pos, batch.size_in_bytes, max_ts)
-
-
-def _set_max_timestamp(buf: bytearray, pos: int, size: int, timestamp: int) -> None:
-    """Rewrite a CreateTime batch's max timestamp and its CRC (Kafka's ``setMaxTimestamp``)."""
-    _INT64.pack_into(buf, pos + _MAX_TIMESTAMP_OFFSET, timestamp)
-    _UINT32.pack_into(buf, pos + _CRC_OFFSET, crc32c.crc32c(memoryview(buf)[pos + _CRC_START : pos + size]))
+        set_max_timestamp(buf, pos, max_ts)

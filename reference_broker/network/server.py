@@ -1,9 +1,10 @@
 """The asyncio TCP server: reads frames, dispatches them to handlers, writes responses in order.
 
-Each connection runs two tasks. The reader decodes a frame and starts its handler at once as its
-own task, so a Fetch long poll never stalls other connections and pipelined requests overlap;
-the writer awaits those tasks strictly in arrival order, because Kafka clients match responses
-to requests by position as much as by correlation id. Handlers start in arrival order and run
+Each connection is a protocol plus one writer task. Each complete frame is decoded as it arrives
+and its handler started at once as its own task, so a Fetch long poll never stalls other
+connections and pipelined requests overlap; the writer awaits those tasks strictly in arrival
+order, because Kafka clients match responses to requests by position as much as by correlation
+id. Handlers start in arrival order and run
 synchronously up to their first ``await``, so a Produce followed by a Fetch on one connection
 sees its own write, as with Kafka's one-request-at-a-time channels.
 
@@ -16,14 +17,16 @@ UNKNOWN_SERVER_ERROR where the response can carry it and keeps the connection.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import socket
+import struct
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
-from reference_broker.network.framing import FrameError, finish_frame, read_frame, start_frame
-from sdk.protocol.codec import decode_request, encode_response_into
+from reference_broker.network.framing import SIZE_PREFIX
+from sdk.protocol.codec import decode_request, encode_response_parts
 from sdk.protocol.errors import DecodeError, ErrorCode, UnsupportedVersionError
 from sdk.protocol.messages import Message
 
@@ -31,6 +34,12 @@ log = logging.getLogger("reference_broker.network")
 
 API_VERSIONS_KEY = 18
 MAX_IN_FLIGHT = 64  # pipelined requests per connection before the reader stops reading
+_SIZE = struct.Struct(">i")
+#: Receive buffer for small frames; a frame larger than _SMALL_FRAME gets its own buffer.
+_RECV_BUFFER = 256 * 1024
+_SMALL_FRAME = 64 * 1024
+#: Response parts at least this large are handed to the transport uncopied.
+_LARGE_WRITE = 64 * 1024
 
 
 class RequestContext:
@@ -68,75 +77,172 @@ class Dispatcher(Protocol):
     def unsupported_api_versions(self) -> Message: ...
 
 
-class Connection:
-    """One client connection: a reader task and an in-order writer task."""
+class Connection(asyncio.BufferedProtocol):
+    """One client connection: frames read straight into their own buffers, in-order writer task.
 
-    def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        dispatcher: Dispatcher,
-        max_request_size: int,
-    ):
-        self.reader = reader
-        self.writer = writer
-        self.dispatcher = dispatcher
-        self.max_request_size = max_request_size
-        peer = writer.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self._pending: asyncio.Queue[tuple[RequestContext, asyncio.Future[bytearray | None]] | None] = (
-            asyncio.Queue(MAX_IN_FLIGHT)
+    Reading is callback-driven (``asyncio.BufferedProtocol``) rather than ``StreamReader`` based:
+    a large frame (a produce request) gets a ``bytearray`` of its exact size as soon as its size
+    prefix is known and the kernel copies the rest of it straight in, instead of the data being
+    copied into a stream buffer, out into ``bytes`` and then trimmed from the buffer. Small frames
+    are cut out of one reusable receive buffer, so pipelined small requests cost one ``recv``
+    between them. Requests are decoded and their handlers started in arrival order, as before.
+
+    Responses are written by one task in request order. Every response already finished is
+    written in one go (one ``send`` for a run of small responses), and a Fetch response's record
+    data is handed to the transport as the log's buffers, never copied into the frame.
+    """
+
+    def __init__(self, server: KafkaServer):
+        self.server = server
+        self.dispatcher = server.dispatcher
+        self.max_request_size = server.max_request_size
+        self.peer = "?"
+        self.transport: asyncio.Transport | None = None
+        self._recv = bytearray(_RECV_BUFFER)
+        self._start = 0  # unparsed bytes are self._recv[self._start : self._end]
+        self._end = 0
+        self._frame: bytearray | None = None  # a large frame being received into its own buffer
+        self._frame_got = 0
+        self._pending: collections.deque[tuple[RequestContext, asyncio.Future[list[Any] | None]]] = (
+            collections.deque()
         )
+        self._wakeup: asyncio.Future[None] | None = None
+        self._writable: asyncio.Future[None] | None = None
+        self._reading_paused = False
+        self._read_done = False  # no more requests will come (EOF, protocol error)
         self._closing = False
+        self._write_task: asyncio.Task[None] | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    async def serve(self) -> None:
-        """Run until the peer leaves, a protocol error closes us, or the server shuts down."""
-        write_task = asyncio.create_task(self._write_loop(), name=f"kafka-write-{self.peer}")
-        try:
-            await self._read_loop()
-            if not write_task.done():
-                # Let the writer send what was already accepted, then stop.
-                put = asyncio.ensure_future(self._pending.put(None))
-                await asyncio.wait({put, write_task}, return_when=asyncio.FIRST_COMPLETED)
-                put.cancel()
-                await write_task
-        finally:
-            write_task.cancel()
-            self._drop_pending()
-            self.writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.writer.wait_closed(), 1)
+    # -- protocol callbacks ---------------------------------------------------------------------
 
-    def _drop_pending(self) -> None:
-        while not self._pending.empty():
-            item = self._pending.get_nowait()
-            if item is not None:
-                item[1].cancel()
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server._connections.add(self)
+        self._write_task = asyncio.get_running_loop().create_task(
+            self._write_loop(), name=f"kafka-write-{self.peer}"
+        )
 
-    async def _read_loop(self) -> None:
-        while not self._closing:
-            try:
-                frame = await read_frame(self.reader, self.max_request_size)
-            except FrameError as exc:
-                log.warning("closing connection from %s: %s", self.peer, exc)
-                return
-            except asyncio.IncompleteReadError as exc:
-                log.info(
-                    "connection from %s ended inside a frame (%d bytes read)", self.peer, len(exc.partial)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return memoryview(self._frame)[self._frame_got :]
+        if self._end == len(self._recv):
+            # Move the start of a partial small frame to the front (same-size slice assignment:
+            # the buffer never changes size, so no view of it can be invalidated).
+            pending = self._end - self._start
+            self._recv[:pending] = self._recv[self._start : self._end]
+            self._start, self._end = 0, pending
+        return memoryview(self._recv)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is not None:
+            self._frame_got += nbytes
+            if self._frame_got == len(self._frame):
+                frame, self._frame = self._frame, None
+                self._on_frame(frame)
+                self._parse()  # frames that arrived while reading was paused
+            return
+        self._end += nbytes
+        self._parse()
+
+    def eof_received(self) -> bool:
+        if self._frame is not None or self._end > self._start:
+            got = self._frame_got if self._frame is not None else self._end - self._start
+            log.info("connection from %s ended inside a frame (%d bytes read)", self.peer, got)
+        self._stop_reading()
+        return True  # keep the transport open until the writer has sent what was accepted
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            log.debug("connection from %s failed: %s", self.peer, exc)
+        self._closing = True
+        self._stop_reading()
+        self._drop_pending()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        if self._write_task is not None and not self._write_task.done():
+            self._write_task.cancel()
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.server._connections.discard(self)
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _parse(self) -> None:
+        """Hand every complete frame in the receive buffer to ``_on_frame``, in order."""
+        buf = self._recv
+        while not self._reading_paused and not self._read_done:
+            available = self._end - self._start
+            if available < SIZE_PREFIX:
+                break
+            (size,) = _SIZE.unpack_from(buf, self._start)
+            if size < 0 or size > self.max_request_size:
+                reason = (
+                    f"negative frame size {size}"
+                    if size < 0
+                    else f"frame size {size} is larger than socket.request.max.bytes"
+                    f" ({self.max_request_size})"
                 )
+                log.warning("closing connection from %s: %s", self.peer, reason)
+                self._stop_reading()
                 return
-            except (ConnectionError, OSError) as exc:
-                log.debug("connection from %s failed: %s", self.peer, exc)
-                return
-            if frame is None:
-                return
-            work = self._accept(frame)
-            if work is None:
-                return
-            ctx, coro = work
-            await self._pending.put((ctx, asyncio.ensure_future(coro)))
+            body = self._start + SIZE_PREFIX
+            if self._end - body >= size:
+                frame = bytes(buf[body : body + size])
+                self._start = body + size
+                self._on_frame(frame)
+                continue
+            if size > _SMALL_FRAME:
+                # Large: give it its own buffer now and let the kernel fill in the rest.
+                frame_buf = bytearray(size)
+                got = self._end - body
+                frame_buf[:got] = buf[body : self._end]
+                self._frame, self._frame_got = frame_buf, got
+                self._start = self._end
+            break
+        if self._start == self._end:
+            self._start = self._end = 0
 
-    def _accept(self, frame: bytes) -> tuple[RequestContext, Awaitable[bytearray | None]] | None:
+    def _on_frame(self, frame: bytes | bytearray) -> None:
+        work = self._accept(frame)
+        if work is None:
+            self._stop_reading()
+            return
+        ctx, coro = work
+        self._pending.append((ctx, asyncio.ensure_future(coro)))
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+        if len(self._pending) >= MAX_IN_FLIGHT and not self._reading_paused:
+            self._reading_paused = True
+            if self.transport is not None:
+                self.transport.pause_reading()
+
+    def _stop_reading(self) -> None:
+        """No more requests: the writer answers what was accepted, then closes the connection."""
+        if not self._read_done and self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()  # whatever else the peer sends is ignored
+        self._read_done = True
+        self._frame = None
+        self._start = self._end = 0
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    def _accept(self, frame: bytes | bytearray) -> tuple[RequestContext, Awaitable[list[Any] | None]] | None:
         """Decode one request and prepare its handler; None means close the connection."""
         try:
             header, request = decode_request(frame)
@@ -181,12 +287,16 @@ class Connection:
             )
         return ctx, self._run(ctx, request)
 
-    async def _encoded(self, ctx: RequestContext, response: Message) -> bytearray:
-        out = start_frame()
-        encode_response_into(out, response, ctx.api_version, ctx.correlation_id)
-        return finish_frame(out)
+    # -- handling -------------------------------------------------------------------------------
 
-    async def _run(self, ctx: RequestContext, request: Message) -> bytearray | None:
+    async def _encoded(self, ctx: RequestContext, response: Message) -> list[Any]:
+        """The response frame as buffers for the transport: size prefix, header and body, with
+        large record data left where it is (``encode_response_parts``)."""
+        parts = encode_response_parts(response, ctx.api_version, ctx.correlation_id)
+        size = sum(part.nbytes if type(part) is memoryview else len(part) for part in parts)
+        return [_SIZE.pack(size), *parts]
+
+    async def _run(self, ctx: RequestContext, request: Message) -> list[Any] | None:
         try:
             response = await self.dispatcher.handle(ctx, request)
         except asyncio.CancelledError:
@@ -227,40 +337,98 @@ class Connection:
             log.exception("cannot build an error response for %s", type(request).__name__)
             return None
 
+    # -- writing --------------------------------------------------------------------------------
+
+    async def _next(self) -> tuple[RequestContext, asyncio.Future[list[Any] | None]] | None:
+        """The oldest accepted request, waiting for one; None once reading is over and all are
+        answered."""
+        while not self._pending:
+            if self._read_done or self._closing:
+                return None
+            self._wakeup = asyncio.get_running_loop().create_future()
+            await self._wakeup
+        item = self._pending.popleft()
+        if self._reading_paused and len(self._pending) < MAX_IN_FLIGHT and not self._read_done:
+            self._reading_paused = False
+            if self.transport is not None:
+                self.transport.resume_reading()
+            self._parse()
+        return item
+
     async def _write_loop(self) -> None:
-        while True:
-            item = await self._pending.get()
-            if item is None:
-                return
-            ctx, task = item
-            try:
-                frame = await task
-            except asyncio.CancelledError:
-                if self._closing:
+        try:
+            while True:
+                item = await self._next()
+                if item is None:
+                    break
+                ctx, task = item
+                out: list[Any] = []
+                close = False
+                while True:
+                    try:
+                        frame = await task
+                    except asyncio.CancelledError:
+                        if self._closing:
+                            return
+                        raise
+                    except Exception:  # _run already turns handler failures into responses
+                        log.exception("request to %s failed unexpectedly; closing", self.peer)
+                        self._close_now()
+                        return
+                    if frame is not None:
+                        out += frame
+                    if ctx.close_after:
+                        close = True
+                        break
+                    # Answers that are already done go out with this one, in the same call.
+                    if not self._pending or not self._pending[0][1].done():
+                        break
+                    ctx, task = self._pending.popleft()
+                if out and not self._write(out):
                     return
-                raise
-            except Exception:  # _run already turns handler failures into responses
-                log.exception("request to %s failed unexpectedly; closing", self.peer)
-                self._close_now()
-                return
-            if frame is not None:
-                try:
-                    self.writer.write(frame)
-                    await self.writer.drain()
-                except (ConnectionError, OSError) as exc:
-                    log.debug("cannot write to %s: %s", self.peer, exc)
+                if close:
+                    log.info(
+                        "closing connection from %s after %s response as Kafka does", self.peer, ctx.api_key
+                    )
                     self._close_now()
                     return
-            if ctx.close_after:
-                log.info("closing connection from %s after %s response as Kafka does", self.peer, ctx.api_key)
-                self._close_now()
-                return
+                if self._writable is not None and not self._writable.done():
+                    await self._writable  # the transport's buffer is above its high-water mark
+        finally:
+            if not self._closing and self.transport is not None:
+                self._closing = True
+                self.transport.close()  # sends what is buffered, then closes
+
+    def _write(self, parts: list[Any]) -> bool:
+        """Give ``parts`` to the transport; small ones are joined into one buffer, large ones (a
+        Fetch response's records) are passed as they are so they are not copied here."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            self._close_now()
+            return False
+        small: list[Any] = []
+        for part in parts:
+            if (part.nbytes if type(part) is memoryview else len(part)) >= _LARGE_WRITE:
+                if small:
+                    transport.write(b"".join(small))
+                    small = []
+                transport.write(part)
+            else:
+                small.append(part)
+        if small:
+            transport.write(b"".join(small) if len(small) > 1 else small[0])
+        return True
+
+    def _drop_pending(self) -> None:
+        while self._pending:
+            _, task = self._pending.popleft()
+            task.cancel()
 
     def _close_now(self) -> None:
         self._closing = True
-        if self.writer.transport is not None:
-            self.writer.transport.abort()
-        # Free the queue so a reader blocked on a full queue wakes up and sees ``_closing``.
+        self._stop_reading()
+        if self.transport is not None:
+            self.transport.abort()
         self._drop_pending()
 
     def abort(self) -> None:
@@ -277,49 +445,34 @@ class KafkaServer:
         self.port = port
         self.max_request_size = max_request_size
         self._server: asyncio.Server | None = None
-        self._connections: dict[Connection, asyncio.Task[None]] = {}
+        self._connections: set[Connection] = set()
 
     async def start(self) -> tuple[str, int]:
         """Bind and listen; returns the real address (``port=0`` picks a free port)."""
-        self._server = await asyncio.start_server(
-            self._on_connect,
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Connection(self),
             self.host,
             self.port,
             reuse_address=True,
-            limit=2**20,
             backlog=128,
         )
         sockname = self._server.sockets[0].getsockname()
         self.port = sockname[1]
         return sockname[0], sockname[1]
 
-    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = Connection(reader, writer, self.dispatcher, self.max_request_size)
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections[conn] = task
-        try:
-            await conn.serve()
-        except asyncio.CancelledError:
-            pass
-        except Exception:
-            log.exception("connection from %s crashed", conn.peer)
-        finally:
-            self._connections.pop(conn, None)
-
     async def close(self) -> None:
         """Stop listening and drop every connection (in-flight requests are abandoned)."""
         if self._server is not None:
             self._server.close()
-        for conn, task in list(self._connections.items()):
+        connections = list(self._connections)
+        for conn in connections:
             conn.abort()
-            task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections.values(), return_exceptions=True)
+        if connections:
+            await asyncio.wait([conn.closed for conn in connections], timeout=5)
+            tasks = [conn._write_task for conn in connections if conn._write_task is not None]
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)

@@ -340,15 +340,6 @@ class Producer(BatchSendMixin):
         future = await self.send(topic, value, key, partition, timestamp_ms, headers)
         return await future
 
-    def _check_running(self) -> None:
-        if self._state != _RUNNING:
-            if self._state == _NEW:
-                raise IllegalStateError("producer not started: call await producer.start() first")
-            raise ProducerClosedError(f"producer is {self._state}: cannot send")
-        sender = self._sender
-        if sender is not None and sender.fatal_error is not None:
-            raise sender.fatal_error
-
     def _serialize_key(self, topic: str, key: Any) -> bytes | None:
         serializer = self._key_serializer
         if serializer is None:

@@ -35,9 +35,11 @@ from sdk.records.header import (
     assign_offsets,
     read_batch_header,
     set_log_append_time,
+    set_max_timestamp,
     set_partition_leader_epoch,
 )
 from sdk.records.murmur2 import murmur2, murmur2_partition
+from sdk.records.walker import RecordsWalk, walk_batch_records, walk_records
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -58,6 +60,7 @@ __all__ = [
     "Record",
     "RecordBatch",
     "RecordBatchBuilder",
+    "RecordsWalk",
     "TruncatedBatchError",
     "UnsupportedCompressionError",
     "assign_offsets",
@@ -74,5 +77,8 @@ __all__ = [
     "parse_control_record",
     "read_batch_header",
     "set_log_append_time",
+    "set_max_timestamp",
     "set_partition_leader_epoch",
+    "walk_batch_records",
+    "walk_records",
 ]

@@ -2,8 +2,10 @@
 
 The broker never re-encodes a producer's batch: on append it rewrites the base offset (outside the
 CRC), stamps the partition leader epoch (outside the CRC) and, for ``LogAppendTime`` topics, the
-timestamp type and max timestamp (inside the CRC, which is then recomputed). Those edits work on a
-``bytearray`` at a position so a whole produce request can be fixed up without copying.
+timestamp type and max timestamp (inside the CRC, which is then recomputed); for ``CreateTime``
+topics it corrects a max timestamp that disagrees with the records (also inside the CRC). Those
+edits work on a ``bytearray`` at a position so a whole produce request can be fixed up without
+copying.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "assign_offsets",
     "read_batch_header",
     "set_log_append_time",
+    "set_max_timestamp",
     "set_partition_leader_epoch",
 ]
 
@@ -121,5 +124,17 @@ def set_log_append_time(buf: bytearray, pos: int, timestamp_ms: int) -> None:
     end = _batch_end(buf, pos)
     (attributes,) = _INT16.unpack_from(buf, pos + CRC_START)
     _INT16.pack_into(buf, pos + CRC_START, attributes | ATTR_TIMESTAMP_TYPE)
+    _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp_ms)
+    _UINT32.pack_into(buf, pos + CRC_OFFSET, crc32c.crc32c(memoryview(buf)[pos + CRC_START : end]))
+
+
+def set_max_timestamp(buf: bytearray, pos: int, timestamp_ms: int) -> None:
+    """Rewrite the max timestamp of the batch at ``pos`` and recompute its CRC (Kafka's
+    ``setMaxTimestamp`` for a ``CreateTime`` batch, the timestamp type is left as it is).
+
+    A broker does this when the producer's max timestamp disagrees with its records, so that the
+    time index and retention, which read only batch headers, can trust the header.
+    """
+    end = _batch_end(buf, pos)
     _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp_ms)
     _UINT32.pack_into(buf, pos + CRC_OFFSET, crc32c.crc32c(memoryview(buf)[pos + CRC_START : end]))

@@ -324,3 +324,29 @@ def test_header_only_reads(open_log, make_batch, monkeypatch):
     plog.close()
     reopened = open_log(SMALL)
     assert len(reopened.read(0, 10**6).data) == reopened.size_in_bytes
+
+
+def test_fresh_appends_are_served_without_crc_checks(open_log, make_batch, monkeypatch):
+    """Batches this process appended were validated on the way in: reads do not recompute their
+    CRC. After a reopen every batch is checked once, on its first read, and never again."""
+    plog = open_log(SMALL)
+    for i in range(20):
+        plog.append(make_batch(3, tag=i), now_ms=0)
+    checked: list[int] = []
+    check_crc = RecordBatch._check_crc
+
+    def counting(self: RecordBatch) -> None:
+        checked.append(self.base_offset)
+        check_crc(self)
+
+    monkeypatch.setattr(RecordBatch, "_check_crc", counting)
+    assert len(plog.read(0, 10**6).data) == plog.size_in_bytes
+    assert checked == []
+    plog.close()
+    reopened = open_log(SMALL)
+    assert len(reopened.read(0, 10**6).data) == reopened.size_in_bytes
+    assert sorted(checked) == list(range(0, 60, 3))
+    checked.clear()
+    reopened.append(make_batch(2, tag=99), now_ms=0)
+    assert len(reopened.read(0, 10**6).data) == reopened.size_in_bytes
+    assert checked == []
