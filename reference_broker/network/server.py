@@ -203,7 +203,8 @@ class Connection(asyncio.BufferedProtocol):
                 return
             body = self._start + SIZE_PREFIX
             if self._end - body >= size:
-                frame = bytes(buf[body : body + size])
+                with memoryview(buf) as view:
+                    frame = bytes(view[body : body + size])
                 self._start = body + size
                 self._on_frame(frame)
                 continue
@@ -211,7 +212,8 @@ class Connection(asyncio.BufferedProtocol):
                 # Large: give it its own buffer now and let the kernel fill in the rest.
                 frame_buf = bytearray(size)
                 got = self._end - body
-                frame_buf[:got] = buf[body : self._end]
+                with memoryview(buf) as view:
+                    frame_buf[:got] = view[body : self._end]
                 self._frame, self._frame_got = frame_buf, got
                 self._start = self._end
             break

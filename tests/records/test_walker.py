@@ -1,0 +1,298 @@
+"""``walk_records`` / ``walk_batch_records`` against full decoding, their reference.
+
+The walker must accept exactly the batches whose records decode, raise the same error class for
+those that do not, and report the facts decoding would show (count, timestamp delta range, first
+offset gap, first null key). Checked on hypothesis-generated batches, on the same batches mutated
+inside their records (CRC repaired so the damage reaches the record parser), on random record
+sections, and on the hand-written malformed records of ``test_batch``.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sdk.records import (
+    Compression,
+    CorruptRecordError,
+    InvalidRecordCountError,
+    InvalidRecordError,
+    InvalidVarintError,
+    RecordBatch,
+    RecordBatchBuilder,
+    RecordsWalk,
+    UnsupportedCompressionError,
+    compress,
+    walk_batch_records,
+    walk_records,
+)
+from sdk.records.varint import decode_varint
+
+from .strategies import batch_specs, build, fix_crc, raw_batch
+
+PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# One record: length 8, attributes 0, ts delta 0, offset delta 0, null key, value "ab", no headers.
+GOOD = b"\x10\x00\x00\x00\x01\x04ab\x00"
+
+
+def decoded(buf: bytes | bytearray, position: int = 0) -> RecordsWalk | type[CorruptRecordError]:
+    """What decoding every record shows, in the walker's terms; the error class if it fails."""
+    batch = RecordBatch(buf, position)
+    try:
+        records = list(batch.iter_records(check_crc=False))
+    except CorruptRecordError as exc:
+        return type(exc)
+    if not records:
+        return RecordsWalk(0, None, None, -1, -1)
+    # LogAppendTime batches report max_timestamp for every record; read the stored deltas then.
+    plain = bytearray(buf)
+    struct.pack_into(">h", plain, position + 21, batch.attributes & ~0x08)
+    stamps = [
+        r.timestamp - batch.base_timestamp
+        for r in RecordBatch(bytes(plain), position).iter_records(check_crc=False)
+    ]
+    gaps = [i for i, r in enumerate(records) if r.offset - batch.base_offset != i]
+    null_keys = [i for i, r in enumerate(records) if r.key is None]
+    return RecordsWalk(
+        len(records),
+        min(stamps),
+        max(stamps),
+        gaps[0] if gaps else -1,
+        null_keys[0] if null_keys else -1,
+    )
+
+
+def walked(buf: bytes | bytearray, position: int = 0) -> RecordsWalk | type[CorruptRecordError]:
+    try:
+        return walk_batch_records(buf, position)
+    except CorruptRecordError as exc:
+        return type(exc)
+
+
+def family(result: RecordsWalk | type[CorruptRecordError]) -> object:
+    """The result, with record-level error classes merged (what the broker maps errors by)."""
+    if isinstance(result, RecordsWalk):
+        return result
+    if issubclass(result, InvalidRecordCountError):
+        return InvalidRecordCountError
+    return InvalidRecordError if issubclass(result, InvalidRecordError) else result
+
+
+def assert_same(buf: bytes) -> RecordsWalk | type[CorruptRecordError]:
+    """The walker and the decoder agree on ``buf`` alone, and with another batch after it.
+
+    A ``bytes`` buffer is read in place by both, so even the error subclass must match. The
+    decoder copies a ``bytearray``'s section out first while the walker reads it in place, so
+    with bytes after the batch a damaged record can fail on different bytes: the verdict and the
+    error family must still match.
+    """
+    expected = decoded(buf)
+    assert walked(buf) == expected
+    assert walked(bytearray(buf)) == expected
+    doubled = buf + buf
+    assert walked(doubled) == decoded(doubled)
+    assert family(walked(bytearray(doubled))) == family(expected)
+    return expected
+
+
+@PROPERTY
+@given(batch_specs())
+def test_generated_batches_match_decoding(spec: dict) -> None:
+    buf = build(spec)
+    result = assert_same(buf)
+    assert isinstance(result, RecordsWalk) and result.count == len(spec["records"])
+
+
+@st.composite
+def record_mutations(draw: st.DrawFn) -> bytes:
+    """A generated batch with its records section damaged and its CRC repaired."""
+    spec = draw(batch_specs())
+    spec["compression"] = Compression.NONE
+    data = bytearray(build(spec))
+    for _ in range(draw(st.integers(1, 3))):
+        if len(data) <= 61:
+            break
+        i = draw(st.integers(61, len(data) - 1))
+        kind = draw(st.sampled_from(["flip", "set", "insert", "delete"]))
+        if kind == "flip":
+            data[i] ^= draw(st.integers(1, 255))
+        elif kind == "set":
+            data[i] = draw(st.sampled_from([0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF]))
+        elif kind == "insert":
+            data[i:i] = draw(st.binary(min_size=1, max_size=4))
+        else:
+            del data[i : i + draw(st.integers(1, 4))]
+    struct.pack_into(">i", data, 8, len(data) - 12)
+    return fix_crc(data)
+
+
+@PROPERTY
+@given(record_mutations())
+def test_mutated_records_match_decoding(buf: bytes) -> None:
+    assert_same(buf)
+
+
+@PROPERTY
+@given(
+    st.binary(max_size=120) | st.lists(st.sampled_from([GOOD, b"\x00", b"\x01", b"\x80"])).map(b"".join),
+    st.integers(-2, 12),
+    st.sampled_from([Compression.NONE, Compression.GZIP, Compression.LZ4]),
+)
+def test_random_record_sections_match_decoding(section: bytes, count: int, codec: Compression) -> None:
+    payload = compress(codec, section) if codec else section
+    assert_same(raw_batch(payload, count, attributes=int(codec)))
+
+
+@PROPERTY
+@given(batch_specs(), st.integers(-3, 3))
+def test_lying_record_count_matches_decoding(spec: dict, change: int) -> None:
+    buf = bytearray(build(spec))
+    (count,) = struct.unpack_from(">i", buf, 57)
+    struct.pack_into(">i", buf, 57, count + change)
+    assert_same(fix_crc(buf))
+
+
+TS_SHAPES = {
+    "constant": lambda i: 0,
+    "one_byte": lambda i: i // 10,
+    "two_bytes": lambda i: 64 + 3 * i,
+    "crossing": lambda i: 2 * i,  # one byte, then two from record 32 on
+    "wide": lambda i: 9_000 * i,  # three bytes and more: walked record by record
+    "backwards": lambda i: 100 - i,  # negative deltas from record 101 on
+}
+
+
+@st.composite
+def uniform_batches(draw: st.DrawFn) -> bytes:
+    """What producers write: records sharing one layout (so the column checks run), with a few
+    records that differ and sometimes a damaged byte (CRC repaired)."""
+    n = draw(st.integers(2, 300))
+    key = draw(st.none() | st.binary(max_size=3))
+    size = draw(st.sampled_from([0, 1, 7, 100, 200]))
+    shape = TS_SHAPES[draw(st.sampled_from(sorted(TS_SHAPES)))]
+    odd = set(draw(st.lists(st.integers(0, n - 1), max_size=3)))
+    codec = draw(st.sampled_from([Compression.NONE, Compression.NONE, Compression.GZIP]))
+    builder = RecordBatchBuilder(codec)
+    for i in range(n):
+        value = b"v" * size
+        headers: list[tuple[str, bytes | None]] = []
+        if i in odd:
+            kind = i % 3
+            if kind == 0:
+                headers = [("h", b"\x00")]  # ends in a zero byte, like an empty header count
+            elif kind == 1:
+                value = b"w" * (size + 1)
+            else:
+                value = None
+        builder.append(1_000_000 + shape(i), key, value, headers)
+    data = bytearray(builder.build())
+    if codec == Compression.NONE and draw(st.booleans()):
+        for _ in range(draw(st.integers(1, 2))):
+            i = draw(st.integers(61, len(data) - 1))
+            data[i] = draw(st.sampled_from([0x00, 0x01, 0x02, 0x7F, 0x80, 0x81, 0xFF, data[i] ^ 1]))
+    return fix_crc(data)
+
+
+@PROPERTY
+@given(uniform_batches())
+def test_uniform_batches_match_decoding(buf: bytes) -> None:
+    assert_same(buf)
+
+
+@pytest.mark.parametrize("damage_at", [None, 70, 5_000, 8_191, 8_192, 8_999])
+def test_offset_deltas_of_every_width(damage_at: int | None) -> None:
+    """9,000 records: offset deltas of one, two and three bytes, each range checked as columns."""
+    builder = RecordBatchBuilder()
+    for i in range(9_000):
+        builder.append(5_000 + i // 100, None, b"x" * 20)
+    data = bytearray(builder.build())
+    if damage_at is not None:
+        # Walk to the record and break its offset delta (a gap) or its header count.
+        pos = 61
+        for _ in range(damage_at):
+            length, after = decode_varint(data, pos)
+            pos = after + length
+        length, after = decode_varint(data, pos)
+        data[after + length - 1] = 0x02 if damage_at % 2 else 0x00  # header count 1, or unchanged
+        if damage_at % 2 == 0:
+            _, offset_delta_at = decode_varint(data, after + 1)  # past the timestamp delta
+            data[offset_delta_at] ^= 0x02  # the offset delta's low byte: a gap
+    buf = fix_crc(data)
+    result = assert_same(buf)
+    if damage_at is None:
+        assert result == RecordsWalk(9_000, 0, 89, -1, 0)
+    elif damage_at % 2 == 0:
+        assert isinstance(result, RecordsWalk) and result.first_offset_gap == damage_at
+    else:
+        assert result is InvalidRecordError
+
+
+@pytest.mark.parametrize(
+    ("section", "count", "error"),
+    [
+        (GOOD, -1, InvalidRecordCountError),  # negative count
+        (GOOD, 2, InvalidRecordCountError),  # more records claimed than present
+        (GOOD * 2, 1, InvalidRecordCountError),  # bytes left over
+        (b"\x12" + GOOD[1:] + b"\x00", 1, InvalidRecordError),  # length too long for fields
+        (b"\x0e" + GOOD[1:], 1, InvalidRecordError),  # length too short for fields
+        (b"\x7e" + GOOD[1:], 1, InvalidRecordError),  # length overruns the batch
+        (b"\x01" + GOOD[1:], 1, InvalidRecordError),  # negative length
+        (GOOD[:-1], 1, InvalidRecordError),  # cut off at the end
+        (b"\x10\x00\x00\x00\x01\x14ab\x00", 1, InvalidRecordError),  # value overruns
+        (b"\x10\x00\x00\x00\x0aab\x00\x00", 1, InvalidRecordError),  # key overruns
+        (b"\x14\x00\x00\x00\x01\x04ab\x01\x00\x01", 1, InvalidRecordError),  # negative headers
+        (b"\x14\x00\x00\x00\x01\x04ab\x02\x01x\x01", 1, InvalidRecordError),  # negative key len
+        (b"\x14\x00\x00\x00\x01\x04ab\x02\x02\xff\x01", 1, InvalidRecordError),  # not UTF-8
+        (b"\x14\x00\x00\x00\x01\x04ab\x7e\x02h\x01", 1, InvalidRecordError),  # too many headers
+        (b"\x14\x00\x00\x00\x01\x04ab\x02\x02h\x08", 1, InvalidRecordError),  # header value overruns
+        (b"\x20\x00" + b"\x80" * 10 + b"\x01\x00\x01\x01\x00", 1, InvalidVarintError),  # 11-byte ts
+        (b"\x80\x80\x80\x80\x80\x01", 1, InvalidVarintError),  # 6-byte length varint
+    ],
+)
+def test_malformed_records(section: bytes, count: int, error: type) -> None:
+    for attributes, payload in ((0, section), (1, compress(Compression.GZIP, section))):
+        buf = raw_batch(payload, count, attributes=attributes)
+        with pytest.raises(error):
+            walk_batch_records(buf)
+        assert decoded(buf) is walked(buf)
+
+
+def test_facts() -> None:
+    builder = RecordBatchBuilder(base_offset=7)
+    for ts, key in ((1_000, b"k"), (900, b"k"), (1_250, None), (1_100, b"k")):
+        builder.append(ts, key, b"v", [("h", b"x")] if key is None else ())
+    walk = walk_batch_records(builder.build())
+    assert walk == RecordsWalk(4, -100, 250, -1, 2)
+    assert walk_batch_records(raw_batch(b"", 0)) == RecordsWalk(0, None, None, -1, -1)
+    assert walk_batch_records(raw_batch(b"", 0, attributes=1)) == RecordsWalk(0, None, None, -1, -1)
+
+
+def test_offset_gaps_are_reported_not_raised() -> None:
+    # Offset deltas 0 and 2: what compaction leaves behind, and what a producer must not send.
+    second = b"\x10\x00\x00\x04\x01\x04ab\x00"
+    buf = raw_batch(GOOD + second, 2)
+    assert walk_batch_records(buf).first_offset_gap == 1
+    assert decoded(buf) == walk_batch_records(buf)
+
+
+def test_walk_records_takes_a_section_and_bounds() -> None:
+    section = GOOD * 3
+    padded = b"xx" + section + b"yy"
+    assert walk_records(padded, 2, 2 + len(section), 3).count == 3
+    with pytest.raises(InvalidRecordCountError):
+        walk_records(padded, 2, 2 + len(section), 4)
+    with pytest.raises(InvalidRecordCountError):
+        walk_records(section, 0, len(section), -1)
+
+
+def test_unknown_codec() -> None:
+    with pytest.raises(UnsupportedCompressionError):
+        walk_batch_records(raw_batch(GOOD, 1, attributes=6))
+
+
+def test_compressed_garbage_is_a_corrupt_record_error() -> None:
+    with pytest.raises(CorruptRecordError):
+        walk_batch_records(raw_batch(b"not gzip at all", 1, attributes=1))

@@ -1,0 +1,174 @@
+"""The append validator's record checks (one record walk) against full decoding, their reference.
+
+``_check_records`` walks records without building them; ``_check_records_by_decoding`` is the
+check it replaced, kept to report failures. For any input, configuration and origin,
+``validate_append`` must give the same result with either: the same error class and message, or
+the same validated bytes (including a corrected max timestamp and CRC).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reference_broker.log import AppendOrigin, LogConfig
+from reference_broker.log import _validation as validation
+from sdk.protocol.errors import KafkaError
+from sdk.records import Compression, RecordBatchBuilder, compress
+
+PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+NOW = 1_700_000_000_000
+
+
+def fix_crc(batch: bytes | bytearray) -> bytes:
+    """The batch with its CRC recomputed, so only a deliberate edit inside it is wrong."""
+    out = bytearray(batch)
+    struct.pack_into(">I", out, 17, crc32c.crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+def raw_batch(section: bytes, count: int, attributes: int = 0) -> bytes:
+    """A batch around hand-written record bytes (base timestamp NOW), length and CRC correct."""
+    header = struct.pack(
+        ">qiibIhiqqqhii", 0, 49 + len(section), -1, 2, 0, attributes, max(count - 1, 0),
+        NOW, NOW, -1, -1, -1, count,
+    )
+    return fix_crc(header + section)
+
+
+def outcome(
+    records: bytes, config: LogConfig, origin: AppendOrigin, *, reference: bool
+) -> tuple[str, str] | tuple[bytes, list[int]]:
+    """``validate_append``'s result, with the walker or with the full-decoding reference."""
+    saved = validation._check_records
+    if reference:
+        validation._check_records = validation._check_records_by_decoding  # type: ignore[assignment]
+    try:
+        buf, positions = validation.validate_append(records, config, origin, NOW)
+    except KafkaError as exc:
+        return type(exc).__name__, str(exc)
+    finally:
+        validation._check_records = saved  # type: ignore[assignment]
+    return bytes(buf), positions
+
+
+def assert_same(records: bytes, config: LogConfig, origin: AppendOrigin) -> tuple:
+    fast = outcome(records, config, origin, reference=False)
+    assert fast == outcome(records, config, origin, reference=True)
+    return fast
+
+
+CONFIGS = [
+    LogConfig(),
+    LogConfig(cleanup_policy=("compact",)),
+    LogConfig(message_timestamp_before_max_ms=3_600_000, message_timestamp_after_max_ms=60_000),
+    LogConfig(message_timestamp_type="LogAppendTime"),
+]
+
+timestamps = st.one_of(
+    st.integers(NOW - 10_000, NOW + 10_000),
+    st.integers(NOW - 7_200_000, NOW + 120_000),
+    st.integers(-5, 2**45),
+)
+records = st.lists(
+    st.tuples(timestamps, st.none() | st.binary(max_size=8), st.none() | st.binary(max_size=40),
+              st.lists(st.tuples(st.text(max_size=4), st.none() | st.binary(max_size=4)), max_size=2)),
+    min_size=1,
+    max_size=12,
+)
+
+
+@st.composite
+def produced(draw: st.DrawFn) -> bytes:
+    """A producer's batch, sometimes damaged (CRC repaired) or with a wrong max timestamp."""
+    builder = RecordBatchBuilder(
+        draw(st.sampled_from([Compression.NONE, Compression.NONE, Compression.GZIP, Compression.LZ4])),
+        producer_id=draw(st.sampled_from([-1, 7])),
+        producer_epoch=0,
+        base_sequence=draw(st.sampled_from([-1, 0, 5])),
+    )
+    for ts, key, value, headers in draw(records):
+        builder.append(ts, key, value, headers)
+    data = bytearray(builder.build())
+    change = draw(st.sampled_from(["none", "none", "max_ts", "offset_delta", "bytes", "count"]))
+    if change == "max_ts":
+        struct.pack_into(">q", data, 35, draw(timestamps))
+    elif change == "offset_delta" and not data[22] & 0x07:  # uncompressed: edit a record in place
+        # The third byte of the first record is its timestamp delta or offset delta.
+        data[61 + draw(st.integers(1, 4))] = draw(st.sampled_from([0x02, 0x04, 0x7E, 0x80]))
+    elif change == "bytes" and len(data) > 62:
+        i = draw(st.integers(61, len(data) - 1))
+        data[i] = draw(st.integers(0, 255))
+    elif change == "count":
+        (count,) = struct.unpack_from(">i", data, 57)
+        struct.pack_into(">i", data, 57, count + draw(st.sampled_from([-1, 1])))
+    return fix_crc(data)
+
+
+@PROPERTY
+@given(produced(), st.sampled_from(CONFIGS), st.sampled_from(list(AppendOrigin)))
+def test_validator_matches_full_decoding(data: bytes, config: LogConfig, origin: AppendOrigin) -> None:
+    assert_same(data, config, origin)
+
+
+@PROPERTY
+@given(
+    st.binary(max_size=80),
+    st.integers(-1, 6),
+    st.sampled_from([Compression.NONE, Compression.GZIP]),
+    st.sampled_from(CONFIGS),
+)
+def test_random_record_sections(section: bytes, count: int, codec: Compression, config: LogConfig) -> None:
+    payload = compress(codec, section) if codec else section
+    assert_same(raw_batch(payload, count, attributes=int(codec)), config, AppendOrigin.REPLICATION)
+
+
+GOOD = b"\x10\x00\x00\x00\x01\x04ab\x00"  # null key, value "ab", ts delta 0, offset delta 0
+KEYED = b"\x12\x00\x00\x00\x02k\x04ab\x00"  # key "k"
+
+
+@pytest.mark.parametrize(
+    ("section", "count", "config", "error"),
+    [
+        (GOOD + GOOD, 2, LogConfig(), "InvalidRecordError"),  # offset deltas 0, 0
+        (KEYED + GOOD.replace(b"\x00\x00\x00", b"\x00\x00\x02", 1), 2,
+         LogConfig(cleanup_policy=("compact",)), "InvalidRecordError"),  # null key
+        (GOOD, 2, LogConfig(), "InvalidRecordError"),  # fewer records than the count
+        (b"\x12" + GOOD[1:] + b"\x00", 1, LogConfig(), "InvalidRecordError"),  # bad record length
+        (b"\x10\x00\x02\x00\x01\x04ab\x00", 1, LogConfig(message_timestamp_after_max_ms=0),
+         "InvalidTimestampError"),  # one millisecond in the future
+    ],
+)
+def test_rejections(section: bytes, count: int, config: LogConfig, error: str) -> None:
+    result = assert_same(raw_batch(section, count), config, AppendOrigin.REPLICATION)
+    assert result[0] == error
+
+
+def test_max_timestamp_is_corrected_without_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    builder = RecordBatchBuilder()
+    for ts in (NOW, NOW + 30, NOW + 10):
+        builder.append(ts, None, b"v")
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 35, NOW)  # the producer claims a smaller maximum
+    data = bytearray(fix_crc(data))
+
+    def no_decoding(*args: object) -> None:
+        raise AssertionError("a valid batch must not be decoded")
+
+    monkeypatch.setattr(validation, "_check_records_by_decoding", no_decoding)
+    buf, _ = validation.validate_append(bytes(data), LogConfig(), AppendOrigin.CLIENT, NOW)
+    assert struct.unpack_from(">q", buf, 35)[0] == NOW + 30
+    assert buf == fix_crc(buf)  # the CRC was recomputed
+
+
+def test_negative_timestamps_are_not_range_checked() -> None:
+    builder = RecordBatchBuilder()
+    builder.append(-5, None, b"v")
+    builder.append(NOW, None, b"v")
+    config = LogConfig(message_timestamp_before_max_ms=1_000)
+    result = assert_same(builder.build(), config, AppendOrigin.CLIENT)
+    assert isinstance(result[0], bytes)
