@@ -8,6 +8,7 @@ old or the new content, never a mix; stray ``*.tmp`` files are removed when a lo
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 from pathlib import Path
 
@@ -63,6 +64,39 @@ def pread_exact(fd: int, length: int, position: int) -> bytes:
         parts.append(more)
         got += len(more)
     return b"".join(parts)
+
+
+#: Reads at least this large are served from a read-only mapping of the file (``read_mapped``).
+MAP_MIN_BYTES = 1024 * 1024
+_MAP_FLAGS = getattr(mmap, "MAP_SHARED", 0) | getattr(mmap, "MAP_POPULATE", 0)
+
+
+def read_mapped(fd: int, length: int, position: int) -> bytes | memoryview:
+    """``length`` bytes at ``position`` as a view of a read-only mapping; ``pread_exact`` when the
+    range is small or cannot be mapped.
+
+    A Fetch reads up to ``max.partition.fetch.bytes`` (10 MiB in the benchmark) per partition.
+    ``pread`` copies that into a freshly allocated object, whose pages the kernel must fault in
+    and zero first (the allocator returns large blocks to the system between fetches), before the
+    socket send copies it again. Mapping the page-cache pages leaves only that last copy: the
+    view goes to the transport as it is (10 MiB: about 0.1 ms instead of 2 to 7 ms). The mapping
+    is never closed explicitly: it is unmapped when the last view of it is dropped (after the
+    response has been sent). That is safe because a segment's bytes are only appended to while
+    the broker runs (truncation happens at recovery, before anything is served), and a deleted
+    segment's pages stay valid while mapped.
+    """
+    if length < MAP_MIN_BYTES:
+        return pread_exact(fd, length, position)
+    end = min(position + length, os.fstat(fd).st_size)
+    if end <= position:
+        return b""
+    start = position - position % mmap.ALLOCATIONGRANULARITY
+    try:
+        mapping = mmap.mmap(fd, end - start, flags=_MAP_FLAGS, prot=mmap.PROT_READ, offset=start)
+    except (OSError, ValueError, AttributeError, TypeError):  # no Unix mmap flags: plain read
+        return pread_exact(fd, length, position)
+    # PROT_READ pages: the view must say read-only, or a write through it would crash the broker.
+    return memoryview(mapping).toreadonly()[position - start :]
 
 
 def remove_quietly(path: Path) -> None:

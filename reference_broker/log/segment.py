@@ -25,7 +25,7 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
-from reference_broker.log._files import pread_exact, pwrite_all, remove_quietly
+from reference_broker.log._files import pread_exact, pwrite_all, read_mapped, remove_quietly
 from reference_broker.log.config import LogConfig
 from reference_broker.log.index import OffsetIndex, TimeIndex, TransactionIndex
 from reference_broker.log.integrity import (
@@ -448,7 +448,7 @@ class LogSegment:
         ``stopped_early`` is False when the read reached the end of the segment.
         """
         end = self.size
-        buf = pread_exact(self.fd, min(end - position, max(max_bytes, BATCH_HEADER_SIZE)), position)
+        buf = read_mapped(self.fd, min(end - position, max(max_bytes, BATCH_HEADER_SIZE)), position)
         p = 0
         expected = expected_base
         while position + p < end:
@@ -469,7 +469,7 @@ class LogSegment:
                 if p + size > len(buf):
                     if p + size > max(max_bytes, len(buf)) and p:
                         return _view(buf, p), expected, True
-                    buf = buf[:p] + pread_exact(self.fd, size, abs_pos)
+                    buf = b"".join((buf[:p], pread_exact(self.fd, size, abs_pos)))
                     batch = RecordBatch(buf, p)
                 if beyond or abs_pos >= self.verified_upto or batch.base_offset != expected:
                     reason = content_problem(batch, expected)
@@ -541,7 +541,7 @@ class _IndexMismatch(Exception):
     pass
 
 
-def _view(buf: bytes, length: int) -> bytes | memoryview:
+def _view(buf: bytes | memoryview, length: int) -> bytes | memoryview:
     return buf if length == len(buf) else memoryview(buf)[:length]
 
 

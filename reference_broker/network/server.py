@@ -40,6 +40,14 @@ _RECV_BUFFER = 256 * 1024
 _SMALL_FRAME = 64 * 1024
 #: Response parts at least this large are handed to the transport uncopied.
 _LARGE_WRITE = 64 * 1024
+#: Kernel send buffer asked for per connection. A Fetch response is up to fetch.max.bytes (tens
+#: of MiB); what the kernel does not take at once is copied into the transport's buffer and sent
+#: in pieces on later loop iterations, which the client waits for. Linux's autotuning stops at
+#: tcp_wmem's maximum (4 MiB by default); an explicit size (capped by net.core.wmem_max and
+#: doubled by the kernel) lets one send take most of a 10 MiB response on loopback.
+_SEND_BUFFER = 8 * 1024 * 1024
+#: Large response parts are written in pieces of this size, each after the previous one left.
+_WRITE_CHUNK = 1024 * 1024
 
 
 class RequestContext:
@@ -125,6 +133,11 @@ class Connection(asyncio.BufferedProtocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
+        # Pause as soon as anything is left unsent, resume once all of it is: ``_write`` hands
+        # over the next piece of a large response only then (see there).
+        transport.set_write_buffer_limits(high=0, low=0)
         self.server._connections.add(self)
         self._write_task = asyncio.get_running_loop().create_task(
             self._write_loop(), name=f"kafka-write-{self.peer}"
@@ -386,7 +399,7 @@ class Connection(asyncio.BufferedProtocol):
                     if not self._pending or not self._pending[0][1].done():
                         break
                     ctx, task = self._pending.popleft()
-                if out and not self._write(out):
+                if out and not await self._write(out):
                     return
                 if close:
                     log.info(
@@ -401,24 +414,45 @@ class Connection(asyncio.BufferedProtocol):
                 self._closing = True
                 self.transport.close()  # sends what is buffered, then closes
 
-    def _write(self, parts: list[Any]) -> bool:
+    async def _write(self, parts: list[Any]) -> bool:
         """Give ``parts`` to the transport; small ones are joined into one buffer, large ones (a
-        Fetch response's records) are passed as they are so they are not copied here."""
+        Fetch response's records) are passed as views, ``_WRITE_CHUNK`` bytes at a time.
+
+        A chunk is only written once the transport's own buffer is empty (high-water mark 0, see
+        ``connection_made``), so the transport sends it straight from the log's buffer and copies
+        at most the part of one chunk the kernel did not take. Handing it a whole multi-MiB
+        response at once made it copy everything beyond the socket buffer into its ``bytearray``
+        (growing it by reallocation), tens of MiB for an 8-partition fetch, before the client
+        could read the end of the response it is waiting for.
+        """
+        small: list[Any] = []
+        for part in parts:
+            size = part.nbytes if type(part) is memoryview else len(part)
+            if size < _LARGE_WRITE:
+                small.append(part)
+                continue
+            if small:
+                if not await self._send(b"".join(small) if len(small) > 1 else small[0]):
+                    return False
+                small = []
+            # Not released explicitly: a transport may keep a slice of it until sent (3.12+).
+            view = memoryview(part)
+            for start in range(0, size, _WRITE_CHUNK):
+                if not await self._send(view[start : start + _WRITE_CHUNK]):
+                    return False
+        if small:
+            return await self._send(b"".join(small) if len(small) > 1 else small[0])
+        return True
+
+    async def _send(self, data: bytes | memoryview) -> bool:
+        """Write ``data`` once the transport has sent everything before it; False if closed."""
+        if self._writable is not None and not self._writable.done():
+            await self._writable
         transport = self.transport
         if transport is None or transport.is_closing():
             self._close_now()
             return False
-        small: list[Any] = []
-        for part in parts:
-            if (part.nbytes if type(part) is memoryview else len(part)) >= _LARGE_WRITE:
-                if small:
-                    transport.write(b"".join(small))
-                    small = []
-                transport.write(part)
-            else:
-                small.append(part)
-        if small:
-            transport.write(b"".join(small) if len(small) > 1 else small[0])
+        transport.write(data)
         return True
 
     def _drop_pending(self) -> None:

@@ -608,3 +608,41 @@ def test_describe_cluster_and_init_producer_id(broker: BrokerProcess, client: Wi
     assert first.producer_epoch == 0
     txn = client.request(InitProducerIdRequest(transactional_id="t", transaction_timeout_ms=60000), 4)
     assert txn.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+def test_pipelined_large_fetches_arrive_whole_and_in_order(broker: BrokerProcess) -> None:
+    """Multi-MiB Fetch responses are handed to the transport in pieces as the socket drains
+    (``Connection._write``) and their records come from file mappings: pipelined behind and
+    ahead of small requests, read by a slow client, every byte still arrives in order."""
+    topic = unique("large-fetch")
+    values = [bytes([i % 251]) * 200_000 for i in range(40)]  # 8 MB in 10 batches of 800 kB
+    with WireClient(broker.bootstrap, timeout=30) as client:
+        assert create(client, topic).error_code == 0
+        for start in range(0, len(values), 4):
+            assert produce(client, topic, batch(*values[start : start + 4])).error_code == 0
+        request = FetchRequest(
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=50 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                FetchRequest.FetchTopic(
+                    topic=topic,
+                    partitions=[
+                        FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=10 << 20)
+                    ],
+                )
+            ],
+        )
+        metadata = MetadataRequest(topics=[])
+        sent = [client.send(request, 12), client.send(metadata, 12), client.send(request, 12)]
+        time.sleep(0.5)  # let the broker fill the socket and wait for it to drain
+        for api_key, expected_cid in zip((1, 3, 1), sent, strict=True):
+            cid, response = client.receive(api_key, 12)
+            assert cid == expected_cid
+            if api_key == 1:
+                records = response.responses[0].partitions[0].records
+                got = [r.value for b in iter_batches(bytes(records)) for r in b]
+                assert got == values

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 
@@ -9,6 +10,7 @@ import crc32c
 import pytest
 
 from reference_broker.log import AppendOrigin, LogConfig, PartitionLog
+from reference_broker.log._files import MAP_MIN_BYTES
 from sdk.protocol.errors import (
     CorruptMessageError,
     InvalidRecordError,
@@ -103,6 +105,33 @@ def test_out_of_range_offsets(open_log, make_batch):
     with pytest.raises(OffsetOutOfRangeError):
         plog.read(3, 100)
     assert next(iter_batches(bytes(plog.read(4, 1).data))).base_offset == 4
+
+
+def test_large_reads_are_mapped_and_match_small_reads(open_log, make_batch):
+    """Reads of at least ``MAP_MIN_BYTES`` come from a file mapping: same bytes and limits as the
+    ``pread`` path, starting mid-page, and still readable after their segment is deleted."""
+    plog = open_log(LogConfig(retention_ms=-1, segment_bytes=8 << 20))
+    while plog.segments[-1].size < 3 * MAP_MIN_BYTES:
+        plog.append(make_batch(50, value_size=1_000, tag=plog.log_end_offset), now_ms=0)
+    plog.append(make_batch(1, value_size=10), now_ms=0)  # one batch past the first segment end
+    plog.roll()
+    plog.append(make_batch(1, value_size=10), now_ms=0)
+    offset = 50  # starts at a batch boundary that is not page aligned
+    mapped = plog.read(offset, 2 * MAP_MIN_BYTES)
+    assert isinstance(mapped.data, memoryview) and isinstance(mapped.data.obj, mmap.mmap)
+    assert mapped.data.readonly
+    pieces, at = [], offset
+    while at < mapped.next_offset:  # the same range through small (pread) reads
+        part = plog.read(at, 1)
+        pieces.append(bytes(part.data))
+        at = part.next_offset
+    expected = b"".join(pieces)
+    assert bytes(mapped.data) == expected and len(expected) <= 2 * MAP_MIN_BYTES
+    assert next(iter_batches(expected)).base_offset == offset
+    whole = plog.read(0, 10**9)  # up to the end of the first segment, then across into the next
+    assert values(whole.data)[-1][0] == plog.log_end_offset - 1
+    plog.delete_records_before(plog.log_end_offset)  # deletes the mapped segment
+    assert bytes(mapped.data) == expected
 
 
 def test_read_slices_match_read_and_survive_segment_deletion(open_log, make_batch):
