@@ -22,7 +22,9 @@ from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
 from sdk.errors import BufferExhaustedError, IllegalStateError, KafkaTimeoutError
-from sdk.producer.batch_api import Headers
+from sdk.producer.accumulator import RECORD_OVERHEAD
+from sdk.producer.batch_api import Headers, headers_size
+from sdk.producer.futures import PENDING, TRANSITION, LazyRecordFuture
 from sdk.producer.interceptors import ProducerRecord
 from sdk.producer.producer import Producer as AsyncProducer
 from sdk.producer.record_metadata import RecordMetadata
@@ -32,6 +34,7 @@ __all__ = ["DeliveryFuture", "Producer", "shared_loop"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_new_object = object.__new__
 
 
 class LoopThread:
@@ -77,35 +80,44 @@ def shared_loop() -> LoopThread:
         return _shared
 
 
-_PENDING, _FINISHED, _CANCELLED = 0, 1, 2
-_transition = threading.Lock()
+_PENDING, _RESULT, _ERROR, _CANCELLED = 0, 1, 2, 3
 
 
-class DeliveryFuture:
+class DeliveryFuture(LazyRecordFuture):
     """The outcome of one send: ``concurrent.futures.Future``'s methods plus kafka-python's
     ``get(timeout)``.
 
     A light re-implementation rather than a ``concurrent.futures.Future`` because one is made per
-    record: it costs a lock instead of a condition variable. It does not work with
+    record, on the caller's thread: it holds no lock or condition of its own (a thread that waits
+    gets a lock made for it then), and a record's future is resolved together with the rest of
+    its batch (``sdk.producer.futures``) rather than one by one. It does not work with
     ``concurrent.futures.wait``/``as_completed``; use ``get``, ``result`` or callbacks.
+
+    A record's future is resolved through its batch's outcome once the loop thread has appended
+    it; one that failed before that, or the future of a ``send_many`` call, is set directly
+    (``set_result``/``set_exception``: state ``_RESULT``/``_ERROR`` with ``_value``).
     """
 
-    __slots__ = ("_callbacks", "_done_lock", "_exception", "_result", "_state")
+    __slots__ = ("_record", "_state", "_value")
 
     def __init__(self) -> None:
+        self._outcome = None
+        self._callbacks = None
         self._state = _PENDING
-        self._result: Any = None
-        self._exception: BaseException | None = None
-        self._callbacks: list[Any] | None = None
-        self._done_lock = threading.Lock()
-        self._done_lock.acquire()  # released once the outcome is known
+        self._value: Any = None
+        #: ``(topic, key, value, partition, timestamp_ms, headers)`` while the record waits in
+        #: the hand-over queue (``Producer.send``), None once the loop thread took it.
+        self._record: tuple[Any, ...] | None = None
 
     def __repr__(self) -> str:
-        state = {_PENDING: "pending", _FINISHED: "finished", _CANCELLED: "cancelled"}[self._state]
+        state = "cancelled" if self._state == _CANCELLED else "finished" if self.done() else "pending"
         return f"<DeliveryFuture {state}>"
 
     def done(self) -> bool:
-        return self._state != _PENDING
+        if self._state != _PENDING:
+            return True
+        outcome = self._outcome
+        return outcome is not None and outcome.state != PENDING
 
     def cancelled(self) -> bool:
         return self._state == _CANCELLED
@@ -115,58 +127,85 @@ class DeliveryFuture:
 
     def cancel(self) -> bool:
         """Stop waiting for the outcome (the record itself may still be delivered)."""
-        return self._finish(_CANCELLED, None, None)
+        return self._finish(_CANCELLED, None)
 
     def set_result(self, result: Any) -> None:
-        self._finish(_FINISHED, result, None)
+        self._finish(_RESULT, result)
 
     def set_exception(self, exception: BaseException | None) -> None:
-        self._finish(_FINISHED, None, exception)
+        self._finish(_ERROR, exception)
 
-    def _finish(self, state: int, result: Any, exception: BaseException | None) -> bool:
-        with _transition:
-            if self._state != _PENDING:
+    def _finish(self, state: int, value: Any) -> bool:
+        with TRANSITION:
+            if self.done():
                 return False
-            self._result, self._exception, self._state = result, exception, state
-            self._done_lock.release()
+            self._value, self._state = value, state
             callbacks, self._callbacks = self._callbacks, None
-        for callback in callbacks or ():
+        if callbacks:
+            self._run_callbacks(callbacks)
+        return True
+
+    def _run_callbacks(self, callbacks: list[Any]) -> None:
+        for callback in callbacks:
             try:
                 callback(self)
             except Exception:
                 log.exception("DeliveryFuture callback %r failed", callback)
-        return True
 
     def add_done_callback(self, callback: Any) -> None:
         """``callback(future)`` once done (at once if already done), on the completing thread."""
-        with _transition:
-            if self._state == _PENDING:
+        with TRANSITION:
+            if not self.done():
                 if self._callbacks is None:
-                    self._callbacks = []
-                self._callbacks.append(callback)
+                    self._callbacks = [callback]
+                else:
+                    self._callbacks.append(callback)
                 return
         callback(self)
 
     def _wait(self, timeout: float | None) -> None:
-        if self._state != _PENDING:
+        if self.done():
             return
-        if not self._done_lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+        with TRANSITION:
+            if self.done():
+                return
+            waiter = threading.Lock()
+            waiter.acquire()
+            wake = _Releaser(waiter)
+            if self._callbacks is None:
+                self._callbacks = [wake]
+            else:
+                self._callbacks.append(wake)
+        if not waiter.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
             raise concurrent.futures.TimeoutError()
-        self._done_lock.release()
 
     def result(self, timeout: float | None = None) -> Any:
         self._wait(timeout)
-        if self._state == _CANCELLED:
+        state = self._state
+        if state == _CANCELLED:
             raise concurrent.futures.CancelledError()
-        if self._exception is not None:
-            raise self._exception
-        return self._result
+        if state == _ERROR:
+            raise self._value
+        if state == _RESULT:
+            return self._value
+        outcome = self._outcome
+        assert outcome is not None
+        if outcome.error is not None:
+            raise outcome.error.with_traceback(outcome.error_traceback)
+        return self._metadata(outcome)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self._wait(timeout)
-        if self._state == _CANCELLED:
+        state = self._state
+        if state == _CANCELLED:
             raise concurrent.futures.CancelledError()
-        return self._exception
+        if state == _ERROR:
+            return self._value  # type: ignore[no-any-return]
+        if state == _RESULT:
+            return None
+        outcome = self._outcome
+        assert outcome is not None
+        return outcome.error  # type: ignore[no-any-return]
 
     def get(self, timeout: float | None = None) -> Any:
         """The result; ``KafkaTimeoutError`` if it is not there within ``timeout`` seconds."""
@@ -176,6 +215,21 @@ class DeliveryFuture:
             raise KafkaTimeoutError(f"no acknowledgement within {timeout} s") from None
 
 
+class _Releaser:
+    """A done-callback that wakes one thread blocked in ``DeliveryFuture._wait``."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: Any) -> None:
+        self._lock = lock
+
+    def __call__(self, _future: DeliveryFuture) -> None:
+        self._lock.release()
+
+    def __repr__(self) -> str:
+        return "<waiting thread>"
+
+
 def _transfer(source: asyncio.Future[Any], target: DeliveryFuture) -> None:
     if source.cancelled():
         target.cancel()
@@ -183,9 +237,6 @@ def _transfer(source: asyncio.Future[Any], target: DeliveryFuture) -> None:
         target.set_exception(source.exception())
     else:
         target.set_result(source.result())
-
-
-_Item = tuple[str, Any, Any, Any, Any, Any, DeliveryFuture]
 
 
 class Producer:
@@ -205,7 +256,8 @@ class Producer:
         self._runner = shared_loop()
         self._producer = AsyncProducer(**config)
         self._max_block_s = self._producer.config.max_block_ms / 1000
-        self._queue: deque[_Item] = deque()
+        #: Records handed over to the loop thread: each future carries its record (``_record``).
+        self._queue: deque[DeliveryFuture] = deque()
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
         self._pump_scheduled = False
@@ -251,14 +303,32 @@ class Producer:
             or (value is not None and type(value) is not bytes)
         ):
             key, value = producer._serialize(topic, key, value)
-        producer._record_size(key, value, headers)
-        future = DeliveryFuture()
+        # producer._record_size, inlined (once per record): a record that can never fit is
+        # refused here, in the caller's thread.
+        size = RECORD_OVERHEAD
+        if key is not None:
+            size += len(key)
+        if value is not None:
+            size += len(value)
+        if headers:
+            size += headers_size(headers)
+        if size > producer._max_record_size:
+            producer._too_large(size)
+        # DeliveryFuture(), its fields set here: cheaper than calling the constructor. The
+        # future carries the record through the queue: one object per record that the garbage
+        # collector follows (the record tuple holds no such object, so the collector stops
+        # tracking it), which keeps collections short while records wait for the loop thread.
+        future = _new_object(DeliveryFuture)
+        future._outcome = None
+        future._callbacks = None
+        future._state = _PENDING
+        future._record = (topic, key, value, partition, timestamp_ms, headers)
         queue = self._queue
         if len(queue) >= self.HANDOVER_LIMIT:
             self._wait_for_room()
         # deque.append and the flag are atomic under the GIL; the pump resets the flag before it
         # drains, so a record appended at any moment is either drained or triggers a new pump.
-        queue.append((topic, key, value, partition, timestamp_ms, headers, future))
+        queue.append(future)
         if not self._pump_scheduled:
             self._pump_scheduled = True
             self._runner.loop.call_soon_threadsafe(self._pump)
@@ -378,15 +448,19 @@ class Producer:
         appended = 0
         # A bounded round, then the loop's other work (the sender) gets a turn: a caller thread
         # that keeps the queue full must not starve the network.
+        popleft = queue.popleft
         for _ in range(min(len(queue), self.PUMP_ROUND)):
-            topic, key, value, partition, timestamp_ms, headers, future = queue[0]
+            future = popleft()
+            topic, key, value, partition, timestamp_ms, headers = future._record  # type: ignore[misc]
             try:
-                if not try_append(topic, key, value, partition, timestamp_ms, headers, future):
+                if try_append(topic, key, value, partition, timestamp_ms, headers, future) is None:
+                    # Back at the head (callers only append at the tail): the task takes it.
+                    queue.appendleft(future)
                     self._slow_task = self._runner.loop.create_task(self._drain_handover_task())
                     break
             except Exception as exc:
                 future.set_exception(exc)
-            queue.popleft()
+            future._record = None
             appended += 1
         producer._yield_pending = False
         if appended:
@@ -409,14 +483,16 @@ class Producer:
         producer = self._producer
         queue = self._queue
         while queue:
-            topic, key, value, partition, timestamp_ms, headers, future = queue[0]
+            future = queue[0]
+            topic, key, value, partition, timestamp_ms, headers = future._record  # type: ignore[misc]
             try:
-                if not producer._try_append(topic, key, value, partition, timestamp_ms, headers, future):
+                if producer._try_append(topic, key, value, partition, timestamp_ms, headers, future) is None:
                     await producer._append_blocking(
                         topic, key, value, partition, timestamp_ms, headers, future
                     )
             except Exception as exc:
                 future.set_exception(exc)
+            future._record = None
             queue.popleft()
             self._notify_room()
         producer._yield_pending = False

@@ -63,6 +63,13 @@ class RecordAccumulator:
         self.delivery_timeout_ms = delivery_timeout_ms
         self.retry_backoff = retry_backoff
         self.on_ready = on_ready or (lambda: None)
+        #: The loop the records' futures run their callbacks on (None when built outside one,
+        #: as unit tests do with plain sinks).
+        self.loop: asyncio.AbstractEventLoop | None
+        try:
+            self.loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
         self._batches: dict[str, dict[int, Deque]] = {}
         #: The batch still taking records, per topic and partition: the producer's fast path
         #: appends to it directly (``RecordAccumulator.append`` handles everything else).
@@ -140,7 +147,7 @@ class RecordAccumulator:
 
     def _new_batch(self, topic: str, partition: int, dq: Deque) -> ProducerBatch:
         builder = RecordBatchBuilder(self.compression, batch_size=self.batch_size)
-        batch = ProducerBatch(topic, partition, builder, now_ms())
+        batch = ProducerBatch(topic, partition, builder, now_ms(), self.loop)
         dq.append(batch)
         self._incomplete.add(batch)
         open_parts = self.open.get(topic)
@@ -187,14 +194,12 @@ class RecordAccumulator:
             if not batch.full:
                 delta = batch.builder.append(timestamp, key, value, headers)
                 if delta is not None:
-                    batch.entries.append(
-                        (
-                            sink,
-                            delta,
-                            timestamp,
-                            -1 if key is None else len(key),
-                            -1 if value is None else len(value),
-                        )
+                    batch.add_sink(
+                        sink,
+                        delta,
+                        timestamp,
+                        -1 if key is None else len(key),
+                        -1 if value is None else len(value),
                     )
                     batch.reserved += reserved
                     return False
@@ -203,8 +208,8 @@ class RecordAccumulator:
         batch = self._new_batch(topic, partition, dq)
         delta = batch.builder.append(timestamp, key, value, headers)
         assert delta is not None
-        batch.entries.append(
-            (sink, delta, timestamp, -1 if key is None else len(key), -1 if value is None else len(value))
+        batch.add_sink(
+            sink, delta, timestamp, -1 if key is None else len(key), -1 if value is None else len(value)
         )
         batch.reserved += reserved
         self.on_ready()

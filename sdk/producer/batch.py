@@ -1,12 +1,15 @@
 """A batch of records for one partition, from first append to the broker's answer.
 
 Records are encoded into the ``RecordBatchBuilder`` as they are appended; the batch remembers, per
-record, only what its ``RecordMetadata`` needs (the sink to resolve, the offset delta, timestamp and
-sizes). Records added by ``send_many`` are kept as runs (one entry per run of consecutive offsets)
-so a large batch API call costs one future, not one per record.
+record, only what its ``RecordMetadata`` needs. Records added by ``send_many`` are kept as runs
+(one entry per run of consecutive offsets) so a large batch API call costs one future, not one
+per record.
 
-Sinks are anything with ``done()``, ``set_result()`` and ``set_exception()``: an asyncio future for
-``Producer.send`` and a ``concurrent.futures.Future`` for the synchronous facade.
+Records from ``Producer.send`` and the synchronous facade have lazy futures
+(``sdk.producer.futures``): each knows the batch's shared ``outcome`` and its offset delta, so
+completing the batch updates the outcome once instead of resolving every future. Other sinks
+(anything with ``done()``, ``set_result()`` and ``set_exception()``, given to
+``RecordAccumulator.append``) are kept with their metadata in ``entries`` and resolved one by one.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from sdk.producer.futures import BatchOutcome, LazyRecordFuture, RecordFuture, resolve_futures
 from sdk.producer.interceptors import InterceptorChain
 from sdk.producer.record_metadata import (
     CREATE_TIME,
@@ -88,7 +92,9 @@ class ProducerBatch:
         "done_waiters",
         "entries",
         "full",
+        "futures",
         "last_attempt_ms",
+        "outcome",
         "partition",
         "payload",
         "producer_epoch",
@@ -99,12 +105,23 @@ class ProducerBatch:
         "topic",
     )
 
-    def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, created_ms: float):
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        builder: RecordBatchBuilder,
+        created_ms: float,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ):
         self.topic = topic
         self.partition = partition
         self.builder = builder
         self.created_ms = created_ms
-        #: (sink, offset_delta, timestamp, key_size, value_size) per record from ``send``.
+        #: Shared by the records' lazy futures; ``loop`` is where their callbacks run.
+        self.outcome = BatchOutcome(topic, partition, loop)
+        #: The lazy futures of this batch's records (their outcome is ``self.outcome``).
+        self.futures: list[LazyRecordFuture] = []
+        #: (sink, offset_delta, timestamp, key_size, value_size) per record with another sink.
         self.entries: list[tuple[Any, int, int, int, int]] = []
         #: [sink, first_delta, count] per run of ``send_many`` records.
         self.runs: list[list[Any]] = []
@@ -137,6 +154,21 @@ class ProducerBatch:
     def has_sequence(self) -> bool:
         return self.base_sequence != NO_SEQUENCE
 
+    def add_sink(self, sink: Any, delta: int, timestamp: int, key_size: int, value_size: int) -> None:
+        """Remember how to resolve the record just appended at ``delta``: a lazy future is attached
+        to the batch's outcome, any other sink is kept with the record's metadata."""
+        if isinstance(sink, LazyRecordFuture):
+            if type(sink) is not RecordFuture:
+                self.outcome.scan = True
+            sink._outcome = self.outcome
+            sink._delta = delta
+            sink._timestamp = timestamp
+            sink._key_size = key_size
+            sink._value_size = value_size
+            self.futures.append(sink)
+        else:
+            self.entries.append((sink, delta, timestamp, key_size, value_size))
+
     def estimated_size(self) -> int:
         return len(self.payload) if self.payload is not None else self.builder.estimated_size()
 
@@ -166,10 +198,26 @@ class ProducerBatch:
             builder = RecordBatchBuilder(self.builder.compression)
             for record in part:
                 builder.append(record.timestamp, record.key, record.value, record.headers)
-            half = ProducerBatch(self.topic, self.partition, builder, self.created_ms)
+            half = ProducerBatch(self.topic, self.partition, builder, self.created_ms, self.outcome.loop)
             half.full = True
             halves.append(half)
         first, second = halves
+        # Lazy futures move to the half that holds their record (a cancelled one keeps its own
+        # outcome: nothing to move).
+        outcome = self.outcome
+        for half in halves:
+            half.outcome.scan = outcome.scan
+        for future in self.futures:
+            delta = future._delta
+            half = first if delta < middle else second
+            if future._outcome is outcome:
+                future._outcome = half.outcome
+                if future._callbacks is not None:
+                    if half.outcome.watchers is None:
+                        half.outcome.watchers = []
+                    half.outcome.watchers.append(future)
+            future._delta = delta if delta < middle else delta - middle
+            half.futures.append(future)
         for sink, delta, timestamp, key_size, value_size in self.entries:
             if delta < middle:
                 first.entries.append((sink, delta, timestamp, key_size, value_size))
@@ -194,7 +242,7 @@ class ProducerBatch:
                 self.producer_id, self.producer_epoch, increment_sequence(self.base_sequence, middle)
             )
         second.done_waiters, self.done_waiters = self.done_waiters, None
-        self.entries, self.runs = [], []
+        self.entries, self.runs, self.futures = [], [], []
         return halves
 
     # -- completion -----------------------------------------------------------------------------
@@ -206,34 +254,45 @@ class ProducerBatch:
         log_start_offset: int,
         interceptors: InterceptorChain | None,
     ) -> None:
-        """Resolve every record's sink with its metadata."""
+        """Resolve every record's future or sink with its metadata."""
         topic, partition = self.topic, self.partition
         known = base_offset >= 0
         if log_append_time is not None and log_append_time >= 0:
             ts_type, append_time = LOG_APPEND_TIME, log_append_time
         else:
             ts_type, append_time = CREATE_TIME, None
-        make = _new_tuple
-        cls = RecordMetadata
-        for sink, delta, timestamp, key_size, value_size in self.entries:
-            # tuple.__new__ skips NamedTuple's Python-level __new__: this runs once per record.
-            metadata = make(
-                cls,
-                (
-                    topic,
-                    partition,
-                    base_offset + delta if known else -1,
-                    timestamp if append_time is None else append_time,
-                    ts_type,
-                    log_start_offset,
-                    key_size,
-                    value_size,
-                ),
-            )
-            if not sink.done():
-                sink.set_result(metadata)
-            if interceptors is not None:
-                interceptors.on_acknowledgement(metadata, None)
+        outcome = self.outcome
+        outcome.base_offset = base_offset if known else -1
+        outcome.log_append_time = -1 if append_time is None else append_time
+        outcome.log_start_offset = log_start_offset
+        futures = self.futures
+        # One update for all lazy futures; only those someone waits on are touched.
+        resolve_futures(outcome, futures, None)
+        if self.entries:
+            make = _new_tuple
+            cls = RecordMetadata
+            for sink, delta, timestamp, key_size, value_size in self.entries:
+                # tuple.__new__ skips NamedTuple's Python-level __new__.
+                metadata = make(
+                    cls,
+                    (
+                        topic,
+                        partition,
+                        base_offset + delta if known else -1,
+                        timestamp if append_time is None else append_time,
+                        ts_type,
+                        log_start_offset,
+                        key_size,
+                        value_size,
+                    ),
+                )
+                if not sink.done():
+                    sink.set_result(metadata)
+                if interceptors is not None:
+                    interceptors.on_acknowledgement(metadata, None)
+        if interceptors is not None:
+            for future in futures:
+                interceptors.on_acknowledgement(future._metadata(outcome), None)
         for sink, first_delta, count in self.runs:
             sink.run_done(partition, base_offset + first_delta if known else -1, count)
             if interceptors is not None:
@@ -241,13 +300,27 @@ class ProducerBatch:
         self._finish()
 
     def fail(self, error: BaseException, interceptors: InterceptorChain | None) -> None:
-        """Fail every record's sink with ``error``."""
+        """Fail every record's future or sink with ``error``."""
+        resolve_futures(self.outcome, self.futures, error)
         for sink, _delta, timestamp, key_size, value_size in self.entries:
             if not sink.done():
                 sink.set_exception(error)
             if interceptors is not None:
                 metadata = RecordMetadata(
                     self.topic, self.partition, -1, timestamp, CREATE_TIME, -1, key_size, value_size
+                )
+                interceptors.on_acknowledgement(metadata, error)
+        if interceptors is not None:
+            for future in self.futures:
+                metadata = RecordMetadata(
+                    self.topic,
+                    self.partition,
+                    -1,
+                    future._timestamp,
+                    CREATE_TIME,
+                    -1,
+                    future._key_size,
+                    future._value_size,
                 )
                 interceptors.on_acknowledgement(metadata, error)
         for sink, first_delta, count in self.runs:
@@ -273,6 +346,7 @@ class ProducerBatch:
 
     def _finish(self) -> None:
         self.entries = []
+        self.futures = []
         self.runs = []
         waiters, self.done_waiters = self.done_waiters, None
         for waiter in waiters or ():

@@ -128,9 +128,19 @@ class DefaultPartitioner(Partitioner):
             sticky.available = available_partitions
         return sticky.partition
 
+    def sticky(self, topic: str) -> _Sticky | None:
+        """The topic's sticky state, for the producer's fast path (see ``Producer._update_route``):
+        while ``used_up`` is false it may append to ``partition`` and add the bytes to
+        ``produced``, setting ``used_up`` once ``produced`` reaches ``batch_size``, exactly as
+        ``partition_keyless`` would."""
+        return self._sticky.get(topic)
+
     def _switch(
         self, topic: str, previous: int | None, all_partitions: Sequence[int], available: Sequence[int]
     ) -> int:
+        old = self._sticky.get(topic)
+        if old is not None:
+            old.used_up = True  # retired: whoever holds it (a producer's route) must ask again
         choices = available or all_partitions
         if previous is not None and len(choices) > 1:
             # Uniform over the other partitions: moving on is the point of switching.
@@ -153,24 +163,23 @@ class DefaultPartitioner(Partitioner):
     def partition_keyless(
         self, topic: str, all_partitions: Sequence[int], available_partitions: Sequence[int], size: int
     ) -> int:
-        # The per-record hot path: choose and account in one call.
+        # The per-record hot path: choose and account in one call. The common case (same
+        # metadata snapshot, budget left) is tested first and touches only the byte count.
         sticky = self._sticky.get(topic)
-        if (
-            sticky is None
-            or sticky.used_up
-            or (
-                sticky.available is not available_partitions
-                and available_partitions
-                and sticky.partition not in available_partitions
-            )
-        ):
-            previous = None if sticky is None else sticky.partition
-            self._switch(topic, previous, all_partitions, available_partitions)
-            sticky = self._sticky[topic]
-        else:
-            sticky.available = available_partitions
-        sticky.produced += size
-        if sticky.produced >= self.batch_size:
+        if sticky is None or sticky.used_up or sticky.available is not available_partitions:
+            if (
+                sticky is None
+                or sticky.used_up
+                or (available_partitions and sticky.partition not in available_partitions)
+            ):
+                previous = None if sticky is None else sticky.partition
+                self._switch(topic, previous, all_partitions, available_partitions)
+                sticky = self._sticky[topic]
+            else:
+                sticky.available = available_partitions
+        produced = sticky.produced + size
+        sticky.produced = produced
+        if produced >= self.batch_size:
             sticky.used_up = True
         return sticky.partition
 

@@ -18,10 +18,12 @@ from sdk.errors import (
     SerializationError,
 )
 from sdk.producer.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, RecordAccumulator, now_ms
+from sdk.producer.batch import ProducerBatch
 from sdk.producer.batch_api import BatchSendMixin, Headers, headers_size
 from sdk.producer.config import ProducerConfig
+from sdk.producer.futures import LazyRecordFuture, RecordFuture
 from sdk.producer.interceptors import InterceptorChain, ProducerRecord
-from sdk.producer.partitioner import make_partitioner
+from sdk.producer.partitioner import DefaultPartitioner, make_partitioner
 from sdk.producer.record_metadata import RecordMetadata
 from sdk.producer.sender import Sender
 from sdk.producer.transaction_manager import TransactionManager
@@ -30,8 +32,30 @@ __all__ = ["Producer"]
 
 log = logging.getLogger(__name__)
 
+_new_object = object.__new__
+
 
 _NEW, _RUNNING, _CLOSING, _CLOSED = "new", "running", "closing", "closed"
+
+
+class _StickyRoute:
+    """Where a topic's keyless records go while nothing changes (``Producer._update_route``).
+
+    ``sticky`` is the DefaultPartitioner's state for the topic and ``batch`` the open batch of its
+    partition; the route holds while ``cluster.version == version``, ``sticky.used_up`` is false
+    and ``batch.full`` is false. ``cluster``, ``accumulator`` and ``batch_size`` are constants kept
+    here so the fast path reads one object.
+    """
+
+    __slots__ = ("accumulator", "batch", "batch_size", "cluster", "sticky", "version")
+
+    def __init__(self, cluster: Any, accumulator: Any, batch_size: int) -> None:
+        self.cluster = cluster
+        self.accumulator = accumulator
+        self.batch_size = batch_size
+        self.sticky: Any = None
+        self.batch: Any = None
+        self.version = -1
 
 
 class Producer(BatchSendMixin):
@@ -120,6 +144,15 @@ class Producer(BatchSendMixin):
         self._accepting = False
         #: Largest record (framing included) allowed by max_request_size and buffer_memory.
         self._max_record_size = min(cfg.max_request_size - BATCH_OVERHEAD, cfg.buffer_memory)
+        #: Nothing to serialize or intercept: ``send`` may take its fast path.
+        self._plain = (
+            self._interceptors is None and self._key_serializer is None and self._value_serializer is None
+        )
+        #: The partitioner when it is exactly the DefaultPartitioner, whose sticky state the
+        #: fast path follows (a subclass may change the rules, so it always gets asked).
+        self._sticky = self._partitioner if type(self._partitioner) is DefaultPartitioner else None
+        #: Sticky routes for keyless records, per topic (see ``_update_route``).
+        self._routes: dict[str, _StickyRoute] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -296,26 +329,65 @@ class Producer(BatchSendMixin):
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: Headers | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> RecordFuture:
         """Queue a record; returns a future resolving to its ``RecordMetadata`` once acknowledged.
 
         Returns as soon as the record is in a batch; waits only for metadata of a new topic or
-        for room in ``buffer_memory`` (both bounded by ``max_block_ms``).
+        for room in ``buffer_memory`` (both bounded by ``max_block_ms``). The future is a
+        :class:`~sdk.producer.futures.RecordFuture`: asyncio-compatible (await it, gather it, add
+        callbacks, cancel it), resolved with the rest of its batch in one step.
         """
         if not self._accepting:
             self._check_running()
+        # The fast path (_try_append's first step, inlined: this runs once per record): a
+        # keyless record of bytes, nothing to serialize or intercept, onto the topic's sticky
+        # route. Every test comes before any side effect; anything else takes the general path.
+        route = self._routes.get(topic) if self._plain else None
+        if route is not None and key is None and partition is None and not headers and type(value) is bytes:
+            sticky = route.sticky
+            batch = route.batch
+            if not sticky.used_up and not batch.full and route.version == route.cluster.version:
+                size = RECORD_OVERHEAD + len(value)
+                acc = route.accumulator
+                if (
+                    size <= self._max_record_size
+                    and not acc.waiters
+                    and acc.used + size <= self._buffer_memory
+                ):
+                    if timestamp_ms is None:
+                        timestamp_ms = _time_ns() // 1_000_000
+                    delta = batch.builder.append(timestamp_ms, None, value)
+                    if delta is not None:
+                        acc.used += size
+                        batch.reserved += size
+                        # DefaultPartitioner.partition_keyless's accounting for the sticky partition.
+                        produced = sticky.produced + size
+                        sticky.produced = produced
+                        if produced >= route.batch_size:
+                            sticky.used_up = True
+                        # RecordFuture's fields set here: cheaper than calling its constructor.
+                        future = _new_object(RecordFuture)
+                        future._outcome = batch.outcome
+                        future._delta = delta
+                        future._timestamp = timestamp_ms
+                        future._key_size = -1
+                        future._value_size = size - RECORD_OVERHEAD
+                        future._callbacks = None
+                        batch.futures.append(future)
+                        return future
         interceptors = self._interceptors
         if interceptors is not None:
             record = interceptors.on_send(ProducerRecord(topic, value, key, partition, timestamp_ms, headers))
             topic, value, key, partition, timestamp_ms, headers = record
-        sink: asyncio.Future[RecordMetadata] = self._loop.create_future()  # type: ignore[union-attr]
         try:
             if self._key_serializer is not None or (key is not None and type(key) is not bytes):
                 key = self._serialize_key(topic, key)
             if self._value_serializer is not None or (value is not None and type(value) is not bytes):
                 value = self._serialize_value(topic, value)
-            if not self._try_append(topic, key, value, partition, timestamp_ms, headers, sink):
-                await self._append_blocking(topic, key, value, partition, timestamp_ms, headers, sink)
+            future = self._try_append(topic, key, value, partition, timestamp_ms, headers, None)
+            if future is None:
+                future = RecordFuture.detached()
+                await self._append_blocking(topic, key, value, partition, timestamp_ms, headers, future)
         except KafkaError as exc:
             if interceptors is not None:
                 failed = RecordMetadata(topic, -1 if partition is None else partition, -1, -1)
@@ -325,7 +397,7 @@ class Producer(BatchSendMixin):
             # A batch just filled up: let the sender put it on the wire while we keep producing.
             self._yield_pending = False
             await asyncio.sleep(0)
-        return sink
+        return future  # type: ignore[return-value]
 
     async def send_and_wait(
         self,
@@ -405,17 +477,59 @@ class Producer(BatchSendMixin):
         partition: int | None,
         timestamp_ms: int | None,
         headers: Headers | None,
-        sink: Any,
-    ) -> bool:
-        """Append without waiting; False (nothing done) when metadata or memory is missing."""
+        future: LazyRecordFuture | None,
+    ) -> LazyRecordFuture | None:
+        """Append without waiting and return the record's future (``future`` attached to its
+        batch, or a new ``RecordFuture`` when None); None (nothing done) when metadata or memory
+        is missing. ``send`` inlines the first step, the sticky route."""
+        route = self._routes.get(topic)
+        if route is not None and key is None and partition is None and not headers and type(value) is bytes:
+            sticky = route.sticky
+            batch = route.batch
+            if not sticky.used_up and not batch.full and route.version == route.cluster.version:
+                size = RECORD_OVERHEAD + len(value)
+                acc = route.accumulator
+                if (
+                    size <= self._max_record_size
+                    and not acc.waiters
+                    and acc.used + size <= self._buffer_memory
+                ):
+                    if timestamp_ms is None:
+                        timestamp_ms = _time_ns() // 1_000_000
+                    delta = batch.builder.append(timestamp_ms, None, value)
+                    if delta is not None:
+                        acc.used += size
+                        batch.reserved += size
+                        produced = sticky.produced + size
+                        sticky.produced = produced
+                        if produced >= route.batch_size:
+                            sticky.used_up = True
+                        if future is None:
+                            future = _new_object(RecordFuture)
+                            future._callbacks = None
+                        else:
+                            batch.outcome.scan = True  # a DeliveryFuture (see BatchOutcome.scan)
+                        future._outcome = batch.outcome
+                        future._delta = delta
+                        future._timestamp = timestamp_ms
+                        future._key_size = -1
+                        future._value_size = size - RECORD_OVERHEAD
+                        batch.futures.append(future)
+                        return future
         meta = self._cluster.topics.get(topic)
         if meta is None or not meta.partition_ids:
-            return False
+            return None
         size = RECORD_OVERHEAD
-        if key is not None:
-            size += len(key)
-        if value is not None:
-            size += len(value)
+        if key is None:
+            key_size = -1
+        else:
+            key_size = len(key)
+            size += key_size
+        if value is None:
+            value_size = -1
+        else:
+            value_size = len(value)
+            size += value_size
         if headers:
             size += headers_size(headers)
         if size > self._max_record_size:
@@ -423,36 +537,70 @@ class Producer(BatchSendMixin):
         if partition is not None and partition not in meta.partitions:
             if partition < 0:
                 raise InvalidPartitionError(f"partition {partition} is negative")
-            return False
+            return None
         acc: Any = self._accumulator
-        # RecordAccumulator.try_reserve, inlined: this runs once per record.
+        # RecordAccumulator.try_reserve, inlined.
         if acc.waiters or acc.used + size > self._buffer_memory:
-            return False
+            return None
         acc.used += size
+        keyless = False
         if partition is None:
             if key is None:
                 partition = self._partitioner.partition_keyless(
                     topic, meta.partition_ids, meta.available, size
                 )
+                keyless = True
             else:
                 partition = self._partitioner.partition(topic, key, meta.partition_ids, meta.available)
         if timestamp_ms is None:
             timestamp_ms = _time_ns() // 1_000_000
-        # The common case, inlined: the partition's open batch takes the record.
+        # The common case: the partition's open batch takes the record.
         open_parts = acc.open.get(topic)
         if open_parts is not None:
             batch = open_parts.get(partition)
             if batch is not None:
                 delta = batch.builder.append(timestamp_ms, key, value, headers)
                 if delta is not None:
-                    key_size = -1 if key is None else len(key)
-                    value_size = -1 if value is None else len(value)
-                    batch.entries.append((sink, delta, timestamp_ms, key_size, value_size))
+                    if future is None:
+                        future = _new_object(RecordFuture)
+                        future._callbacks = None
+                    else:
+                        batch.outcome.scan = True  # a DeliveryFuture (see BatchOutcome.scan)
+                    future._outcome = batch.outcome
+                    future._delta = delta
+                    future._timestamp = timestamp_ms
+                    future._key_size = key_size
+                    future._value_size = value_size
+                    batch.futures.append(future)
                     batch.reserved += size
-                    return True
-        if acc.append(topic, partition, timestamp_ms, key, value, headers, sink, size):
+                    if keyless and self._sticky is not None and not headers and type(value) is bytes:
+                        self._update_route(topic, partition, batch)
+                    return future
+        if future is None:
+            future = RecordFuture.detached()
+        if acc.append(topic, partition, timestamp_ms, key, value, headers, future, size):
             self._yield_pending = True
-        return True
+        if keyless and self._sticky is not None and not headers and type(value) is bytes:
+            self._update_route(topic, partition, acc.open.get(topic, {}).get(partition))
+        return future
+
+    def _update_route(self, topic: str, partition: int, batch: ProducerBatch | None) -> None:
+        """Remember (or forget) the topic's sticky route after a keyless record went through the
+        general path: the DefaultPartitioner's current sticky partition and the batch open there.
+        ``send`` then appends the next keyless records without asking the partitioner or the
+        accumulator, for as long as the route holds: same metadata version, sticky partition
+        not used up (a switch marks the old one used up), batch not sealed."""
+        sticky = self._sticky.sticky(topic)  # type: ignore[union-attr]
+        if batch is None or batch.full or sticky is None or sticky.used_up or sticky.partition != partition:
+            self._routes.pop(topic, None)
+            return
+        route = self._routes.get(topic)
+        if route is None:
+            batch_size = self._sticky.batch_size  # type: ignore[union-attr]
+            route = self._routes[topic] = _StickyRoute(self._cluster, self._accumulator, batch_size)
+        route.sticky = sticky
+        route.batch = batch
+        route.version = self._cluster.version
 
     async def _append_blocking(
         self,
@@ -462,9 +610,10 @@ class Producer(BatchSendMixin):
         partition: int | None,
         timestamp_ms: int | None,
         headers: Headers | None,
-        sink: Any,
+        future: LazyRecordFuture,
     ) -> None:
-        """The slow path: wait for the topic's metadata and for memory, then append."""
+        """The slow path: wait for the topic's metadata and for memory, then append (``future``
+        is attached to the record's batch)."""
         deadline = now_ms() + self._max_block_ms
         await self._wait_for_topic(topic, partition, deadline)
         size = self._record_size(key, value, headers)
@@ -482,7 +631,7 @@ class Producer(BatchSendMixin):
                 partition = self._partitioner.partition(topic, key, meta.partition_ids, meta.available)
         if timestamp_ms is None:
             timestamp_ms = _time_ns() // 1_000_000
-        if acc.append(topic, partition, timestamp_ms, key, value, headers, sink, size):
+        if acc.append(topic, partition, timestamp_ms, key, value, headers, future, size):
             self._yield_pending = True
 
     def _check_running_after_wait(self, reserved: int) -> None:

@@ -4,13 +4,20 @@ The builder encodes each record into one ``bytearray`` as it is appended, so ``a
 exact batch size (a producer asks "does this record still fit?") and ``build`` only writes the
 61-byte header, compresses and computes the CRC. The append path is the producer's hottest loop:
 it looks varints up in a precomputed table and joins each record's parts in a single copy.
+
+``append`` has two paths that produce identical bytes. The fast one covers what a producer sends
+almost always (no headers, key, value and record shorter than the varint table, a timestamp delta
+of 0 to 1023 ms, fewer than 8192 records): one branch on key/value nullness, one ``join`` of
+table entries. Everything else (headers, long fields, negative or large deltas) takes the general
+path. ``tests/records/test_builder_fast_path.py`` checks the two against each other.
 """
 
 from __future__ import annotations
 
 import struct
-import time
+import sys
 from collections.abc import Callable, Iterable
+from time import time_ns as _time_ns
 
 import crc32c
 
@@ -71,10 +78,10 @@ class RecordBatchBuilder:
         "_base_offset",
         "_base_sequence",
         "_base_timestamp",
-        "_batch_size",
         "_buf",
         "_compression",
         "_count",
+        "_limit",
         "_max_timestamp",
         "_partition_leader_epoch",
         "_producer_epoch",
@@ -111,7 +118,8 @@ class RecordBatchBuilder:
         self._producer_epoch = producer_epoch
         self._base_sequence = base_sequence
         self._partition_leader_epoch = partition_leader_epoch
-        self._batch_size = batch_size
+        # No limit is an unreachable one, so the hot path compares without a None test.
+        self._limit = sys.maxsize if batch_size is None else batch_size
         self._buf = bytearray(BATCH_HEADER_SIZE)  # header written by build()
         self._count = 0
         self._base_timestamp = -1
@@ -155,24 +163,74 @@ class RecordBatchBuilder:
         """
         count = self._count
         if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
+            timestamp_ms = _time_ns() // 1_000_000
         delta = timestamp_ms - self._base_timestamp if count else 0
+        if headers or delta < 0:
+            return self._append_general(count, timestamp_ms, delta, key, value, headers)
+        # The fast path: every varint is a table entry. A delta, offset delta, key, value or
+        # record too large for its table raises IndexError before anything changed (only the
+        # negative delta, which would index from the end, needs a test), and the general path
+        # takes over. A key or value of the wrong type fails in join, also before the buffer is
+        # touched.
+        try:
+            if key is None:
+                if value is None:
+                    record = _attr_ts[delta] + _enc[count] + b"\x01\x01\x00"
+                else:
+                    record = _join((_attr_ts[delta], _enc[count], b"\x01", _enc[len(value)], value, b"\x00"))
+            elif value is None:
+                record = _join((_attr_ts[delta], _enc[count], _enc[len(key)], key, b"\x01\x00"))
+            else:
+                record = _join(
+                    (_attr_ts[delta], _enc[count], _enc[len(key)], key, _enc[len(value)], value, b"\x00")
+                )
+            size = len(record)
+            length = _enc[size]
+        except IndexError:
+            return self._append_general(count, timestamp_ms, delta, key, value, headers)
+        buf = self._buf
+        if count:
+            if len(buf) + len(length) + size > self._limit:
+                return None
+            buf += length
+            buf += record
+            if timestamp_ms > self._max_timestamp:
+                self._max_timestamp = timestamp_ms
+        else:
+            buf += length
+            buf += record
+            self._base_timestamp = self._max_timestamp = timestamp_ms
+        self._count = count + 1
+        return count
+
+    def _append_general(
+        self,
+        count: int,
+        timestamp_ms: int,
+        delta: int,
+        key: BytesLike | None,
+        value: BytesLike | None,
+        headers: Iterable[tuple[str, BytesLike | None]],
+    ) -> int | None:
+        """``append`` for any record: headers, fields and deltas of any size (varints encoded as
+        needed). Same contract and same bytes as the fast path where both apply."""
+        enc = SMALL_VARINTS
         if key is None:
             key_len = _NULL
             key = b""
         else:
             size = len(key)
-            key_len = _enc[size] if size < _CACHED else encode_varint(size)
+            key_len = enc[size] if size < _CACHED else encode_varint(size)
         if value is None:
             value_len = _NULL
             value = b""
         else:
             size = len(value)
-            value_len = _enc[size] if size < _CACHED else encode_varint(size)
-        record = _join(
+            value_len = enc[size] if size < _CACHED else encode_varint(size)
+        record = b"".join(
             (
-                _attr_ts[delta] if 0 <= delta < _ATTRS_TS_SIZE else _ATTRS + encode_varint(delta),
-                _enc[count] if count < _CACHED else encode_varint(count),
+                _ATTRS_TS[delta] if 0 <= delta < _ATTRS_TS_SIZE else _ATTRS + encode_varint(delta),
+                enc[count] if count < _CACHED else encode_varint(count),
                 key_len,
                 key,
                 value_len,
@@ -181,10 +239,9 @@ class RecordBatchBuilder:
             )
         )
         size = len(record)
-        length = _enc[size] if size < _CACHED else encode_varint(size)
+        length = enc[size] if size < _CACHED else encode_varint(size)
         buf = self._buf
-        limit = self._batch_size
-        if limit is not None and count and len(buf) + len(length) + size > limit:
+        if count and len(buf) + len(length) + size > self._limit:
             return None
         buf += length
         buf += record
