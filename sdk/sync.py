@@ -347,8 +347,11 @@ class Producer:
             finally:
                 self._waiting -= 1
 
-    def _notify_room(self) -> None:
-        if self._waiting:
+    def _notify_room(self, low_water: bool = False) -> None:
+        """Wake callers blocked on a full hand-over queue. With ``low_water`` (the pump, which
+        empties the queue quickly) only once it is half empty: waking a blocked caller costs two
+        thread switches, worth paying for thousands of records of room, not for one batch's."""
+        if self._waiting and (not low_water or len(self._queue) <= self.HANDOVER_LIMIT // 2):
             with self._lock:
                 self._space.notify_all()
 
@@ -464,7 +467,7 @@ class Producer:
             appended += 1
         producer._yield_pending = False
         if appended:
-            self._notify_room()
+            self._notify_room(low_water=True)
         if queue and self._slow_task is None and not self._pump_scheduled:
             self._pump_scheduled = True
             self._runner.loop.call_soon(self._pump)

@@ -137,11 +137,13 @@ def resolve_futures(outcome: BatchOutcome, futures: list[Any], error: BaseExcept
             outcome.error_traceback = error.__traceback__
         outcome.state = FINISHED
         candidates = futures if outcome.scan else outcome.watchers or ()
-        # A future listed twice, or cancelled (another outcome), or whose callbacks were all
-        # removed, is skipped by these tests.
-        watched = [(f, f._callbacks) for f in filter(_callbacks_of, candidates) if f._outcome is outcome]
-        for future, _ in watched:
-            future._callbacks = None
+        # filter() re-reads each future's callbacks as it goes, so one listed twice (callbacks
+        # removed, then added again) is taken once; a cancelled one has another outcome.
+        watched = []
+        for future in filter(_callbacks_of, candidates):
+            if future._outcome is outcome:
+                watched.append((future, future._callbacks))
+                future._callbacks = None
     for future, callbacks in watched:
         future._run_callbacks(callbacks)
 

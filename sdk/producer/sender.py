@@ -79,6 +79,7 @@ class Sender:
         self._task: asyncio.Task[None] | None = None
         self._init_task: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._woken = False
         self._stopping = False
         self._forced: BaseException | None = None
@@ -141,28 +142,45 @@ class Sender:
     async def _run(self) -> None:
         assert self._loop is not None
         loop = self._loop
-        while True:
-            try:
-                delay = self._run_once()
-            except Exception:
-                log.exception("producer sender pass failed")
-                delay = 100.0
-            if self._stopping or self._forced is not None:
-                idle = not self._on_wire and not self._acc.has_incomplete
-                if idle or (self._forced is not None and not self._on_wire):
-                    return
-            if self._woken:
+        try:
+            while True:
+                try:
+                    delay = self._run_once()
+                except Exception:
+                    log.exception("producer sender pass failed")
+                    delay = 100.0
+                if self._stopping or self._forced is not None:
+                    idle = not self._on_wire and not self._acc.has_incomplete
+                    if idle or (self._forced is not None and not self._on_wire):
+                        return
+                if self._woken:
+                    self._woken = False
+                    await asyncio.sleep(0)
+                    continue
+                waiter = self._wakeup = loop.create_future()
+                # One timer for the next deadline, replaced only when a pass needs an earlier
+                # one: a timer per wait (made and cancelled at every pass, several per batch)
+                # costs more than the occasional early wake-up of a kept one.
+                deadline = loop.time() + min(delay, _IDLE_POLL_MS) / 1000
+                if self._timer is None or deadline < self._timer.when():
+                    if self._timer is not None:
+                        self._timer.cancel()
+                    self._timer = loop.call_at(deadline, self._on_timer)
+                try:
+                    await waiter
+                finally:
+                    self._wakeup = None
                 self._woken = False
-                await asyncio.sleep(0)
-                continue
-            waiter = self._wakeup = loop.create_future()
-            timer = loop.call_later(min(delay, _IDLE_POLL_MS) / 1000, _set_if_pending, waiter)
-            try:
-                await waiter
-            finally:
-                timer.cancel()
-                self._wakeup = None
-            self._woken = False
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        waiter = self._wakeup
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def _run_once(self) -> float:
         now = now_ms()
@@ -389,8 +407,3 @@ class Sender:
                 log.debug("InitProducerId failed (%r); retrying", exc)
                 txn.init_in_progress = True
                 await asyncio.sleep(client.retry_backoff.backoff_ms(attempts - 1) / 1000)
-
-
-def _set_if_pending(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
