@@ -6,10 +6,15 @@ produce phase and the consume (fetch) phase are profiled separately, so each bre
 its own path:
 
     python benchmarks/profile_broker.py [--messages 300000] [--partitions 1] [--top 25]
+        [--batch-messages N]
 
 Prints, per phase, the functions with the most own time ("tottime") as a share of all profiled
-time, and a few cumulative figures. cProfile inflates call-heavy code, so shares are relative,
-not wall-clock truths; the throughput of an unprofiled run is what ``bench_broker.py`` reports.
+time, and a few cumulative figures. The profiler's clock is the broker thread's CPU time: with
+the load generator on the same two cores, wall-clock time charged a send() with the time the
+woken client ran instead of the broker, and the event loop's poll with the waits. cProfile still
+inflates call-heavy code, so shares are relative; the throughput of an unprofiled run is what
+``bench_broker.py`` reports. ``--batch-messages`` fixes librdkafka's batch size (otherwise its
+timing picks either a few huge batches or about a thousand small ones, see ``bench_broker``).
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ def serve(data_dir: Path, out_dir: Path) -> None:
         state: dict[str, object] = {"profiler": None, "count": 0}
 
         def start() -> None:
-            profiler = cProfile.Profile()
+            profiler = cProfile.Profile(time.thread_time)
             state["profiler"] = profiler
             profiler.enable()
 
@@ -79,7 +84,7 @@ def _report(path: Path, title: str, top: int) -> None:
         print(f"{tt:8.3f} {100 * tt / total:5.1f}% {ct:8.3f} {calls:9d}  {name} ({where})")
 
 
-def drive(messages: int, partitions: int, top: int) -> None:
+def drive(messages: int, partitions: int, top: int, batch_messages: int | None = None) -> None:
     """The parent: start the child, run the bench phases between profiler toggles, report."""
     import confluent_kafka.admin as ck_admin
 
@@ -115,7 +120,7 @@ def drive(messages: int, partitions: int, top: int) -> None:
                 raise RuntimeError("profile dump timed out")
 
             toggle(signal.SIGUSR1)
-            elapsed = produce(bootstrap, topic, messages, partitions)
+            elapsed = produce(bootstrap, topic, messages, partitions, batch_messages)
             toggle(signal.SIGUSR2, 1)
             print(f"produce: {messages / elapsed:,.0f} msgs/s under the profiler")
             toggle(signal.SIGUSR1)
@@ -141,8 +146,11 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--batch-messages", type=int, default=None, help="librdkafka batch.num.messages (fixes request size)"
+    )
     args = parser.parse_args()
-    drive(args.messages, args.partitions, args.top)
+    drive(args.messages, args.partitions, args.top, args.batch_messages)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ API_KEY = 60
 ENDPOINT_BROKERS = 1
 
 
-async def handle(
+def handle(
     broker: Broker, ctx: RequestContext, request: DescribeClusterRequest
 ) -> DescribeClusterResponse:
     if request.endpoint_type != ENDPOINT_BROKERS:

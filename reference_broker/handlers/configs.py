@@ -166,7 +166,7 @@ def _to_entry(e: ConfigEntry, version: int, synonyms: bool, docs: bool) -> Any:
     )
 
 
-async def describe_configs(
+def describe_configs(
     broker: Broker, ctx: RequestContext, request: DescribeConfigsRequest
 ) -> DescribeConfigsResponse:
     results = []
@@ -239,7 +239,7 @@ def _broker_alter_error(broker: Broker, res: Any) -> tuple[int, str]:
     return ErrorCode.INVALID_CONFIG, f"Cannot update these configs dynamically: {keys}"
 
 
-async def alter_configs(
+def alter_configs(
     broker: Broker, ctx: RequestContext, request: AlterConfigsRequest
 ) -> AlterConfigsResponse:
     responses = []
@@ -294,7 +294,7 @@ def _incremental(current: dict[str, str], configs: list[Any], defaults: dict[str
     return result
 
 
-async def incremental_alter_configs(
+def incremental_alter_configs(
     broker: Broker, ctx: RequestContext, request: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
     responses = []

@@ -54,7 +54,7 @@ def _lookup(broker: Broker, name: str, partition: int, timestamp: int, committed
     return found
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+def handle(broker: Broker, ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     committed = request.isolation_level == READ_COMMITTED
     topics = []
     for topic in request.topics:

@@ -77,7 +77,7 @@ def _named(
     return topic_entry(broker, info, include_ops)
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
+def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     include_ops = bool(request.include_topic_authorized_operations)
     version = ctx.api_version
     if request.topics is None or (version == 0 and not request.topics):

@@ -74,7 +74,7 @@ def _failed(index: int, code: int, message: str | None = None) -> ProduceRespons
     )
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
+def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
     version = ctx.api_version
     acks = request.acks
     any_error = False

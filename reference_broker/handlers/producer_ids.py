@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 API_KEY = 22
 
 
-async def handle(
+def handle(
     broker: Broker, ctx: RequestContext, request: InitProducerIdRequest
 ) -> InitProducerIdResponse:
     if request.transactional_id is not None:

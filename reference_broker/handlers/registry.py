@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,9 @@ if TYPE_CHECKING:
     from reference_broker.broker import Broker
     from reference_broker.network.server import RequestContext
 
-HandleFunc = Callable[["Broker", "RequestContext", Any], Awaitable[Message | None]]
+#: ``def`` handlers answer in the callback that read the request; ``async def`` ones (Fetch's long
+#: poll) run as tasks. See ``reference_broker.handlers``.
+HandleFunc = Callable[["Broker", "RequestContext", Any], "Message | Awaitable[Message | None] | None"]
 # (request, api_version, error_code) -> a response carrying that error everywhere it can, or None
 # when the only way to report it is closing the connection.
 ErrorFunc = Callable[[Any, int, int], Message | None]
@@ -28,6 +31,8 @@ class ApiHandler:
     max_version: int
     handle: HandleFunc
     error_response: ErrorFunc | None = None
+    #: True for a plain ``def`` handler: the server calls it through ``handle_now``, without a task.
+    synchronous: bool = False
 
 
 class HandlerRegistry:
@@ -51,7 +56,8 @@ class HandlerRegistry:
             if versions[0] < lo or versions[1] > hi:
                 raise ValueError(f"api key {api_key}: versions {versions} exceed the codec's {lo}-{hi}")
             lo, hi = versions
-        self._handlers[api_key] = ApiHandler(api_key, lo, hi, handle, error_response)
+        synchronous = not inspect.iscoroutinefunction(handle)
+        self._handlers[api_key] = ApiHandler(api_key, lo, hi, handle, error_response, synchronous)
 
     def find(self, api_key: int, api_version: int) -> ApiHandler | None:
         handler = self._handlers.get(api_key)
@@ -64,7 +70,15 @@ class HandlerRegistry:
         return [self._handlers[k] for k in sorted(self._handlers)]
 
     async def handle(self, ctx: RequestContext, request: Message) -> Message | None:
-        return await self._handlers[ctx.api_key].handle(self.broker, ctx, request)
+        """Run any handler to its response (awaiting it when it is ``async def``)."""
+        result = self._handlers[ctx.api_key].handle(self.broker, ctx, request)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+    def handle_now(self, ctx: RequestContext, request: Message) -> Message | None:
+        """Run a synchronous handler (``find(...).synchronous``) to its response."""
+        return self._handlers[ctx.api_key].handle(self.broker, ctx, request)  # type: ignore[return-value]
 
     def error_response(self, ctx: RequestContext, request: Message, code: int) -> Message | None:
         handler = self._handlers.get(ctx.api_key)

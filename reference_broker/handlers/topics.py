@@ -82,7 +82,7 @@ def _partition_count(broker: Broker, topic: CreateTopicsRequest.CreatableTopic) 
     return topic.num_partitions
 
 
-async def create_topics(
+def create_topics(
     broker: Broker, ctx: RequestContext, request: CreateTopicsRequest
 ) -> CreateTopicsResponse:
     counts = Counter(t.name for t in request.topics)
@@ -150,7 +150,7 @@ def _delete_targets(request: DeleteTopicsRequest, version: int) -> list[tuple[st
     return [(name, None) for name in request.topic_names]
 
 
-async def delete_topics(
+def delete_topics(
     broker: Broker, ctx: RequestContext, request: DeleteTopicsRequest
 ) -> DeleteTopicsResponse:
     results = []
@@ -191,7 +191,7 @@ def delete_topics_error(request: DeleteTopicsRequest, version: int, code: int) -
     )
 
 
-async def create_partitions(
+def create_partitions(
     broker: Broker, ctx: RequestContext, request: CreatePartitionsRequest
 ) -> CreatePartitionsResponse:
     counts = Counter(t.name for t in request.topics)

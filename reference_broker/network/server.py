@@ -1,12 +1,15 @@
 """The asyncio TCP server: reads frames, dispatches them to handlers, writes responses in order.
 
-Each connection is a protocol plus one writer task. Each complete frame is decoded as it arrives
-and its handler started at once as its own task, so a Fetch long poll never stalls other
-connections and pipelined requests overlap; the writer awaits those tasks strictly in arrival
-order, because Kafka clients match responses to requests by position as much as by correlation
-id. Handlers start in arrival order and run
-synchronously up to their first ``await``, so a Produce followed by a Fetch on one connection
-sees its own write, as with Kafka's one-request-at-a-time channels.
+Each connection is a protocol plus one writer task. Each complete frame is decoded as it arrives.
+A synchronous handler (a plain ``def``: Produce, Metadata, ...) runs right there, in the read
+callback; an ``async def`` one (Fetch's long poll) is started as its own task, so it never stalls
+other connections and pipelined requests overlap. Responses go out strictly in arrival order,
+because Kafka clients match responses to requests by position as much as by correlation id: the
+writer task awaits them in order, except that a synchronous answer with nothing queued before it
+is written by the read callback itself (all such answers from one read in one ``send``), which
+saves the writer's wake-ups. Handlers start in arrival order and run synchronously up to their
+first ``await``, so a Produce followed by a Fetch on one connection sees its own write, as with
+Kafka's one-request-at-a-time channels.
 
 Failure policy follows Kafka's SocketServer: a bad size prefix, an undecodable request, an
 unknown api key or an unsupported version (except ApiVersions, which gets the KIP-511 fallback)
@@ -80,6 +83,8 @@ class Dispatcher(Protocol):
 
     async def handle(self, ctx: RequestContext, request: Message) -> Message | None: ...
 
+    def handle_now(self, ctx: RequestContext, request: Message) -> Message | None: ...
+
     def error_response(self, ctx: RequestContext, request: Message, code: int) -> Message | None: ...
 
     def unsupported_api_versions(self) -> Message: ...
@@ -115,6 +120,9 @@ class Connection(asyncio.BufferedProtocol):
             collections.deque()
         )
         self._wakeup: asyncio.Future[None] | None = None
+        self._writer_idle = False  # the writer waits for work, everything before is written
+        self._direct: list[Any] = []  # answers the read callback writes itself (see _on_frame)
+        self._direct_size = 0
         self._writable: asyncio.Future[None] | None = None
         self._reading_paused = False
         self._read_done = False  # no more requests will come (EOF, protocol error)
@@ -232,14 +240,31 @@ class Connection(asyncio.BufferedProtocol):
             break
         if self._start == self._end:
             self._start = self._end = 0
+        if self._direct:
+            self._flush_direct()
 
     def _on_frame(self, frame: bytes | bytearray) -> None:
         work = self._accept(frame)
         if work is None:
             self._stop_reading()
             return
-        ctx, coro = work
-        self._pending.append((ctx, asyncio.ensure_future(coro)))
+        ctx, answer = work
+        if type(answer) is list or answer is None:
+            # Answered already. With nothing queued before it and the transport keeping up, it
+            # joins this read's direct write; otherwise it waits its turn in the queue.
+            if not self._pending and self._writer_idle and not ctx.close_after:
+                size = sum(part.nbytes if type(part) is memoryview else len(part) for part in answer or ())
+                writable = self._writable is None or self._writable.done()
+                if writable and self._direct_size + size < _LARGE_WRITE:
+                    if answer:
+                        self._direct += answer
+                        self._direct_size += size
+                    return
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(answer)
+            self._pending.append((ctx, done))
+        else:
+            self._pending.append((ctx, asyncio.ensure_future(answer)))
         if self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)
         if len(self._pending) >= MAX_IN_FLIGHT and not self._reading_paused:
@@ -254,11 +279,17 @@ class Connection(asyncio.BufferedProtocol):
         self._read_done = True
         self._frame = None
         self._start = self._end = 0
+        if self._direct:
+            self._flush_direct()
         if self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)
 
-    def _accept(self, frame: bytes | bytearray) -> tuple[RequestContext, Awaitable[list[Any] | None]] | None:
-        """Decode one request and prepare its handler; None means close the connection."""
+    def _accept(
+        self, frame: bytes | bytearray
+    ) -> tuple[RequestContext, list[Any] | Awaitable[list[Any] | None] | None] | None:
+        """Decode one request and answer it (synchronous handlers: the response frame's parts, or
+        None for no response) or prepare its handler (a coroutine); None means close the
+        connection."""
         try:
             header, request = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -282,7 +313,8 @@ class Connection(asyncio.BufferedProtocol):
             log.warning("closing connection from %s: undecodable request: %s", self.peer, exc)
             return None
         api_key, version = header.request_api_key, header.request_api_version
-        if self.dispatcher.find(api_key, version) is None:
+        handler = self.dispatcher.find(api_key, version)
+        if handler is None:
             log.warning(
                 "closing connection from %s: api key %s version %s is not implemented",
                 self.peer,
@@ -300,11 +332,13 @@ class Connection(asyncio.BufferedProtocol):
                 self.peer,
                 header.client_id,
             )
+        if handler.synchronous:
+            return ctx, self._run_now(ctx, request)
         return ctx, self._run(ctx, request)
 
     # -- handling -------------------------------------------------------------------------------
 
-    async def _encoded(self, ctx: RequestContext, response: Message) -> list[Any]:
+    def _encoded(self, ctx: RequestContext, response: Message) -> list[Any]:
         """The response frame as buffers for the transport: size prefix, header and body, with
         large record data left where it is (``encode_response_parts``)."""
         parts = encode_response_parts(response, ctx.api_version, ctx.correlation_id)
@@ -317,21 +351,36 @@ class Connection(asyncio.BufferedProtocol):
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception(
-                "%s v%d from %s (correlation id %d) failed",
-                type(request).__name__,
-                ctx.api_version,
-                self.peer,
-                ctx.correlation_id,
-            )
-            response = self._error_response(ctx, request)
-            if response is None:
-                ctx.close_after = True
-                return None
+            return self._failed(ctx, request)
+        return self._answer(ctx, request, response)
+
+    def _run_now(self, ctx: RequestContext, request: Message) -> list[Any] | None:
+        try:
+            response = self.dispatcher.handle_now(ctx, request)
+        except Exception:
+            return self._failed(ctx, request)
+        return self._answer(ctx, request, response)
+
+    def _failed(self, ctx: RequestContext, request: Message) -> list[Any] | None:
+        """The handler raised: log it, answer UNKNOWN_SERVER_ERROR where the response can."""
+        log.exception(
+            "%s v%d from %s (correlation id %d) failed",
+            type(request).__name__,
+            ctx.api_version,
+            self.peer,
+            ctx.correlation_id,
+        )
+        response = self._error_response(ctx, request)
+        if response is None:
+            ctx.close_after = True
+            return None
+        return self._answer(ctx, request, response)
+
+    def _answer(self, ctx: RequestContext, request: Message, response: Message | None) -> list[Any] | None:
         if response is None:
             return None
         try:
-            return await self._encoded(ctx, response)
+            return self._encoded(ctx, response)
         except Exception:
             log.exception(
                 "cannot encode the response to %s v%d for %s",
@@ -343,7 +392,7 @@ class Connection(asyncio.BufferedProtocol):
             if response is None:
                 ctx.close_after = True
                 return None
-            return await self._encoded(ctx, response)
+            return self._encoded(ctx, response)
 
     def _error_response(self, ctx: RequestContext, request: Message) -> Message | None:
         try:
@@ -361,7 +410,11 @@ class Connection(asyncio.BufferedProtocol):
             if self._read_done or self._closing:
                 return None
             self._wakeup = asyncio.get_running_loop().create_future()
-            await self._wakeup
+            self._writer_idle = True
+            try:
+                await self._wakeup
+            finally:
+                self._writer_idle = False
         item = self._pending.popleft()
         if self._reading_paused and len(self._pending) < MAX_IN_FLIGHT and not self._read_done:
             self._reading_paused = False
@@ -454,6 +507,15 @@ class Connection(asyncio.BufferedProtocol):
             return False
         transport.write(data)
         return True
+
+    def _flush_direct(self) -> None:
+        """Write the answers ``_on_frame`` kept for this read, in one call."""
+        data = b"".join(self._direct) if len(self._direct) > 1 else self._direct[0]
+        self._direct = []
+        self._direct_size = 0
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
 
     def _drop_pending(self) -> None:
         while self._pending:

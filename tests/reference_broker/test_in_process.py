@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import struct
 from pathlib import Path
+
+import pytest
 
 from reference_broker.broker import Broker
 from reference_broker.config import BrokerConfig
@@ -42,16 +45,21 @@ async def test_async_context_manager(tmp_path: Path) -> None:
     assert (tmp_path / "inproc-0" / ".clean_shutdown").exists()
 
 
-async def test_handler_exception_answers_unknown_server_error(tmp_path: Path) -> None:
+async def _explode_async(*args: object) -> None:
+    raise RuntimeError("boom")
+
+
+def _explode(*args: object) -> None:
+    raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize("explode", [_explode, _explode_async], ids=["def", "async-def"])
+async def test_handler_exception_answers_unknown_server_error(tmp_path: Path, explode: object) -> None:
     config = BrokerConfig.build(tmp_path, port=0)
     async with Broker(config) as broker:
-
-        async def explode(*args: object) -> None:
-            raise RuntimeError("boom")
-
         handler = broker.registry._handlers[2]
-        broker.registry._handlers[2] = type(handler)(
-            2, handler.min_version, handler.max_version, explode, handler.error_response
+        broker.registry._handlers[2] = dataclasses.replace(
+            handler, handle=explode, synchronous=explode is _explode
         )
         request = ListOffsetsRequest(
             topics=[

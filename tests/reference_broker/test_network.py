@@ -200,3 +200,66 @@ def test_failed_acks_zero_produce_closes_connection(broker: BrokerProcess) -> No
         client.send(request, 9)
         assert client.closed_by_peer()
     assert_still_serving(broker)
+
+
+def _frame(request: object, version: int, correlation_id: int) -> bytes:
+    payload = encode_request(request, version, correlation_id, "burst")
+    return struct.pack(">i", len(payload)) + payload
+
+
+def test_answers_written_by_the_read_callback_keep_request_order(broker: BrokerProcess) -> None:
+    """Synchronous handlers' answers are written straight from the read callback only when
+    nothing is queued before them: behind a waiting Fetch they wait their turn, and each burst's
+    answers still come back in request order with the produce offsets in request order."""
+    from sdk.protocol.messages import FetchRequest
+    from sdk.records import RecordBatchBuilder
+
+    topic = f"burst-{uuid.uuid4().hex[:8]}"
+    with WireClient(broker.bootstrap) as client:
+        client.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]), 12)
+
+        def produce(n: int) -> ProduceRequest:
+            builder = RecordBatchBuilder()
+            builder.append(0, None, b"record-%d" % n)
+            partition = ProduceRequest.PartitionProduceData(index=0, records=builder.build())
+            return ProduceRequest(
+                acks=-1,
+                timeout_ms=1000,
+                topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[partition])],
+            )
+
+        waiting_fetch = FetchRequest(
+            max_wait_ms=400,
+            min_bytes=1 << 20,  # never satisfied here: the fetch waits its whole max_wait
+            max_bytes=1 << 20,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                FetchRequest.FetchTopic(
+                    topic=topic,
+                    partitions=[FetchRequest.FetchPartition(partition=0, partition_max_bytes=1 << 20)],
+                )
+            ],
+        )
+        burst = [
+            (0, 9, produce(0)),
+            (0, 9, produce(1)),
+            (1, 12, waiting_fetch),
+            (0, 9, produce(2)),
+            (3, 12, MetadataRequest(topics=None)),
+            (0, 9, produce(3)),
+            (18, 3, ApiVersionsRequest(client_software_name="b", client_software_version="1")),
+        ]
+        client.send_raw(b"".join(_frame(req, version, cid) for cid, (_, version, req) in enumerate(burst)))
+        offsets = []
+        for cid, (api_key, version, _) in enumerate(burst):
+            got, response = client.receive(api_key, version)
+            assert got == cid
+            if api_key == 0:
+                partition = response.responses[0].partition_responses[0]
+                assert partition.error_code == 0
+                offsets.append(partition.base_offset)
+        assert offsets == [0, 1, 2, 3]
+        # And a second burst on the now idle connection is answered the same way.
+        client.send_raw(b"".join(_frame(produce(n), 9, 100 + n) for n in range(4, 10)))
+        assert [client.receive(0, 9)[0] for _ in range(6)] == list(range(104, 110))
