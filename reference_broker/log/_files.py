@@ -43,7 +43,14 @@ def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
 
 def pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
     """``os.pwrite`` until every byte is written (pwrite may write less than asked)."""
-    view = memoryview(data)
+    size = len(data)
+    if not size:
+        return
+    written = os.pwrite(fd, data, position)
+    if written == size:  # the usual case: no view, no loop (once per append)
+        return
+    view = memoryview(data)[written:]
+    position += written
     while view:
         written = os.pwrite(fd, view, position)
         view = view[written:]

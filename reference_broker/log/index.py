@@ -12,9 +12,34 @@
   int64 producer id, int64 first offset, int64 last offset, int64 last stable offset``, stored in
   the segment holding the ABORT marker.
 
-Entries live in memory (``array`` for the two sparse indexes) and are appended to the file as they
-are created; loading returns a problem string instead of raising when the file is damaged so the
-segment can rebuild the index from its log.
+Entries live in memory (``array`` for the two sparse indexes); loading returns a problem string
+instead of raising when the file is damaged so the segment can rebuild the index from its log.
+
+Write-behind (offset and time index): a produce request of one large batch creates an entry in
+both indexes, and writing each through cost two ``pwrite`` system calls per append next to the one
+for the data. So new entries stay in memory and :meth:`_SparseIndex.write_pending` appends the
+unwritten ones in one write; the segment calls it once ``WRITE_BEHIND_ENTRIES`` have accumulated,
+before every fsync, on close, and when the segment stops being the active one (roll/close). Why
+losing the unwritten tail in a crash is safe:
+
+* The file is always a prefix of the in-memory entries, and a sparse index missing its newest
+  entries is still correct: a lookup takes the floor entry and scans batch headers forward, so it
+  only scans further. (Entries are never read back from the file once in memory: the file is
+  only loaded by a segment that has not loaded or created its indexes yet.)
+* Recovery trusts an index file only for segments wholly below the recovery point. The recovery
+  point passes a segment only after :meth:`LogSegment.flush` (which writes the pending entries
+  before the fsync) ran once the segment stopped taking appends, so those files are complete,
+  including the time index's final entry (the segment's maximum timestamp, which
+  :meth:`TimeIndex.read_last_entry` reports for a closed segment). Every other segment, and always
+  the last one, is validated after an unclean shutdown and its indexes are rebuilt from the log.
+* A clean shutdown (``.clean_shutdown``) leaves complete files: closing writes the tail.
+* Without recovery (``recover=False`` on a crashed log) the last segment's tail check takes the
+  maximum timestamp from the time index's last entry plus a scan from the offset index's last
+  entry. The segment writes the time index's pending entries before the offset index's, so the
+  time index file never ends at an earlier batch than the offset index file and that scan misses
+  no batch.
+* Rebuilding (``reset``) replaces memory and file together; pending entries of the old content
+  are dropped, never written over the new file.
 """
 
 from __future__ import annotations
@@ -90,25 +115,89 @@ def _strictly_increasing(values: array) -> bool:
     return all(a < b for a, b in itertools.pairwise(values))
 
 
-class OffsetIndex(_IndexFile):
+#: Unwritten offset index entries at which the segment writes both indexes' tails (64 entries:
+#: 512 bytes of ``.index``, at most 768 of ``.timeindex``).
+WRITE_BEHIND_ENTRIES = 64
+
+
+class _SparseIndex(_IndexFile):
+    """An index file whose entries are two parallel arrays, written behind (module docstring).
+
+    ``_written`` counts the leading entries already in the file; the file never holds more.
+    """
+
+    ENTRY_SIZE: int
+    _ENTRY: struct.Struct
+
+    def __init__(self, path: Path, max_bytes: int):
+        super().__init__(path)
+        self.max_entries = max(1, max_bytes // self.ENTRY_SIZE)
+        self._written = 0
+
+    def _columns(self) -> tuple[array, array]:
+        """The two arrays, in the field order of an entry on disk."""
+        raise NotImplementedError
+
+    @property
+    def is_full(self) -> bool:
+        """Kafka rolls the segment when its index cannot take another entry."""
+        return len(self) >= self.max_entries
+
+    @property
+    def pending(self) -> int:
+        """Entries not yet in the file."""
+        return len(self) - self._written
+
+    def write_pending(self) -> None:
+        """Append the entries not yet in the file with one write."""
+        written = self._written
+        first, second = self._columns()
+        if written == len(first):
+            return
+        data = b"".join(map(self._ENTRY.pack, first[written:], second[written:]))
+        self._write_at(data, written * self.ENTRY_SIZE)
+        self._written = len(first)
+
+    def discard_pending(self) -> None:
+        """Never write the unwritten entries (the files are about to be deleted)."""
+        self._written = len(self)
+
+    def _rewrite_all(self) -> None:
+        # Nothing of the replaced entries may be written later, even if this rewrite fails.
+        self._written = 0
+        first, second = self._columns()
+        self._rewrite(b"".join(map(self._ENTRY.pack, first, second)))
+        self._written = len(first)
+
+    def flush(self) -> None:
+        """Write pending entries, then fsync the file if it was written through this object."""
+        self.write_pending()
+        super().flush()
+
+    def close(self) -> None:
+        """Write pending entries and close the descriptor (closed even if the write fails)."""
+        try:
+            self.write_pending()
+        finally:
+            super().close()
+
+
+class OffsetIndex(_SparseIndex):
     """Relative last offset of a batch -> byte position of that batch in the segment."""
 
     ENTRY_SIZE = 8
     _ENTRY = struct.Struct(">ii")
 
     def __init__(self, path: Path, max_bytes: int):
-        super().__init__(path)
-        self.max_entries = max(1, max_bytes // self.ENTRY_SIZE)
+        super().__init__(path, max_bytes)
         self.relative_offsets = array("i")
         self.positions = array("i")
 
     def __len__(self) -> int:
         return len(self.relative_offsets)
 
-    @property
-    def is_full(self) -> bool:
-        """Kafka rolls the segment when its index cannot take another entry."""
-        return len(self) >= self.max_entries
+    def _columns(self) -> tuple[array, array]:
+        return self.relative_offsets, self.positions
 
     def load(self, segment_size: int) -> str | None:
         """Read the file; return why it is unusable (missing, torn, not monotonic) or None."""
@@ -124,11 +213,11 @@ class OffsetIndex(_IndexFile):
         if not (_strictly_increasing(rel) and _strictly_increasing(pos)):
             return "entries are not increasing"
         self.relative_offsets, self.positions = rel, pos
+        self._written = len(rel)
         return None
 
     def append(self, relative_offset: int, position: int) -> None:
-        """Add an entry (must be beyond the last one) and write it to the file."""
-        self._write_at(self._ENTRY.pack(relative_offset, position), len(self) * self.ENTRY_SIZE)
+        """Add an entry (must be beyond the last one); :meth:`write_pending` writes it."""
         self.relative_offsets.append(relative_offset)
         self.positions.append(position)
 
@@ -140,31 +229,28 @@ class OffsetIndex(_IndexFile):
         return self.relative_offsets[i], self.positions[i]
 
     def reset(self, entries: list[tuple[int, int]]) -> None:
-        """Replace all entries (index rebuild)."""
+        """Replace all entries, in memory and in the file (index rebuild)."""
         self.relative_offsets = array("i", (e[0] for e in entries))
         self.positions = array("i", (e[1] for e in entries))
-        self._rewrite(b"".join(self._ENTRY.pack(*e) for e in entries))
+        self._rewrite_all()
 
 
-class TimeIndex(_IndexFile):
+class TimeIndex(_SparseIndex):
     """Running maximum timestamp -> relative offset of the batch that reached it."""
 
     ENTRY_SIZE = 12
     _ENTRY = struct.Struct(">qi")
 
     def __init__(self, path: Path, max_bytes: int):
-        super().__init__(path)
-        self.max_entries = max(1, max_bytes // self.ENTRY_SIZE)
+        super().__init__(path, max_bytes)
         self.timestamps = array("q")
         self.relative_offsets = array("i")
 
     def __len__(self) -> int:
         return len(self.timestamps)
 
-    @property
-    def is_full(self) -> bool:
-        """Kafka rolls the segment when its time index cannot take another entry."""
-        return len(self) >= self.max_entries
+    def _columns(self) -> tuple[array, array]:
+        return self.timestamps, self.relative_offsets
 
     def load(self) -> str | None:
         """Read the file; return why it is unusable or None."""
@@ -181,11 +267,16 @@ class TimeIndex(_IndexFile):
         if not _strictly_increasing(ts) or any(a > b for a, b in itertools.pairwise(rel)):
             return "entries are not increasing"
         self.timestamps, self.relative_offsets = ts, rel
+        self._written = len(ts)
         return None
 
     @classmethod
     def read_last_entry(cls, path: Path) -> tuple[int, int] | None:
-        """The last (timestamp, relative offset) without loading the file (a segment's max)."""
+        """The last (timestamp, relative offset) without loading the file (a segment's max).
+
+        Reads the file as it is: only meaningful for a segment whose index was written completely
+        (closed or flushed after becoming inactive, see the module docstring).
+        """
         try:
             with path.open("rb") as f:
                 size = f.seek(0, os.SEEK_END)
@@ -198,11 +289,12 @@ class TimeIndex(_IndexFile):
             return None
 
     def maybe_append(self, timestamp: int, relative_offset: int) -> None:
-        """Append if ``timestamp`` is above the last entry's (entries stay strictly increasing)."""
-        if timestamp < 0 or (len(self) and timestamp <= self.timestamps[-1]):
+        """Append if ``timestamp`` is above the last entry's (entries stay strictly increasing);
+        :meth:`write_pending` writes it."""
+        timestamps = self.timestamps
+        if timestamp < 0 or (timestamps and timestamp <= timestamps[-1]):
             return
-        self._write_at(self._ENTRY.pack(timestamp, relative_offset), len(self) * self.ENTRY_SIZE)
-        self.timestamps.append(timestamp)
+        timestamps.append(timestamp)
         self.relative_offsets.append(relative_offset)
 
     def floor(self, timestamp: int) -> tuple[int, int] | None:
@@ -213,10 +305,10 @@ class TimeIndex(_IndexFile):
         return self.timestamps[i], self.relative_offsets[i]
 
     def reset(self, entries: list[tuple[int, int]]) -> None:
-        """Replace all entries (index rebuild)."""
+        """Replace all entries, in memory and in the file (index rebuild)."""
         self.timestamps = array("q", (e[0] for e in entries))
         self.relative_offsets = array("i", (e[1] for e in entries))
-        self._rewrite(b"".join(self._ENTRY.pack(*e) for e in entries))
+        self._rewrite_all()
 
 
 class AbortedTxn(NamedTuple):

@@ -47,6 +47,7 @@ import bisect
 import logging
 import os
 import shutil
+import struct
 import time
 import uuid
 from collections.abc import Callable
@@ -71,14 +72,17 @@ from sdk.records import (
     ControlType,
     CorruptRecordError,
     RecordBatch,
-    assign_offsets,
     build_control_batch,
     set_log_append_time,
 )
+from sdk.records.header import ATTR_CONTROL, ATTR_TRANSACTIONAL
 
 __all__ = ["AppendResult", "FileSlice", "PartitionLog", "ReadResult", "SliceReadResult"]
 
 log = logging.getLogger("reference_broker.log")
+
+_BASE_OFFSET = struct.Struct(">q")  # the first field of a batch header
+_CLIENT = AppendOrigin.CLIENT  # Enum class attribute access is slow; the append path tests it
 
 
 def _now_ms() -> int:
@@ -198,34 +202,44 @@ class PartitionLog:
         The input is never modified (a copy gets the offsets and, for ``LogAppendTime`` topics,
         the broker timestamp). Control batches are refused unless ``origin`` is COORDINATOR.
         """
-        self._check_open()
-        buf, positions = validate_append(records, self.config, origin, now_ms)
-        base = next_offset = self.log_end_offset
+        if self._closed or self.offline_reason is not None:
+            self._check_open()
+        config = self.config
+        buf, positions = validate_append(records, config, origin, now_ms)
+        base = next_offset = self.segments[-1].next_offset
+        log_append_time = config.log_append_time
+        # One header object per batch, parsed once offsets (and LogAppendTime) are in place and
+        # shared by the producer checks and the segment's index bookkeeping.
+        batches = []
         for pos in positions:
-            assign_offsets(buf, pos, next_offset)
-            if self.config.log_append_time:
+            # validate_append checked the framing that assign_offsets would check again.
+            _BASE_OFFSET.pack_into(buf, pos, next_offset)
+            if log_append_time:
                 set_log_append_time(buf, pos, now_ms)
-            next_offset = RecordBatch(buf, pos).next_offset
-        batches = [RecordBatch(buf, pos) for pos in positions]
+            batch = RecordBatch(buf, pos)
+            batches.append(batch)
+            next_offset += batch.last_offset_delta + 1
         plan = self._analyze_producers(batches, origin)
         if isinstance(plan, BatchMetadata):
             return AppendResult(
                 plan.first_offset, plan.last_offset,
-                plan.timestamp if self.config.log_append_time else -1,
+                plan.timestamp if log_append_time else -1,
                 self._log_start_offset, plan.last_offset - plan.first_offset + 1, duplicate=True,
             )
         infos, completed = plan
-        max_ts = max(b.max_timestamp for b in batches)
+        max_ts = batches[0].max_timestamp if len(batches) == 1 else max(
+            b.max_timestamp for b in batches)
         try:
             segment = self._maybe_roll(len(buf), max_ts, next_offset - 1, now_ms)
-            segment.append(buf, positions)
+            segment.append(buf, positions, batches)
         except OSError as exc:
             raise self._go_offline(f"append failed: {exc}") from exc
-        self._commit_producers(infos, completed, segment)
+        if infos:
+            self._commit_producers(infos, completed, segment)
         self.producer_state.map_end_offset = next_offset
         self._flush_if_due(now_ms)
         return AppendResult(
-            base, next_offset - 1, now_ms if self.config.log_append_time else -1,
+            base, next_offset - 1, now_ms if log_append_time else -1,
             self._log_start_offset, next_offset - base,
         )
 
@@ -257,32 +271,34 @@ class PartitionLog:
         state = self.producer_state
         infos: dict[int, ProducerAppendInfo] = {}
         completed: list[CompletedTxn] = []
+        client = origin is _CLIENT
         for batch in batches:
             pid = batch.producer_id
             if pid < 0:
                 continue
-            if origin is AppendOrigin.CLIENT:
-                duplicate = state.find_duplicate(
-                    pid, batch.producer_epoch, batch.base_sequence, batch.last_sequence
-                )
+            epoch = batch.producer_epoch
+            first_seq = batch.base_sequence
+            last_seq = batch.last_sequence
+            if client:
+                duplicate = state.find_duplicate(pid, epoch, first_seq, last_seq)
                 if duplicate is not None:
                     return duplicate
             info = infos.get(pid)
             if info is None:
                 info = infos[pid] = state.prepare(pid, origin)
-            if batch.is_control:
+            attributes = batch.attributes
+            if attributes & ATTR_CONTROL:
                 marker = _txn_marker(batch)
                 txn = info.append_end_txn_marker(
-                    marker[0], marker[1], batch.producer_epoch, batch.base_offset,
-                    batch.max_timestamp,
+                    marker[0], marker[1], epoch, batch.base_offset, batch.max_timestamp,
                 )
                 if txn is not None:
                     completed.append(txn)
             else:
+                first_offset = batch.base_offset
                 info.append_data_batch(
-                    batch.producer_epoch, batch.base_sequence, batch.last_sequence,
-                    batch.max_timestamp, batch.base_offset, batch.last_offset,
-                    batch.is_transactional,
+                    epoch, first_seq, last_seq, batch.max_timestamp, first_offset,
+                    first_offset + batch.last_offset_delta, bool(attributes & ATTR_TRANSACTIONAL),
                 )
         return infos, completed
 

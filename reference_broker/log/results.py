@@ -5,17 +5,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 __all__ = ["AppendResult", "FileSlice", "ReadResult", "SliceReadResult"]
 
 
-@dataclass(frozen=True)
-class AppendResult:
+class AppendResult(NamedTuple):
     """Outcome of an append, as a ProduceResponse partition needs it.
 
     ``duplicate`` is True when an idempotent retry matched a cached batch: nothing was written
     and the offsets are those of the original append. ``log_append_time_ms`` is -1 unless the
     topic uses ``LogAppendTime``. ``record_count`` counts offsets taken.
+
+    A named tuple (immutable like the frozen dataclass it replaces) because one is built per
+    append, and a frozen dataclass's ``__init__`` cost about 2 us of the append's fixed cost.
     """
 
     base_offset: int

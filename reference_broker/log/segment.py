@@ -27,7 +27,12 @@ from pathlib import Path
 
 from reference_broker.log._files import pread_exact, pwrite_all, read_mapped, remove_quietly
 from reference_broker.log.config import LogConfig
-from reference_broker.log.index import OffsetIndex, TimeIndex, TransactionIndex
+from reference_broker.log.index import (
+    WRITE_BEHIND_ENTRIES,
+    OffsetIndex,
+    TimeIndex,
+    TransactionIndex,
+)
 from reference_broker.log.integrity import (
     Corruption,
     FramingError,
@@ -37,6 +42,7 @@ from reference_broker.log.integrity import (
     scan_batches,
 )
 from sdk.records import BATCH_HEADER_SIZE, CorruptRecordError, RecordBatch
+from sdk.records.header import LOG_OVERHEAD
 
 __all__ = [
     "INDEX_SUFFIXES",
@@ -126,23 +132,51 @@ class LogSegment:
         """Apply a changed topic config (index sizes only matter for the next segments)."""
         self.config = config
 
+    def write_index_entries(self) -> None:
+        """Write the entries the offset and time index hold back (write-behind, see ``index``).
+
+        The time index goes first: a crash between the two writes then leaves its file ending at
+        the same batch as the offset index file or a later one, never an earlier one.
+        """
+        self.time_index.write_pending()
+        self.offset_index.write_pending()
+
     def flush(self) -> None:
-        """fsync the log and index files."""
+        """fsync the log and index files (writing the indexes' pending entries first)."""
+        self.write_index_entries()
         if self._fd is not None:
             os.fsync(self._fd)
         for index in (self.offset_index, self.time_index, self.txn_index):
             index.flush()
 
     def close(self) -> None:
-        """Close every descriptor (the files stay)."""
+        """Close every descriptor (the files stay), writing the indexes' pending entries.
+
+        Every descriptor is closed even if a write fails; the first error is raised after.
+        """
+        error: OSError | None = None
+        try:
+            self.write_index_entries()
+        except OSError as exc:
+            error = exc
         if self._fd is not None:
-            os.close(self._fd)
+            try:
+                os.close(self._fd)
+            except OSError as exc:
+                error = exc
             self._fd = None
         for index in (self.offset_index, self.time_index, self.txn_index):
-            index.close()
+            try:
+                index.close()
+            except OSError as exc:
+                error = error or exc
+        if error is not None:
+            raise error
 
     def delete(self) -> None:
         """Close and remove the files; the ``.log`` goes first so a crash leaves no half segment."""
+        self.offset_index.discard_pending()
+        self.time_index.discard_pending()
         self.close()
         remove_quietly(self.log_path)
         for index in (self.offset_index, self.time_index, self.txn_index):
@@ -152,12 +186,17 @@ class LogSegment:
         """Called when the segment stops being the active one (roll/close).
 
         Writes the time index entry for the segment's maximum timestamp so that reopening can
-        read the maximum from the index's last entry, as Kafka does.
+        read the maximum from the index's last entry, as Kafka does, and the entries still held
+        back by write-behind, so that a closed segment's index files are complete (only its
+        fsync waits for the next flush).
         """
-        if self.max_timestamp >= 0 and self.indexes_loaded:
+        if not self.indexes_loaded:
+            return  # nothing was appended or looked up: the files are as they were loaded
+        if self.max_timestamp >= 0:
             self.time_index.maybe_append(
                 self.max_timestamp, self.offset_of_max_timestamp - self.base_offset
             )
+        self.write_index_entries()
 
     # -- metadata ------------------------------------------------------------------------------
 
@@ -201,14 +240,21 @@ class LogSegment:
     def should_roll(self, append_size: int, max_timestamp: int, last_offset: int, now_ms: int) -> bool:
         """Kafka's ``LogSegment.shouldRoll``: full by size or index, too old, or offsets overflow."""
         config = self.config
-        first_ts = self.first_batch_timestamp() if self.size else -1
+        size = self.size
+        if size:
+            first_ts = self._first_batch_timestamp
+            if first_ts is None:
+                first_ts = self.first_batch_timestamp()
+        else:
+            first_ts = -1
         waited = max_timestamp - first_ts if first_ts >= 0 else now_ms - self.created_ms
-        self.ensure_indexes()
+        if not self.indexes_loaded:
+            self.ensure_indexes()
         return (
-            self.size > config.segment_bytes - append_size
-            or (self.size > 0 and waited > config.segment_ms - self.jitter_ms)
-            or self.offset_index.is_full
-            or self.time_index.is_full
+            size > config.segment_bytes - append_size
+            or (size > 0 and waited > config.segment_ms - self.jitter_ms)
+            or len(self.offset_index) >= self.offset_index.max_entries
+            or len(self.time_index) >= self.time_index.max_entries
             or last_offset - self.base_offset > _INT32_MAX
         )
 
@@ -328,39 +374,52 @@ class LogSegment:
 
     # -- append --------------------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray, positions: Sequence[int]) -> None:
+    def append(
+        self, data: bytes | bytearray, positions: Sequence[int], batches: Sequence[RecordBatch]
+    ) -> None:
         """Write ``data`` (whole batches, offsets assigned) at the end; update the indexes.
 
-        ``positions`` are the batch start positions within ``data``. Index entries follow Kafka:
-        once more than ``index.interval.bytes`` were appended since the last entry, the next
-        batch gets one.
+        ``positions`` are the batch start positions within ``data`` and ``batches`` their headers
+        as the caller already parsed them (after assigning offsets), so no header is parsed
+        twice. Index entries follow Kafka: once more than ``index.interval.bytes`` were appended
+        since the last entry, the next batch gets one. Entries reach the index files later
+        (write-behind, see ``index``): a crash may lose them, never make them wrong.
         """
-        self.ensure_indexes()
+        if not self.indexes_loaded:
+            self.ensure_indexes()
         start = self.size
         was_verified = self.verified_upto == start
         pwrite_all(self.fd, data, start)
         interval = self.config.index_interval_bytes
+        since = self.bytes_since_last_index_entry
+        base = self.base_offset
         batch = None
-        for rel in positions:
-            batch = RecordBatch(data, rel)
+        indexed = False
+        for rel, batch in zip(positions, batches, strict=True):
             pos = start + rel
+            max_ts = batch.max_timestamp
+            last_offset = batch.base_offset + batch.last_offset_delta
             if pos == 0:
-                self._first_batch_timestamp = batch.max_timestamp
-            if batch.max_timestamp > self.max_timestamp:
-                self.max_timestamp = batch.max_timestamp
-                self.offset_of_max_timestamp = batch.last_offset
-            if self.bytes_since_last_index_entry > interval:
-                self.offset_index.append(batch.last_offset - self.base_offset, pos)
+                self._first_batch_timestamp = max_ts
+            if max_ts > self.max_timestamp:
+                self.max_timestamp = max_ts
+                self.offset_of_max_timestamp = last_offset
+            if since > interval:
+                self.offset_index.append(last_offset - base, pos)
                 self.time_index.maybe_append(
-                    self.max_timestamp, self.offset_of_max_timestamp - self.base_offset
+                    self.max_timestamp, self.offset_of_max_timestamp - base
                 )
-                self.bytes_since_last_index_entry = 0
-            self.bytes_since_last_index_entry += batch.size_in_bytes
+                since = 0
+                indexed = True
+            since += batch.batch_length + LOG_OVERHEAD
+        self.bytes_since_last_index_entry = since
         self.size = start + len(data)
         if batch is not None:
-            self.next_offset = batch.next_offset
+            self.next_offset = batch.base_offset + batch.last_offset_delta + 1
         if was_verified:
             self.verified_upto = self.size
+        if indexed and self.offset_index.pending >= WRITE_BEHIND_ENTRIES:
+            self.write_index_entries()
 
     # -- lookups -------------------------------------------------------------------------------
 

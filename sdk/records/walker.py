@@ -18,8 +18,11 @@ slice, compared against what the first record's layout requires (constant length
 length bytes, a zero header count, the exact offset-delta encodings for the expected indexes, and
 one- or two-byte non-negative timestamp deltas). A run is only ever accepted for records that
 then parse exactly like the walked one; where a record differs, the run stops there and that
-record is walked normally. Attempts start small and double while they succeed, and back off when
-they fail, so irregular batches cost little more than the plain walk.
+record is walked normally. A failed check also says where it failed, so one check finds how far
+a run reaches. The first check covers twice what the previous run reached (everything, at first:
+a producer's batch usually matches to its end), the next one the rest; attempts that match little
+back off, so irregular batches cost little more than the plain walk. Where offset deltas grow a
+byte (records 64 and 8192), the run goes on with the layout widened to match.
 
 It raises exactly what iterating the batch raises for the same bytes (the same
 :class:`~sdk.records.errors.CorruptRecordError` subclasses in the same situations; the tests check
@@ -29,7 +32,6 @@ returns (:class:`RecordsWalk`) are those decoding would have shown.
 
 from __future__ import annotations
 
-import sys
 from typing import NamedTuple
 
 from sdk.records.batch import _Z1, _Z2, _read_headers
@@ -46,7 +48,7 @@ from sdk.records.header import (
     CRC_START,
     LOG_OVERHEAD,
 )
-from sdk.records.varint import BytesLike, decode_varint, decode_varlong
+from sdk.records.varint import BytesLike, decode_varint, decode_varlong, encode_varint
 
 __all__ = ["RecordsWalk", "walk_batch_records", "walk_records"]
 
@@ -67,11 +69,39 @@ _TS1_BYTES = bytes(range(0, 0x80, 2))
 #: First and second byte of a two-byte non-negative timestamp delta.
 _TS2_FIRST = bytes(range(0x80, 0x100, 2))
 _TS2_SECOND = bytes(range(0x80))
+#: Translation tables mapping the bytes above to 0 and every other byte to 1 (to find the first
+#: record whose timestamp delta does not fit a run).
+_TS1_FLAGS = bytes(0 if b in _TS1_BYTES else 1 for b in range(256))
+_TS2_FIRST_FLAGS = bytes(0 if b in _TS2_FIRST else 1 for b in range(256))
+_TS2_SECOND_FLAGS = bytes(0 if b in _TS2_SECOND else 1 for b in range(256))
+#: ``_UPTO[b]`` is every byte up to ``b``, ``_FROM[b]`` every byte from ``b`` (deletion sets).
+_UPTO = [bytes(range(b + 1)) for b in range(256)]
+_FROM = [bytes(range(b, 256)) for b in range(256)]
+#: Translation tables: ``_EQUAL_MASK[b]`` maps ``b`` to 0xFF and every other byte to 0x00,
+#: ``_OTHER_MASK[b]`` the reverse (only high bytes of two-byte timestamp deltas, < 0x80, are used).
+_EQUAL_MASK = [bytes(b) + b"\xff" + bytes(255 - b) for b in range(0x80)]
+_OTHER_MASK = [b"\xff" * b + b"\x00" + b"\xff" * (255 - b) for b in range(0x80)]
+#: Records the first check after a miss covers; a run at least this long ends the backoff.
 _FIRST_RUN = 16
 _MAX_BACKOFF = 1024
-_LITTLE_ENDIAN = sys.byteorder == "little"
+#: Records one column check covers at most: the length of the :func:`_repeated` columns, which bounds
+#: their memory (8 KiB for each byte value that occurs as a constant).
+_MAX_RUN = 8192
+_NO_RUN = (0, 0, 0)
 
 _od_columns: dict[int, list[bytes]] = {}
+_repeats: list[bytes | None] = [None] * 256
+
+
+def _repeated(byte: int) -> bytes:
+    """``byte`` repeated ``_MAX_RUN`` times: what a constant column must equal (a prefix of).
+
+    Comparing with ``==`` is a ``memcmp``, cheaper than counting the byte in the column.
+    """
+    repeated = _repeats[byte]
+    if repeated is None:
+        repeated = _repeats[byte] = bytes((byte,)) * _MAX_RUN
+    return repeated
 
 
 def _offset_delta_columns(width: int) -> list[bytes]:
@@ -97,125 +127,214 @@ def _offset_delta_columns(width: int) -> list[bytes]:
 
 
 class _Layout(NamedTuple):
-    """Where the fields of a walked record are, for checking later records against it."""
+    """Where the fields of a walked record are (or of one :func:`_widened` from it), for checking
+    later records against it."""
 
     size: int
-    constant: list[tuple[int, int]]  # (offset in record, byte every record must have there)
+    constant: tuple[tuple[int, bytes], ...]  # (offset in record, _repeated(byte it must have))
     ts_offset: int
     ts_width: int
     od_offset: int
     od_columns: list[bytes]
     od_limit: int
-    null_key: bool
 
 
-def _varint_width(data: BytesLike, pos: int) -> int:
-    width = 1
-    while data[pos] >= 0x80:
+def _length_field(data: BytesLike, pos: int, constant: list[int]) -> int:
+    """Step over a key or value (length varint, then that many bytes) at ``pos``, adding the
+    length varint's positions to ``constant``; where it ends."""
+    b = data[pos]
+    if b < 0x80:
+        size = _Z1[b]
+        constant.append(pos)
         pos += 1
-        width += 1
-    return width
+    else:
+        c = data[pos + 1]
+        if c < 0x80:
+            size = _Z2[(c << 7) + b]
+            constant += (pos, pos + 1)
+            pos += 2
+        else:
+            size, after = decode_varint(data, pos)
+            constant += range(pos, after)
+            pos = after
+    return pos + size if size > 0 else pos
 
 
 def _layout(data: BytesLike, start: int, size: int) -> _Layout | None:
     """The layout of the (already validated) record at ``start``, or None when it has headers or
     its timestamp or offset delta is too wide for the column checks."""
     pos = start
-    lw = _varint_width(data, pos)
-    ts_offset = lw + 1
-    ts_width = _varint_width(data, start + ts_offset)
-    od_offset = ts_offset + ts_width
-    od_width = _varint_width(data, start + od_offset)
-    if ts_width > 2 or od_width > 3:
+    while data[pos] >= 0x80:
+        pos += 1
+    pos += 2  # past the attributes byte
+    constant = list(range(start, pos - 1))
+    ts = pos
+    while data[pos] >= 0x80:
+        pos += 1
+    pos += 1
+    od = pos
+    while data[pos] >= 0x80:
+        pos += 1
+    pos += 1
+    if od - ts > 2 or pos - od > 3:
         return None
-    key_offset = od_offset + od_width
-    key_size, after = decode_varint(data, start + key_offset)
-    key_width = after - start - key_offset
-    value_offset = key_offset + key_width + max(key_size, 0)
-    value_size, after = decode_varint(data, start + value_offset)
-    value_width = after - start - value_offset
-    if value_offset + value_width + max(value_size, 0) != size - 1 or data[start + size - 1] != 0:
+    od_width = pos - od
+    pos = _length_field(data, pos, constant)  # key
+    pos = _length_field(data, pos, constant)  # value
+    if pos != start + size - 1 or data[pos] != 0:
         return None  # the record has headers: they are walked, never taken as a layout
-    offsets = [
-        *range(lw),
-        *range(key_offset, key_offset + key_width),
-        *range(value_offset, value_offset + value_width),
-        size - 1,  # the header count, 0
-    ]
-    od_limit = min(_OD_LIMIT[od_width], _OD_TABLE_SIZE)
+    constant.append(pos)  # the header count, 0
+    repeats = _repeats
     return _Layout(
         size,
-        [(k, data[start + k]) for k in offsets],
-        ts_offset,
-        ts_width,
-        od_offset,
+        tuple([(k - start, repeats[data[k]] or _repeated(data[k])) for k in constant]),
+        ts - start,
+        od - ts,
+        od - start,
         _offset_delta_columns(od_width),
-        od_limit,
-        key_size < 0,
+        min(_OD_LIMIT[od_width], _OD_TABLE_SIZE),
     )
 
 
-def _run_matches(data: bytes | bytearray, first: int, n: int, index: int, lay: _Layout) -> bool:
-    """Whether the ``n`` records from ``first`` (record ``index`` of the batch) all have ``lay``.
+def _widened(lay: _Layout) -> _Layout | None:
+    """``lay`` with an offset delta one byte wider: the layout a run that stopped at
+    ``lay.od_limit`` most likely continues with (record 64, 8192), derived instead of walking that
+    record. Only a run can confirm it, which checks every byte this layout fixes."""
+    s, constant, ts, ts_width, od, od_columns, _ = lay
+    od_width = len(od_columns) + 1
+    if od_width > 3:
+        return None
+    lw = ts - 1
+    length = encode_varint(s - lw + 1)
+    shift = len(length) - lw  # for the fields before the offset delta; one more for those after
+    return _Layout(
+        s + shift + 1,
+        tuple(
+            [(k, _repeats[b] or _repeated(b)) for k, b in enumerate(length)]
+            + [(k + shift + 1, repeated) for k, repeated in constant if k >= lw]
+        ),
+        ts + shift,
+        ts_width,
+        od + shift,
+        _offset_delta_columns(od_width),
+        min(_OD_LIMIT[od_width], _OD_TABLE_SIZE),
+    )
+
+
+def _agreeing(got: bytes, want: bytes) -> int:
+    """How many leading bytes of two equally long, different columns agree.
+
+    Halving by slice comparison (``memcmp``) narrows a long column to a window holding the first
+    difference; within it, the highest set bit of the XOR, read big-endian, is that difference
+    (``int.from_bytes`` is too slow to convert a whole long column).
+    """
+    good, bad = 0, len(got)
+    while bad - good > 512:
+        mid = (good + bad) >> 1
+        if got[good:mid] == want[good:mid]:
+            good = mid
+        else:
+            bad = mid
+    differ = int.from_bytes(got[good:bad], "big") ^ int.from_bytes(want[good:bad], "big")
+    return bad - ((differ.bit_length() + 7) >> 3)
+
+
+def _first_bad(column: bytes, flags: bytes) -> int:
+    """Index of the first byte of ``column`` that ``flags`` maps to 1; its length if none does."""
+    bad = column.translate(flags).find(1)
+    return len(column) if bad < 0 else bad
+
+
+def _smallest(column: bytes) -> int:
+    """``min(column)``, cheaply when the first byte is the minimum (rising timestamps).
+
+    ``min`` costs a Python int per byte; deleting every byte from the first one's value up is one
+    C-level pass, and only the bytes below it, if any, are iterated.
+    """
+    guess = column[0]
+    below = column.translate(None, _FROM[guess])
+    return min(below) if below else guess
+
+
+def _largest(column: bytes) -> int:
+    """``max(column)``, cheaply when the last byte is the maximum (as :func:`_smallest`)."""
+    guess = column[-1]
+    above = column.translate(None, _UPTO[guess])
+    return max(above) if above else guess
+
+
+def _run(data: bytes | bytearray, first: int, n: int, index: int, lay: _Layout) -> tuple[int, int, int]:
+    """How many of the ``n`` records from ``first`` (record ``index`` of the batch) have ``lay``
+    before the first that does not, and their smallest and largest timestamp delta.
 
     Each check is one strided slice: every constant byte, the exact offset-delta bytes for
     indexes ``index .. index + n - 1``, and timestamp-delta bytes of the same width, non-negative.
     Records that pass parse exactly like the layout's record, so they are valid and fill ``s``.
+    A check that fails tells where (:func:`_agreeing`, :func:`_first_bad`), and later checks
+    cover only the records before that, so one call finds the matching prefix.
     """
-    s = lay.size
+    s, constant, ts, ts_width, od, od_columns, _ = lay
     stop = first + n * s
-    for k, byte in lay.constant:
-        if data[first + k : stop : s].count(byte) != n:
-            return False
-    od = first + lay.od_offset
-    for k, column in enumerate(lay.od_columns):
-        if data[od + k : stop : s] != column[index : index + n]:
-            return False
-    ts = first + lay.ts_offset
-    if lay.ts_width == 1:
-        return not data[ts:stop:s].translate(None, _TS1_BYTES)
-    return not (
-        data[ts:stop:s].translate(None, _TS2_FIRST) or data[ts + 1 : stop : s].translate(None, _TS2_SECOND)
-    )
-
-
-def _run_timestamps(data: bytes | bytearray, first: int, n: int, lay: _Layout) -> tuple[int, int]:
-    """Smallest and largest timestamp delta of ``n`` records that passed :func:`_run_matches`."""
-    s = lay.size
-    stop = first + n * s
-    ts = first + lay.ts_offset
+    for k, repeated in constant:
+        got = data[first + k : stop : s]
+        if got != repeated[:n]:
+            n = _agreeing(got, repeated[:n])
+            if not n:
+                return _NO_RUN
+            stop = first + n * s
+    od += first
+    for column in od_columns:
+        got = data[od:stop:s]
+        want = column[index : index + n]
+        if got != want:
+            n = _agreeing(got, want)
+            if not n:
+                return _NO_RUN
+            stop = first + n * s
+        od += 1
+    ts += first
     low = data[ts:stop:s]
-    if lay.ts_width == 1:
-        return min(low) >> 1, max(low) >> 1
-    # Two bytes: order them as one 16-bit number (second byte high), whose order is the delta's.
-    pairs = bytearray(2 * n)
-    pairs[0 if _LITTLE_ENDIAN else 1 :: 2] = low
-    pairs[1 if _LITTLE_ENDIAN else 0 :: 2] = data[ts + 1 : stop : s]
-    numbers = memoryview(pairs).cast("H")
-    smallest, largest = min(numbers), max(numbers)
-    return (
-        (((smallest >> 8) << 7) | (smallest & 0x7F)) >> 1,
-        (((largest >> 8) << 7) | (largest & 0x7F)) >> 1,
-    )
-
-
-def _matching_prefix(data: bytes | bytearray, first: int, n: int, index: int, lay: _Layout) -> int:
-    """How many of the ``n`` records from ``first`` match ``lay`` before the first that does not.
-
-    Matching is a prefix property, so a binary search over it works, each step checking only the
-    records not yet known to match.
-    """
-    if _run_matches(data, first, n, index, lay):
-        return n
-    s = lay.size
-    good, bad = 0, n
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if _run_matches(data, first + good * s, mid - good, index + good, lay):
-            good = mid
+    if ts_width == 1:
+        if low.translate(None, _TS1_BYTES):
+            n = _first_bad(low, _TS1_FLAGS)
+            if not n:
+                return _NO_RUN
+            low = low[:n]
+        return n, _smallest(low) >> 1, _largest(low) >> 1
+    high = data[ts + 1 : stop : s]
+    if low.translate(None, _TS2_FIRST) or high.translate(None, _TS2_SECOND):
+        n = min(_first_bad(low, _TS2_FIRST_FLAGS), _first_bad(high, _TS2_SECOND_FLAGS))
+        if not n:
+            return _NO_RUN
+        low = low[:n]
+        high = high[:n]
+    # Two bytes: the second (high) byte orders first; the first byte only among equal high bytes.
+    bottom = _smallest(high)
+    top = _largest(high)
+    if bottom == top:
+        lows = highs = low
+    else:
+        # Rising timestamps put the records with the largest high byte last and those with the
+        # smallest first: then their first bytes are a slice. Otherwise mask the first bytes of
+        # the other records, 0xFF for the minimum and 0x00 for the maximum (real first bytes are
+        # 0x80..0xFE, so neither can win).
+        last = high.rfind(bottom) + 1
+        if high.count(bottom, 0, last) == last:
+            lows = low[:last]
         else:
-            bad = mid
-    return good
+            mask = int.from_bytes(high.translate(_OTHER_MASK[bottom]), "big")
+            lows = (int.from_bytes(low, "big") | mask).to_bytes(n, "big")
+        since = high.find(top)
+        if high.count(top, since) == n - since:
+            highs = low[since:]
+        else:
+            mask = int.from_bytes(high.translate(_EQUAL_MASK[top]), "big")
+            highs = (int.from_bytes(low, "big") & mask).to_bytes(n, "big")
+    return (
+        n,
+        ((bottom << 7) | (_smallest(lows) & 0x7F)) >> 1,
+        ((top << 7) | (_largest(highs) & 0x7F)) >> 1,
+    )
 
 
 class RecordsWalk(NamedTuple):
@@ -260,6 +379,7 @@ def walk_records(data: BytesLike, start: int, end: int, count: int) -> RecordsWa
     runs = type(data) is bytes or type(data) is bytearray
     next_run = 1  # index of the first record a run may start at (backs off after failures)
     backoff = 1
+    reach = count  # records the last run matched
     try:
         while index < count:
             record_start = pos
@@ -358,30 +478,35 @@ def walk_records(data: BytesLike, start: int, end: int, count: int) -> RecordsWa
                 and data[pos - 1] == 0
             ):
                 # The next record may share this one's layout: check as many as match as columns.
+                # (Their keys are null only if this one's is, so the first null key is known.)
                 lay = _layout(data, record_start, pos - record_start)
                 matched = 0
-                if lay is not None:
+                # Twice the last run (everything at first): where runs are short, columns much
+                # longer than a run would cost more to slice than the run saves.
+                n = max(_FIRST_RUN, 2 * reach)
+                while lay is not None:
                     size = lay.size
-                    chunk = _FIRST_RUN
-                    while True:
-                        n = min(chunk, count - index, (end - pos) // size, lay.od_limit - index)
-                        if n <= 0:
-                            break
-                        m = _matching_prefix(data, pos, n, index, lay)  # type: ignore[arg-type]
+                    limit = min(count, index + (end - pos) // size, lay.od_limit)
+                    m = 0
+                    while index < limit:
+                        n = min(n, limit - index, _MAX_RUN)
+                        m, low, high = _run(data, pos, n, index, lay)  # type: ignore[arg-type]
                         if m:
-                            low, high = _run_timestamps(data, pos, m, lay)  # type: ignore[arg-type]
                             if high > max_ts:
                                 max_ts = high
                             if low < min_ts:
                                 min_ts = low
-                            if lay.null_key and null_key < 0:
-                                null_key = index
                             pos += m * size
                             index += m
                             matched += m
                         if m < n:
                             break
-                        chunk *= 2
+                        n = count  # the rest
+                    if index != lay.od_limit or m == 0 or index >= count:
+                        break
+                    lay = _widened(lay)
+                    n = count
+                reach = matched
                 backoff = 1 if matched >= _FIRST_RUN else min(backoff * 2, _MAX_BACKOFF)
                 next_run = index + backoff
     except IndexError:

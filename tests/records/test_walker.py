@@ -28,8 +28,9 @@ from sdk.records import (
     compress,
     walk_batch_records,
     walk_records,
+    walker,
 )
-from sdk.records.varint import decode_varint
+from sdk.records.varint import decode_varint, encode_varint
 
 from .strategies import batch_specs, build, fix_crc, raw_batch
 
@@ -296,3 +297,146 @@ def test_unknown_codec() -> None:
 def test_compressed_garbage_is_a_corrupt_record_error() -> None:
     with pytest.raises(CorruptRecordError):
         walk_batch_records(raw_batch(b"not gzip at all", 1, attributes=1))
+
+
+def encoded_record(ts_delta: int, offset_delta: int, value: bytes) -> bytes:
+    """One record with a null key and no headers, written by hand (any first timestamp delta)."""
+    body = b"\x00" + encode_varint(ts_delta) + encode_varint(offset_delta) + b"\x01"
+    body += encode_varint(len(value)) + value + b"\x00"
+    return encode_varint(len(body)) + body
+
+
+@st.composite
+def two_byte_timestamp_batches(draw: st.DrawFn) -> bytes:
+    """Same-layout records whose timestamp deltas are mostly two bytes, in every order: rising
+    (the common case), falling, shuffled, and with many sharing a high byte (ties the column
+    checks must break on the low byte), sometimes with one-, three-byte or negative deltas mixed
+    in. Written by hand, so the first record's delta need not be the smallest."""
+    low = draw(st.sampled_from([64, 120, 1_000, 8_000]))
+    high = draw(st.sampled_from([low + 200, low + 3_000, 8_191]))
+    deltas = draw(st.lists(st.integers(low, max(low, high)), min_size=1, max_size=300))
+    order = draw(st.sampled_from(["rising", "falling", "shuffled", "peak", "valley"]))
+    if order == "rising":
+        deltas.sort()
+    elif order == "falling":
+        deltas.sort(reverse=True)
+    elif order == "peak":  # rising to the largest, then falling: extremes inside the run
+        deltas.sort()
+        deltas = deltas[::2] + deltas[1::2][::-1]
+    elif order == "valley":
+        deltas.sort(reverse=True)
+        deltas = deltas[::2] + deltas[1::2][::-1]
+    for _ in range(draw(st.integers(0, 2))):
+        i = draw(st.integers(0, len(deltas) - 1))
+        deltas[i] = draw(st.sampled_from([0, 5, 63, 8_192, 20_000, -1, -100]))
+    section = b"".join(encoded_record(delta, i, b"v" * 10) for i, delta in enumerate(deltas))
+    return raw_batch(section, len(deltas))
+
+
+@PROPERTY
+@given(two_byte_timestamp_batches())
+def test_two_byte_timestamp_deltas_match_decoding(buf: bytes) -> None:
+    assert_same(buf)
+
+
+@pytest.mark.parametrize("change_at", [1, 2, 16, 17, 40, 63, 64, 65, 66, 100, 200, 298, 299])
+@pytest.mark.parametrize(
+    "change", ["value", "header", "header_then_longer", "gap", "key_length", "timestamp", "negative"]
+)
+def test_regular_batch_changing_late(change_at: int, change: str) -> None:
+    """A producer-like batch (checked in one long run after its first records) that changes at
+    one record: the run must stop exactly there and the walker resume record by record."""
+    builder = RecordBatchBuilder()
+    builder.set_producer_state(7, 0, 0)
+    for i in range(300):
+        value = b"v" * 100
+        headers: list[tuple[str, bytes | None]] = []
+        ts = 1_000_000 + i // 40
+        if i >= change_at and change == "value":
+            value = b"v" * 101
+        elif i == change_at and change.startswith("header"):
+            headers = [("h", b"")]  # four bytes of headers where a zero count was
+        elif i > change_at and change == "header_then_longer":
+            value = b"v" * 103  # as long as the record with headers, which is then a layout candidate
+        elif i == change_at and change == "timestamp":
+            ts = 1_000_000 + 70  # a two-byte delta in a one-byte column
+        elif i == change_at and change == "negative":
+            ts = 1_000_000 - 64  # a one-byte delta (0x7F), but negative: its record is walked
+        builder.append(ts, None, value, headers)
+    data = bytearray(builder.build())
+    if change in ("gap", "key_length"):
+        pos = 61
+        for _ in range(change_at):
+            length, after = decode_varint(data, pos)
+            pos = after + length
+        _, after = decode_varint(data, pos)
+        _, offset_delta_at = decode_varint(data, after + 1)
+        if change == "gap":
+            data[offset_delta_at] ^= 0x04  # the offset delta's low byte: a gap, same width
+        else:
+            _, key_at = decode_varint(data, offset_delta_at)
+            data[key_at] = 0x04  # a two-byte key where the key was null: the fields no longer fit
+    result = assert_same(fix_crc(data))
+    if change == "key_length":
+        assert result is InvalidRecordError
+        return
+    assert isinstance(result, RecordsWalk) and result.count == 300
+    assert result.first_offset_gap == (change_at if change == "gap" else -1)
+
+
+@pytest.mark.parametrize("damage_at", [None, 8_200, 16_383, 16_384, 16_400, 19_999])
+def test_runs_longer_than_one_check(damage_at: int | None) -> None:
+    """20,000 empty records: the three-byte offset-delta layout spans more records than one
+    column check covers, so its run is checked in several chunks."""
+    builder = RecordBatchBuilder()
+    for i in range(20_000):
+        builder.append(5_000 + i // 1_000, b"k", b"")
+    data = bytearray(builder.build())
+    if damage_at is not None:
+        pos = 61
+        for _ in range(damage_at):
+            length, after = decode_varint(data, pos)
+            pos = after + length
+        length, after = decode_varint(data, pos)
+        data[after + length - 1] = 0x02  # header count 1: the record no longer fits its length
+    result = assert_same(fix_crc(data))
+    if damage_at is None:
+        assert result == RecordsWalk(20_000, 0, 19, -1, -1)
+    else:
+        assert result is InvalidRecordError
+
+
+def test_first_record_later_than_the_run() -> None:
+    """The walked first record's delta is not the smallest: the run's minimum must replace it."""
+    builder = RecordBatchBuilder()
+    for i in range(300):
+        builder.append(1_000_000 + i // 40, None, b"v" * 100)
+    data = bytearray(builder.build())
+    _, after = decode_varint(data, 61)
+    assert data[after + 1] == 0  # the first record's timestamp delta, 0
+    data[after + 1] = 0x7E  # 63, still one byte
+    result = assert_same(fix_crc(data))
+    assert result == RecordsWalk(300, 0, 63, -1, 0)
+
+
+@pytest.mark.parametrize(("key_size", "value_size"), [(70, 9_000), (9_000, 70), (0, 20_000)])
+def test_long_key_and_value_lengths(key_size: int, value_size: int) -> None:
+    """Key and value length varints of two and three bytes, checked as constant columns."""
+    builder = RecordBatchBuilder()
+    for i in range(40):
+        builder.append(1_000 + i, b"k" * key_size, b"v" * (value_size + (i == 30)))
+    result = assert_same(builder.build())
+    assert result == RecordsWalk(40, 0, 39, -1, -1)
+
+
+def test_offset_deltas_too_wide_for_runs() -> None:
+    """Past the offset-delta table (record 262,144) runs stop and records are walked."""
+    builder = RecordBatchBuilder()
+    builder.append(1_000, None, b"")
+    record = builder.build()[61:]
+    wide = walker._layout(record, 0, len(record))
+    assert wide is not None and len(wide.od_columns) == 1
+    for width in (2, 3):
+        wide = walker._widened(wide)
+        assert wide is not None and len(wide.od_columns) == width
+    assert walker._widened(wide) is None
