@@ -11,8 +11,8 @@ this shared 2-core machine vary by +-30%, and librdkafka's batching falls into o
 (a few huge batches when its sender thread is starved, ~1,000 small ones otherwise), so only
 medians of several alternating runs compare the brokers.
 
-The mock cluster keeps only about 5 MiB per partition, so its consume figure is measured over
-whatever it still holds (the rate, not the count, is what is compared).
+The mock cluster keeps only about 5 MiB per partition, so each run consumes from every target
+only as many messages as the mock still holds (all of them at 8 partitions, ~45,000 at 1).
 
 The consumer is configured so that librdkafka's prefetch limit does not pause it (see
 ``consume``); ``python benchmarks/profile_broker.py`` shows where the broker spends its time
@@ -101,8 +101,8 @@ def produce(
     return elapsed
 
 
-def consume(bootstrap: str, topic: str, partitions: int) -> tuple[int, float]:
-    consumer = ck.Consumer(
+def _consumer(bootstrap: str) -> ck.Consumer:
+    return ck.Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"bench-{uuid.uuid4().hex}",  # required by librdkafka, unused with assign()
@@ -117,21 +117,46 @@ def consume(bootstrap: str, topic: str, partitions: int) -> tuple[int, float]:
             "queued.min.messages": 1_000_000,
         }
     )
-    assigned = [ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in range(partitions)]
-    # How many messages the target holds (the mock keeps only the newest ~5 MiB per partition).
-    # Knowing it, the last consume() asks for exactly what is left and returns at once; waiting
-    # for end-of-partition events instead would add the broker's fetch long poll (500 ms) to the
-    # measurement, or consume()'s timeout when a partial last batch waits for more messages.
-    expected = 0
-    for tp in assigned:
-        low, high = consumer.get_watermark_offsets(tp, timeout=10)
-        expected += high - low
+
+
+def retained(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, int]]:
+    """(low, high) watermarks per partition (the mock keeps only the newest ~5 MiB of each)."""
+    consumer = _consumer(bootstrap)
+    try:
+        return [
+            consumer.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=10) for p in range(partitions)
+        ]
+    finally:
+        consumer.close()
+
+
+def consume(
+    bootstrap: str, topic: str, partitions: int, newest: list[int] | None = None
+) -> tuple[int, float]:
+    """Read the topic; returns (messages timed, seconds).
+
+    Reads everything the target holds, or with ``newest`` only that many of the newest messages
+    of each partition. Knowing the count, the last consume() asks for exactly what is left and
+    returns at once; waiting for end-of-partition events instead would add the broker's fetch
+    long poll (500 ms) to the measurement, or consume()'s timeout when a partial last batch waits
+    for more messages.
+    """
+    consumer = _consumer(bootstrap)
+    marks = retained(bootstrap, topic, partitions)
+    counts = [high - low for low, high in marks]
+    if newest is not None:
+        counts = [min(have, want) for have, want in zip(counts, newest, strict=True)]
+    starts = [high - count for (_, high), count in zip(marks, counts, strict=True)]
+    assigned = [ck.TopicPartition(topic, p, start) for p, start in enumerate(starts)]
+    expected = sum(counts)
     consumer.assign(assigned)
     count = 0
+    untimed = 0
     at_eof: set[int] = set()
     # The clock starts when the first messages arrive (connection set-up is not throughput) and
-    # stops once the batch holding the last message has been processed. Reading the clock per
-    # batch rather than per message keeps the Python loop's own cost out of the measurement.
+    # stops once the batch holding the last message has been processed; the messages of that
+    # first batch arrived before the clock started, so they are not in the rate. Reading the
+    # clock per batch rather than per message keeps the Python loop's own cost out of it.
     start = last = None
     deadline = time.perf_counter() + 120
     while count < expected and len(at_eof) < partitions and time.perf_counter() < deadline:
@@ -149,13 +174,16 @@ def consume(bootstrap: str, topic: str, partitions: int) -> tuple[int, float]:
         if seen:
             if start is None:
                 start = received
+                untimed = seen
             count += seen
             last = time.perf_counter()
     if start is None or last is None:
         raise RuntimeError("consumed nothing")
     elapsed = last - start
     consumer.close()
-    return count, elapsed
+    if count == untimed:
+        raise RuntimeError(f"all {count} messages came in one batch: too few to time")
+    return count - untimed, elapsed
 
 
 class ReferenceTarget:
@@ -200,16 +228,25 @@ def run_targets(
     Both targets are up for the whole measurement and each run measures every target once, in an
     order that alternates between runs, so a slow spell of the (shared, 2-core) machine or a
     change of the load generator's batching regime hits both alike instead of one target's runs.
+    Every target consumes the same messages: per partition, the newest as many as the target
+    holding the fewest has (the mock keeps ~5 MiB per partition, about 45,000 of these messages).
+    Reading more from one target than the other would not be the same measurement: the consumer
+    drains its first fetch at full speed only when no further fetch competes with it for the CPU.
     """
     rates: dict[str, dict[str, list[float]]] = {t.name: {"produce": [], "consume": []} for t in targets}
     for run in range(runs):
-        for t in targets if run % 2 == 0 else reversed(targets):
-            topic = f"bench-{partitions}-{uuid.uuid4().hex[:8]}"
+        order = targets if run % 2 == 0 else list(reversed(targets))
+        topics = {}
+        for t in order:
+            topic = topics[t.name] = f"bench-{partitions}-{uuid.uuid4().hex[:8]}"
             t.create_topic(topic, partitions)
             with client_gc_paused():
                 rates[t.name]["produce"].append(messages / produce(t.bootstrap, topic, messages, partitions))
+        held = [retained(t.bootstrap, topics[t.name], partitions) for t in order]
+        newest = [min(high - low for low, high in marks) for marks in zip(*held, strict=True)]
+        for t in order:
             with client_gc_paused():
-                count, elapsed = consume(t.bootstrap, topic, partitions)
+                count, elapsed = consume(t.bootstrap, topics[t.name], partitions, newest)
             rates[t.name]["consume"].append(count / elapsed)
     return {
         name: {phase: statistics.median(values) for phase, values in phases.items()}

@@ -38,8 +38,11 @@ _LISTENING = "reference_broker listening on "
 
 def serve(data_dir: Path, out_dir: Path) -> None:
     """The child: run the broker, toggling a profiler on SIGUSR1 (start) / SIGUSR2 (dump)."""
+    from reference_broker._memory import keep_freed_memory
     from reference_broker.broker import Broker
     from reference_broker.config import BrokerConfig
+
+    keep_freed_memory()  # as ``python -m reference_broker`` does
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

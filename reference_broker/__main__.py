@@ -14,6 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
+from reference_broker._memory import keep_freed_memory
 from reference_broker.config import BrokerConfig, ConfigError
 
 LISTENING_PREFIX = "reference_broker listening on "
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"reference_broker: configuration error: {exc}", file=sys.stderr, flush=True)
         return 2
+    keep_freed_memory()
     try:
         asyncio.run(serve(config))
     except ConfigError as exc:

@@ -49,6 +49,11 @@ _LARGE_WRITE = 64 * 1024
 #: tcp_wmem's maximum (4 MiB by default); an explicit size (capped by net.core.wmem_max and
 #: doubled by the kernel) lets one send take most of a 10 MiB response on loopback.
 _SEND_BUFFER = 8 * 1024 * 1024
+#: Kernel receive buffer asked for on the listening socket (accepted connections inherit it, and
+#: the TCP window scale they announce is chosen from it). A producer's 1 MiB request then fits in
+#: the window at once instead of trickling in as the receiver drains it: measured 0.2-0.6 ms less
+#: per 1 MiB produce round trip than with the initial 128 KiB.
+_RECV_SOCKET_BUFFER = 4 * 1024 * 1024
 #: Large response parts are written in pieces of this size, each after the previous one left.
 _WRITE_CHUNK = 1024 * 1024
 
@@ -554,7 +559,12 @@ class KafkaServer:
             self.port,
             reuse_address=True,
             backlog=128,
+            start_serving=False,
         )
+        for sock in self._server.sockets:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RECV_SOCKET_BUFFER)
+        await self._server.start_serving()
         sockname = self._server.sockets[0].getsockname()
         self.port = sockname[1]
         return sockname[0], sockname[1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import signal
 import subprocess
 import sys
@@ -195,3 +196,11 @@ def test_clean_shutdown_marks_logs(broker_factory: BrokerFactory) -> None:
         client.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="marked")]), 12)
     assert proc.terminate() == 0
     assert (proc.data_dir / "marked-0" / ".clean_shutdown").exists()
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the tuning is glibc's mallopt")
+def test_allocator_keeps_freed_memory_on_glibc() -> None:
+    """The CLI's allocator tuning takes effect (in a child: it is process-wide)."""
+    code = "from reference_broker._memory import keep_freed_memory; print(keep_freed_memory())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "True"
