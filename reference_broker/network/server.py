@@ -367,7 +367,7 @@ class Connection(asyncio.BufferedProtocol):
         return self._answer(ctx, request, response)
 
     def _failed(self, ctx: RequestContext, request: Message) -> list[Any] | None:
-        """The handler raised: log it, answer UNKNOWN_SERVER_ERROR where the response can."""
+        """The handler raised: log it and answer with an error."""
         log.exception(
             "%s v%d from %s (correlation id %d) failed",
             type(request).__name__,
@@ -375,11 +375,7 @@ class Connection(asyncio.BufferedProtocol):
             self.peer,
             ctx.correlation_id,
         )
-        response = self._error_response(ctx, request)
-        if response is None:
-            ctx.close_after = True
-            return None
-        return self._answer(ctx, request, response)
+        return self._error_answer(ctx, request)
 
     def _answer(self, ctx: RequestContext, request: Message, response: Message | None) -> list[Any] | None:
         if response is None:
@@ -393,11 +389,19 @@ class Connection(asyncio.BufferedProtocol):
                 ctx.api_version,
                 self.peer,
             )
+            return self._error_answer(ctx, request)
+
+    def _error_answer(self, ctx: RequestContext, request: Message) -> list[Any] | None:
+        """UNKNOWN_SERVER_ERROR where the response can carry it; otherwise (or if even that
+        cannot be encoded) nothing, and the connection closes after the answers before it."""
+        try:
             response = self._error_response(ctx, request)
-            if response is None:
-                ctx.close_after = True
-                return None
-            return self._encoded(ctx, response)
+            if response is not None:
+                return self._encoded(ctx, response)
+        except Exception:
+            log.exception("cannot encode an error response to %s", type(request).__name__)
+        ctx.close_after = True
+        return None
 
     def _error_response(self, ctx: RequestContext, request: Message) -> Message | None:
         try:

@@ -14,7 +14,7 @@ from reference_broker.config import BrokerConfig
 from reference_broker.testing import WireClient, run_in_process
 from sdk.protocol.codec import decode_response, encode_request
 from sdk.protocol.errors import ErrorCode
-from sdk.protocol.messages import ApiVersionsRequest, ListOffsetsRequest, MetadataRequest
+from sdk.protocol.messages import ApiVersionsRequest, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest
 
 
 async def roundtrip(host: str, port: int, request: object, version: int, correlation_id: int = 1) -> object:
@@ -93,3 +93,40 @@ def test_run_in_process_thread() -> None:
         )
         assert response.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         assert runner.call(lambda: runner.broker.logs.topic("nope")) is None
+
+
+def _unencodable(*args: object) -> ListOffsetsResponse:
+    return ListOffsetsResponse(topics="not a list of topics")  # type: ignore[arg-type]
+
+
+async def _unencodable_async(*args: object) -> ListOffsetsResponse:
+    return _unencodable()
+
+
+@pytest.mark.parametrize("answer", [_unencodable, _unencodable_async], ids=["def", "async-def"])
+async def test_response_that_cannot_be_encoded_closes_only_that_connection(
+    tmp_path: Path, answer: object
+) -> None:
+    """A response (and its error response) the codec refuses: the answers before it still go out,
+    then that connection closes; the broker keeps serving others."""
+    config = BrokerConfig.build(tmp_path, port=0)
+    async with Broker(config) as broker:
+        handler = broker.registry._handlers[2]
+        broker.registry._handlers[2] = dataclasses.replace(
+            handler,
+            handle=answer,
+            synchronous=answer is _unencodable,
+            error_response=lambda request, version, code: _unencodable(),
+        )
+        reader, writer = await asyncio.open_connection(broker.host, broker.port)
+        for cid, (req, version) in enumerate([(ApiVersionsRequest(), 0), (ListOffsetsRequest(), 7)], start=1):
+            payload = encode_request(req, version, cid, "x")
+            writer.write(struct.pack(">i", len(payload)) + payload)
+        await writer.drain()
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
+        _, ok = decode_response(18, 0, await reader.readexactly(size))
+        assert ok.error_code == 0
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed, nothing more sent
+        writer.close()
+        response = await roundtrip(broker.host, broker.port, ApiVersionsRequest(), 0)
+        assert response.error_code == 0  # type: ignore[attr-defined]
