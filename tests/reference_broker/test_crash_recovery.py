@@ -101,8 +101,13 @@ def test_kill_during_idempotent_produce_loses_and_duplicates_nothing(broker_fact
     thread = threading.Thread(target=load)
     thread.start()
     try:
-        time.sleep(1.0)
+        # Load for a second after the first acknowledgement (the producer's start-up, which
+        # waits for the broker's fsync of its producer-id block, may take longer on a busy disk).
+        deadline = time.monotonic() + 30
+        while not acked and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert acked, "no acknowledgements before the crash"
+        time.sleep(1.0)
         before = len(acked)
         proc.kill()
         time.sleep(0.3)
