@@ -105,9 +105,11 @@ class Connection(asyncio.BufferedProtocol):
     are cut out of one reusable receive buffer, so pipelined small requests cost one ``recv``
     between them. Requests are decoded and their handlers started in arrival order, as before.
 
-    Responses are written by one task in request order. Every response already finished is
-    written in one go (one ``send`` for a run of small responses), and a Fetch response's record
-    data is handed to the transport as the log's buffers, never copied into the frame.
+    Responses go out in request order. Synchronous handlers' answers with nothing queued before
+    them are written by the read callback itself, all of one read's in one ``send``; everything
+    else is written by one task, every response already finished in one go, and a Fetch
+    response's record data is handed to the transport as the log's buffers, never copied into
+    the frame.
     """
 
     def __init__(self, server: KafkaServer):
