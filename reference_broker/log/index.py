@@ -128,6 +128,7 @@ class _SparseIndex(_IndexFile):
 
     ENTRY_SIZE: int
     _ENTRY: struct.Struct
+    _CODES: tuple[str, str]  # array type codes of the two fields
 
     def __init__(self, path: Path, max_bytes: int):
         super().__init__(path)
@@ -137,6 +138,23 @@ class _SparseIndex(_IndexFile):
     def _columns(self) -> tuple[array, array]:
         """The two arrays, in the field order of an entry on disk."""
         raise NotImplementedError
+
+    def _set_columns(self, first: array, second: array) -> None:
+        raise NotImplementedError
+
+    def floor(self, key: int) -> tuple[int, int] | None:
+        """The entry with the greatest first field (relative offset, timestamp) <= ``key``."""
+        first, second = self._columns()
+        i = bisect.bisect_right(first, key) - 1
+        if i < 0:
+            return None
+        return first[i], second[i]
+
+    def reset(self, entries: list[tuple[int, int]]) -> None:
+        """Replace all entries, in memory and in the file (index rebuild)."""
+        first, second = self._CODES
+        self._set_columns(array(first, (e[0] for e in entries)), array(second, (e[1] for e in entries)))
+        self._rewrite_all()
 
     @property
     def is_full(self) -> bool:
@@ -187,6 +205,7 @@ class OffsetIndex(_SparseIndex):
 
     ENTRY_SIZE = 8
     _ENTRY = struct.Struct(">ii")
+    _CODES = ("i", "i")
 
     def __init__(self, path: Path, max_bytes: int):
         super().__init__(path, max_bytes)
@@ -198,6 +217,9 @@ class OffsetIndex(_SparseIndex):
 
     def _columns(self) -> tuple[array, array]:
         return self.relative_offsets, self.positions
+
+    def _set_columns(self, first: array, second: array) -> None:
+        self.relative_offsets, self.positions = first, second
 
     def load(self, segment_size: int) -> str | None:
         """Read the file; return why it is unusable (missing, torn, not monotonic) or None."""
@@ -221,25 +243,13 @@ class OffsetIndex(_SparseIndex):
         self.relative_offsets.append(relative_offset)
         self.positions.append(position)
 
-    def floor(self, relative_offset: int) -> tuple[int, int] | None:
-        """The entry with the greatest relative offset <= ``relative_offset``, if any."""
-        i = bisect.bisect_right(self.relative_offsets, relative_offset) - 1
-        if i < 0:
-            return None
-        return self.relative_offsets[i], self.positions[i]
-
-    def reset(self, entries: list[tuple[int, int]]) -> None:
-        """Replace all entries, in memory and in the file (index rebuild)."""
-        self.relative_offsets = array("i", (e[0] for e in entries))
-        self.positions = array("i", (e[1] for e in entries))
-        self._rewrite_all()
-
 
 class TimeIndex(_SparseIndex):
     """Running maximum timestamp -> relative offset of the batch that reached it."""
 
     ENTRY_SIZE = 12
     _ENTRY = struct.Struct(">qi")
+    _CODES = ("q", "i")
 
     def __init__(self, path: Path, max_bytes: int):
         super().__init__(path, max_bytes)
@@ -251,6 +261,9 @@ class TimeIndex(_SparseIndex):
 
     def _columns(self) -> tuple[array, array]:
         return self.timestamps, self.relative_offsets
+
+    def _set_columns(self, first: array, second: array) -> None:
+        self.timestamps, self.relative_offsets = first, second
 
     def load(self) -> str | None:
         """Read the file; return why it is unusable or None."""
@@ -296,19 +309,6 @@ class TimeIndex(_SparseIndex):
             return
         timestamps.append(timestamp)
         self.relative_offsets.append(relative_offset)
-
-    def floor(self, timestamp: int) -> tuple[int, int] | None:
-        """The entry with the greatest timestamp <= ``timestamp``, if any."""
-        i = bisect.bisect_right(self.timestamps, timestamp) - 1
-        if i < 0:
-            return None
-        return self.timestamps[i], self.relative_offsets[i]
-
-    def reset(self, entries: list[tuple[int, int]]) -> None:
-        """Replace all entries, in memory and in the file (index rebuild)."""
-        self.timestamps = array("q", (e[0] for e in entries))
-        self.relative_offsets = array("i", (e[1] for e in entries))
-        self._rewrite_all()
 
 
 class AbortedTxn(NamedTuple):
