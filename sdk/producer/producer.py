@@ -356,7 +356,7 @@ class Producer(BatchSendMixin):
                 ):
                     if timestamp_ms is None:
                         timestamp_ms = _time_ns() // 1_000_000
-                    delta = batch.builder.append_value(timestamp_ms, value)
+                    delta = batch.builder.append(timestamp_ms, None, value)
                     if delta is not None:
                         acc.used += size
                         batch.reserved += size
@@ -496,7 +496,7 @@ class Producer(BatchSendMixin):
                 ):
                     if timestamp_ms is None:
                         timestamp_ms = _time_ns() // 1_000_000
-                    delta = batch.builder.append_value(timestamp_ms, value)
+                    delta = batch.builder.append(timestamp_ms, None, value)
                     if delta is not None:
                         acc.used += size
                         batch.reserved += size

@@ -203,43 +203,6 @@ class RecordBatchBuilder:
         self._count = count + 1
         return count
 
-    def append_value(
-        self,
-        timestamp_ms: int,
-        value: bytes,
-        *,
-        _enc: list[bytes] = SMALL_VARINTS,
-        _attr_ts: list[bytes] = _ATTRS_TS,
-        _join: Callable[[Iterable[BytesLike]], bytes] = b"".join,
-    ) -> int | None:
-        """``append(timestamp_ms, None, value)`` for a value of ``bytes``: the producer's commonest
-        record (no key, no headers) with the tests that cannot apply left out. Same bytes, same
-        result."""
-        count = self._count
-        delta = timestamp_ms - self._base_timestamp if count else 0
-        if delta < 0:
-            return self._append_general(count, timestamp_ms, delta, None, value, ())
-        try:
-            record = _join((_attr_ts[delta], _enc[count], b"\x01", _enc[len(value)], value, b"\x00"))
-            size = len(record)
-            length = _enc[size]
-        except IndexError:
-            return self._append_general(count, timestamp_ms, delta, None, value, ())
-        buf = self._buf
-        if count:
-            if len(buf) + len(length) + size > self._limit:
-                return None
-            buf += length
-            buf += record
-            if timestamp_ms > self._max_timestamp:
-                self._max_timestamp = timestamp_ms
-        else:
-            buf += length
-            buf += record
-            self._base_timestamp = self._max_timestamp = timestamp_ms
-        self._count = count + 1
-        return count
-
     def _append_general(
         self,
         count: int,

@@ -109,19 +109,3 @@ def test_a_wrong_type_on_the_fast_path_leaves_no_trace(bad: object) -> None:
     assert builder.build() == before
     assert builder.record_count == 1
     assert builder.estimated_size() == len(before) > BATCH_HEADER_SIZE
-
-
-@settings(max_examples=100, deadline=None)
-@given(
-    st.lists(st.tuples(deltas, st.binary(max_size=80) | sizes.map(lambda n: b"y" * n)), max_size=40),
-    st.sampled_from([None, 300, 20_000]),
-)
-def test_append_value_is_append_without_key_or_headers(records: list, batch_size: int | None) -> None:
-    by_value = RecordBatchBuilder(batch_size=batch_size)
-    general = RecordBatchBuilder(batch_size=batch_size)
-    timestamp = 1_700_000_000_000
-    for delta, value in records:
-        timestamp += delta
-        assert by_value.append_value(timestamp, value) == general.append(timestamp, None, value)
-        assert by_value.estimated_size() == general.estimated_size()
-    assert by_value.build() == general.build()
