@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -83,3 +87,54 @@ def read_all() -> Callable[[PartitionLog], list[RecordBatch]]:
         return out
 
     return reader
+
+
+_WRITER = textwrap.dedent(
+    """
+    import ast, sys
+    from reference_broker.log import LogConfig, PartitionLog
+    from sdk.records import RecordBatchBuilder
+    plog = PartitionLog.open(sys.argv[1], LogConfig(**ast.literal_eval(sys.argv[2])))
+    key = ast.literal_eval(sys.argv[3])
+    i = 0
+    while True:
+        b = RecordBatchBuilder()
+        for j in range(i % 4 + 1):
+            b.append(i, key, b"%d-%d" % (i, j))
+        r = plog.append(b.build(), now_ms=0)
+        print(r.base_offset, r.last_offset, flush=True)
+        i += 1
+    """
+)
+
+
+@pytest.fixture
+def killed_writer(log_dir: Path) -> Callable[..., list[tuple[int, int]]]:
+    """Append from another process until ``batches`` appends are acknowledged, then kill -9 it.
+
+    Batch ``i`` holds ``i % 4 + 1`` records with values ``b"i-j"``, key ``key`` and timestamp
+    ``i``. Returns the acknowledged (base offset, last offset) pairs, in order, including those
+    printed before the kill landed.
+    """
+
+    def run(config: dict[str, int], batches: int, key: bytes | None = None) -> list[tuple[int, int]]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(log_dir), repr(config), repr(key)],
+            stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[3],
+        )
+        assert proc.stdout is not None
+        acked: list[tuple[int, int]] = []
+        for line in proc.stdout:
+            base, last = line.split()
+            acked.append((int(base), int(last)))
+            if len(acked) >= batches:
+                break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        for line in proc.stdout:
+            fields = line.split()
+            if line.endswith("\n") and len(fields) == 2:  # a line cut by the kill was not acked
+                acked.append((int(fields[0]), int(fields[1])))
+        return acked
+
+    return run

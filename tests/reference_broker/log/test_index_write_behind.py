@@ -8,11 +8,7 @@ entries reach the new file.
 
 from __future__ import annotations
 
-import signal
 import struct
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -222,41 +218,8 @@ def test_deleting_a_segment_with_pending_entries_leaves_no_file(open_log, make_b
         assert not path.exists()
 
 
-_WRITER = textwrap.dedent(
-    """
-    import sys
-    from reference_broker.log import LogConfig, PartitionLog
-    from sdk.records import RecordBatchBuilder
-    plog = PartitionLog.open(sys.argv[1], LogConfig(index_interval_bytes=0, retention_ms=-1))
-    i = 0
-    while True:
-        b = RecordBatchBuilder()
-        for j in range(i % 4 + 1):
-            b.append(i, None, b"%d-%d" % (i, j))
-        r = plog.append(b.build(), now_ms=0)
-        print(r.base_offset, r.last_offset, flush=True)
-        i += 1
-    """
-)
-
-
-def test_kill_minus_nine_with_unwritten_index_entries(log_dir: Path) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(log_dir)],
-        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[3],
-    )
-    acked = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        acked.append(tuple(map(int, line.split())))
-        if len(acked) >= WRITE_BEHIND_ENTRIES * 3 + 10:
-            break
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    for line in proc.stdout:
-        fields = line.split()
-        if line.endswith("\n") and len(fields) == 2:  # a line cut by the kill was not acknowledged
-            acked.append((int(fields[0]), int(fields[1])))
+def test_kill_minus_nine_with_unwritten_index_entries(log_dir: Path, killed_writer) -> None:
+    acked = killed_writer({"index_interval_bytes": 0, "retention_ms": -1}, WRITE_BEHIND_ENTRIES * 3 + 10)
     written = len((log_dir / "00000000000000000000.index").read_bytes()) // 8
     assert written < len(acked) - 1  # some entries were still pending when killed
     plog = PartitionLog.open(log_dir, LogConfig(index_interval_bytes=0, retention_ms=-1))

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -196,39 +192,8 @@ def test_leftovers_of_interrupted_operations_are_cleaned(open_log, make_batch, l
     assert not (log_dir / "00000000000000000000.log").exists()
 
 
-_WRITER = textwrap.dedent(
-    """
-    import sys
-    from reference_broker.log import LogConfig, PartitionLog
-    from sdk.records import RecordBatchBuilder
-    plog = PartitionLog.open(sys.argv[1], LogConfig(segment_bytes=4000, retention_ms=-1))
-    i = 0
-    while True:
-        b = RecordBatchBuilder()
-        for j in range(i % 4 + 1):
-            b.append(i, b"k", b"%d-%d" % (i, j))
-        r = plog.append(b.build(), now_ms=0)
-        print(r.base_offset, r.last_offset, flush=True)
-        i += 1
-    """
-)
-
-
-def test_kill_minus_nine_loses_no_acknowledged_batch(log_dir):
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(log_dir)],
-        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[3],
-    )
-    acked = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        acked.append(tuple(map(int, line.split())))
-        if len(acked) >= 400:
-            break
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    for line in proc.stdout:  # acknowledgements already written before the kill
-        acked.append(tuple(map(int, line.split())))
+def test_kill_minus_nine_loses_no_acknowledged_batch(log_dir, killed_writer):
+    acked = killed_writer({"segment_bytes": 4000, "retention_ms": -1}, 400, key=b"k")
     plog = PartitionLog.open(log_dir, LogConfig(segment_bytes=4000, retention_ms=-1))
     try:
         assert plog.log_end_offset >= acked[-1][1] + 1
