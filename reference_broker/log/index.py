@@ -61,11 +61,22 @@ _BIG_ENDIAN = sys.byteorder == "big"
 
 
 class _IndexFile:
-    """Lazily opened read-write file descriptor for one index file."""
+    """Lazily opened read-write file descriptor for one index file of fixed-size entries."""
+
+    ENTRY_SIZE: int
 
     def __init__(self, path: Path):
         self.path = path
         self._fd: int | None = None
+
+    def _read_entries(self) -> bytes | str:
+        """The file's bytes, or why they cannot be entries (missing, torn)."""
+        raw = _read(self.path)
+        if raw is None:
+            return "missing"
+        if len(raw) % self.ENTRY_SIZE:
+            return f"size {len(raw)} is not a multiple of {self.ENTRY_SIZE}"
+        return raw
 
     def _file(self) -> int:
         if self._fd is None:
@@ -134,6 +145,16 @@ class _SparseIndex(_IndexFile):
         super().__init__(path)
         self.max_entries = max(1, max_bytes // self.ENTRY_SIZE)
         self._written = 0
+        first, second = self._CODES
+        self._set_columns(array(first), array(second))
+
+    def __len__(self) -> int:
+        return len(self._columns()[0])
+
+    def _loaded(self, first: array, second: array) -> None:
+        """Take the entries read from the file (all of them are written, by definition)."""
+        self._set_columns(first, second)
+        self._written = len(first)
 
     def _columns(self) -> tuple[array, array]:
         """The two arrays, in the field order of an entry on disk."""
@@ -207,13 +228,8 @@ class OffsetIndex(_SparseIndex):
     _ENTRY = struct.Struct(">ii")
     _CODES = ("i", "i")
 
-    def __init__(self, path: Path, max_bytes: int):
-        super().__init__(path, max_bytes)
-        self.relative_offsets = array("i")
-        self.positions = array("i")
-
-    def __len__(self) -> int:
-        return len(self.relative_offsets)
+    relative_offsets: array
+    positions: array
 
     def _columns(self) -> tuple[array, array]:
         return self.relative_offsets, self.positions
@@ -223,19 +239,16 @@ class OffsetIndex(_SparseIndex):
 
     def load(self, segment_size: int) -> str | None:
         """Read the file; return why it is unusable (missing, torn, not monotonic) or None."""
-        raw = _read(self.path)
-        if raw is None:
-            return "missing"
-        if len(raw) % self.ENTRY_SIZE:
-            return f"size {len(raw)} is not a multiple of {self.ENTRY_SIZE}"
+        raw = self._read_entries()
+        if isinstance(raw, str):
+            return raw
         both = _int_array("i", raw)
         rel, pos = both[0::2], both[1::2]
         if len(rel) and (rel[0] < 0 or pos[0] < 0 or pos[-1] >= segment_size):
             return "entry outside the segment"
         if not (_strictly_increasing(rel) and _strictly_increasing(pos)):
             return "entries are not increasing"
-        self.relative_offsets, self.positions = rel, pos
-        self._written = len(rel)
+        self._loaded(rel, pos)
         return None
 
     def append(self, relative_offset: int, position: int) -> None:
@@ -251,13 +264,8 @@ class TimeIndex(_SparseIndex):
     _ENTRY = struct.Struct(">qi")
     _CODES = ("q", "i")
 
-    def __init__(self, path: Path, max_bytes: int):
-        super().__init__(path, max_bytes)
-        self.timestamps = array("q")
-        self.relative_offsets = array("i")
-
-    def __len__(self) -> int:
-        return len(self.timestamps)
+    timestamps: array
+    relative_offsets: array
 
     def _columns(self) -> tuple[array, array]:
         return self.timestamps, self.relative_offsets
@@ -267,11 +275,9 @@ class TimeIndex(_SparseIndex):
 
     def load(self) -> str | None:
         """Read the file; return why it is unusable or None."""
-        raw = _read(self.path)
-        if raw is None:
-            return "missing"
-        if len(raw) % self.ENTRY_SIZE:
-            return f"size {len(raw)} is not a multiple of {self.ENTRY_SIZE}"
+        raw = self._read_entries()
+        if isinstance(raw, str):
+            return raw
         entries = list(self._ENTRY.iter_unpack(raw))
         ts = array("q", (e[0] for e in entries))
         rel = array("i", (e[1] for e in entries))
@@ -279,8 +285,7 @@ class TimeIndex(_SparseIndex):
             return "negative relative offset"
         if not _strictly_increasing(ts) or any(a > b for a, b in itertools.pairwise(rel)):
             return "entries are not increasing"
-        self.timestamps, self.relative_offsets = ts, rel
-        self._written = len(ts)
+        self._loaded(ts, rel)
         return None
 
     @classmethod
@@ -332,11 +337,9 @@ class TransactionIndex(_IndexFile):
 
     def load(self) -> str | None:
         """Read the file; return why it is unusable or None."""
-        raw = _read(self.path)
-        if raw is None:
-            return "missing"
-        if len(raw) % self.ENTRY_SIZE:
-            return f"size {len(raw)} is not a multiple of {self.ENTRY_SIZE}"
+        raw = self._read_entries()
+        if isinstance(raw, str):
+            return raw
         entries = []
         for version, *fields in self._ENTRY.iter_unpack(raw):
             if version != 0:

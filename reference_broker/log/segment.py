@@ -253,8 +253,8 @@ class LogSegment:
         return (
             size > config.segment_bytes - append_size
             or (size > 0 and waited > config.segment_ms - self.jitter_ms)
-            or len(self.offset_index) >= self.offset_index.max_entries
-            or len(self.time_index) >= self.time_index.max_entries
+            or self.offset_index.is_full
+            or self.time_index.is_full
             or last_offset - self.base_offset > _INT32_MAX
         )
 
