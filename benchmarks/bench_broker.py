@@ -2,14 +2,19 @@
 
 Produces 100-byte messages with acks=all and idempotence on, then consumes them back, against
 the reference broker (a subprocess) and librdkafka's mock cluster in the same run, for 1 and 8
-partitions. Prints msgs/s, MB/s and the reference/mock ratio, each the median of several runs.
+partitions. Prints each target's msgs/s and MB/s (medians of several runs) and the
+reference/mock ratio: the median of the per-run ratios, their quartiles, and in how many runs the
+reference broker was at least as fast.
 
     python benchmarks/bench_broker.py [--messages 300000] [--runs 7] [--partitions 1 8] [--keep-gc]
 
 Both targets run side by side and take turns run by run (see ``run_targets``): single runs on
 this shared 2-core machine vary by +-30%, and librdkafka's batching falls into one of two regimes
 (a few huge batches when its sender thread is starved, ~1,000 small ones otherwise), so only
-medians of several alternating runs compare the brokers.
+several alternating runs, compared pair by pair, compare the brokers. The load generator's Python
+thread is the bottleneck of the produce phase (one ``produce()`` call and one delivery callback
+per message, about 2.5 us together, against some 0.2 us of broker CPU per message): a broker can
+only lose throughput there by taking CPU or cache from it.
 
 The mock cluster keeps only about 5 MiB per partition, so each run consumes from every target
 only as many messages as the mock still holds (all of them at 8 partitions, ~45,000 at 1).
@@ -28,6 +33,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import confluent_kafka as ck
 import confluent_kafka.admin  # ck.admin is not imported by confluent_kafka itself
@@ -220,20 +226,24 @@ class MockTarget:
         self._cluster.create_topic(name, partitions)
 
 
+Rates = dict[str, dict[str, list[float]]]  # target -> phase -> msgs/s of each run, in run order
+
+
 def run_targets(
     targets: list[ReferenceTarget | MockTarget], partitions: int, messages: int, runs: int
-) -> dict[str, dict[str, float]]:
-    """Median produce and consume rates per target, the targets taking turns run by run.
+) -> Rates:
+    """Produce and consume rates of every run, the targets taking turns run by run.
 
     Both targets are up for the whole measurement and each run measures every target once, in an
     order that alternates between runs, so a slow spell of the (shared, 2-core) machine or a
-    change of the load generator's batching regime hits both alike instead of one target's runs.
+    change of the load generator's batching regime hits both alike instead of one target's runs;
+    the two targets' figures of one run are a pair (see ``paired_ratios``).
     Every target consumes the same messages: per partition, the newest as many as the target
     holding the fewest has (the mock keeps ~5 MiB per partition, about 45,000 of these messages).
     Reading more from one target than the other would not be the same measurement: the consumer
     drains its first fetch at full speed only when no further fetch competes with it for the CPU.
     """
-    rates: dict[str, dict[str, list[float]]] = {t.name: {"produce": [], "consume": []} for t in targets}
+    rates: Rates = {t.name: {"produce": [], "consume": []} for t in targets}
     for run in range(runs):
         order = targets if run % 2 == 0 else list(reversed(targets))
         topics = {}
@@ -248,10 +258,32 @@ def run_targets(
             with client_gc_paused():
                 count, elapsed = consume(t.bootstrap, topics[t.name], partitions, newest)
             rates[t.name]["consume"].append(count / elapsed)
-    return {
-        name: {phase: statistics.median(values) for phase, values in phases.items()}
-        for name, phases in rates.items()
-    }
+    return rates
+
+
+class PairedRatio(NamedTuple):
+    """reference/mock over the runs: the median of the per-run ratios and their quartiles."""
+
+    median: float
+    low_quartile: float
+    high_quartile: float
+    wins: int  # runs in which the reference broker was at least as fast
+    runs: int
+
+
+def paired_ratios(reference: list[float], mock: list[float]) -> PairedRatio:
+    """Compare run by run, not median with median.
+
+    The two figures of one run were measured back to back, so they share the machine's state of
+    the moment (another tenant's load, the CPU's clock), which moves single runs by +-30% here:
+    their ratio cancels most of that, and its median and quartiles say how sure the comparison is
+    (a ratio of two medians can come from two different runs' conditions).
+    """
+    ratios = [r / m for r, m in zip(reference, mock, strict=True)]
+    if len(ratios) == 1:
+        return PairedRatio(ratios[0], ratios[0], ratios[0], int(ratios[0] >= 1), 1)
+    low, _, high = statistics.quantiles(ratios, n=4)
+    return PairedRatio(statistics.median(ratios), low, high, sum(ratio >= 1 for ratio in ratios), len(ratios))
 
 
 def main() -> None:
@@ -270,21 +302,29 @@ def main() -> None:
         f"{args.messages} messages of {record_bytes} bytes, acks=all, idempotent; median of {args.runs};"
         f" client GC {'running' if args.keep_gc else 'paused'} while timing"
     )
-    header = f"{'partitions':>10} {'phase':>8} {'target':>10} {'msgs/s':>12} {'MB/s':>8} {'ref/mock':>9}"
+    header = (
+        f"{'partitions':>10} {'phase':>8} {'target':>10} {'msgs/s':>12} {'MB/s':>8} {'ref/mock':>9}"
+        f" {'quartiles':>11} {'ref>=mock':>9}"
+    )
     print(header)
     with ReferenceTarget() as reference, MockTarget() as mock:
         for partitions in args.partitions:
-            results = run_targets([reference, mock], partitions, args.messages, args.runs)
-            _print_rows(partitions, results, record_bytes)
+            rates = run_targets([reference, mock], partitions, args.messages, args.runs)
+            _print_rows(partitions, rates, record_bytes)
 
 
-def _print_rows(partitions: int, results: dict[str, dict[str, float]], record_bytes: int) -> None:
+def _print_rows(partitions: int, rates: Rates, record_bytes: int) -> None:
     for phase in ("produce", "consume"):
-        ratio = results["reference"][phase] / results["mock"][phase]
-        for name, res in results.items():
-            rate = res[phase]
+        paired = paired_ratios(rates["reference"][phase], rates["mock"][phase])
+        for name, phases in rates.items():
+            rate = statistics.median(phases[phase])
             mbps = rate * record_bytes / 1e6
-            shown = f"{ratio:9.2f}" if name == "reference" else ""
+            shown = (
+                f"{paired.median:9.2f} {paired.low_quartile:5.2f}-{paired.high_quartile:<5.2f}"
+                f" {paired.wins:>3}/{paired.runs}"
+                if name == "reference"
+                else ""
+            )
             print(f"{partitions:>10} {phase:>8} {name:>10} {rate:12,.0f} {mbps:8.1f} {shown}")
 
 

@@ -116,8 +116,12 @@ class Storage:
 
     # -- partitions ----------------------------------------------------------------------
 
-    def append(self, topic: str, partition: int, records: bytes | memoryview) -> AppendResult:
-        result = self.manager.get_log(topic, partition).append(records, now_ms=now_ms())
+    def append(
+        self, topic: str, partition: int, records: bytes | memoryview, *, in_place: bool = False
+    ) -> AppendResult:
+        """Append to the partition's log; with ``in_place`` the caller gives ``records`` up and the
+        log may assign offsets in them rather than in a copy (``PartitionLog.append``)."""
+        result = self.manager.get_log(topic, partition).append(records, now_ms=now_ms(), in_place=in_place)
         if self.on_data is not None and not result.duplicate:
             self.on_data((topic, partition))
         return result

@@ -117,7 +117,8 @@ def _append(
             f"Produce requests with version {version} cannot use ZStandard compression",
         )
     try:
-        appended = broker.logs.append(name, index, records)
+        # The records are a view into this request's own buffer, used for nothing else after.
+        appended = broker.logs.append(name, index, records, in_place=True)
     except KafkaError as exc:
         if exc.code != ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
             log.info("append to %s-%d refused: %s", name, index, exc)

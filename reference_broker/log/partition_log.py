@@ -196,16 +196,19 @@ class PartitionLog:
         *,
         now_ms: int,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        in_place: bool = False,
     ) -> AppendResult:
         """Validate, assign offsets and append one produce request's batches for this partition.
 
-        The input is never modified (a copy gets the offsets and, for ``LogAppendTime`` topics,
-        the broker timestamp). Control batches are refused unless ``origin`` is COORDINATOR.
+        The input is not modified (a copy gets the offsets and, for ``LogAppendTime`` topics,
+        the broker timestamp) unless ``in_place`` says the caller gives it up: then a writable
+        input gets them itself and is written as it is. Control batches are refused unless
+        ``origin`` is COORDINATOR.
         """
         if self._closed or self.offline_reason is not None:
             self._check_open()
         config = self.config
-        buf, positions = validate_append(records, config, origin, now_ms)
+        buf, positions = validate_append(records, config, origin, now_ms, in_place=in_place)
         base = next_offset = self.segments[-1].next_offset
         log_append_time = config.log_append_time
         # One header object per batch, parsed once offsets (and LogAppendTime) are in place and

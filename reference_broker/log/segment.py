@@ -375,7 +375,7 @@ class LogSegment:
     # -- append --------------------------------------------------------------------------------
 
     def append(
-        self, data: bytes | bytearray, positions: Sequence[int], batches: Sequence[RecordBatch]
+        self, data: bytes | bytearray | memoryview, positions: Sequence[int], batches: Sequence[RecordBatch]
     ) -> None:
         """Write ``data`` (whole batches, offsets assigned) at the end; update the indexes.
 

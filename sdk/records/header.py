@@ -92,7 +92,7 @@ def read_batch_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> Batc
     return BatchHeader._make(BATCH_HEADER.unpack_from(buf, pos))
 
 
-def _batch_end(buf: bytearray, pos: int) -> int:
+def _batch_end(buf: bytearray | memoryview, pos: int) -> int:
     if pos < 0 or len(buf) - pos < BATCH_HEADER_SIZE:
         raise TruncatedBatchError(f"need {BATCH_HEADER_SIZE} header bytes", pos)
     (length,) = _INT32.unpack_from(buf, pos + 8)
@@ -116,7 +116,7 @@ def set_partition_leader_epoch(buf: bytearray, pos: int, epoch: int) -> None:
     _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 
-def set_log_append_time(buf: bytearray, pos: int, timestamp_ms: int) -> None:
+def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp_ms: int) -> None:
     """Mark the batch ``LogAppendTime`` with ``timestamp_ms`` as its max timestamp; fix the CRC.
 
     Readers then report ``timestamp_ms`` for every record of the batch, as Kafka specifies.
@@ -128,7 +128,7 @@ def set_log_append_time(buf: bytearray, pos: int, timestamp_ms: int) -> None:
     _UINT32.pack_into(buf, pos + CRC_OFFSET, crc32c.crc32c(memoryview(buf)[pos + CRC_START : end]))
 
 
-def set_max_timestamp(buf: bytearray, pos: int, timestamp_ms: int) -> None:
+def set_max_timestamp(buf: bytearray | memoryview, pos: int, timestamp_ms: int) -> None:
     """Rewrite the max timestamp of the batch at ``pos`` and recompute its CRC (Kafka's
     ``setMaxTimestamp`` for a ``CreateTime`` batch, the timestamp type is left as it is).
 

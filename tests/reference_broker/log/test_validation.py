@@ -56,9 +56,29 @@ def outcome(
     return bytes(buf), positions
 
 
+def in_place_outcome(
+    records: bytes, config: LogConfig, origin: AppendOrigin
+) -> tuple[str, str] | tuple[bytes, list[int]]:
+    """``validate_append(in_place=True)`` on the records inside a larger buffer, as a produce
+    request holds them: it must answer as the copying path does, touch nothing outside them and,
+    when it accepts them, hand back the view itself."""
+    request = bytearray(b"\x00" * 7 + records + b"\xff" * 5)
+    view = memoryview(request)[7 : 7 + len(records)]
+    try:
+        buf, positions = validation.validate_append(view, config, origin, NOW, in_place=True)
+    except KafkaError as exc:
+        return type(exc).__name__, str(exc)
+    finally:
+        assert request[:7] == b"\x00" * 7 and request[-5:] == b"\xff" * 5
+    assert buf is view
+    return bytes(buf), positions
+
+
 def assert_same(records: bytes, config: LogConfig, origin: AppendOrigin) -> tuple:
     fast = outcome(records, config, origin, reference=False)
     assert fast == outcome(records, config, origin, reference=True)
+    if records:
+        assert in_place_outcome(records, config, origin) == fast
     return fast
 
 
@@ -172,3 +192,35 @@ def test_negative_timestamps_are_not_range_checked() -> None:
     config = LogConfig(message_timestamp_before_max_ms=1_000)
     result = assert_same(builder.build(), config, AppendOrigin.CLIENT)
     assert isinstance(result[0], bytes)
+
+
+def test_in_place_only_for_a_writable_view_of_a_bytearray() -> None:
+    """Read-only input (small requests arrive as ``bytes``) and views of anything but a
+    ``bytearray`` are copied; a ``bytearray`` itself is used as it is."""
+    builder = RecordBatchBuilder()
+    builder.append(NOW, None, b"v")
+    data = builder.build()
+    for records in (data, memoryview(data), memoryview(bytearray(data)).toreadonly()):
+        buf, positions = validation.validate_append(
+            records, LogConfig(), AppendOrigin.CLIENT, NOW, in_place=True
+        )
+        assert type(buf) is bytearray and buf == data and positions == [0]
+    owned = bytearray(data)
+    buf, _ = validation.validate_append(owned, LogConfig(), AppendOrigin.CLIENT, NOW, in_place=True)
+    assert buf is owned
+    copied, _ = validation.validate_append(owned, LogConfig(), AppendOrigin.CLIENT, NOW)
+    assert copied is not owned and copied == owned
+
+
+def test_in_place_fixes_the_max_timestamp_in_the_request() -> None:
+    builder = RecordBatchBuilder()
+    for ts in (NOW, NOW + 30):
+        builder.append(ts, None, b"v")
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 35, NOW)
+    request = bytearray(b"head" + fix_crc(data))
+    view = memoryview(request)[4:]
+    buf, _ = validation.validate_append(view, LogConfig(), AppendOrigin.CLIENT, NOW, in_place=True)
+    assert buf is view
+    assert struct.unpack_from(">q", request, 4 + 35)[0] == NOW + 30
+    assert bytes(view) == fix_crc(bytes(view))

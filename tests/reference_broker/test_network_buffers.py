@@ -1,0 +1,153 @@
+"""Large frames' receive buffers: reused for a connection's next large frame, never while in use.
+
+A produce request larger than the small-frame limit is received into a buffer of its own, which
+the connection keeps for its next large frame once nothing refers to the last one. Produce
+checks and writes the records where they were received, so reusing a buffer that something
+still reads would hand it another request's bytes: these tests pin both sides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from reference_broker.testing import InProcessBroker, WireClient, run_in_process
+from sdk.protocol.codec import encode_request
+from sdk.protocol.messages import FetchRequest, MetadataRequest, ProduceRequest
+from sdk.records import RecordBatch, RecordBatchBuilder
+
+PRODUCE = 0
+
+
+@pytest.fixture
+def runner() -> Iterator[InProcessBroker]:
+    with run_in_process(config={"num.partitions": 1}) as broker:
+        yield broker
+
+
+def batch(tag: int, size: int) -> bytes:
+    """About ``size`` bytes of records whose values all say ``tag``."""
+    builder = RecordBatchBuilder()
+    value = b"%06d" % tag * 16
+    for i in range(max(1, size // (len(value) + 10))):
+        builder.append(1_700_000_000_000 + i, None, value)
+    return builder.build()
+
+
+def produce_request(topic: str, records: bytes) -> ProduceRequest:
+    partition = ProduceRequest.PartitionProduceData(index=0, records=records)
+    return ProduceRequest(
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[partition])],
+    )
+
+
+def create(client: WireClient, topic: str) -> None:
+    client.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]), 12)
+
+
+def stored_batches(client: WireClient, topic: str) -> list[RecordBatch]:
+    """Every batch of partition 0, fetched back and CRC-checked."""
+    request = FetchRequest(
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=64 << 20,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=topic,
+                partitions=[
+                    FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=64 << 20)
+                ],
+            )
+        ],
+    )
+    data = bytes(client.request(request, 12).responses[0].partitions[0].records)
+    batches = []
+    pos = 0
+    while pos < len(data):
+        found = RecordBatch(data, pos)
+        found.validate()
+        batches.append(found)
+        pos += found.size_in_bytes
+    return batches
+
+
+def test_large_frames_of_changing_sizes_on_one_connection(runner: InProcessBroker) -> None:
+    """Pipelined produce requests, each larger or smaller than the buffer left by the one before,
+    are stored exactly as sent (a reused buffer holds stale bytes past the new frame's end)."""
+    topic = f"sizes-{uuid.uuid4().hex[:8]}"
+    sizes = [300_000, 100_000, 500_000, 70_000, 300_000, 500_000]
+    sent = [batch(tag, size) for tag, size in enumerate(sizes)]
+    with WireClient(runner.bootstrap) as client:
+        create(client, topic)
+        frames = []
+        for cid, records in enumerate(sent):
+            payload = encode_request(produce_request(topic, records), 9, cid, "sizes")
+            frames.append(struct.pack(">i", len(payload)) + payload)
+        client.send_raw(b"".join(frames))
+        for cid in range(len(sent)):
+            got, response = client.receive(PRODUCE, 9)
+            assert got == cid
+            assert response.responses[0].partition_responses[0].error_code == 0
+        stored = stored_batches(client, topic)
+    assert len(stored) == len(sent)
+    next_offset = 0
+    for records, found in zip(sent, stored, strict=True):
+        assert found.base_offset == next_offset
+        assert bytes(found.raw)[8:] == records[8:]  # all but the assigned base offset
+        next_offset = found.next_offset
+
+
+def connection_spares(runner: InProcessBroker) -> list[bytearray | None]:
+    return runner.call(lambda: [conn._spare for conn in runner.broker.server._connections])
+
+
+def test_a_large_frame_buffer_is_reused(runner: InProcessBroker) -> None:
+    """After a large produce the connection holds its buffer for the next one: if something kept
+    a reference to every request (a log call, a cache), the reuse would silently stop."""
+    topic = f"reuse-{uuid.uuid4().hex[:8]}"
+    with WireClient(runner.bootstrap) as client:
+        create(client, topic)
+        client.request(produce_request(topic, batch(1, 300_000)), 9)
+        (spare,) = connection_spares(runner)
+        assert spare is not None and len(spare) > 300_000
+        client.request(produce_request(topic, batch(2, 200_000)), 9)
+        (again,) = connection_spares(runner)
+        assert again is spare  # the same buffer served the second request
+        assert [bytes(b.raw)[8:] for b in stored_batches(client, topic)] == [
+            batch(1, 300_000)[8:],
+            batch(2, 200_000)[8:],
+        ]
+
+
+def test_a_request_still_referred_to_keeps_its_buffer(runner: InProcessBroker) -> None:
+    """A handler that keeps the request (views of its records) keeps its buffer: the next large
+    frame gets another one, and the kept records still read as they arrived."""
+    kept: list[Any] = []
+    registry = runner.broker.registry
+    produce = registry._handlers[PRODUCE]
+
+    def keeping(broker: Any, ctx: Any, request: ProduceRequest) -> Any:
+        kept.append(request)
+        return produce.handle(broker, ctx, request)
+
+    runner.call(lambda: registry._handlers.__setitem__(PRODUCE, dataclasses.replace(produce, handle=keeping)))
+    topic = f"kept-{uuid.uuid4().hex[:8]}"
+    first, second = batch(1, 300_000), batch(2, 300_000)
+    with WireClient(runner.bootstrap) as client:
+        create(client, topic)
+        client.request(produce_request(topic, first), 9)
+        (offered,) = connection_spares(runner)
+        client.request(produce_request(topic, second), 9)
+        (then,) = connection_spares(runner)
+    assert offered is not None and then is not None and then is not offered
+    assert bytes(kept[0].topic_data[0].partition_data[0].records)[8:] == first[8:]
+    assert bytes(kept[1].topic_data[0].partition_data[0].records)[8:] == second[8:]
