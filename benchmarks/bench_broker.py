@@ -9,12 +9,17 @@ reference broker was at least as fast.
     python benchmarks/bench_broker.py [--messages 300000] [--runs 7] [--partitions 1 8] [--keep-gc]
 
 Both targets run side by side and take turns run by run (see ``run_targets``): single runs on
-this shared 2-core machine vary by +-30%, and librdkafka's batching falls into one of two regimes
-(a few huge batches when its sender thread is starved, ~1,000 small ones otherwise), so only
-several alternating runs, compared pair by pair, compare the brokers. The load generator's Python
-thread is the bottleneck of the produce phase (one ``produce()`` call and one delivery callback
-per message, about 2.5 us together, against some 0.2 us of broker CPU per message): a broker can
-only lose throughput there by taking CPU or cache from it.
+this shared 2-core machine vary by +-30%, so only several alternating runs, compared pair by
+pair, compare the brokers. Each producer has its producer id before the clock starts (see
+``produce``): without that, about one run in three waited 500 ms for it, a lottery in the client
+that swamped any difference between the brokers.
+
+The load generator's Python thread is the bottleneck of the produce phase: one ``produce()``
+call and one delivery callback per message, about 2.5 us together, and it is busy for the whole
+run. A broker can only lose throughput there by taking that thread's CPU: the Python thread is
+preempted hundreds of times a run, by the mock's thread (which runs in the load generator's own
+process) or, against the reference broker, by librdkafka's sender thread when the broker holds
+the other core (``perf record -e sched:sched_switch -a`` shows who preempts whom).
 
 The mock cluster keeps only about 5 MiB per partition, so each run consumes from every target
 only as many messages as the mock still holds (all of them at 8 partitions, ~45,000 at 1).
@@ -84,8 +89,16 @@ def produce(
             "queue.buffering.max.kbytes": 1_048_576,
         }
     )
-    # Make sure metadata is there before the clock starts.
+    # Start the clock on a producer that is ready to send: metadata known, connection up and,
+    # above all, a producer id. librdkafka asks for the id after a metadata response or on a
+    # 500 ms timer; when the only response came before its connection to the broker was up, the
+    # timer decides, and every message of the run queues up for that half second first. Which
+    # way it goes is chance (about one run in three), not the broker, so it stays off the clock.
     producer.list_topics(topic, timeout=10)
+    for partition in range(partitions):
+        producer.produce(topic, VALUE, partition=partition)
+    if producer.flush(30):
+        raise RuntimeError("warm-up message not delivered")
     failures = []
 
     def on_delivery(err: ck.KafkaError | None, _msg: ck.Message) -> None:
