@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from reference_broker.network import server as server_module
 from reference_broker.testing import InProcessBroker, WireClient, run_in_process
 from sdk.protocol.codec import encode_request
 from sdk.protocol.messages import FetchRequest, MetadataRequest, ProduceRequest
@@ -106,26 +107,37 @@ def test_large_frames_of_changing_sizes_on_one_connection(runner: InProcessBroke
         next_offset = found.next_offset
 
 
-def connection_spares(runner: InProcessBroker) -> list[bytearray | None]:
-    return runner.call(lambda: [conn._spare for conn in runner.broker.server._connections])
+def connection_spare(runner: InProcessBroker) -> tuple[int, int] | None:
+    """Identity and size of the one connection's spare buffer.
+
+    Not the buffer itself: a reference held here would be one the broker sees, and a buffer
+    something refers to is never reused.
+    """
+    (spare,) = runner.call(lambda: [conn._spare for conn in runner.broker.server._connections])
+    found = None if spare is None else (id(spare), len(spare))
+    del spare
+    return found
 
 
 def test_a_large_frame_buffer_is_reused(runner: InProcessBroker) -> None:
     """After a large produce the connection holds its buffer for the next one: if something kept
-    a reference to every request (a log call, a cache), the reuse would silently stop."""
+    a reference to every request (a log call, a cache), the reuse would silently stop.
+
+    The second frame is larger than the small-frame receive buffer, so it always takes the
+    large-frame path, and smaller than the first, so the spare fits it: a new buffer would have
+    the second frame's size, the reused one keeps the first's.
+    """
     topic = f"reuse-{uuid.uuid4().hex[:8]}"
+    first, second = batch(1, 400_000), batch(2, 300_000)
+    assert len(second) > server_module._RECV_BUFFER
     with WireClient(runner.bootstrap) as client:
         create(client, topic)
-        client.request(produce_request(topic, batch(1, 300_000)), 9)
-        (spare,) = connection_spares(runner)
-        assert spare is not None and len(spare) > 300_000
-        client.request(produce_request(topic, batch(2, 200_000)), 9)
-        (again,) = connection_spares(runner)
-        assert again is spare  # the same buffer served the second request
-        assert [bytes(b.raw)[8:] for b in stored_batches(client, topic)] == [
-            batch(1, 300_000)[8:],
-            batch(2, 200_000)[8:],
-        ]
+        client.request(produce_request(topic, first), 9)
+        spare = connection_spare(runner)
+        assert spare is not None and spare[1] > len(first)
+        client.request(produce_request(topic, second), 9)
+        assert connection_spare(runner) == spare  # the same buffer served the second request
+        assert [bytes(b.raw)[8:] for b in stored_batches(client, topic)] == [first[8:], second[8:]]
 
 
 def test_a_request_still_referred_to_keeps_its_buffer(runner: InProcessBroker) -> None:
@@ -145,9 +157,11 @@ def test_a_request_still_referred_to_keeps_its_buffer(runner: InProcessBroker) -
     with WireClient(runner.bootstrap) as client:
         create(client, topic)
         client.request(produce_request(topic, first), 9)
-        (offered,) = connection_spares(runner)
+        offered = connection_spare(runner)
         client.request(produce_request(topic, second), 9)
-        (then,) = connection_spares(runner)
-    assert offered is not None and then is not None and then is not offered
+        then = connection_spare(runner)
+    # The first buffer is alive (the kept request refers to it), so a different id is a
+    # different buffer.
+    assert offered is not None and then is not None and then[0] != offered[0]
     assert bytes(kept[0].topic_data[0].partition_data[0].records)[8:] == first[8:]
     assert bytes(kept[1].topic_data[0].partition_data[0].records)[8:] == second[8:]
