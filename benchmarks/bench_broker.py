@@ -11,8 +11,8 @@ reference broker was at least as fast.
 Both targets run side by side and take turns run by run (see ``run_targets``): single runs on
 this shared 2-core machine vary by +-30%, so only several alternating runs, compared pair by
 pair, compare the brokers. Each producer has its producer id before the clock starts (see
-``produce``): without that, about one run in three waited 500 ms for it, a lottery in the client
-that swamped any difference between the brokers.
+``produce``): without that, a run often waited 500 ms for it (every run of one 12-run sample,
+one of two in another), a lottery in the client that swamped any difference between brokers.
 
 The load generator's Python thread is the bottleneck of the produce phase: one ``produce()``
 call and one delivery callback per message, about 2.5 us together, and it is busy for the whole
@@ -93,7 +93,7 @@ def produce(
     # above all, a producer id. librdkafka asks for the id after a metadata response or on a
     # 500 ms timer; when the only response came before its connection to the broker was up, the
     # timer decides, and every message of the run queues up for that half second first. Which
-    # way it goes is chance (about one run in three), not the broker, so it stays off the clock.
+    # way it goes is chance, not the broker, so it stays off the clock.
     producer.list_topics(topic, timeout=10)
     for partition in range(partitions):
         producer.produce(topic, VALUE, partition=partition)
