@@ -270,6 +270,33 @@ class WireClient:
             raise AssertionError(f"correlation id {got} does not match request {cid}")
         return response
 
+    def fetch_all(self, topic: str, partition: int = 0) -> bytes:
+        """Every stored batch of ``topic``/``partition`` from offset 0 (up to 64 MiB), as the
+        broker sends it; fails unless the partition answers without error."""
+        from sdk.protocol.messages import FetchRequest
+
+        request = FetchRequest(
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=64 << 20,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                FetchRequest.FetchTopic(
+                    topic=topic,
+                    partitions=[
+                        FetchRequest.FetchPartition(
+                            partition=partition, fetch_offset=0, partition_max_bytes=64 << 20
+                        )
+                    ],
+                )
+            ],
+        )
+        data = self.request(request, 12).responses[0].partitions[0]
+        if data.error_code != 0:
+            raise AssertionError(f"fetch from {topic}-{partition} failed with error {data.error_code}")
+        return bytes(data.records)
+
     def closed_by_peer(self, timeout: float = 5.0) -> bool:
         """True if the broker closes the connection within ``timeout`` without sending anything."""
         self.sock.settimeout(timeout)

@@ -19,8 +19,8 @@ import pytest
 from reference_broker.network import server as server_module
 from reference_broker.testing import InProcessBroker, WireClient, run_in_process
 from sdk.protocol.codec import encode_request
-from sdk.protocol.messages import FetchRequest, MetadataRequest, ProduceRequest
-from sdk.records import RecordBatch, RecordBatchBuilder
+from sdk.protocol.messages import MetadataRequest, ProduceRequest
+from sdk.records import RecordBatch, RecordBatchBuilder, iter_batches
 
 PRODUCE = 0
 
@@ -55,29 +55,9 @@ def create(client: WireClient, topic: str) -> None:
 
 def stored_batches(client: WireClient, topic: str) -> list[RecordBatch]:
     """Every batch of partition 0, fetched back and CRC-checked."""
-    request = FetchRequest(
-        max_wait_ms=0,
-        min_bytes=1,
-        max_bytes=64 << 20,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=topic,
-                partitions=[
-                    FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=64 << 20)
-                ],
-            )
-        ],
-    )
-    data = bytes(client.request(request, 12).responses[0].partitions[0].records)
-    batches = []
-    pos = 0
-    while pos < len(data):
-        found = RecordBatch(data, pos)
+    batches = list(iter_batches(client.fetch_all(topic)))
+    for found in batches:
         found.validate()
-        batches.append(found)
-        pos += found.size_in_bytes
     return batches
 
 

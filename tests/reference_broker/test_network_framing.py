@@ -17,7 +17,6 @@ from reference_broker.testing import BrokerProcess, WireClient
 from sdk.protocol.codec import encode_request
 from sdk.protocol.messages import (
     ApiVersionsRequest,
-    FetchRequest,
     MetadataRequest,
     ProduceRequest,
 )
@@ -54,30 +53,6 @@ def _frame(request: object, version: int, correlation_id: int) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-def _fetch_all(client: WireClient, topic: str) -> bytes:
-    request = FetchRequest(
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=50 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=topic,
-                partitions=[
-                    FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=50 << 20)
-                ],
-            )
-        ],
-    )
-    response = client.request(request, 12)
-    data = response.responses[0].partitions[0]
-    assert data.error_code == 0
-    return bytes(data.records)
-
-
 def test_large_produce_sent_in_odd_pieces(broker: BrokerProcess) -> None:
     with WireClient(broker.bootstrap) as client:
         topic = _topic(client)
@@ -93,7 +68,7 @@ def test_large_produce_sent_in_odd_pieces(broker: BrokerProcess) -> None:
         cid, response = client.receive(0, 9)
         assert cid == 77
         assert response.responses[0].partition_responses[0].error_code == 0
-        stored = _fetch_all(client, topic)  # several MiB back: written from the log's buffers
+        stored = client.fetch_all(topic)  # several MiB back: written from the log's buffers
     [got] = list(iter_batches(stored))
     assert [r.value for r in got] == [r.value for r in next(iter_batches(batch))]
 
@@ -130,7 +105,7 @@ def test_pipelined_small_and_large_frames_in_one_send(broker: BrokerProcess) -> 
                 assert part.error_code == 0
                 offsets.append(part.base_offset)
         assert offsets == [0, 400, 403]
-        stored = list(iter_batches(_fetch_all(client, topic)))
+        stored = list(iter_batches(client.fetch_all(topic)))
     assert [b.record_count for b in stored] == [400, 3, 900]
 
 
@@ -142,7 +117,7 @@ def test_disconnect_inside_a_large_frame(broker: BrokerProcess) -> None:
         sock.sendall(frame[: len(frame) // 2])
     with WireClient(broker.bootstrap) as client:
         assert client.request(ApiVersionsRequest(), 0).error_code == 0
-        assert _fetch_all(client, topic) == b""  # the cut request was never applied
+        assert client.fetch_all(topic) == b""  # the cut request was never applied
 
 
 def test_answers_still_come_after_the_client_stops_sending(broker: BrokerProcess) -> None:
