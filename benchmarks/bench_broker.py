@@ -21,6 +21,12 @@ preempted hundreds of times a run, by the mock's thread (which runs in the load 
 process) or, against the reference broker, by librdkafka's sender thread when the broker holds
 the other core (``perf record -e sched:sched_switch -a`` shows who preempts whom).
 
+Throughput alone cannot show what a broker costs while the load generator is the bottleneck, so
+each row also gives the broker's CPU per message: the reference broker's process against the mock's
+one thread (``rdk:mock``, in this process), from the kernel's per-thread accounting.
+``python benchmarks/produce_ceiling.py`` adds a third target, the reference broker with its log
+taken out of Produce, which says how much of the produce ratio is the log's work.
+
 The mock cluster keeps only about 5 MiB per partition, so each run consumes from every target
 only as many messages as the mock still holds (all of them at 8 partitions, ~45,000 at 1).
 
@@ -34,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import os
 import statistics
 import time
 import uuid
@@ -47,6 +54,7 @@ from reference_broker.testing import BrokerProcess
 from sdk.testing.librdkafka_mock import LibrdkafkaMockCluster
 
 VALUE = b"v" * 100
+MOCK_THREAD = "rdk:mock"
 #: Whether the timed phases run with Python's cyclic garbage collector paused (``--keep-gc``).
 PAUSE_GC = True
 
@@ -69,6 +77,26 @@ def client_gc_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def threads_cpu_seconds(pid: int | str, name: str | None = None) -> float:
+    """CPU seconds of a process's threads (only those called ``name``, if given); Linux only.
+
+    Read from schedstat, in nanoseconds: /proc/<pid>/stat counts in clock ticks of 10 ms, too
+    coarse for a run of a second. A thread that ends between listing and reading is skipped.
+    """
+    total_ns = 0
+    tasks = f"/proc/{pid}/task"
+    for tid in os.listdir(tasks):
+        task_dir = os.path.join(tasks, tid)
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            if name is not None:
+                with open(os.path.join(task_dir, "comm")) as f:
+                    if f.read().strip() != name:
+                        continue
+            with open(os.path.join(task_dir, "schedstat")) as f:
+                total_ns += int(f.read().split()[0])  # time on the CPU, in ns
+    return total_ns / 1e9
 
 
 def produce(
@@ -223,6 +251,11 @@ class ReferenceTarget:
         admin = ck.admin.AdminClient({"bootstrap.servers": self.bootstrap})
         admin.create_topics([ck.admin.NewTopic(name, partitions, 1)])[name].result(30)
 
+    def cpu_seconds(self) -> float:
+        """CPU the broker process has used so far, all its threads."""
+        assert self._broker.pid is not None
+        return threads_cpu_seconds(self._broker.pid)
+
 
 class MockTarget:
     name = "mock"
@@ -238,14 +271,27 @@ class MockTarget:
     def create_topic(self, name: str, partitions: int) -> None:
         self._cluster.create_topic(name, partitions)
 
+    def cpu_seconds(self) -> float:
+        """CPU the mock cluster has used so far: its one thread, which serves every mock broker
+        (librdkafka names it "rdk:mock"), in this process."""
+        return threads_cpu_seconds("self", MOCK_THREAD)
 
-Rates = dict[str, dict[str, list[float]]]  # target -> phase -> msgs/s of each run, in run order
+
+PerRun = dict[str, dict[str, list[float]]]  # target -> phase -> one figure per run, in run order
+
+
+class Measured(NamedTuple):
+    """Per target and phase, each run's throughput and the broker's CPU use."""
+
+    rates: PerRun  # msgs/s
+    cpu: PerRun  # microseconds of the broker's CPU per message
 
 
 def run_targets(
     targets: list[ReferenceTarget | MockTarget], partitions: int, messages: int, runs: int
-) -> Rates:
-    """Produce and consume rates of every run, the targets taking turns run by run.
+) -> Measured:
+    """Produce and consume rates of every run, the targets taking turns run by run, and the CPU
+    each broker spent on each phase.
 
     Both targets are up for the whole measurement and each run measures every target once, in an
     order that alternates between runs, so a slow spell of the (shared, 2-core) machine or a
@@ -255,8 +301,10 @@ def run_targets(
     holding the fewest has (the mock keeps ~5 MiB per partition, about 45,000 of these messages).
     Reading more from one target than the other would not be the same measurement: the consumer
     drains its first fetch at full speed only when no further fetch competes with it for the CPU.
+    The CPU figure covers the whole phase call, connection set-up included.
     """
-    rates: Rates = {t.name: {"produce": [], "consume": []} for t in targets}
+    rates: PerRun = {t.name: {"produce": [], "consume": []} for t in targets}
+    cpu: PerRun = {t.name: {"produce": [], "consume": []} for t in targets}
     for run in range(runs):
         order = targets if run % 2 == 0 else list(reversed(targets))
         topics = {}
@@ -264,14 +312,19 @@ def run_targets(
             topic = topics[t.name] = f"bench-{partitions}-{uuid.uuid4().hex[:8]}"
             t.create_topic(topic, partitions)
             with client_gc_paused():
-                rates[t.name]["produce"].append(messages / produce(t.bootstrap, topic, messages, partitions))
+                before = t.cpu_seconds()
+                elapsed = produce(t.bootstrap, topic, messages, partitions)
+                cpu[t.name]["produce"].append((t.cpu_seconds() - before) * 1e6 / messages)
+            rates[t.name]["produce"].append(messages / elapsed)
         held = [retained(t.bootstrap, topics[t.name], partitions) for t in order]
         newest = [min(high - low for low, high in marks) for marks in zip(*held, strict=True)]
         for t in order:
             with client_gc_paused():
+                before = t.cpu_seconds()
                 count, elapsed = consume(t.bootstrap, topics[t.name], partitions, newest)
+                cpu[t.name]["consume"].append((t.cpu_seconds() - before) * 1e6 / sum(newest))
             rates[t.name]["consume"].append(count / elapsed)
-    return rates
+    return Measured(rates, cpu)
 
 
 class PairedRatio(NamedTuple):
@@ -316,29 +369,33 @@ def main() -> None:
         f" client GC {'running' if args.keep_gc else 'paused'} while timing"
     )
     header = (
-        f"{'partitions':>10} {'phase':>8} {'target':>10} {'msgs/s':>12} {'MB/s':>8} {'ref/mock':>9}"
-        f" {'quartiles':>11} {'ref>=mock':>9}"
+        f"{'partitions':>10} {'phase':>8} {'target':>10} {'msgs/s':>12} {'MB/s':>8} {'cpu us/msg':>10}"
+        f" {'ref/mock':>9} {'quartiles':>11} {'ref>=mock':>9}"
     )
     print(header)
     with ReferenceTarget() as reference, MockTarget() as mock:
         for partitions in args.partitions:
-            rates = run_targets([reference, mock], partitions, args.messages, args.runs)
-            _print_rows(partitions, rates, record_bytes)
+            measured = run_targets([reference, mock], partitions, args.messages, args.runs)
+            _print_rows(partitions, measured, record_bytes)
 
 
-def _print_rows(partitions: int, rates: Rates, record_bytes: int) -> None:
+def _print_rows(partitions: int, measured: Measured, record_bytes: int) -> None:
+    """A row per phase and target: median msgs/s and MB/s, the broker's median CPU per message,
+    and on the reference broker's row the paired throughput ratio (see ``paired_ratios``)."""
+    rates = measured.rates
     for phase in ("produce", "consume"):
         paired = paired_ratios(rates["reference"][phase], rates["mock"][phase])
         for name, phases in rates.items():
             rate = statistics.median(phases[phase])
             mbps = rate * record_bytes / 1e6
+            cpu_us = statistics.median(measured.cpu[name][phase])
             shown = (
                 f"{paired.median:9.2f} {paired.low_quartile:5.2f}-{paired.high_quartile:<5.2f}"
                 f" {paired.wins:>3}/{paired.runs}"
                 if name == "reference"
                 else ""
             )
-            print(f"{partitions:>10} {phase:>8} {name:>10} {rate:12,.0f} {mbps:8.1f} {shown}")
+            print(f"{partitions:>10} {phase:>8} {name:>10} {rate:12,.0f} {mbps:8.1f} {cpu_us:10.2f} {shown}")
 
 
 if __name__ == "__main__":
