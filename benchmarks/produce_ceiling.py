@@ -67,6 +67,7 @@ class LoglessTarget:
     def __enter__(self) -> LoglessTarget:
         self._scratch = tempfile.TemporaryDirectory(prefix="produce-ceiling-")
         cmd = [sys.executable, __file__, "--serve", "--data-dir", self._scratch.name, "--port", "0"]
+        cmd += ["--log-level", "WARNING"]
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         assert self._proc.stdout is not None
         line = self._proc.stdout.readline()
