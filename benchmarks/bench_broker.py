@@ -233,6 +233,12 @@ def consume(
     return count - untimed, elapsed
 
 
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    """Create a topic through the broker's CreateTopics (the mock has none: see ``MockTarget``)."""
+    admin = ck.admin.AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([ck.admin.NewTopic(name, partitions, 1)])[name].result(30)
+
+
 class ReferenceTarget:
     name = "reference"
 
@@ -248,8 +254,7 @@ class ReferenceTarget:
         self._broker.__exit__(None, None, None)
 
     def create_topic(self, name: str, partitions: int) -> None:
-        admin = ck.admin.AdminClient({"bootstrap.servers": self.bootstrap})
-        admin.create_topics([ck.admin.NewTopic(name, partitions, 1)])[name].result(30)
+        create_topic(self.bootstrap, name, partitions)
 
     def cpu_seconds(self) -> float:
         """CPU the broker process has used so far, all its threads."""

@@ -30,6 +30,7 @@ from bench_broker import (  # a script beside this one, not a package
     MockTarget,
     ReferenceTarget,
     client_gc_paused,
+    create_topic,
     paired_ratios,
     produce,
     threads_cpu_seconds,
@@ -87,10 +88,7 @@ class LoglessTarget:
         self._scratch.cleanup()
 
     def create_topic(self, name: str, partitions: int) -> None:
-        import confluent_kafka.admin as ck_admin
-
-        admin = ck_admin.AdminClient({"bootstrap.servers": self.bootstrap})
-        admin.create_topics([ck_admin.NewTopic(name, partitions, 1)])[name].result(30)
+        create_topic(self.bootstrap, name, partitions)
 
     def cpu_seconds(self) -> float:
         return threads_cpu_seconds(self._proc.pid)

@@ -82,6 +82,16 @@ def family(result: RecordsWalk | type[CorruptRecordError]) -> object:
     return InvalidRecordError if issubclass(result, InvalidRecordError) else result
 
 
+def record_at(data: bytes | bytearray, index: int) -> tuple[int, int]:
+    """Record ``index`` of the (uncompressed) batch in ``data``: its length and where its body
+    starts (just after the length varint)."""
+    pos = 61
+    for _ in range(index):
+        length, after = decode_varint(data, pos)
+        pos = after + length
+    return decode_varint(data, pos)
+
+
 def assert_same(buf: bytes) -> RecordsWalk | type[CorruptRecordError]:
     """The walker and the decoder agree on ``buf`` alone, and with another batch after it.
 
@@ -212,11 +222,7 @@ def test_offset_deltas_of_every_width(damage_at: int | None) -> None:
     data = bytearray(builder.build())
     if damage_at is not None:
         # Walk to the record and break its offset delta (a gap) or its header count.
-        pos = 61
-        for _ in range(damage_at):
-            length, after = decode_varint(data, pos)
-            pos = after + length
-        length, after = decode_varint(data, pos)
+        length, after = record_at(data, damage_at)
         data[after + length - 1] = 0x02 if damage_at % 2 else 0x00  # header count 1, or unchanged
         if damage_at % 2 == 0:
             _, offset_delta_at = decode_varint(data, after + 1)  # past the timestamp delta
@@ -365,11 +371,7 @@ def test_regular_batch_changing_late(change_at: int, change: str) -> None:
         builder.append(ts, None, value, headers)
     data = bytearray(builder.build())
     if change in ("gap", "key_length"):
-        pos = 61
-        for _ in range(change_at):
-            length, after = decode_varint(data, pos)
-            pos = after + length
-        _, after = decode_varint(data, pos)
+        _, after = record_at(data, change_at)
         _, offset_delta_at = decode_varint(data, after + 1)
         if change == "gap":
             data[offset_delta_at] ^= 0x04  # the offset delta's low byte: a gap, same width
@@ -393,11 +395,7 @@ def test_runs_longer_than_one_check(damage_at: int | None) -> None:
         builder.append(5_000 + i // 1_000, b"k", b"")
     data = bytearray(builder.build())
     if damage_at is not None:
-        pos = 61
-        for _ in range(damage_at):
-            length, after = decode_varint(data, pos)
-            pos = after + length
-        length, after = decode_varint(data, pos)
+        length, after = record_at(data, damage_at)
         data[after + length - 1] = 0x02  # header count 1: the record no longer fits its length
     result = assert_same(fix_crc(data))
     if damage_at is None:
