@@ -14,6 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
+from reference_broker._event_loop import EVENT_LOOPS, EventLoopError, loop_factory
 from reference_broker._memory import keep_freed_memory
 from reference_broker.config import BrokerConfig, ConfigError
 
@@ -28,6 +29,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--node-id", type=int, default=None, help="broker id (default 1)")
     parser.add_argument("--config", type=Path, default=None, help="a Kafka-style .properties file")
     parser.add_argument(
+        "--event-loop",
+        default="auto",
+        choices=EVENT_LOOPS,
+        help="asyncio event loop: uvloop where installed (auto), or the standard one",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
@@ -39,7 +46,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def load_config(args: argparse.Namespace) -> BrokerConfig:
     common = dict(
-        data_dir=args.data_dir, host=args.host, port=args.port, node_id=args.node_id, log_level=args.log_level
+        data_dir=args.data_dir,
+        host=args.host,
+        port=args.port,
+        node_id=args.node_id,
+        log_level=args.log_level,
+        event_loop=args.event_loop,
     )
     if args.config is not None:
         return BrokerConfig.from_file(args.config, **common)
@@ -74,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     keep_freed_memory()
     try:
-        asyncio.run(serve(config))
-    except ConfigError as exc:
+        with asyncio.Runner(loop_factory=loop_factory(config.event_loop)) as runner:
+            runner.run(serve(config))
+    except (ConfigError, EventLoopError) as exc:
         print(f"reference_broker: configuration error: {exc}", file=sys.stderr, flush=True)
         return 2
     except OSError as exc:

@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from reference_broker._event_loop import loop_name
 from reference_broker.config import BrokerConfig
 from reference_broker.handlers import HandlerRegistry
 from reference_broker.handlers import install_all as install_handlers
@@ -84,12 +85,13 @@ class Broker:
             )
         )
         log.info(
-            "broker %d (cluster %s) listening on %s:%d, data in %s",
+            "broker %d (cluster %s) listening on %s:%d, data in %s, event loop %s",
             self.node_id,
             self.cluster_id,
             self.host,
             self.port,
             data_dir,
+            loop_name(asyncio.get_running_loop()),
         )
 
     @staticmethod

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from reference_broker._event_loop import EVENT_LOOPS
 from reference_broker.log.config import LogConfig
 
 KIB = 1024
@@ -374,6 +375,7 @@ class BrokerConfig:
     port: int = 9092
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     log_level: str = "INFO"
+    event_loop: str = "auto"  # see reference_broker._event_loop
 
     @classmethod
     def build(
@@ -385,6 +387,7 @@ class BrokerConfig:
         node_id: int | None = None,
         properties: Mapping[str, Any] | None = None,
         log_level: str = "INFO",
+        event_loop: str = "auto",
     ) -> BrokerConfig:
         """Validate everything up front so a bad setting fails at start, not at first use."""
         if not 0 <= port <= 65535:
@@ -402,7 +405,16 @@ class BrokerConfig:
         for key in ("advertised.listeners",):
             for listener in settings.get(key, []):
                 _split_listener(listener)
-        return cls(data_dir=Path(data_dir), host=host, port=port, settings=settings, log_level=log_level)
+        if event_loop not in EVENT_LOOPS:
+            raise ConfigError(f"event loop: {event_loop!r} is not one of {', '.join(EVENT_LOOPS)}")
+        return cls(
+            data_dir=Path(data_dir),
+            host=host,
+            port=port,
+            settings=settings,
+            log_level=log_level,
+            event_loop=event_loop,
+        )
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> BrokerConfig:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from reference_broker.__main__ import LISTENING_PREFIX
+from reference_broker._event_loop import loop_factory
 from reference_broker.config import BrokerConfig
 
 START_TIMEOUT_S = 30.0
@@ -79,6 +80,7 @@ class BrokerProcess:
         *,
         host: str = "127.0.0.1",
         log_level: str = "INFO",
+        event_loop: str = "auto",
         start_timeout: float = START_TIMEOUT_S,
     ):
         self._scratch = Path(tempfile.mkdtemp(prefix="reference-broker-"))
@@ -88,6 +90,7 @@ class BrokerProcess:
         self.host = host
         self.port = port
         self.log_level = log_level
+        self.event_loop = event_loop
         self.start_timeout = start_timeout
         self.stderr_path = self._scratch / "stderr.log"
         self._stdout_path = self._scratch / "stdout.log"
@@ -129,6 +132,8 @@ class BrokerProcess:
             str(self.port),
             "--log-level",
             self.log_level,
+            "--event-loop",
+            self.event_loop,
         ]
         if self.config:
             props = self._scratch / "broker.properties"
@@ -331,7 +336,8 @@ class InProcessBroker:
 
     def _run(self) -> None:
         try:
-            asyncio.run(self._main())
+            with asyncio.Runner(loop_factory=loop_factory(self.config.event_loop)) as runner:
+                runner.run(self._main())
         except BaseException as exc:
             self._error = exc
             self._ready.set()
@@ -396,6 +402,7 @@ def run_in_process(
     config: Mapping[str, Any] | None = None,
     port: int = 0,
     host: str = "127.0.0.1",
+    event_loop: str = "auto",
 ) -> Iterator[InProcessBroker]:
     """A broker serving from a background thread of this process, stopped on exit."""
     scratch = None
@@ -403,7 +410,9 @@ def run_in_process(
         scratch = tempfile.mkdtemp(prefix="reference-broker-")
         data_dir = scratch
     try:
-        cfg = BrokerConfig.build(data_dir, host=host, port=port, properties=dict(config or {}))
+        cfg = BrokerConfig.build(
+            data_dir, host=host, port=port, properties=dict(config or {}), event_loop=event_loop
+        )
         runner = InProcessBroker(cfg).start()
         try:
             yield runner

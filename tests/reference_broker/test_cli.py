@@ -80,6 +80,13 @@ def test_cli_bad_config_file_exits_nonzero(tmp_path: Path) -> None:
     assert run_cli("--port", "0").returncode == 2  # --data-dir is required
 
 
+def test_unknown_event_loop_exits_nonzero(tmp_path: Path) -> None:
+    result = run_cli("--data-dir", str(tmp_path), "--port", "0", "--event-loop", "trio")
+    assert result.returncode == 2 and "--event-loop" in result.stderr
+    with pytest.raises(ConfigError, match="event loop"):
+        BrokerConfig.build(tmp_path, event_loop="trio")
+
+
 def test_port_in_use_exits_nonzero(broker: BrokerProcess, tmp_path: Path) -> None:
     result = run_cli("--data-dir", str(tmp_path), "--port", str(broker.port))
     assert result.returncode == 1 and "cannot start" in result.stderr

@@ -15,7 +15,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic  # noqa: E402
 
-from reference_broker.testing import BrokerProcess  # noqa: E402
+from reference_broker.testing import BrokerFactory, BrokerProcess  # noqa: E402
 
 TIMEOUT = 20
 
@@ -64,6 +64,18 @@ def consume_all(
 
 
 def test_idempotent_produce_and_consume(broker: BrokerProcess) -> None:
+    assert "event loop uvloop" in broker.stderr()  # the default where uvloop is installed
+    produce_and_consume_idempotently(broker)
+
+
+def test_standard_event_loop_serves_the_same(broker_factory: BrokerFactory) -> None:
+    """``--event-loop asyncio``, the loop used where uvloop is missing, serves clients alike."""
+    broker = broker_factory(event_loop="asyncio")
+    assert "event loop asyncio" in broker.stderr()
+    produce_and_consume_idempotently(broker)
+
+
+def produce_and_consume_idempotently(broker: BrokerProcess) -> None:
     topic = unique("ck-idem")
     create_topic(broker, topic, partitions=3)
     producer = Producer(
