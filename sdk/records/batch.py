@@ -108,7 +108,7 @@ def _read_headers(data: bytes, pos: int, end: int) -> tuple[list[tuple[str, byte
         if size < 0 or pos + size > end:
             raise InvalidRecordError(f"header key length {size} is invalid", pos)
         try:
-            hkey = data[pos : pos + size].decode("utf-8")
+            hkey = str(data[pos : pos + size], "utf-8")  # any buffer: bytes, bytearray, memoryview
         except UnicodeDecodeError as exc:
             raise InvalidRecordError(f"header key is not UTF-8: {exc}", pos) from exc
         pos += size

@@ -5,11 +5,19 @@ those that do not, and report the facts decoding would show (count, timestamp de
 offset gap, first null key). Checked on hypothesis-generated batches, on the same batches mutated
 inside their records (CRC repaired so the damage reaches the record parser), on random record
 sections, and on the hand-written malformed records of ``test_batch``.
+
+Every test runs twice: with the C walk (``sdk.records._walk``) in front of the Python one, as
+installed, and with the Python walk alone. Each batch the property tests check is also given to
+the C walk directly (``assert_compiled_agrees``): it must return what the Python walk returns, or
+decline (None), and must decline whatever the Python walk rejects.
 """
 
 from __future__ import annotations
 
+import shutil
 import struct
+import sysconfig
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,6 +34,7 @@ from sdk.records import (
     RecordsWalk,
     UnsupportedCompressionError,
     compress,
+    decompress,
     walk_batch_records,
     walk_records,
     walker,
@@ -37,6 +46,72 @@ from .strategies import batch_specs, build, fix_crc, raw_batch
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # One record: length 8, attributes 0, ts delta 0, offset delta 0, null key, value "ab", no headers.
 GOOD = b"\x10\x00\x00\x00\x01\x04ab\x00"
+COMPILED_WALK = walker._compiled_walk
+
+
+@pytest.fixture(autouse=True, scope="module", params=["compiled", "python"])
+def walk_implementation(request: pytest.FixtureRequest) -> Iterator[str]:
+    """``walk_records`` as installed (C first), then with the Python walk alone."""
+    if request.param == "compiled" and COMPILED_WALK is None:
+        pytest.skip("sdk.records._walk is not built")
+    if request.param == "python":
+        walker._compiled_walk = None
+    try:
+        yield request.param
+    finally:
+        walker._compiled_walk = COMPILED_WALK
+
+
+def test_compiled_walk_is_built() -> None:
+    """Where a C compiler is present, installing the package builds the C walk (it is optional,
+    so a failed build would otherwise only show as a slower broker)."""
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C compiler ({compiler}): the Python walk alone is expected")
+    assert walker.COMPILED and COMPILED_WALK is not None
+
+
+#: ``walk_records``'s arguments: data, start, end, record count.
+Section = tuple[bytes | bytearray, int, int, int]
+
+
+def records_section(buf: bytes | bytearray, position: int = 0) -> Section | None:
+    """The batch's records section as ``walk_records`` takes it (decompressed when compressed),
+    or None when it cannot be had (unknown codec, undecompressible bytes)."""
+    batch = RecordBatch(buf, position)
+    start, end = position + 61, position + 12 + batch.batch_length
+    codec = batch.attributes & 0x07
+    if codec == 0:
+        return buf, start, end, batch.record_count
+    try:
+        data = decompress(codec, bytes(buf[start:end]))
+    except CorruptRecordError:
+        return None
+    return data, 0, len(data), batch.record_count
+
+
+def assert_compiled_agrees(buf: bytes | bytearray, position: int = 0) -> RecordsWalk | None:
+    """The C walk's answer for the batch is the Python walk's, or None; None when that raises.
+    Returns the C walk's answer (None also when it is not built)."""
+    section = records_section(buf, position)
+    if COMPILED_WALK is None or section is None:
+        return None
+    found = COMPILED_WALK(*section)
+    try:
+        expected = walker.walk_records_python(*section)
+    except CorruptRecordError:
+        assert found is None
+        return None
+    if found is None:
+        return None
+    assert RecordsWalk(*found) == expected
+    return RecordsWalk(*found)
+
+
+def assert_compiled_accepts(buf: bytes | bytearray) -> None:
+    """A well-formed batch as producers write it is walked by C, not handed back to Python."""
+    if COMPILED_WALK is not None:
+        assert assert_compiled_agrees(buf) is not None
 
 
 def decoded(buf: bytes | bytearray, position: int = 0) -> RecordsWalk | type[CorruptRecordError]:
@@ -106,6 +181,8 @@ def assert_same(buf: bytes) -> RecordsWalk | type[CorruptRecordError]:
     doubled = buf + buf
     assert walked(doubled) == decoded(doubled)
     assert family(walked(bytearray(doubled))) == family(expected)
+    for data in (buf, bytearray(doubled), memoryview(doubled)):
+        assert_compiled_agrees(data)
     return expected
 
 
@@ -115,6 +192,7 @@ def test_generated_batches_match_decoding(spec: dict) -> None:
     buf = build(spec)
     result = assert_same(buf)
     assert isinstance(result, RecordsWalk) and result.count == len(spec["records"])
+    assert_compiled_accepts(buf)
 
 
 @st.composite
@@ -265,6 +343,7 @@ def test_malformed_records(section: bytes, count: int, error: type) -> None:
         with pytest.raises(error):
             walk_batch_records(buf)
         assert decoded(buf) is walked(buf)
+        assert assert_compiled_agrees(buf) is None
 
 
 def test_facts() -> None:
@@ -273,6 +352,7 @@ def test_facts() -> None:
         builder.append(ts, key, b"v", [("h", b"x")] if key is None else ())
     walk = walk_batch_records(builder.build())
     assert walk == RecordsWalk(4, -100, 250, -1, 2)
+    assert_compiled_accepts(builder.build())  # headers included
     assert walk_batch_records(raw_batch(b"", 0)) == RecordsWalk(0, None, None, -1, -1)
     assert walk_batch_records(raw_batch(b"", 0, attributes=1)) == RecordsWalk(0, None, None, -1, -1)
 
@@ -343,6 +423,7 @@ def two_byte_timestamp_batches(draw: st.DrawFn) -> bytes:
 @given(two_byte_timestamp_batches())
 def test_two_byte_timestamp_deltas_match_decoding(buf: bytes) -> None:
     assert_same(buf)
+    assert_compiled_accepts(buf)
 
 
 @pytest.mark.parametrize("change_at", [1, 2, 16, 17, 40, 63, 64, 65, 66, 100, 200, 298, 299])
@@ -438,3 +519,13 @@ def test_offset_deltas_too_wide_for_runs() -> None:
         wide = walker._widened(wide)
         assert wide is not None and len(wide.od_columns) == width
     assert walker._widened(wide) is None
+
+
+def test_headers_through_a_memoryview() -> None:
+    """A regression: the Python walk read header keys with ``bytes.decode``, which a memoryview
+    lacks, so a batch with headers passed as a view raised AttributeError instead of walking."""
+    builder = RecordBatchBuilder()
+    builder.append(5, b"k", b"v", [("h\u00e9ader", b"x"), ("n", None)])
+    buf = builder.build()
+    assert walk_batch_records(memoryview(buf)) == RecordsWalk(1, 0, 0, -1, -1)
+    assert walk_batch_records(memoryview(bytearray(buf))) == decoded(bytes(buf))
