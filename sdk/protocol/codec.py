@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from sdk.protocol import primitives as p
 from sdk.protocol.errors import DecodeError, EncodeError, UnsupportedVersionError
@@ -104,7 +104,15 @@ def _compile(
         dec.append("    else:")
         dec.append("        pos = _read_tags(buf, pos, end, o, _tagged, _version)")
         if tagged:
-            enc.append("    _write_tags(out, o, _tagged_list, _version)")
+            # Tagged fields nearly always hold their defaults: compare them inline (what
+            # FieldSpec.is_default does, against defaults made once here and never handed out)
+            # and write the empty section, instead of a call that builds a default per field.
+            checks = ["not o.unknown_tags"]
+            for f in tagged:
+                ns[f"_t{f.tag}"] = f.make_default()
+                checks.append(f"o.{f.name} == _t{f.tag}")
+            enc.append(f"    if {' and '.join(checks)}: out.append(0)")
+            enc.append("    else: _write_tags(out, o, _tagged_list, _version)")
         else:
             enc.append("    if o.unknown_tags: _write_tags(out, o, _tagged_list, _version)")
             enc.append("    else: out.append(0)")
@@ -428,9 +436,49 @@ def decode_request_header(data: bytes | bytearray | memoryview) -> tuple[Message
     parse can be answered with the right correlation id.
     """
     buf = _view(data)
+    return _decode_header(_plan_for(buf), buf)
+
+
+def decode_request(data: bytes | bytearray | memoryview) -> tuple[Message, Message]:
+    """Header and body of a request as the broker receives it (after the size prefix).
+
+    The version checks and codec lookups for each (api key, version) are done once and
+    remembered (``_RequestPlan``): the broker calls this for every request, and those steps cost
+    as much as decoding a Produce request's few fields.
+    """
+    buf = _view(data)
+    plan = _plan_for(buf)
+    header, pos = _decode_header(plan, buf)
+    try:
+        body, _ = plan.decode_body(buf, pos, len(buf))
+    except DecodeError:
+        raise
+    except (struct.error, IndexError, ValueError, OverflowError, TypeError) as exc:
+        raise DecodeError(f"malformed {plan.body_class.NAME} v{plan.version}: {exc}") from exc
+    return header, body
+
+
+class _RequestPlan(NamedTuple):
+    """How to decode requests of one api key and version."""
+
+    header_version: int
+    decode_header: Decoder
+    body_class: type[Message]
+    version: int
+    decode_body: Decoder
+
+
+_request_plans: dict[tuple[int, int], _RequestPlan] = {}
+
+
+def _plan_for(buf: memoryview) -> _RequestPlan:
+    """The plan for the request in ``buf``; ``UnsupportedVersionError`` if there can be none."""
     if len(buf) < 8:
         raise DecodeError("request shorter than its header", 0)
     api_key, api_version, correlation_id = _HEAD.unpack_from(buf, 0)
+    plan = _request_plans.get((api_key, api_version))
+    if plan is not None:
+        return plan
     cls = REQUESTS.get(api_key)
     if cls is None or not cls.VALID_VERSIONS[0] <= api_version <= cls.VALID_VERSIONS[1]:
         raise UnsupportedVersionError(
@@ -439,16 +487,22 @@ def decode_request_header(data: bytes | bytearray | memoryview) -> tuple[Message
             api_version=api_version,
             correlation_id=correlation_id,
         )
-    return decode_at(RequestHeader, buf, 0, request_header_version(api_key, api_version))
+    header_version = request_header_version(api_key, api_version)
+    _, decode_header = _codec(RequestHeader, header_version, _is_flexible(RequestHeader, header_version))
+    _, decode_body = _codec(cls, api_version, _is_flexible(cls, api_version))
+    plan = _request_plans[(api_key, api_version)] = _RequestPlan(
+        header_version, decode_header, cls, api_version, decode_body
+    )
+    return plan
 
 
-def decode_request(data: bytes | bytearray | memoryview) -> tuple[Message, Message]:
-    """Header and body of a request as the broker receives it (after the size prefix)."""
-    buf = _view(data)
-    header, pos = decode_request_header(buf)
-    cls = REQUESTS[header.request_api_key]
-    body, _ = decode_at(cls, buf, pos, header.request_api_version)
-    return header, body
+def _decode_header(plan: _RequestPlan, buf: memoryview) -> tuple[Message, int]:
+    try:
+        return plan.decode_header(buf, 0, len(buf))
+    except DecodeError:
+        raise
+    except (struct.error, IndexError, ValueError, OverflowError, TypeError) as exc:
+        raise DecodeError(f"malformed RequestHeader v{plan.header_version}: {exc}") from exc
 
 
 def encode_response(msg: Message, version: int, correlation_id: int) -> bytes:
