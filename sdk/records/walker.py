@@ -376,11 +376,8 @@ def walk_records(data: BytesLike, start: int, end: int, count: int) -> RecordsWa
     if _compiled_walk is not None:
         found = _compiled_walk(data, start, end, count)
         if found is not None:
-            return _make_walk(RecordsWalk, found)
+            return RecordsWalk._make(found)
     return walk_records_python(data, start, end, count)
-
-
-_make_walk = tuple.__new__
 
 
 def walk_records_python(data: BytesLike, start: int, end: int, count: int) -> RecordsWalk:
