@@ -38,6 +38,7 @@ _LISTENING = "reference_broker listening on "
 
 def serve(data_dir: Path, out_dir: Path) -> None:
     """The child: run the broker, toggling a profiler on SIGUSR1 (start) / SIGUSR2 (dump)."""
+    from reference_broker._event_loop import loop_factory
     from reference_broker._memory import keep_freed_memory
     from reference_broker.broker import Broker
     from reference_broker.config import BrokerConfig
@@ -72,7 +73,8 @@ def serve(data_dir: Path, out_dir: Path) -> None:
             print(f"{_LISTENING}{broker.host}:{broker.port}", flush=True)
             await stop.wait()
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:  # the loop the CLI picks
+        runner.run(main())
 
 
 def _report(path: Path, title: str, top: int) -> None:
