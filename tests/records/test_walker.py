@@ -529,3 +529,40 @@ def test_headers_through_a_memoryview() -> None:
     buf = builder.build()
     assert walk_batch_records(memoryview(buf)) == RecordsWalk(1, 0, 0, -1, -1)
     assert walk_batch_records(memoryview(bytearray(buf))) == decoded(bytes(buf))
+
+
+@PROPERTY
+@given(
+    st.binary(max_size=300) | st.lists(st.sampled_from([GOOD, b"\x00", b"\x80", b"\xff"])).map(b"".join),
+    st.integers(-5, 310),
+    st.integers(-5, 310),
+    st.integers(-3, 20),
+)
+def test_compiled_walk_on_any_bytes_and_bounds(data: bytes, start: int, end: int, count: int) -> None:
+    """Any bytes, any bounds (outside the buffer too): the C walk never reads out of bounds and
+    answers only where the Python walk gives that same answer."""
+    if COMPILED_WALK is None:
+        pytest.skip("sdk.records._walk is not built")
+    found = COMPILED_WALK(data, start, end, count)
+    if found is not None:
+        assert 0 <= start <= end <= len(data)
+        assert RecordsWalk(*found) == walker.walk_records_python(data, start, end, count)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        # length 8 written as a five-byte varint (zero continuation groups)
+        b"\x90\x80\x80\x80\x00\x00\x00\x00\x01\x04ab\x00",
+        # timestamp delta 0 written as a ten-byte varlong
+        b"\x22\x00" + b"\x80" * 9 + b"\x00\x00\x01\x04ab\x00",
+        # a five-byte value length whose bits above 32 are dropped, as Java's int does (2 -> 4)
+        b"\x18\x00\x00\x00\x01\x84\x80\x80\x80\x10ab\x00",
+    ],
+)
+def test_long_varint_encodings_walk_alike(record: bytes) -> None:
+    """Longer-than-needed varints are valid Kafka: the C walk must read them as Python does."""
+    python = walker.walk_records_python(record, 0, len(record), 1)
+    assert python.count == 1
+    if COMPILED_WALK is not None:
+        assert RecordsWalk(*COMPILED_WALK(record, 0, len(record), 1)) == python
