@@ -109,7 +109,9 @@ class Connection(asyncio.BufferedProtocol):
     ``bytearray`` per produce request was zero-filled first and, never in the CPU's cache, made
     every later pass over the request (CRC, record walk, write) read from memory. Small frames
     are cut out of one reusable receive buffer, so pipelined small requests cost one ``recv``
-    between them. Requests are decoded and their handlers started in arrival order, as before.
+    between them; each is copied into a ``bytearray`` of its own, writable like a large frame's
+    buffer, so that a small produce request's records too are validated and written where they
+    are (as ``bytes`` the log had to copy them once more). Requests are decoded and their handlers started in arrival order, as before.
 
     Responses go out in request order. Synchronous handlers' answers with nothing queued before
     them are written by the read callback itself, all of one read's in one ``send``; everything
@@ -238,7 +240,7 @@ class Connection(asyncio.BufferedProtocol):
             body = self._start + SIZE_PREFIX
             if self._end - body >= size:
                 with memoryview(buf) as view:
-                    frame = bytes(view[body : body + size])
+                    frame = bytearray(view[body : body + size])
                 self._start = body + size
                 self._on_frame(frame)
                 continue

@@ -145,3 +145,35 @@ def test_a_request_still_referred_to_keeps_its_buffer(runner: InProcessBroker) -
     assert offered is not None and then is not None and then[0] != offered[0]
     assert bytes(kept[0].topic_data[0].partition_data[0].records)[8:] == first[8:]
     assert bytes(kept[1].topic_data[0].partition_data[0].records)[8:] == second[8:]
+
+
+def test_small_frames_reach_produce_writable(runner: InProcessBroker) -> None:
+    """Produce requests smaller than the receive buffer, pipelined in one send, are each cut into a
+    writable buffer of their own: their records reach the log as a writable view, so they are
+    validated and written in place instead of copied first (as ``bytes`` they were), and each is
+    stored exactly as sent."""
+    writable: list[bool] = []
+    registry = runner.broker.registry
+    produce = registry._handlers[PRODUCE]
+
+    def noting(broker: Any, ctx: Any, request: ProduceRequest) -> Any:
+        writable.append(not request.topic_data[0].partition_data[0].records.readonly)
+        return produce.handle(broker, ctx, request)
+
+    runner.call(lambda: registry._handlers.__setitem__(PRODUCE, dataclasses.replace(produce, handle=noting)))
+    topic = f"small-{uuid.uuid4().hex[:8]}"
+    sent = [batch(tag, 20_000) for tag in range(3)]
+    with WireClient(runner.bootstrap) as client:
+        create(client, topic)
+        frames = []
+        for cid, records in enumerate(sent):
+            payload = encode_request(produce_request(topic, records), 9, cid, "small")
+            assert len(payload) < server_module._SMALL_FRAME
+            frames.append(struct.pack(">i", len(payload)) + payload)
+        client.send_raw(b"".join(frames))
+        for cid in range(len(sent)):
+            got, response = client.receive(PRODUCE, 9)
+            assert got == cid and response.responses[0].partition_responses[0].error_code == 0
+        stored = stored_batches(client, topic)
+    assert writable == [True, True, True]
+    assert [bytes(b.raw)[8:] for b in stored] == [records[8:] for records in sent]
