@@ -27,6 +27,11 @@ one thread (``rdk:mock``, in this process), from the kernel's per-thread account
 ``python benchmarks/produce_ceiling.py`` adds a third target, the reference broker with its log
 taken out of Produce, which says how much of the produce ratio is the log's work.
 
+``--isolate-generator`` takes that contention out: the load generator's Python thread gets one
+CPU to itself and every other thread (librdkafka's, the mock's, the reference broker process's)
+the other, so both brokers are measured by what they can serve rather than by the CPU they take
+from the generator. It changes what is measured, so it is an option, not the default.
+
 The mock cluster keeps only about 5 MiB per partition, so each run consumes from every target
 only as many messages as the mock still holds (all of them at 8 partitions, ~45,000 at 1).
 
@@ -42,6 +47,7 @@ import contextlib
 import gc
 import os
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -57,6 +63,26 @@ VALUE = b"v" * 100
 MOCK_THREAD = "rdk:mock"
 #: Whether the timed phases run with Python's cyclic garbage collector paused (``--keep-gc``).
 PAUSE_GC = True
+#: With ``--isolate-generator``: (the CPU of the load generator's Python thread, every other one's).
+ISOLATE: tuple[int, int] | None = None
+
+
+def isolate_generator(broker_pid: int | None = None) -> None:
+    """With ``--isolate-generator``, pin this process's main thread (the load generator) alone on
+    one CPU and its other threads (librdkafka's, the mock's), or ``broker_pid``'s, on the other.
+
+    Called again after each client is made and before each clock starts: threads inherit the
+    affinity of the thread that starts them, and the main thread starts each client's.
+    """
+    if ISOLATE is None:
+        return
+    generator_cpu, other_cpu = ISOLATE
+    main_tid = threading.main_thread().native_id
+    pid = "self" if broker_pid is None else str(broker_pid)
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        cpu = generator_cpu if broker_pid is None and int(tid) == main_tid else other_cpu
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), {cpu})
 
 
 @contextlib.contextmanager
@@ -122,11 +148,13 @@ def produce(
     # 500 ms timer; when the only response came before its connection to the broker was up, the
     # timer decides, and every message of the run queues up for that half second first. Which
     # way it goes is chance, not the broker, so it stays off the clock.
+    isolate_generator()
     producer.list_topics(topic, timeout=10)
     for partition in range(partitions):
         producer.produce(topic, VALUE, partition=partition)
     if producer.flush(30):
         raise RuntimeError("warm-up message not delivered")
+    isolate_generator()
     failures = []
 
     def on_delivery(err: ck.KafkaError | None, _msg: ck.Message) -> None:
@@ -197,6 +225,7 @@ def consume(
     assigned = [ck.TopicPartition(topic, p, start) for p, start in enumerate(starts)]
     expected = sum(counts)
     consumer.assign(assigned)
+    isolate_generator()
     count = 0
     untimed = 0
     at_eof: set[int] = set()
@@ -248,6 +277,7 @@ class ReferenceTarget:
     def __enter__(self) -> ReferenceTarget:
         self._broker.__enter__()
         self.bootstrap = self._broker.bootstrap
+        isolate_generator(self._broker.pid)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -365,13 +395,24 @@ def main() -> None:
     parser.add_argument(
         "--keep-gc", action="store_true", help="leave the client's cyclic GC running while timing"
     )
+    parser.add_argument(
+        "--isolate-generator",
+        action="store_true",
+        help="the load generator's Python thread alone on one CPU, every other thread on another",
+    )
     args = parser.parse_args()
-    global PAUSE_GC
+    global PAUSE_GC, ISOLATE
     PAUSE_GC = not args.keep_gc
+    if args.isolate_generator:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            parser.error("--isolate-generator needs two CPUs")
+        ISOLATE = (cpus[1], cpus[0])
     record_bytes = len(VALUE)
     print(
         f"{args.messages} messages of {record_bytes} bytes, acks=all, idempotent; median of {args.runs};"
         f" client GC {'running' if args.keep_gc else 'paused'} while timing"
+        + (f"; load generator alone on CPU {ISOLATE[0]}, the rest on CPU {ISOLATE[1]}" if ISOLATE else "")
     )
     header = (
         f"{'partitions':>10} {'phase':>8} {'target':>10} {'msgs/s':>12} {'MB/s':>8} {'cpu us/msg':>10}"
