@@ -111,7 +111,8 @@ class Connection(asyncio.BufferedProtocol):
     are cut out of one reusable receive buffer, so pipelined small requests cost one ``recv``
     between them; each is copied into a ``bytearray`` of its own, writable like a large frame's
     buffer, so that a small produce request's records too are validated and written where they
-    are (as ``bytes`` the log had to copy them once more). Requests are decoded and their handlers started in arrival order, as before.
+    are (as ``bytes`` the log had to copy them once more). Requests are decoded and their
+    handlers started in arrival order, as before.
 
     Responses go out in request order. Synchronous handlers' answers with nothing queued before
     them are written by the read callback itself, all of one read's in one ``send``; everything
