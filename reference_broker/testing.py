@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -219,6 +220,40 @@ class BrokerProcess:
         return f"BrokerProcess({self.bootstrap}, data_dir={self.data_dir}, pid={self.pid})"
 
 
+def fetch_request(
+    topic: str,
+    partition: int = 0,
+    offset: int = 0,
+    *,
+    max_wait_ms: int = 0,
+    min_bytes: int = 0,
+    max_bytes: int = 1 << 20,
+    partition_max_bytes: int | None = None,
+    isolation_level: int = 0,
+    topic_id: uuid.UUID | None = None,
+) -> Any:
+    """A sessionless FetchRequest for one partition of one topic from ``offset``, as the tests
+    send them; the partition's byte limit is ``max_bytes`` unless given."""
+    from sdk.protocol.messages import FetchRequest
+
+    wanted = FetchRequest.FetchPartition(
+        partition=partition,
+        fetch_offset=offset,
+        partition_max_bytes=max_bytes if partition_max_bytes is None else partition_max_bytes,
+    )
+    return FetchRequest(
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=isolation_level,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FetchRequest.FetchTopic(topic=topic, topic_id=topic_id or uuid.UUID(int=0), partitions=[wanted])
+        ],
+    )
+
+
 class WireClient:
     """A blocking raw-protocol connection for tests: any request, any version, any bytes.
 
@@ -278,25 +313,7 @@ class WireClient:
     def fetch_all(self, topic: str, partition: int = 0) -> bytes:
         """Every stored batch of ``topic``/``partition`` from offset 0 (up to 64 MiB), as the
         broker sends it; fails unless the partition answers without error."""
-        from sdk.protocol.messages import FetchRequest
-
-        request = FetchRequest(
-            max_wait_ms=0,
-            min_bytes=0,
-            max_bytes=64 << 20,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic=topic,
-                    partitions=[
-                        FetchRequest.FetchPartition(
-                            partition=partition, fetch_offset=0, partition_max_bytes=64 << 20
-                        )
-                    ],
-                )
-            ],
-        )
+        request = fetch_request(topic, partition, max_bytes=64 << 20)
         data = self.request(request, 12).responses[0].partitions[0]
         if data.error_code != 0:
             raise AssertionError(f"fetch from {topic}-{partition} failed with error {data.error_code}")

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from reference_broker.testing import BrokerProcess, WireClient
+from reference_broker.testing import BrokerProcess, WireClient, fetch_request
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
     CreatePartitionsRequest,
@@ -99,24 +99,16 @@ def fetch(
     topic_id: uuid.UUID | None = None,
     isolation_level: int = 0,
 ) -> object:
-    request = FetchRequest(
+    request = fetch_request(
+        topic,
+        0,
+        offset,
         max_wait_ms=max_wait_ms,
         min_bytes=min_bytes,
         max_bytes=max_bytes,
+        partition_max_bytes=partition_max_bytes,
         isolation_level=isolation_level,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=topic,
-                topic_id=topic_id or uuid.UUID(int=0),
-                partitions=[
-                    FetchRequest.FetchPartition(
-                        partition=0, fetch_offset=offset, partition_max_bytes=partition_max_bytes
-                    )
-                ],
-            )
-        ],
+        topic_id=topic_id,
     )
     return client.request(request, version).responses[0].partitions[0]
 
@@ -295,22 +287,7 @@ def test_fetch_long_poll_times_out_empty(client: WireClient) -> None:
 def test_long_poll_does_not_block_other_connections(broker: BrokerProcess, client: WireClient) -> None:
     topic = unique("api-block")
     create(client, topic)
-    client.send(
-        FetchRequest(
-            max_wait_ms=1500,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic=topic,
-                    partitions=[FetchRequest.FetchPartition(partition=0, partition_max_bytes=1 << 20)],
-                )
-            ],
-        ),
-        12,
-    )
+    client.send(fetch_request(topic, max_wait_ms=1500, min_bytes=1), 12)
     started = time.monotonic()
     with WireClient(broker.bootstrap) as other:
         other.request(MetadataRequest(topics=None), 12)
@@ -620,22 +597,7 @@ def test_pipelined_large_fetches_arrive_whole_and_in_order(broker: BrokerProcess
         assert create(client, topic).error_code == 0
         for start in range(0, len(values), 4):
             assert produce(client, topic, batch(*values[start : start + 4])).error_code == 0
-        request = FetchRequest(
-            max_wait_ms=0,
-            min_bytes=0,
-            max_bytes=50 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic=topic,
-                    partitions=[
-                        FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=10 << 20)
-                    ],
-                )
-            ],
-        )
+        request = fetch_request(topic, max_bytes=50 << 20, partition_max_bytes=10 << 20)
         metadata = MetadataRequest(topics=[])
         sent = [client.send(request, 12), client.send(metadata, 12), client.send(request, 12)]
         time.sleep(0.5)  # let the broker fill the socket and wait for it to drain

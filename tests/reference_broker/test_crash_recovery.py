@@ -19,9 +19,8 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from reference_broker.testing import BrokerFactory, BrokerProcess, WireClient  # noqa: E402
+from reference_broker.testing import BrokerFactory, BrokerProcess, WireClient, fetch_request  # noqa: E402
 from sdk.protocol.errors import ErrorCode  # noqa: E402
-from sdk.protocol.messages import FetchRequest  # noqa: E402
 from sdk.records import iter_batches  # noqa: E402
 
 
@@ -176,27 +175,7 @@ def test_torn_active_segment_is_truncated(broker_factory: BrokerFactory, damage:
 
 def raw_fetch(proc: BrokerProcess, topic: str, offset: int) -> object:
     with WireClient(proc.bootstrap) as client:
-        return (
-            client.request(
-                FetchRequest(
-                    max_bytes=1 << 20,
-                    session_epoch=-1,
-                    topics=[
-                        FetchRequest.FetchTopic(
-                            topic=topic,
-                            partitions=[
-                                FetchRequest.FetchPartition(
-                                    partition=0, fetch_offset=offset, partition_max_bytes=1 << 20
-                                )
-                            ],
-                        )
-                    ],
-                ),
-                12,
-            )
-            .responses[0]
-            .partitions[0]
-        )
+        return client.request(fetch_request(topic, 0, offset), 12).responses[0].partitions[0]
 
 
 def test_corrupt_byte_in_closed_segment_is_never_served(broker_factory: BrokerFactory) -> None:

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from reference_broker.testing import BrokerProcess, WireClient
+from reference_broker.testing import BrokerProcess, WireClient, fetch_request
 from sdk.protocol.codec import decode_response, encode_request
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, ProduceRequest
@@ -211,7 +211,6 @@ def test_answers_written_by_the_read_callback_keep_request_order(broker: BrokerP
     """Synchronous handlers' answers are written straight from the read callback only when
     nothing is queued before them: behind a waiting Fetch they wait their turn, and each burst's
     answers still come back in request order with the produce offsets in request order."""
-    from sdk.protocol.messages import FetchRequest
     from sdk.records import RecordBatchBuilder
 
     topic = f"burst-{uuid.uuid4().hex[:8]}"
@@ -228,19 +227,8 @@ def test_answers_written_by_the_read_callback_keep_request_order(broker: BrokerP
                 topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[partition])],
             )
 
-        waiting_fetch = FetchRequest(
-            max_wait_ms=400,
-            min_bytes=1 << 20,  # never satisfied here: the fetch waits its whole max_wait
-            max_bytes=1 << 20,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic=topic,
-                    partitions=[FetchRequest.FetchPartition(partition=0, partition_max_bytes=1 << 20)],
-                )
-            ],
-        )
+        # min_bytes is never satisfied here: the fetch waits its whole max_wait.
+        waiting_fetch = fetch_request(topic, max_wait_ms=400, min_bytes=1 << 20)
         burst = [
             (0, 9, produce(0)),
             (0, 9, produce(1)),
