@@ -13,7 +13,6 @@ does is plain asyncio API (protocols, transports, futures), so both loops serve 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from collections.abc import Callable
 
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
@@ -27,11 +26,13 @@ def loop_factory(name: str = "auto") -> Callable[[], asyncio.AbstractEventLoop]:
     """A factory for ``asyncio.Runner``: ``auto`` picks uvloop when installed, else asyncio."""
     if name not in EVENT_LOOPS:
         raise EventLoopError(f"unknown event loop {name!r}; choose one of {', '.join(EVENT_LOOPS)}")
-    if name == "asyncio" or (name == "auto" and importlib.util.find_spec("uvloop") is None):
+    if name == "asyncio":
         return asyncio.new_event_loop
     try:
         import uvloop
     except ImportError as exc:
+        if name == "auto":
+            return asyncio.new_event_loop
         raise EventLoopError(f"event loop uvloop is not installed: {exc}") from None
     return uvloop.new_event_loop
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -92,23 +93,14 @@ def fetch(
     topic: str,
     offset: int = 0,
     version: int = 12,
-    max_wait_ms: int = 0,
-    min_bytes: int = 0,
-    partition_max_bytes: int = 1 << 20,
+    *,
     max_bytes: int = 50 << 20,
-    topic_id: uuid.UUID | None = None,
-    isolation_level: int = 0,
+    partition_max_bytes: int = 1 << 20,
+    **options: Any,
 ) -> object:
+    """Partition 0 of ``topic`` from ``offset``; ``options`` as ``fetch_request`` takes them."""
     request = fetch_request(
-        topic,
-        0,
-        offset,
-        max_wait_ms=max_wait_ms,
-        min_bytes=min_bytes,
-        max_bytes=max_bytes,
-        partition_max_bytes=partition_max_bytes,
-        isolation_level=isolation_level,
-        topic_id=topic_id,
+        topic, 0, offset, max_bytes=max_bytes, partition_max_bytes=partition_max_bytes, **options
     )
     return client.request(request, version).responses[0].partitions[0]
 
