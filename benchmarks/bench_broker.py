@@ -7,6 +7,7 @@ reference/mock ratio: the median of the per-run ratios, their quartiles, and in 
 reference broker was at least as fast.
 
     python benchmarks/bench_broker.py [--messages 300000] [--runs 7] [--partitions 1 8] [--keep-gc]
+                                      [--isolate-generator] [--baseline mock|reference]
 
 Both targets run side by side and take turns run by run (see ``run_targets``): single runs on
 this shared 2-core machine vary by +-30%, so only several alternating runs, compared pair by
@@ -16,10 +17,32 @@ one of two in another), a lottery in the client that swamped any difference betw
 
 The load generator's Python thread is the bottleneck of the produce phase: one ``produce()``
 call and one delivery callback per message, about 2.5 us together, and it is busy for the whole
-run. A broker can only lose throughput there by taking that thread's CPU: the Python thread is
-preempted hundreds of times a run, by the mock's thread (which runs in the load generator's own
-process) or, against the reference broker, by librdkafka's sender thread when the broker holds
-the other core (``perf record -e sched:sched_switch -a`` shows who preempts whom).
+run. A broker can only lose throughput there by taking that thread's CPU, and the ``preempted``
+column counts how often it did: the times the kernel took the load generator's thread off its CPU
+for another thread while the clock ran. How that happens, measured with ``perf record -e
+sched:sched_switch -e sched:sched_wakeup -a`` (8 partitions, 4 runs per target):
+
+- librdkafka sends each partition's batch in a ProduceRequest of its own and then waits for the
+  partition's next message, which the very next round of ``produce()`` calls (about 20 us later)
+  brings, waking librdkafka's sender thread.
+- The reference broker is still busy with that request then (150-230 us of CPU each), so the
+  sender thread finds the other CPU taken and lands on the load generator's: the generator was
+  preempted by it about 320 times per run, against under 10 times per run with the mock, whose C
+  thread is done with a request in a few microseconds (the mock's own thread preempted it about
+  145 times per run instead).
+- With the generator's thread alone on its CPU (``--isolate-generator``), it spends the same CPU
+  time per message against either broker; unpinned, each preemption costs it far more than the
+  switch itself, as the thread that ran in its place has pushed its working set out of the core's
+  caches: the loop took about 14% more of its CPU against the reference broker in those runs.
+
+So what decides the produce ratio is how much CPU the broker takes at the moments the client's
+sender thread wants a CPU. The mock's thread needs about 0.2 us per message in all; the reference
+broker spends 0.14 us per message in the kernel alone (receiving the requests, writing them to its
+log, answering), and about 0.65 us more running Python.
+
+``--baseline reference`` puts a second reference broker in the mock's place: the ratio of two
+identical brokers shows how far this machine's noise alone moves the ratio (15 runs at 8
+partitions: median 1.02, quartiles 0.84-1.13).
 
 Throughput alone cannot show what a broker costs while the load generator is the bottleneck, so
 each row also gives the broker's CPU per message: the reference broker's process against the mock's
@@ -125,10 +148,28 @@ def threads_cpu_seconds(pid: int | str, name: str | None = None) -> float:
     return total_ns / 1e9
 
 
+class ProduceTimed(NamedTuple):
+    seconds: float
+    #: How often the load generator's thread was taken off its CPU for another thread meanwhile.
+    preemptions: int
+
+
+def preemptions() -> int:
+    """Involuntary context switches of the calling thread so far (Linux; 0 elsewhere)."""
+    try:
+        with open("/proc/thread-self/status") as f:
+            for line in f:
+                if line.startswith("nonvoluntary_ctxt_switches:"):
+                    return int(line.split()[1])
+    except FileNotFoundError:
+        pass
+    return 0
+
+
 def produce(
     bootstrap: str, topic: str, messages: int, partitions: int, batch_messages: int | None = None
-) -> float:
-    """Seconds to produce ``messages``; ``batch_messages`` caps librdkafka's batches
+) -> ProduceTimed:
+    """Time producing ``messages``; ``batch_messages`` caps librdkafka's batches
     (batch.num.messages) to fix the request size instead of letting timing decide it."""
     extra = {"batch.num.messages": batch_messages} if batch_messages else {}
     producer = ck.Producer(
@@ -161,6 +202,7 @@ def produce(
         if err is not None:
             failures.append(err)
 
+    preempted = preemptions()
     start = time.perf_counter()
     for i in range(messages):
         while True:
@@ -171,9 +213,10 @@ def produce(
                 producer.poll(0.01)
     remaining = producer.flush(120)
     elapsed = time.perf_counter() - start
+    preempted = preemptions() - preempted
     if remaining or failures:
         raise RuntimeError(f"produce failed: {remaining} undelivered, errors {failures[:3]}")
-    return elapsed
+    return ProduceTimed(elapsed, preempted)
 
 
 def _consumer(bootstrap: str) -> ck.Consumer:
@@ -292,6 +335,12 @@ class ReferenceTarget:
         return threads_cpu_seconds(self._broker.pid)
 
 
+class SecondReferenceTarget(ReferenceTarget):
+    """Another reference broker process in the mock's place (``--baseline reference``)."""
+
+    name = "reference2"
+
+
 class MockTarget:
     name = "mock"
 
@@ -320,6 +369,7 @@ class Measured(NamedTuple):
 
     rates: PerRun  # msgs/s
     cpu: PerRun  # microseconds of the broker's CPU per message
+    preempted: PerRun  # times the load generator's thread was preempted (produce only)
 
 
 def run_targets(
@@ -340,6 +390,7 @@ def run_targets(
     """
     rates: PerRun = {t.name: {"produce": [], "consume": []} for t in targets}
     cpu: PerRun = {t.name: {"produce": [], "consume": []} for t in targets}
+    preempted: PerRun = {t.name: {"produce": []} for t in targets}
     for run in range(runs):
         order = targets if run % 2 == 0 else list(reversed(targets))
         topics = {}
@@ -348,9 +399,10 @@ def run_targets(
             t.create_topic(topic, partitions)
             with client_gc_paused():
                 before = t.cpu_seconds()
-                elapsed = produce(t.bootstrap, topic, messages, partitions)
+                timed = produce(t.bootstrap, topic, messages, partitions)
                 cpu[t.name]["produce"].append((t.cpu_seconds() - before) * 1e6 / messages)
-            rates[t.name]["produce"].append(messages / elapsed)
+            rates[t.name]["produce"].append(messages / timed.seconds)
+            preempted[t.name]["produce"].append(timed.preemptions)
         held = [retained(t.bootstrap, topics[t.name], partitions) for t in order]
         newest = [min(high - low for low, high in marks) for marks in zip(*held, strict=True)]
         for t in order:
@@ -359,7 +411,7 @@ def run_targets(
                 count, elapsed = consume(t.bootstrap, topics[t.name], partitions, newest)
                 cpu[t.name]["consume"].append((t.cpu_seconds() - before) * 1e6 / sum(newest))
             rates[t.name]["consume"].append(count / elapsed)
-    return Measured(rates, cpu)
+    return Measured(rates, cpu, preempted)
 
 
 class PairedRatio(NamedTuple):
@@ -400,6 +452,13 @@ def main() -> None:
         action="store_true",
         help="the load generator's Python thread alone on one CPU, every other thread on another",
     )
+    parser.add_argument(
+        "--baseline",
+        choices=("mock", "reference"),
+        default="mock",
+        help="what the reference broker is compared with: the mock cluster, or (to see the"
+        " measurement's noise) a second reference broker",
+    )
     args = parser.parse_args()
     global PAUSE_GC, ISOLATE
     PAUSE_GC = not args.keep_gc
@@ -409,6 +468,7 @@ def main() -> None:
             parser.error("--isolate-generator needs two CPUs")
         ISOLATE = (cpus[1], cpus[0])
     record_bytes = len(VALUE)
+    baseline_short = "mock" if args.baseline == "mock" else "ref2"
     print(
         f"{args.messages} messages of {record_bytes} bytes, acks=all, idempotent; median of {args.runs};"
         f" client GC {'running' if args.keep_gc else 'paused'} while timing"
@@ -416,32 +476,39 @@ def main() -> None:
     )
     header = (
         f"{'partitions':>10} {'phase':>8} {'target':>10} {'msgs/s':>12} {'MB/s':>8} {'cpu us/msg':>10}"
-        f" {'ref/mock':>9} {'quartiles':>11} {'ref>=mock':>9}"
+        f" {'preempted':>9} {'ref/' + baseline_short:>9} {'quartiles':>11} {'ref>=' + baseline_short:>9}"
     )
     print(header)
-    with ReferenceTarget() as reference, MockTarget() as mock:
+    baseline_target = MockTarget() if args.baseline == "mock" else SecondReferenceTarget()
+    with ReferenceTarget() as reference, baseline_target as baseline:
         for partitions in args.partitions:
-            measured = run_targets([reference, mock], partitions, args.messages, args.runs)
-            _print_rows(partitions, measured, record_bytes)
+            measured = run_targets([reference, baseline], partitions, args.messages, args.runs)
+            _print_rows(partitions, measured, record_bytes, baseline.name)
 
 
-def _print_rows(partitions: int, measured: Measured, record_bytes: int) -> None:
+def _print_rows(partitions: int, measured: Measured, record_bytes: int, baseline: str) -> None:
     """A row per phase and target: median msgs/s and MB/s, the broker's median CPU per message,
-    and on the reference broker's row the paired throughput ratio (see ``paired_ratios``)."""
+    the median count of the load generator's preemptions while producing, and on the reference
+    broker's row the paired throughput ratio to ``baseline`` (see ``paired_ratios``)."""
     rates = measured.rates
     for phase in ("produce", "consume"):
-        paired = paired_ratios(rates["reference"][phase], rates["mock"][phase])
+        paired = paired_ratios(rates[ReferenceTarget.name][phase], rates[baseline][phase])
         for name, phases in rates.items():
             rate = statistics.median(phases[phase])
             mbps = rate * record_bytes / 1e6
             cpu_us = statistics.median(measured.cpu[name][phase])
+            counts = measured.preempted[name].get(phase)
+            preempted = f"{statistics.median(counts):9.0f}" if counts else f"{'':9}"
             shown = (
                 f"{paired.median:9.2f} {paired.low_quartile:5.2f}-{paired.high_quartile:<5.2f}"
                 f" {paired.wins:>3}/{paired.runs}"
-                if name == "reference"
+                if name == ReferenceTarget.name
                 else ""
             )
-            print(f"{partitions:>10} {phase:>8} {name:>10} {rate:12,.0f} {mbps:8.1f} {cpu_us:10.2f} {shown}")
+            print(
+                f"{partitions:>10} {phase:>8} {name:>10} {rate:12,.0f} {mbps:8.1f} {cpu_us:10.2f}"
+                f" {preempted} {shown}"
+            )
 
 
 if __name__ == "__main__":

@@ -117,7 +117,7 @@ def main() -> None:
                     t.create_topic(topic, partitions)
                     with client_gc_paused():
                         before = t.cpu_seconds()
-                        elapsed = produce(t.bootstrap, topic, args.messages, partitions)
+                        elapsed = produce(t.bootstrap, topic, args.messages, partitions).seconds
                         cpu[t.name].append((t.cpu_seconds() - before) * 1e6 / args.messages)
                     rates[t.name].append(args.messages / elapsed)
             for t in targets:

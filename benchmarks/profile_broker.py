@@ -125,7 +125,7 @@ def drive(messages: int, partitions: int, top: int, batch_messages: int | None =
                 raise RuntimeError("profile dump timed out")
 
             toggle(signal.SIGUSR1)
-            elapsed = produce(bootstrap, topic, messages, partitions, batch_messages)
+            elapsed = produce(bootstrap, topic, messages, partitions, batch_messages).seconds
             toggle(signal.SIGUSR2, 1)
             print(f"produce: {messages / elapsed:,.0f} msgs/s under the profiler")
             toggle(signal.SIGUSR1)

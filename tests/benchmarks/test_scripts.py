@@ -1,0 +1,86 @@
+"""The benchmark scripts keep running, on workloads far too small to measure anything.
+
+Performance is measured by running them by hand, never asserted here; these tests only catch a
+script broken by a change elsewhere (a helper's signature, a renamed option), which otherwise
+shows up only when somebody next wants a figure. Each checks that every row of its table is
+printed, with numbers in it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NUMBER = r"[\d,]+(?:\.\d+)?"
+
+
+def run_script(name: str, *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_bench_broker_against_the_mock_prints_every_row() -> None:
+    out = run_script("bench_broker.py", "--messages", "30000", "--runs", "2", "--partitions", "1", "2")
+    assert "ref/mock" in out.splitlines()[1]
+    for partitions in (1, 2):
+        for phase in ("produce", "consume"):
+            # The reference row: rate, MB/s, CPU, (produce: preemptions), ratio, quartiles, wins.
+            preempted = rf" +{NUMBER}" if phase == "produce" else ""
+            reference = rf"^ +{partitions} +{phase} +reference +{NUMBER} +{NUMBER} +{NUMBER}{preempted}"
+            reference += rf" +{NUMBER} +{NUMBER}-{NUMBER} +\d/2$"
+            assert re.search(reference, out, re.MULTILINE), out
+            assert re.search(rf"^ +{partitions} +{phase} +mock +{NUMBER}", out, re.MULTILINE), out
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--isolate-generator needs two CPUs")
+def test_bench_broker_against_a_second_reference_broker_with_the_generator_isolated() -> None:
+    out = run_script(
+        "bench_broker.py",
+        *("--messages", "30000", "--runs", "1", "--partitions", "2"),
+        *("--baseline", "reference", "--isolate-generator"),
+    )
+    assert "load generator alone on CPU" in out
+    assert "ref/ref2" in out.splitlines()[1]
+    for phase in ("produce", "consume"):
+        assert re.search(rf"^ +2 +{phase} +reference +{NUMBER}", out, re.MULTILINE), out
+        assert re.search(rf"^ +2 +{phase} +reference2 +{NUMBER}", out, re.MULTILINE), out
+
+
+def test_produce_ceiling_prints_all_three_targets() -> None:
+    out = run_script("produce_ceiling.py", "--messages", "5000", "--runs", "1", "--partitions", "1")
+    for target in ("reference", "no-log"):
+        assert re.search(rf"^ +1 +{target} +{NUMBER} +{NUMBER} +{NUMBER} ", out, re.MULTILINE), out
+    assert re.search(rf"^ +1 +mock +{NUMBER} +{NUMBER}", out, re.MULTILINE), out
+
+
+def test_profile_broker_reports_both_phases() -> None:
+    out = run_script("profile_broker.py", "--messages", "30000", "--partitions", "1", "--top", "3")
+    assert re.search(r"^produce: [\d,]+ msgs/s under the profiler$", out, re.MULTILINE), out
+    assert re.search(r"^consume: [\d,]+ msgs/s under the profiler$", out, re.MULTILINE), out
+    assert "== produce, 1 partition(s)" in out and "== fetch, 1 partition(s)" in out
+
+
+def test_bench_records_prints_every_codec() -> None:
+    out = run_script("bench_records.py", "--records", "10", "--batches", "10", "--runs", "5")
+    for step in ("build", "read"):
+        assert re.search(rf"^{step} +none +{NUMBER}", out, re.MULTILINE), out
+        assert re.search(rf"^{step} +zstd +{NUMBER}", out, re.MULTILINE), out
+
+
+def test_bench_producer_compares_every_client() -> None:
+    out = run_script("bench_producer.py", "--messages", "3000", "--runs", "1")
+    for client in ("sdk-sync", "aiokafka", "kafka-python", "confluent-kafka"):
+        assert re.search(rf"^\| {client} +\| +{NUMBER} ", out, re.MULTILINE), out
