@@ -32,6 +32,11 @@ def run_script(name: str, *args: str) -> str:
     return result.stdout
 
 
+def assert_line(out: str, pattern: str) -> None:
+    """Some line of ``out`` matches ``pattern`` (anchored with ^ and $ per line)."""
+    assert re.search(pattern, out, re.MULTILINE), out
+
+
 def test_bench_broker_against_the_mock_prints_every_row() -> None:
     out = run_script("bench_broker.py", "--messages", "30000", "--runs", "2", "--partitions", "1", "2")
     assert "ref/mock" in out.splitlines()[1]
@@ -41,8 +46,8 @@ def test_bench_broker_against_the_mock_prints_every_row() -> None:
             preempted = rf" +{NUMBER}" if phase == "produce" else ""
             reference = rf"^ +{partitions} +{phase} +reference +{NUMBER} +{NUMBER} +{NUMBER}{preempted}"
             reference += rf" +{NUMBER} +{NUMBER}-{NUMBER} +\d/2$"
-            assert re.search(reference, out, re.MULTILINE), out
-            assert re.search(rf"^ +{partitions} +{phase} +mock +{NUMBER}", out, re.MULTILINE), out
+            assert_line(out, reference)
+            assert_line(out, rf"^ +{partitions} +{phase} +mock +{NUMBER}")
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--isolate-generator needs two CPUs")
@@ -55,32 +60,32 @@ def test_bench_broker_against_a_second_reference_broker_with_the_generator_isola
     assert "load generator alone on CPU" in out
     assert "ref/ref2" in out.splitlines()[1]
     for phase in ("produce", "consume"):
-        assert re.search(rf"^ +2 +{phase} +reference +{NUMBER}", out, re.MULTILINE), out
-        assert re.search(rf"^ +2 +{phase} +reference2 +{NUMBER}", out, re.MULTILINE), out
+        assert_line(out, rf"^ +2 +{phase} +reference +{NUMBER}")
+        assert_line(out, rf"^ +2 +{phase} +reference2 +{NUMBER}")
 
 
 def test_produce_ceiling_prints_all_three_targets() -> None:
     out = run_script("produce_ceiling.py", "--messages", "5000", "--runs", "1", "--partitions", "1")
     for target in ("reference", "no-log"):
-        assert re.search(rf"^ +1 +{target} +{NUMBER} +{NUMBER} +{NUMBER} ", out, re.MULTILINE), out
-    assert re.search(rf"^ +1 +mock +{NUMBER} +{NUMBER}", out, re.MULTILINE), out
+        assert_line(out, rf"^ +1 +{target} +{NUMBER} +{NUMBER} +{NUMBER} ")
+    assert_line(out, rf"^ +1 +mock +{NUMBER} +{NUMBER}")
 
 
 def test_profile_broker_reports_both_phases() -> None:
     out = run_script("profile_broker.py", "--messages", "30000", "--partitions", "1", "--top", "3")
-    assert re.search(r"^produce: [\d,]+ msgs/s under the profiler$", out, re.MULTILINE), out
-    assert re.search(r"^consume: [\d,]+ msgs/s under the profiler$", out, re.MULTILINE), out
+    assert_line(out, r"^produce: [\d,]+ msgs/s under the profiler$")
+    assert_line(out, r"^consume: [\d,]+ msgs/s under the profiler$")
     assert "== produce, 1 partition(s)" in out and "== fetch, 1 partition(s)" in out
 
 
 def test_bench_records_prints_every_codec() -> None:
     out = run_script("bench_records.py", "--records", "10", "--batches", "10", "--runs", "5")
     for step in ("build", "read"):
-        assert re.search(rf"^{step} +none +{NUMBER}", out, re.MULTILINE), out
-        assert re.search(rf"^{step} +zstd +{NUMBER}", out, re.MULTILINE), out
+        assert_line(out, rf"^{step} +none +{NUMBER}")
+        assert_line(out, rf"^{step} +zstd +{NUMBER}")
 
 
 def test_bench_producer_compares_every_client() -> None:
     out = run_script("bench_producer.py", "--messages", "3000", "--runs", "1")
     for client in ("sdk-sync", "aiokafka", "kafka-python", "confluent-kafka"):
-        assert re.search(rf"^\| {client} +\| +{NUMBER} ", out, re.MULTILINE), out
+        assert_line(out, rf"^\| {client} +\| +{NUMBER} ")
