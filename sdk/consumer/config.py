@@ -1,0 +1,155 @@
+"""Consumer settings: names, defaults and validation in one place.
+
+Names and defaults follow aiokafka's ``AIOKafkaConsumer`` (so code written for it keeps its
+meaning), with the Java client's names for what aiokafka lacks (``retry_backoff_max_ms``,
+``allow_auto_create_topics``). Every problem raises ``ConfigError`` naming the offending option,
+at construction, so a typo fails fast instead of at the first fetch.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sdk.client.connection import SECURITY_PROTOCOLS
+from sdk.errors import ConfigError
+
+__all__ = ["AUTO_OFFSET_RESETS", "ISOLATION_LEVELS", "ConsumerConfig"]
+
+AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
+#: isolation_level name -> the FetchRequest/ListOffsetsRequest int8.
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
+_GROUP_ID = re.compile(r"\S")
+
+
+@dataclass
+class ConsumerConfig:
+    """Validated consumer settings (see ``Consumer`` for what each one means)."""
+
+    bootstrap_servers: str | list[str] = "localhost:9092"
+    group_id: str | None = None
+    group_instance_id: str | None = None
+    client_id: str | None = None
+    key_deserializer: Callable[[bytes | None], Any] | None = None
+    value_deserializer: Callable[[bytes | None], Any] | None = None
+    auto_offset_reset: str = "latest"
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: float = 5000
+    isolation_level: str = "read_uncommitted"
+    fetch_min_bytes: int = 1
+    fetch_max_wait_ms: float = 500
+    fetch_max_bytes: int = 52428800
+    max_partition_fetch_bytes: int = 1048576
+    max_poll_records: int | None = None
+    max_poll_interval_ms: float = 300000
+    session_timeout_ms: float = 10000
+    heartbeat_interval_ms: float = 3000
+    rebalance_timeout_ms: float | None = None
+    partition_assignment_strategy: Any = "range"
+    check_crcs: bool = True
+    exclude_internal_topics: bool = True
+    allow_auto_create_topics: bool = True
+    consumer_timeout_ms: float = 200
+    request_timeout_ms: float = 40000
+    retry_backoff_ms: float = 100
+    retry_backoff_max_ms: float = 1000
+    reconnect_backoff_ms: float = 50
+    reconnect_backoff_max_ms: float = 1000
+    connect_timeout_ms: float = 10000
+    metadata_max_age_ms: float = 300000
+    security_protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    sasl_mechanism: Any = None
+    sasl_plain_username: str | None = None
+    sasl_plain_password: str | None = None
+    # Derived by validate():
+    isolation: int = field(default=0, init=False)
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` for the first bad or conflicting setting; fill derived fields."""
+        if not self.bootstrap_servers:
+            raise ConfigError("bootstrap_servers", "at least one host:port is needed")
+        for name in ("group_id", "group_instance_id", "client_id"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not _GROUP_ID.search(value)):
+                raise ConfigError(name, f"must be a non-empty string or None, not {value!r}")
+        if self.group_instance_id is not None and self.group_id is None:
+            raise ConfigError("group_instance_id", "static membership needs a group_id")
+        if self.auto_offset_reset not in AUTO_OFFSET_RESETS:
+            raise ConfigError(
+                "auto_offset_reset", f"must be one of {AUTO_OFFSET_RESETS}, not {self.auto_offset_reset!r}"
+            )
+        if self.isolation_level not in ISOLATION_LEVELS:
+            raise ConfigError(
+                "isolation_level",
+                f"must be 'read_uncommitted' or 'read_committed', not {self.isolation_level!r}",
+            )
+        self.isolation = ISOLATION_LEVELS[self.isolation_level]
+        flags = ("enable_auto_commit", "check_crcs", "exclude_internal_topics", "allow_auto_create_topics")
+        for name in flags:
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(name, f"must be True or False, not {getattr(self, name)!r}")
+        for name in ("fetch_min_bytes", "fetch_max_bytes", "max_partition_fetch_bytes"):
+            _positive_int(name, getattr(self, name))
+        if self.max_poll_records is not None:
+            _positive_int("max_poll_records", self.max_poll_records)
+        for name in (
+            "fetch_max_wait_ms",
+            "retry_backoff_ms",
+            "retry_backoff_max_ms",
+            "reconnect_backoff_ms",
+            "reconnect_backoff_max_ms",
+            "consumer_timeout_ms",
+        ):
+            _number(name, getattr(self, name), minimum_exclusive=False)
+        for name in (
+            "auto_commit_interval_ms",
+            "max_poll_interval_ms",
+            "session_timeout_ms",
+            "heartbeat_interval_ms",
+            "request_timeout_ms",
+            "connect_timeout_ms",
+            "metadata_max_age_ms",
+        ):
+            _number(name, getattr(self, name), minimum_exclusive=True)
+        if self.rebalance_timeout_ms is None:
+            self.rebalance_timeout_ms = self.session_timeout_ms
+        _number("rebalance_timeout_ms", self.rebalance_timeout_ms, minimum_exclusive=True)
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ConfigError(
+                "heartbeat_interval_ms",
+                f"must be lower than session_timeout_ms ({self.session_timeout_ms}), "
+                f"not {self.heartbeat_interval_ms}",
+            )
+        if self.fetch_max_wait_ms >= self.request_timeout_ms:
+            raise ConfigError(
+                "request_timeout_ms",
+                f"must be larger than fetch_max_wait_ms ({self.fetch_max_wait_ms}), or every long "
+                f"poll would time out; got {self.request_timeout_ms}",
+            )
+        for name in ("key_deserializer", "value_deserializer"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise ConfigError(name, f"must be callable, not {value!r}")
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError("security_protocol", f"must be one of {SECURITY_PROTOCOLS}")
+        if self.ssl_context is not None and not isinstance(self.ssl_context, ssl.SSLContext):
+            raise ConfigError("ssl_context", f"must be an ssl.SSLContext, not {self.ssl_context!r}")
+        if self.partition_assignment_strategy is None or self.partition_assignment_strategy in ("", (), []):
+            raise ConfigError("partition_assignment_strategy", "at least one assignor is needed")
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(name, f"must be a positive integer, not {value!r}")
+
+
+def _number(name: str, value: Any, *, minimum_exclusive: bool) -> None:
+    bad = isinstance(value, bool) or not isinstance(value, int | float)
+    if not bad:
+        bad = value <= 0 if minimum_exclusive else value < 0
+    if bad:
+        raise ConfigError(name, f"must be a number {'>' if minimum_exclusive else '>='} 0, not {value!r}")
