@@ -1,0 +1,733 @@
+"""The asyncio Consumer (aiokafka's API, the Java client's semantics)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from sdk.client.client import KafkaClient
+from sdk.client.cluster import TopicPartition
+from sdk.consumer.config import ConsumerConfig
+from sdk.consumer.errors import ConsumerStoppedError, NoGroupIdError, NoOffsetForPartitionError
+from sdk.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Fetcher
+from sdk.consumer.records import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+)
+from sdk.consumer.subscription import SubscriptionState
+from sdk.errors import ConfigError, IllegalStateError, KafkaError, KafkaTimeoutError, make_error
+from sdk.protocol.messages import MetadataRequest
+
+__all__ = ["Consumer"]
+
+_NEW, _RUNNING, _CLOSED = "new", "running", "closed"
+
+
+def _group_coordinator_class() -> Any:
+    """The GroupCoordinator class, or None while ``sdk.consumer.group_coordinator`` is absent."""
+    try:
+        from sdk.consumer.group_coordinator import GroupCoordinator
+    except ImportError:
+        return None
+    return GroupCoordinator
+
+
+def _as_tp(tp: Any) -> TopicPartition:
+    if isinstance(tp, TopicPartition):
+        return tp
+    try:
+        topic, partition = tp
+    except (TypeError, ValueError):
+        raise TypeError(f"expected a TopicPartition, not {tp!r}") from None
+    return TopicPartition(topic, partition)
+
+
+class Consumer:
+    """Read records from Kafka in asyncio code, aiokafka's ``AIOKafkaConsumer`` API::
+
+        async with Consumer("events", bootstrap_servers="localhost:9092", group_id="app") as consumer:
+            async for record in consumer:
+                print(record.topic, record.partition, record.offset, record.value)
+
+    Partitions come from a group (``subscribe``, or topics given to the constructor; needs a
+    ``group_id``) or are chosen by hand (``assign``). Records are fetched in the background, one
+    Fetch in flight per partition leader, and buffered (one response per partition) until
+    ``getone``/``getmany``/``async for`` take them. Positions advance as records are handed out;
+    ``commit()`` commits them (auto-commit does so every ``auto_commit_interval_ms`` in a group).
+
+    Errors (subclasses of ``sdk.errors.KafkaError``): ``ConfigError`` (constructor, naming the
+    option); ``NoBrokersAvailableError`` (``start``); ``ConsumerStoppedError`` (calls after
+    ``stop``; ends ``async for``); ``IllegalStateError`` (e.g. ``seek`` on an unassigned partition,
+    ``subscribe`` after ``assign``); ``NoGroupIdError`` (``commit``/``committed`` without a group);
+    ``NoOffsetForPartitionError``/``OffsetResetOutOfRangeError`` (no valid position and
+    ``auto_offset_reset='none'``); ``CorruptRecordInFetchError`` (CRC or format defect; the position
+    stays at the bad batch); ``RecordTooLargeForFetchError``; ``CommitFailedError`` (the group
+    rebalanced); broker errors such as ``TopicAuthorizationFailedError`` as their own classes.
+    """
+
+    def __init__(
+        self,
+        *topics: str,
+        bootstrap_servers: str | list[str] = "localhost:9092",
+        client_id: str | None = None,
+        group_id: str | None = None,
+        group_instance_id: str | None = None,
+        key_deserializer: Callable[[bytes | None], Any] | None = None,
+        value_deserializer: Callable[[bytes | None], Any] | None = None,
+        auto_offset_reset: str = "latest",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: float = 5000,
+        isolation_level: str = "read_uncommitted",
+        fetch_min_bytes: int = 1,
+        fetch_max_wait_ms: float = 500,
+        fetch_max_bytes: int = 52428800,
+        max_partition_fetch_bytes: int = 1048576,
+        max_poll_records: int | None = None,
+        max_poll_interval_ms: float = 300000,
+        session_timeout_ms: float = 10000,
+        heartbeat_interval_ms: float = 3000,
+        rebalance_timeout_ms: float | None = None,
+        partition_assignment_strategy: Any = "range",
+        check_crcs: bool = True,
+        exclude_internal_topics: bool = True,
+        allow_auto_create_topics: bool = True,
+        consumer_timeout_ms: float = 200,
+        request_timeout_ms: float = 40000,
+        retry_backoff_ms: float = 100,
+        retry_backoff_max_ms: float = 1000,
+        reconnect_backoff_ms: float = 50,
+        reconnect_backoff_max_ms: float = 1000,
+        connect_timeout_ms: float = 10000,
+        metadata_max_age_ms: float = 300000,
+        security_protocol: str = "PLAINTEXT",
+        ssl_context: ssl.SSLContext | None = None,
+        sasl_mechanism: Any = None,
+        sasl_plain_username: str | None = None,
+        sasl_plain_password: str | None = None,
+    ) -> None:
+        """Settings (aiokafka's names and defaults; times in milliseconds):
+
+        :param topics: topics to subscribe to at ``start()`` (needs ``group_id``).
+        :param bootstrap_servers: ``"host:port,host:port"`` or a list of them.
+        :param client_id: sent with every request (default ``"sdk-consumer"``).
+        :param group_id: consumer group; needed by ``subscribe`` and ``commit``. None: no group.
+        :param group_instance_id: static membership id (KIP-345); needs ``group_id``.
+        :param key_deserializer: callable applied to each record's key bytes (or None).
+        :param value_deserializer: callable applied to each record's value bytes (or None).
+        :param auto_offset_reset: where to start without a valid position: 'earliest', 'latest'
+            or 'none' (raise ``NoOffsetForPartitionError``/``OffsetResetOutOfRangeError``).
+        :param enable_auto_commit: commit positions in the background (group only).
+        :param auto_commit_interval_ms: how often auto-commit commits.
+        :param isolation_level: 'read_uncommitted', or 'read_committed' to read up to the last
+            stable offset and drop records of aborted transactions.
+        :param fetch_min_bytes: the broker waits for this much data (or ``fetch_max_wait_ms``).
+        :param fetch_max_wait_ms: longest the broker holds a Fetch waiting for data.
+        :param fetch_max_bytes: bound of one Fetch response.
+        :param max_partition_fetch_bytes: bound of one partition's data in a Fetch response.
+        :param max_poll_records: most records one ``getmany`` returns (None: no bound).
+        :param max_poll_interval_ms: longest gap between polls before the group drops the member.
+        :param session_timeout_ms: the group drops a member not heard from for this long.
+        :param heartbeat_interval_ms: how often the member heartbeats (below the session timeout).
+        :param rebalance_timeout_ms: how long a rebalance waits for members (default: the session
+            timeout, as aiokafka).
+        :param partition_assignment_strategy: "range", "roundrobin", "sticky",
+            "cooperative-sticky" (comma-separated or a list), assignor objects or classes.
+        :param check_crcs: verify each batch's CRC-32C.
+        :param exclude_internal_topics: patterns never match internal topics.
+        :param allow_auto_create_topics: a Metadata request may create missing topics (broker
+            permitting), as the Java consumer's ``allow.auto.create.topics``.
+        :param consumer_timeout_ms: accepted for aiokafka compatibility; polls wait on events.
+        :param request_timeout_ms: a request unanswered this long fails and closes its connection.
+        :param retry_backoff_ms: wait before retrying a failed request (grows to the max).
+        :param retry_backoff_max_ms: cap of that wait.
+        :param reconnect_backoff_ms: wait before reconnecting to a broker (grows to the max).
+        :param reconnect_backoff_max_ms: cap of that wait.
+        :param connect_timeout_ms: bound of making one connection.
+        :param metadata_max_age_ms: metadata is refreshed at least this often.
+        :param security_protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+        :param ssl_context: ``ssl.SSLContext`` for SSL/SASL_SSL.
+        :param sasl_mechanism: 'PLAIN' or a ``SaslMechanism``.
+        :param sasl_plain_username: PLAIN user name.
+        :param sasl_plain_password: PLAIN password.
+        """
+        self.config = ConsumerConfig(
+            bootstrap_servers=bootstrap_servers,
+            client_id=client_id,
+            group_id=group_id,
+            group_instance_id=group_instance_id,
+            key_deserializer=key_deserializer,
+            value_deserializer=value_deserializer,
+            auto_offset_reset=auto_offset_reset,
+            enable_auto_commit=enable_auto_commit,
+            auto_commit_interval_ms=auto_commit_interval_ms,
+            isolation_level=isolation_level,
+            fetch_min_bytes=fetch_min_bytes,
+            fetch_max_wait_ms=fetch_max_wait_ms,
+            fetch_max_bytes=fetch_max_bytes,
+            max_partition_fetch_bytes=max_partition_fetch_bytes,
+            max_poll_records=max_poll_records,
+            max_poll_interval_ms=max_poll_interval_ms,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            partition_assignment_strategy=partition_assignment_strategy,
+            check_crcs=check_crcs,
+            exclude_internal_topics=exclude_internal_topics,
+            allow_auto_create_topics=allow_auto_create_topics,
+            consumer_timeout_ms=consumer_timeout_ms,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+            reconnect_backoff_ms=reconnect_backoff_ms,
+            reconnect_backoff_max_ms=reconnect_backoff_max_ms,
+            connect_timeout_ms=connect_timeout_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
+            security_protocol=security_protocol,
+            ssl_context=ssl_context,
+            sasl_mechanism=sasl_mechanism,
+            sasl_plain_username=sasl_plain_username,
+            sasl_plain_password=sasl_plain_password,
+        )
+        self.config.validate()
+        for topic in topics:
+            if not isinstance(topic, str) or not topic:
+                raise ConfigError("topics", f"topic names must be non-empty strings, not {topic!r}")
+        if topics and group_id is None:
+            raise ConfigError("group_id", "subscribing to topics needs a group_id")
+        self._initial_topics = list(topics)
+        self._state = _NEW
+        self._client: KafkaClient | None = None
+        self._fetcher: Fetcher | None = None
+        self._coordinator: Any = None
+        self._subscription = SubscriptionState(self.config.auto_offset_reset)
+        self._pattern_task: asyncio.Task[None] | None = None
+        self._pattern_wake: asyncio.Event | None = None
+        self._offsets_store: Any = None  # fallback OffsetCommit/OffsetFetch when there is no coordinator
+        self._last_poll = 0.0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, and subscribe to the constructor's topics. Raises ``NoBrokersAvailableError``."""
+        if self._state != _NEW:
+            raise IllegalStateError(f"consumer already {self._state}")
+        cfg = self.config
+        client = KafkaClient(
+            cfg.bootstrap_servers,
+            client_id=cfg.client_id or "sdk-consumer",
+            request_timeout_ms=cfg.request_timeout_ms,
+            connect_timeout_ms=cfg.connect_timeout_ms,
+            metadata_max_age_ms=cfg.metadata_max_age_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
+            reconnect_backoff_ms=cfg.reconnect_backoff_ms,
+            reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
+            security_protocol=cfg.security_protocol,
+            ssl_context=cfg.ssl_context,
+            sasl_mechanism=cfg.sasl_mechanism,
+            sasl_plain_username=cfg.sasl_plain_username,
+            sasl_plain_password=cfg.sasl_plain_password,
+            allow_auto_topic_creation=cfg.allow_auto_create_topics,
+        )
+        await client.start()
+        self._client = client
+        try:
+            self._fetcher = Fetcher(client, self._subscription, cfg)
+            self._fetcher.start()
+            if cfg.group_id is not None:
+                await self._start_coordinator()
+            self._state = _RUNNING
+            if self._initial_topics:
+                self.subscribe(topics=self._initial_topics)
+        except BaseException:
+            await self._close_parts()
+            raise
+
+    async def _start_coordinator(self) -> None:
+        cfg = self.config
+        coordinator_class = _group_coordinator_class()
+        if coordinator_class is None:
+            return
+        from sdk.consumer.assignors import resolve_assignors
+
+        try:
+            assignors = resolve_assignors(cfg.partition_assignment_strategy)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("partition_assignment_strategy", str(exc)) from exc
+        assert self._client is not None
+        self._coordinator = coordinator_class(
+            self._client,
+            self._subscription,
+            group_id=cfg.group_id,
+            group_instance_id=cfg.group_instance_id,
+            session_timeout_ms=cfg.session_timeout_ms,
+            heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+            rebalance_timeout_ms=cfg.rebalance_timeout_ms,
+            max_poll_interval_ms=cfg.max_poll_interval_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            enable_auto_commit=cfg.enable_auto_commit,
+            auto_commit_interval_ms=cfg.auto_commit_interval_ms,
+            assignors=assignors,
+            exclude_internal_topics=cfg.exclude_internal_topics,
+        )
+        await self._coordinator.start()
+
+    async def stop(self) -> None:
+        """Leave the group (committing consumed offsets first when auto-commit is on), stop
+        fetching, close connections. Safe to call twice; pending polls raise ``ConsumerStoppedError``."""
+        if self._state == _CLOSED:
+            return
+        if self._state == _NEW:
+            self._state = _CLOSED
+            return
+        self._state = _CLOSED
+        await self._close_parts()
+
+    close = stop
+
+    async def _close_parts(self) -> None:
+        self._state = _CLOSED
+        try:
+            if self._pattern_task is not None:
+                self._pattern_task.cancel()
+                await asyncio.gather(self._pattern_task, return_exceptions=True)
+            if self._coordinator is not None:
+                try:
+                    await self._coordinator.close()
+                except KafkaError:
+                    pass
+        finally:
+            if self._fetcher is not None:
+                await self._fetcher.close()
+            if self._client is not None:
+                await self._client.close()
+
+    async def __aenter__(self) -> Consumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def _running(self) -> tuple[KafkaClient, Fetcher]:
+        if self._state != _RUNNING:
+            if self._state == _NEW:
+                raise IllegalStateError("consumer not started: call start() or use 'async with'")
+            raise ConsumerStoppedError("consumer is stopped")
+        assert self._client is not None and self._fetcher is not None
+        return self._client, self._fetcher
+
+    # -- subscription and assignment ------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        pattern: str | re.Pattern[str] | None = None,
+        listener: Any = None,
+    ) -> None:
+        """Join ``group_id`` for these topics (or the topics matching ``pattern``); the group assigns
+        partitions. ``listener`` is a ``ConsumerRebalanceListener``. Replaces an earlier subscription."""
+        client, fetcher = self._running()
+        if self.config.group_id is None:
+            raise NoGroupIdError("subscribe() needs a group_id (or use assign())")
+        if listener is not None:
+            from sdk.consumer.listener import ConsumerRebalanceListener
+
+            if not isinstance(listener, ConsumerRebalanceListener):
+                raise TypeError(
+                    f"listener must be a ConsumerRebalanceListener, not {type(listener).__name__}"
+                )
+        topics = [topics] if isinstance(topics, str) else list(topics)
+        if pattern is not None:
+            if topics:
+                raise ValueError("subscribe() takes topics or a pattern, not both")
+            self._subscription.subscribe(pattern=pattern, listener=listener)
+            self._start_pattern_matching()
+        else:
+            if not topics:
+                raise ValueError("subscribe() needs topics or a pattern")
+            self._subscription.subscribe(topics=topics, listener=listener)
+            client.set_topics(set(topics) | {tp.topic for tp in self._subscription.assigned_partitions()})
+        fetcher.wake()
+
+    def _start_pattern_matching(self) -> None:
+        if self._pattern_task is None or self._pattern_task.done():
+            self._pattern_wake = asyncio.Event()
+            self._pattern_task = asyncio.get_running_loop().create_task(
+                self._match_pattern_loop(), name="kafka-consumer-pattern"
+            )
+        elif self._pattern_wake is not None:
+            self._pattern_wake.set()
+
+    async def _match_pattern_loop(self) -> None:
+        """Every ``metadata_max_age_ms``: list the cluster's topics and re-match the pattern."""
+        assert self._pattern_wake is not None
+        while self._state == _RUNNING and self._subscription.pattern is not None:
+            try:
+                await self._refresh_pattern_topics()
+            except (KafkaError, OSError):
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+                continue
+            self._pattern_wake.clear()
+            try:
+                async with asyncio.timeout(self.config.metadata_max_age_ms / 1000):
+                    await self._pattern_wake.wait()
+            except TimeoutError:
+                pass
+
+    async def _refresh_pattern_topics(self) -> None:
+        names = await self._list_topics()
+        subscription = self._subscription
+        if subscription.match_pattern(names) and self._client is not None:
+            self._client.set_topics(set(subscription.subscription) | self._client.topics)
+
+    async def _list_topics(self) -> set[str]:
+        client, _ = self._running()
+        response = await client.send_to_any(MetadataRequest(topics=None, allow_auto_topic_creation=False))
+        names = set()
+        for t in response.topics:
+            if t.name is None or t.error_code:
+                continue
+            if self.config.exclude_internal_topics and t.is_internal:
+                continue
+            names.add(t.name)
+        return names
+
+    def unsubscribe(self) -> None:
+        """Give up the subscription or the manual assignment (and the positions)."""
+        self._running()
+        self._subscription.unsubscribe()
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly these partitions (no group membership). Replaces an earlier assignment."""
+        _, fetcher = self._running()
+        self._subscription.assign_from_user([_as_tp(tp) for tp in partitions])
+        fetcher.wake()
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions assigned now (by ``assign`` or by the group)."""
+        return self._subscription.assigned_partitions()
+
+    def subscription(self) -> set[str]:
+        """The subscribed topics (for a pattern: those it matches now)."""
+        return set(self._subscription.subscription)
+
+    # -- polling --------------------------------------------------------------------------------
+
+    async def _poll_prepare(self) -> None:
+        coordinator = self._coordinator
+        if coordinator is not None and self._subscription.partitions_auto_assigned():
+            await coordinator.ensure_active_group()
+            coordinator.record_poll()
+        elif coordinator is not None:
+            coordinator.record_poll()
+        self._last_poll = time.monotonic()
+        await self._update_fetch_positions()
+
+    async def _update_fetch_positions(self) -> None:
+        """Give every assigned partition without a position one: its committed offset (in a
+        group), else a reset per ``auto_offset_reset`` (done by the fetcher with ListOffsets)."""
+        subscription = self._subscription
+        missing = subscription.missing_positions()
+        if not missing:
+            return
+        committed: dict[TopicPartition, OffsetAndMetadata | None] = {}
+        if self.config.group_id is not None:
+            committed = await self._fetch_committed(missing)
+        no_offset = []
+        for tp in missing:
+            state = subscription.get_state(tp)
+            if state is None or state.position is not None or state.reset_strategy is not None:
+                continue
+            found = committed.get(tp)
+            if found is not None and found.offset >= 0:
+                subscription.seek(tp, found.offset, found.leader_epoch)
+            elif subscription.default_reset == "none":
+                no_offset.append(tp)
+            else:
+                subscription.request_offset_reset(tp)
+        assert self._fetcher is not None
+        self._fetcher.wake()
+        if no_offset:
+            raise NoOffsetForPartitionError(
+                f"no committed offset for {sorted(no_offset)} and auto_offset_reset is 'none'", no_offset
+            )
+
+    async def getmany(
+        self, *partitions: TopicPartition, timeout_ms: float = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records by partition: what is buffered now, else what arrives within ``timeout_ms``.
+
+        ``partitions`` limits the result to those (they must be assigned); ``max_records`` (default
+        ``max_poll_records``) bounds the total.
+        """
+        _, fetcher = self._running()
+        wanted = [_as_tp(tp) for tp in partitions]
+        for tp in wanted:
+            if not self._subscription.is_assigned(tp):
+                raise IllegalStateError(f"partition {tp} is not assigned to this consumer")
+        if max_records is None:
+            max_records = self.config.max_poll_records
+        elif isinstance(max_records, bool) or not isinstance(max_records, int) or max_records <= 0:
+            raise ValueError(f"max_records must be a positive integer, not {max_records!r}")
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        while True:
+            await self._poll_prepare()
+            records = fetcher.take_records(wanted, max_records)
+            if records:
+                return records
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return {}
+            await fetcher.wait_for_data(remaining)
+            self._running()
+
+    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
+        """The next record (of ``partitions`` if given), waiting as long as it takes."""
+        _, fetcher = self._running()
+        wanted = [_as_tp(tp) for tp in partitions]
+        for tp in wanted:
+            if not self._subscription.is_assigned(tp):
+                raise IllegalStateError(f"partition {tp} is not assigned to this consumer")
+        while True:
+            await self._poll_prepare()
+            records = fetcher.take_records(wanted, 1)
+            for batch in records.values():
+                return batch[0]
+            await fetcher.wait_for_data(self.config.max_poll_interval_ms / 2000)
+            self._running()
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        try:
+            return await self.getone()
+        except ConsumerStoppedError:
+            raise StopAsyncIteration from None
+
+    # -- positions ------------------------------------------------------------------------------
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read ``partition`` from ``offset`` at the next poll (records buffered for it are dropped)."""
+        _, fetcher = self._running()
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be an integer >= 0, not {offset!r}")
+        tp = _as_tp(partition)
+        self._subscription.seek(tp, offset)
+        fetcher.discard(tp)
+
+    async def _seek_to(self, partitions: tuple[TopicPartition, ...], strategy: str) -> bool:
+        _, fetcher = self._running()
+        tps = [_as_tp(tp) for tp in partitions] or sorted(self._subscription.assigned_partitions())
+        for tp in tps:
+            self._subscription.state(tp)  # raises for an unassigned partition
+        for tp in tps:
+            self._subscription.request_offset_reset(tp, strategy)
+            fetcher.discard(tp)
+        await self._wait_for_positions(tps)
+        return True
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> bool:
+        """Move to the first offset still in the log (all assigned partitions if none given)."""
+        return await self._seek_to(partitions, "earliest")
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> bool:
+        """Move to the end (the high watermark, or the last stable offset with read_committed)."""
+        return await self._seek_to(partitions, "latest")
+
+    async def seek_to_committed(self, *partitions: TopicPartition) -> dict[TopicPartition, int | None]:
+        """Move to the committed offsets; answers them (None where nothing is committed)."""
+        self._running()
+        tps = [_as_tp(tp) for tp in partitions] or sorted(self._subscription.assigned_partitions())
+        committed = await self._fetch_committed(tps)
+        result: dict[TopicPartition, int | None] = {}
+        for tp in tps:
+            found = committed.get(tp)
+            result[tp] = found.offset if found is not None and found.offset >= 0 else None
+            if result[tp] is not None:
+                self.seek(tp, result[tp])  # type: ignore[arg-type]
+        return result
+
+    async def _wait_for_positions(self, tps: list[TopicPartition]) -> None:
+        _, fetcher = self._running()
+        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
+        while True:
+            await self._update_fetch_positions()
+            subscription = self._subscription
+            pending = [tp for tp in tps if subscription.is_assigned(tp) and subscription.position(tp) is None]
+            if not pending:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaTimeoutError(
+                    f"no position for {pending} within {self.config.request_timeout_ms} ms"
+                )
+            await fetcher.wait_for_data(min(remaining, 0.1))
+            self._running()
+
+    async def position(self, partition: TopicPartition) -> int:
+        """Offset of the next record ``getmany`` returns for ``partition`` (looked up if unknown)."""
+        self._running()
+        tp = _as_tp(partition)
+        self._subscription.state(tp)
+        await self._wait_for_positions([tp])
+        position = self._subscription.position(tp)
+        assert position is not None
+        return position
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The partition's high watermark as of the last fetch response (None before one)."""
+        return self._subscription.state(_as_tp(partition)).highwater
+
+    def last_stable_offset(self, partition: TopicPartition) -> int | None:
+        """The last stable offset as of the last fetch response (None before one)."""
+        return self._subscription.state(_as_tp(partition)).last_stable_offset
+
+    def last_poll_timestamp(self, partition: TopicPartition) -> int:
+        """Milliseconds (epoch) of the last poll, as aiokafka reports it."""
+        self._subscription.state(_as_tp(partition))
+        return int(self._last_poll * 1000)
+
+    # -- pause / resume -------------------------------------------------------------------------
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop returning (and fetching) records of these partitions until ``resume``."""
+        _, fetcher = self._running()
+        self._subscription.pause(*[_as_tp(tp) for tp in partitions])
+        fetcher.wake()
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        _, fetcher = self._running()
+        self._subscription.resume(*[_as_tp(tp) for tp in partitions])
+        fetcher.wake()
+
+    def paused(self) -> set[TopicPartition]:
+        return self._subscription.paused()
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    async def commit(self, offsets: Mapping[TopicPartition, Any] | None = None) -> None:
+        """Commit ``offsets`` (partition -> offset, ``(offset, metadata)`` or ``OffsetAndMetadata``),
+        or the current positions of all assigned partitions. Needs a ``group_id``."""
+        self._running()
+        if self.config.group_id is None:
+            raise NoGroupIdError("commit() needs a group_id")
+        if offsets is None:
+            to_commit = self._subscription.all_consumed_offsets()
+        else:
+            to_commit = {}
+            for tp, value in offsets.items():
+                tp = _as_tp(tp)
+                if isinstance(value, OffsetAndMetadata):
+                    entry = value
+                elif isinstance(value, int) and not isinstance(value, bool):
+                    entry = OffsetAndMetadata(value, "")
+                elif isinstance(value, tuple) and len(value) == 2:
+                    entry = OffsetAndMetadata(int(value[0]), value[1] or "")
+                else:
+                    raise ValueError(f"bad offset for {tp}: {value!r}")
+                if entry.offset < 0:
+                    raise ValueError(f"bad offset for {tp}: {entry.offset}")
+                if self._subscription.partitions_auto_assigned() and not self._subscription.is_assigned(tp):
+                    raise IllegalStateError(f"partition {tp} is not assigned to this consumer")
+                to_commit[tp] = entry
+        if not to_commit:
+            return
+        await self._commit_offsets(to_commit)
+
+    async def _commit_offsets(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        if self._coordinator is not None:
+            await self._coordinator.commit_offsets(offsets)
+        else:
+            await self._fallback_store().commit_offsets(offsets)
+
+    async def _fetch_committed(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        if self.config.group_id is None:
+            raise NoGroupIdError("committed offsets need a group_id")
+        tps = list(partitions)
+        if not tps:
+            return {}
+        if self._coordinator is not None:
+            return dict(await self._coordinator.fetch_committed_offsets(tps))
+        return await self._fallback_store().fetch_committed_offsets(tps)
+
+    def _fallback_store(self) -> Any:
+        if self._offsets_store is None:
+            from sdk.consumer.offset_store import GroupOffsetStore
+
+            assert self._client is not None and self.config.group_id is not None
+            self._offsets_store = GroupOffsetStore(
+                self._client, self.config.group_id, retry_backoff_ms=self.config.retry_backoff_ms
+            )
+        return self._offsets_store
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        """The committed offset of ``partition`` for ``group_id`` (None if nothing is committed)."""
+        self._running()
+        tp = _as_tp(partition)
+        found = (await self._fetch_committed([tp])).get(tp)
+        return found.offset if found is not None and found.offset >= 0 else None
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition, the first offset whose timestamp is >= the given one (ms), or None."""
+        _, fetcher = self._running()
+        query = {}
+        for tp, ts in timestamps.items():
+            if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+                raise ValueError(f"timestamp for {tp} must be an integer >= 0, not {ts!r}")
+            query[_as_tp(tp)] = ts
+        found = await fetcher.list_offsets(query, self.config.request_timeout_ms)
+        return {tp: (OffsetAndTimestamp(*found[tp]) if found.get(tp) else None) for tp in query}
+
+    async def _end_offsets(
+        self, partitions: tuple[TopicPartition, ...], timestamp: int
+    ) -> dict[TopicPartition, int]:
+        _, fetcher = self._running()
+        query = {_as_tp(tp): timestamp for tp in partitions}
+        found = await fetcher.list_offsets(query, self.config.request_timeout_ms)
+        return {tp: (found[tp][0] if found.get(tp) else 0) for tp in query}  # type: ignore[index]
+
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The first offset still in each partition's log."""
+        return await self._end_offsets(tuple(partitions), EARLIEST_TIMESTAMP)
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The offset after the last record (the last stable offset with read_committed)."""
+        return await self._end_offsets(tuple(partitions), LATEST_TIMESTAMP)
+
+    # -- metadata -------------------------------------------------------------------------------
+
+    async def topics(self) -> set[str]:
+        """Every topic in the cluster (internal ones unless ``exclude_internal_topics``)."""
+        return await self._list_topics()
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """Partition ids of ``topic`` from cached metadata (None while unknown; it is then looked up)."""
+        client, _ = self._running()
+        partitions = client.cluster.partitions_for(topic)
+        if partitions is None:
+            client.add_topic(topic)
+            error = client.cluster.topic_error(topic)
+            if error is not None and not error.retriable:
+                raise make_error(error.code, f"topic {topic!r}")
+            return None
+        return set(partitions)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group identity a transactional producer needs (``send_offsets_to_transaction``)."""
+        if self.config.group_id is None:
+            raise NoGroupIdError("group_metadata() needs a group_id")
+        if self._coordinator is not None:
+            return self._coordinator.group_metadata()  # type: ignore[no-any-return]
+        return ConsumerGroupMetadata(self.config.group_id, -1, "", self.config.group_instance_id)

@@ -1,0 +1,339 @@
+"""One partition's fetched bytes, turned into ConsumerRecords on demand.
+
+A fetch response's record data for a partition is kept as it came (``PartitionRecords``) and
+decoded one batch at a time as the application asks for records, so a prefetched megabyte costs
+nothing until it is read and ``max_records`` bounds the work of one ``getmany``.
+
+The per-record decoder (``decode_batch_records``) builds ``ConsumerRecord``s directly, without
+the intermediate ``sdk.records.Record`` objects, with the same inlined varint tables as
+``sdk.records.batch``: it is the consumer's hot path. Batch framing, CRC and decompression stay
+with ``RecordBatch``.
+
+Transactions (read_committed): the response's aborted-transactions list gives, per producer id,
+the first offset of each aborted transaction. Walking batches in offset order, a producer becomes
+"aborted" when a batch reaches that first offset, its transactional batches are dropped, and its
+ABORT control marker ends that (Kafka's ``CompletedFetch`` does the same).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from sdk.client.cluster import TopicPartition
+from sdk.consumer.errors import CorruptRecordInFetchError, RecordTooLargeForFetchError
+from sdk.consumer.records import ConsumerRecord
+from sdk.records import ControlType, RecordBatch, iter_batches
+from sdk.records.batch import _read_headers
+from sdk.records.errors import CorruptRecordError, InvalidRecordCountError, InvalidRecordError
+from sdk.records.varint import decode_varint, decode_varlong, zigzag_decode
+
+__all__ = ["PartitionRecords", "decode_batch_records"]
+
+_Z1 = tuple(zigzag_decode(b) for b in range(0x80))
+_Z2 = tuple(zigzag_decode(i - 0x80) if i >= 0x80 else 0 for i in range((0x7F << 7) + 0x100))
+_NO_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def decode_batch_records(
+    batch: RecordBatch, topic: str, partition: int, min_offset: int, check_crc: bool
+) -> list[ConsumerRecord]:
+    """The records of ``batch`` with offsets >= ``min_offset``, as ConsumerRecords.
+
+    Raises ``CorruptRecordError`` (from ``sdk.records``) for any defect, like iterating the batch.
+    """
+    records_iter = batch.iter_records(check_crc=check_crc)  # validates frame (+ CRC), no decoding
+    records_iter.close()
+    data, pos, end = batch._records_section()
+    count = batch.record_count
+    base_offset = batch.base_offset
+    if batch.attributes & 0x08:
+        ts_type, fixed_ts, base_ts = 1, batch.max_timestamp, 0
+    else:
+        ts_type, fixed_ts, base_ts = 0, None, batch.base_timestamp
+    z1 = _Z1
+    z2 = _Z2
+    read_varint = decode_varint
+    new = object.__new__
+    cls = ConsumerRecord
+    out: list[ConsumerRecord] = []
+    append = out.append
+    no_headers = _NO_HEADERS
+    record_start = pos
+    index = 0
+    try:
+        for index in range(count):  # noqa: B007  # index is reported on error
+            record_start = pos
+            b = data[pos]
+            if b < 0x80:
+                length = z1[b]
+                pos += 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:
+                    length = z2[(c << 7) + b]
+                    pos += 2
+                else:
+                    length, pos = read_varint(data, pos)
+            record_end = pos + length
+            if record_end > end:
+                raise InvalidRecordError(f"record length {length} overruns the batch", record_start)
+            b = data[pos + 1]
+            if b < 0x80:
+                ts_delta = z1[b]
+                pos += 2
+            else:
+                ts_delta, pos = decode_varlong(data, pos + 1)
+            b = data[pos]
+            if b < 0x80:
+                offset_delta = z1[b]
+                pos += 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:
+                    offset_delta = z2[(c << 7) + b]
+                    pos += 2
+                else:
+                    offset_delta, pos = read_varint(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                key_size = z1[b]
+                pos += 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:
+                    key_size = z2[(c << 7) + b]
+                    pos += 2
+                else:
+                    key_size, pos = read_varint(data, pos)
+            if key_size < 0:
+                key = None
+                key_size = -1
+            else:
+                key = data[pos : pos + key_size]
+                pos += key_size
+            b = data[pos]
+            if b < 0x80:
+                value_size = z1[b]
+                pos += 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:
+                    value_size = z2[(c << 7) + b]
+                    pos += 2
+                else:
+                    value_size, pos = read_varint(data, pos)
+            if value_size < 0:
+                value = None
+                value_size = -1
+            else:
+                value = data[pos : pos + value_size]
+                pos += value_size
+            if data[pos] == 0:
+                headers: Any = no_headers
+                pos += 1
+            else:
+                header_list, pos = _read_headers(data, pos, record_end)
+                headers = tuple(header_list)
+            if pos != record_end:
+                raise InvalidRecordError(
+                    f"record length {length} disagrees with its fields ({pos - record_end + length} bytes)",
+                    record_start,
+                )
+            offset = base_offset + offset_delta
+            if offset < min_offset:
+                continue
+            record = new(cls)
+            record.topic = topic
+            record.partition = partition
+            record.offset = offset
+            record.timestamp = base_ts + ts_delta if fixed_ts is None else fixed_ts
+            record.timestamp_type = ts_type
+            record.key = key
+            record.value = value
+            record.checksum = None
+            record.serialized_key_size = key_size
+            record.serialized_value_size = value_size
+            record.headers = headers
+            append(record)
+    except IndexError:
+        if record_start >= end:
+            raise InvalidRecordCountError(
+                f"recordCount is {count} but the records section holds {index}", record_start
+            ) from None
+        raise InvalidRecordError("record is cut off by the end of its section", record_start) from None
+    if pos != end:
+        raise InvalidRecordCountError(f"{end - pos} bytes remain after the {count} records", pos)
+    return out
+
+
+class PartitionRecords:
+    """The data of one partition from one fetch response, drained in order by ``take``.
+
+    ``fetch_offset`` is the position the fetch was made at; the consumer discards the object if
+    the position moved meanwhile (a seek). ``take`` advances the subscription's position itself
+    (through ``set_position``) past every record returned and every batch skipped.
+    """
+
+    __slots__ = (
+        "_aborted_pids",
+        "_aborted_queue",
+        "_batch_end",
+        "_batches",
+        "_check_crcs",
+        "_key_deserializer",
+        "_pending",
+        "_pending_index",
+        "_read_committed",
+        "_saw_batch",
+        "_size",
+        "_value_deserializer",
+        "error",
+        "fetch_offset",
+        "next_offset",
+        "tp",
+    )
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        fetch_offset: int,
+        data: bytes,
+        *,
+        aborted: list[tuple[int, int]] | None,
+        read_committed: bool,
+        check_crcs: bool,
+        key_deserializer: Callable[[bytes | None], Any] | None = None,
+        value_deserializer: Callable[[bytes | None], Any] | None = None,
+    ) -> None:
+        self.tp = tp
+        self.fetch_offset = fetch_offset
+        #: Where the position goes once what was returned so far is consumed.
+        self.next_offset = fetch_offset
+        self._batch_end = fetch_offset
+        self._size = len(data)
+        self._batches: Iterator[RecordBatch] | None = iter_batches(data)
+        self._pending: list[ConsumerRecord] = []
+        self._pending_index = 0
+        self._read_committed = read_committed
+        self._check_crcs = check_crcs
+        self._key_deserializer = key_deserializer
+        self._value_deserializer = value_deserializer
+        # (first_offset, producer_id) min-heap of aborted transactions not reached yet.
+        self._aborted_queue = [(first, pid) for pid, first in aborted or ()] if read_committed else []
+        heapq.heapify(self._aborted_queue)
+        self._aborted_pids: set[int] = set()
+        self._saw_batch = False
+        #: An error to raise once the records before it have been returned.
+        self.error: BaseException | None = None
+
+    @property
+    def exhausted(self) -> bool:
+        return self._batches is None and self._pending_index >= len(self._pending) and self.error is None
+
+    def take(self, max_records: int) -> list[ConsumerRecord]:
+        """Up to ``max_records`` records; an empty list when the data is used up.
+
+        Raises the stored error (corrupt batch, batch too large) when no record precedes it.
+        """
+        out: list[ConsumerRecord] = []
+        while len(out) < max_records:
+            pending = self._pending
+            index = self._pending_index
+            if index < len(pending):
+                stop = min(len(pending), index + max_records - len(out))
+                chunk = pending[index:stop] if index or stop < len(pending) else pending
+                if out:
+                    out.extend(chunk)
+                else:
+                    out = chunk
+                self._pending_index = stop
+                self.next_offset = chunk[-1].offset + 1
+                if stop >= len(pending):
+                    self.next_offset = max(self.next_offset, self._batch_end)
+                continue
+            if self.error is not None:
+                break
+            if not self._next_batch():
+                break
+        if not out and self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        return out
+
+    def _next_batch(self) -> bool:
+        """Decode the next batch that has records to return into ``_pending``; False at the end."""
+        batches = self._batches
+        if batches is None:
+            return False
+        tp = self.tp
+        try:
+            for batch in batches:
+                self._saw_batch = True
+                next_offset = batch.next_offset
+                if next_offset <= self.next_offset:
+                    continue  # wholly before the position (the broker returns whole batches)
+                if self._read_committed and self._skip_for_transaction(batch):
+                    self.next_offset = next_offset
+                    continue
+                if batch.is_control:
+                    self.next_offset = next_offset
+                    continue
+                records = decode_batch_records(
+                    batch, tp.topic, tp.partition, self.next_offset, self._check_crcs
+                )
+                if self._key_deserializer is not None or self._value_deserializer is not None:
+                    self._deserialize(records)
+                if not records:
+                    self.next_offset = next_offset
+                    continue
+                self._pending = records
+                self._pending_index = 0
+                self._batch_end = next_offset
+                return True
+        except CorruptRecordError as exc:
+            self._batches = None
+            self.error = CorruptRecordInFetchError(
+                f"corrupt record batch in {tp.topic}-{tp.partition} at offset {self.next_offset}: {exc}",
+                tp,
+                self.next_offset,
+            )
+            self.error.__cause__ = exc
+            return False
+        self._batches = None
+        if not self._saw_batch and self._size > 0:
+            self.error = RecordTooLargeForFetchError(
+                f"the batch at offset {self.next_offset} of {tp.topic}-{tp.partition} is larger than "
+                f"the {self._size} bytes the fetch returned; raise max_partition_fetch_bytes",
+                tp,
+                self.next_offset,
+            )
+        return False
+
+    def _skip_for_transaction(self, batch: RecordBatch) -> bool:
+        """read_committed: True if ``batch`` belongs to an aborted transaction (or ends one)."""
+        queue = self._aborted_queue
+        last_offset = batch.last_offset
+        while queue and queue[0][0] <= last_offset:
+            self._aborted_pids.add(heapq.heappop(queue)[1])
+        pid = batch.producer_id
+        if batch.is_control:
+            if pid in self._aborted_pids:
+                try:
+                    marker = batch.control_record()
+                except CorruptRecordError:
+                    return True
+                if marker.type == ControlType.ABORT:
+                    self._aborted_pids.discard(pid)
+            return True
+        return batch.is_transactional and pid in self._aborted_pids
+
+    def _deserialize(self, records: list[ConsumerRecord]) -> None:
+        key_fn = self._key_deserializer
+        value_fn = self._value_deserializer
+        for record in records:
+            if key_fn is not None:
+                record.key = key_fn(record.key)
+            if value_fn is not None:
+                record.value = value_fn(record.value)
