@@ -24,6 +24,7 @@ from typing import Any
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.errors import CorruptRecordInFetchError, RecordTooLargeForFetchError
 from sdk.consumer.records import ConsumerRecord
+from sdk.errors import SerializationError
 from sdk.records import ControlType, RecordBatch, iter_batches
 from sdk.records.batch import _read_headers
 from sdk.records.errors import CorruptRecordError, InvalidRecordCountError, InvalidRecordError
@@ -284,9 +285,13 @@ class PartitionRecords:
                     batch, tp.topic, tp.partition, self.next_offset, self._check_crcs
                 )
                 if self._key_deserializer is not None or self._value_deserializer is not None:
-                    self._deserialize(records)
+                    records = self._deserialize(records)
+                if self.error is not None:  # a deserializer failed: stop at that record
+                    next_offset = self.error.offset  # type: ignore[attr-defined]
                 if not records:
                     self.next_offset = next_offset
+                    if self.error is not None:
+                        return False
                     continue
                 self._pending = records
                 self._pending_index = 0
@@ -329,11 +334,26 @@ class PartitionRecords:
             return True
         return batch.is_transactional and pid in self._aborted_pids
 
-    def _deserialize(self, records: list[ConsumerRecord]) -> None:
+    def _deserialize(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        """Apply the deserializers (to None too, as aiokafka does). If one raises, the records
+        before the failing one are returned and ``SerializationError`` is raised next, with the
+        position left at the failing record."""
         key_fn = self._key_deserializer
         value_fn = self._value_deserializer
-        for record in records:
-            if key_fn is not None:
-                record.key = key_fn(record.key)
-            if value_fn is not None:
-                record.value = value_fn(record.value)
+        for index, record in enumerate(records):
+            try:
+                if key_fn is not None:
+                    record.key = key_fn(record.key)
+                if value_fn is not None:
+                    record.value = value_fn(record.value)
+            except Exception as exc:
+                tp = self.tp
+                self._batches = None
+                self.error = SerializationError(
+                    f"deserializing the record at offset {record.offset} of {tp.topic}-{tp.partition} "
+                    f"failed: {exc!r}"
+                )
+                self.error.__cause__ = exc
+                self.error.offset = record.offset  # type: ignore[attr-defined]
+                return records[:index]
+        return records

@@ -18,6 +18,7 @@ from sdk.client.cluster import TopicPartition
 from sdk.consumer import Consumer
 from sdk.consumer.errors import CorruptRecordInFetchError, RecordTooLargeForFetchError
 from sdk.consumer.fetch_records import PartitionRecords, decode_batch_records
+from sdk.errors import SerializationError
 from sdk.records import Compression, ControlType, RecordBatch, RecordBatchBuilder, build_control_batch
 from tests.sdk.conftest import KafkaTarget
 
@@ -247,3 +248,18 @@ def test_decoder_reads_varints_longer_than_two_bytes():
     (record,) = decode_batch_records(RecordBatch(raw), "t", 0, 0, True)
     assert record.offset == 2**40 and record.timestamp == 2**45
     assert len(record.value) == 70_000 and record.serialized_key_size == 20_000
+
+
+def test_a_failing_deserializer_stops_at_its_record():
+    def value(v: bytes) -> str:
+        if v == b"bad":
+            raise ValueError("no")
+        return v.decode()
+
+    part = records_of(batch(0, [b"a", b"b"]) + batch(2, [b"c", b"bad", b"d"]), value_deserializer=value)
+    assert [r.value for r in part.take(10)] == ["a", "b", "c"]
+    assert part.next_offset == 3
+    with pytest.raises(SerializationError) as info:
+        part.take(10)
+    assert isinstance(info.value.__cause__, ValueError)
+    assert part.next_offset == 3
