@@ -428,6 +428,8 @@ class Consumer:
         elif coordinator is not None:
             coordinator.record_poll()
         self._last_poll = time.monotonic()
+        assert self._fetcher is not None
+        await self._fetcher.ensure_topic_metadata()
         await self._update_fetch_positions()
 
     async def _update_fetch_positions(self) -> None:

@@ -36,7 +36,7 @@ from sdk.consumer.fetch_records import PartitionRecords
 from sdk.consumer.records import ConsumerRecord
 from sdk.consumer.subscription import SubscriptionState
 from sdk.errors import ErrorCode, KafkaError, KafkaTimeoutError, UnsupportedVersionError, make_error
-from sdk.protocol.messages import FetchRequest, ListOffsetsRequest
+from sdk.protocol.messages import FetchRequest, ListOffsetsRequest, MetadataRequest
 
 __all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "Fetcher"]
 
@@ -134,6 +134,32 @@ class Fetcher:
         self._completed.pop(tp, None)
         self._errors.pop(tp, None)
         self.wake()
+
+    async def ensure_topic_metadata(self) -> None:
+        """Look up assigned topics the metadata cache does not know yet, now.
+
+        The client's own refresh waits ``retry_backoff_ms`` after the previous one (the one made
+        at start, typically), which would delay the first fetch of a fresh consumer; the Java
+        client likewise refreshes at once for new topics.
+        """
+        client = self._client
+        known = client.cluster.topics
+        missing = {tp.topic for tp in self._subscription.assigned_partitions() if tp.topic not in known}
+        if not missing:
+            return
+        names = sorted(missing | client.topics)
+        request = MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in names],
+            allow_auto_topic_creation=self._config.allow_auto_create_topics,
+        )
+        try:
+            response = await client.send_to_any(request)
+        except (KafkaError, OSError) as exc:
+            log.debug("metadata lookup for %s failed: %r", sorted(missing), exc)
+            return
+        if not getattr(response, "error_code", 0):
+            client.cluster.update(response, set(names))
+            self.wake()
 
     # -- the loop -------------------------------------------------------------------------------
 

@@ -1,0 +1,272 @@
+"""Consumer throughput: this SDK next to aiokafka, kafka-python and confluent-kafka.
+
+One topic of 16 partitions is filled once per target with ``--messages`` 100-byte records
+(confluent-kafka's producer, 16 KiB batches, no compression); then every client reads all of
+them from the beginning, by manual assignment (no group), in its own fresh process. The clock
+runs from the first poll until the last record is in hand. Targets: the reference broker
+(``BrokerProcess``) and librdkafka's mock cluster (own process). Medians of ``--runs`` runs,
+with ratios to aiokafka's ``getmany``.
+
+    python benchmarks/bench_consumer.py                      # everything, 200k messages, 3 runs
+    python benchmarks/bench_consumer.py --messages 50000 --targets reference --clients sdk,aiokafka
+    python benchmarks/bench_consumer.py --profile sdk        # where the time goes (cProfile)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_producer import Clock, MockClusterProcess
+
+VALUE = b"v" * 100
+PARTITIONS = 16
+CLIENTS = ["sdk", "sdk-sync", "aiokafka", "kafka-python", "confluent-kafka"]
+TARGETS = ["reference", "mock"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# -- the clients (each runs in a worker process) --------------------------------------------------
+
+
+async def _sdk(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    from sdk.consumer import Consumer, TopicPartition
+
+    async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        clock = Clock()
+        seen = 0
+        getmany = consumer.getmany
+        while seen < n:
+            for records in (await getmany(timeout_ms=1000)).values():
+                seen += len(records)
+        return clock.stop()
+
+
+def _sdk_sync(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    from sdk.consumer import TopicPartition
+    from sdk.sync import Consumer
+
+    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        clock = Clock()
+        seen = 0
+        getmany = consumer.getmany
+        while seen < n:
+            for records in getmany(timeout_ms=1000).values():
+                seen += len(records)
+        return clock.stop()
+
+
+async def _aiokafka(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        clock = Clock()
+        seen = 0
+        getmany = consumer.getmany
+        while seen < n:
+            for records in (await getmany(timeout_ms=1000)).values():
+                seen += len(records)
+        return clock.stop()
+    finally:
+        await consumer.stop()
+
+
+def _kafka_python(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    pinned = {"api_version": (2, 3)} if os.environ.get("BENCH_TARGET") == "mock" else {}
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", **pinned)
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        clock = Clock()
+        seen = 0
+        while seen < n:
+            for records in consumer.poll(timeout_ms=1000).values():
+                seen += len(records)
+        return clock.stop()
+    finally:
+        consumer.close()
+
+
+def _confluent(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+         "enable.auto.commit": False, "log_level": 0}
+    )
+    try:
+        beginning = confluent_kafka.OFFSET_BEGINNING
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, beginning) for p in range(PARTITIONS)])
+        clock = Clock()
+        seen = 0
+        consume = consumer.consume
+        while seen < n:
+            for message in consume(num_messages=10000, timeout=1.0):
+                if message.error() is None:
+                    seen += 1
+        return clock.stop()
+    finally:
+        consumer.close()
+
+
+WORKERS: dict[str, Callable[[str, str, int], Any]] = {  # each returns (wall s, CPU s)
+    "sdk": _sdk,
+    "sdk-sync": _sdk_sync,
+    "aiokafka": _aiokafka,
+    "kafka-python": _kafka_python,
+    "confluent-kafka": _confluent,
+}
+
+
+def run_worker(client: str, bootstrap: str, topic: str, n: int, profile: bool) -> tuple[float, float]:
+    worker = WORKERS[client]
+
+    def call() -> tuple[float, float]:
+        result = worker(bootstrap, topic, n)
+        return asyncio.run(result) if asyncio.iscoroutine(result) else result
+
+    if not profile:
+        return call()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    elapsed = call()
+    profiler.disable()
+    stats = pstats.Stats(profiler, stream=sys.stderr)
+    stats.sort_stats("tottime").print_stats(25)
+    return elapsed
+
+
+# -- the data -------------------------------------------------------------------------------------
+
+
+def fill(bootstrap: str, n: int) -> str:
+    """A new 16-partition topic holding ``n`` 100-byte records, spread evenly."""
+    import confluent_kafka
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"bench-consume-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384, "log_level": 0}
+    )
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, VALUE, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(120) == 0
+    return topic
+
+
+def measure(client: str, target: str, bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    """One run in a fresh process: messages per second, and CPU microseconds per message."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker", client, "--bootstrap", bootstrap, "--topic", topic,
+         "--messages", str(n)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+        env=dict(
+            os.environ, BENCH_TARGET=target, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
+        ),
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{client} failed:\n{out.stderr[-3000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return n / result["elapsed"], result["cpu"] / n * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--clients", default=",".join(CLIENTS))
+    parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--profile", metavar="CLIENT", help="profile one client against the mock cluster")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:
+        elapsed, cpu = run_worker(args.worker, args.bootstrap, args.topic, args.messages, profile=False)
+        print(json.dumps({"elapsed": elapsed, "cpu": cpu}))
+        return
+    if args.profile:
+        with MockClusterProcess() as mock:
+            topic = fill(mock.bootstrap, args.messages)
+            started = time.perf_counter()
+            run_worker(args.profile, mock.bootstrap, topic, args.messages, profile=True)
+            elapsed = time.perf_counter() - started
+        print(f"{args.profile}: {args.messages / elapsed:,.0f} msgs/s under cProfile")
+        return
+
+    clients = args.clients.split(",")
+    targets = args.targets.split(",")
+    rate: dict[tuple[str, str], float] = {}
+    cpu: dict[tuple[str, str], float] = {}
+    for target in targets:
+        if target == "reference":
+            sys.path.insert(0, ROOT)
+            from reference_broker.testing import BrokerProcess
+
+            cluster: Any = BrokerProcess(log_level="WARNING")
+        else:
+            cluster = MockClusterProcess()
+        with cluster:
+            topic = fill(cluster.bootstrap, args.messages)
+            runs: dict[str, list[tuple[float, float]]] = {client: [] for client in clients}
+            for _ in range(args.runs):  # in turns, so a slow spell of the machine hits every client
+                for client in clients:
+                    runs[client].append(measure(client, target, cluster.bootstrap, topic, args.messages))
+            for client in clients:
+                rate[(target, client)] = statistics.median(r for r, _ in runs[client])
+                cpu[(target, client)] = statistics.median(c for _, c in runs[client])
+                shown = ", ".join(f"{r:,.0f}/s {c:.1f}us" for r, c in runs[client])
+                print(f"  {target:<9} {client:<16} {shown}", file=sys.stderr)
+
+    print(
+        f"\n{args.messages:,} messages x {args.runs} runs, 100-byte values, {PARTITIONS} partitions, "
+        "manual assignment from the beginning. Median msgs/s (ratio vs aiokafka) and median client "
+        "CPU microseconds per message (ratio: aiokafka's CPU / this client's).\n"
+    )
+    head = " | ".join(f"{t + ' msgs/s':>20} | {t + ' CPU us/msg':>22}" for t in targets)
+    print(f"| {'client':<16} | {head} |")
+    print("|" + "|".join(["-" * 18] + ["-" * 22, "-" * 24] * len(targets)) + "|")
+    for client in clients:
+        cells = []
+        for target in targets:
+            key, base = (target, client), (target, "aiokafka")
+            speed = f" ({rate[key] / rate[base]:.2f}x)" if base in rate else ""
+            cost = f" ({cpu[base] / cpu[key]:.2f}x)" if base in cpu else ""
+            cells.append(f"{rate[key]:>11,.0f}{speed:>9}")
+            cells.append(f"{cpu[key]:>13.1f}{cost:>9}")
+        print(f"| {client:<16} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
