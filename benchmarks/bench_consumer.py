@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_producer import Clock, MockClusterProcess
+from bench_producer import Clock
 
 VALUE = b"v" * 100
 PARTITIONS = 16
@@ -154,17 +154,67 @@ def run_worker(client: str, bootstrap: str, topic: str, n: int, profile: bool) -
     return elapsed
 
 
-# -- the data -------------------------------------------------------------------------------------
+# -- clusters and data ----------------------------------------------------------------------------
 
 
-def fill(bootstrap: str, n: int) -> str:
+class MockClusterProcess:
+    """librdkafka's mock cluster (``sdk.testing.librdkafka_mock``, 1 broker) in a child process, so
+    it does not share our GIL; topics are created through it (the mock does not serve
+    CreateTopics). It keeps only about 5 MiB per partition: 16 partitions hold ~700k records."""
+
+    SCRIPT = (
+        "import sys\n"
+        "from sdk.testing.librdkafka_mock import LibrdkafkaMockCluster\n"
+        "cluster = LibrdkafkaMockCluster(1)\n"
+        "print(cluster.bootstrap, flush=True)\n"
+        "for line in sys.stdin:\n"
+        "    name, partitions = line.split()\n"
+        "    cluster.create_topic(name, int(partitions))\n"
+        "    print('ok', flush=True)\n"
+        "cluster.close()\n"
+    )
+
+    def __enter__(self) -> MockClusterProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", self.SCRIPT],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")),
+        )
+        assert self.proc.stdout is not None
+        self.bootstrap = self.proc.stdout.readline().strip()
+        return self
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{name} {partitions}\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "ok"
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def fill(cluster: Any, n: int) -> str:
     """A new 16-partition topic holding ``n`` 100-byte records, spread evenly."""
     import confluent_kafka
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = f"bench-consume-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    bootstrap = cluster.bootstrap
+    if isinstance(cluster, MockClusterProcess):
+        cluster.create_topic(topic, PARTITIONS)
+    else:
+        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
     producer = confluent_kafka.Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384, "log_level": 0}
     )
@@ -218,7 +268,7 @@ def main() -> None:
         return
     if args.profile:
         with MockClusterProcess() as mock:
-            topic = fill(mock.bootstrap, args.messages)
+            topic = fill(mock, args.messages)
             started = time.perf_counter()
             run_worker(args.profile, mock.bootstrap, topic, args.messages, profile=True)
             elapsed = time.perf_counter() - started
@@ -238,7 +288,7 @@ def main() -> None:
         else:
             cluster = MockClusterProcess()
         with cluster:
-            topic = fill(cluster.bootstrap, args.messages)
+            topic = fill(cluster, args.messages)
             runs: dict[str, list[tuple[float, float]]] = {client: [] for client in clients}
             for _ in range(args.runs):  # in turns, so a slow spell of the machine hits every client
                 for client in clients:

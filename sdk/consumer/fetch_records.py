@@ -30,7 +30,18 @@ from sdk.records.batch import _read_headers
 from sdk.records.errors import CorruptRecordError, InvalidRecordCountError, InvalidRecordError
 from sdk.records.varint import decode_varint, decode_varlong, zigzag_decode
 
-__all__ = ["PartitionRecords", "decode_batch_records"]
+__all__ = ["COMPILED", "PartitionRecords", "decode_batch_records", "decode_records_python"]
+
+try:
+    from sdk.consumer import _decode
+
+    _decode.prepare(ConsumerRecord)
+    _compiled_decode = _decode.decode_records
+except ImportError:  # built at install when a C compiler is available; the Python twin otherwise
+    _compiled_decode = None
+
+#: Whether the C decoder (``sdk.consumer._decode``) is in use.
+COMPILED = _compiled_decode is not None
 
 _Z1 = tuple(zigzag_decode(b) for b in range(0x80))
 _Z2 = tuple(zigzag_decode(i - 0x80) if i >= 0x80 else 0 for i in range((0x7F << 7) + 0x100))
@@ -43,16 +54,38 @@ def decode_batch_records(
     """The records of ``batch`` with offsets >= ``min_offset``, as ConsumerRecords.
 
     Raises ``CorruptRecordError`` (from ``sdk.records``) for any defect, like iterating the batch.
+    The C decoder answers for well-formed records; anything it declines goes to the Python one.
     """
     records_iter = batch.iter_records(check_crc=check_crc)  # validates frame (+ CRC), no decoding
     records_iter.close()
     data, pos, end = batch._records_section()
-    count = batch.record_count
-    base_offset = batch.base_offset
     if batch.attributes & 0x08:
         ts_type, fixed_ts, base_ts = 1, batch.max_timestamp, 0
     else:
         ts_type, fixed_ts, base_ts = 0, None, batch.base_timestamp
+    args = (data, pos, end, batch.record_count, batch.base_offset, base_ts, fixed_ts, ts_type, min_offset,
+            topic, partition)
+    if _compiled_decode is not None:
+        found = _compiled_decode(*args)
+        if found is not None:
+            return found  # type: ignore[no-any-return]
+    return decode_records_python(*args)
+
+
+def decode_records_python(
+    data: bytes,
+    pos: int,
+    end: int,
+    count: int,
+    base_offset: int,
+    base_ts: int,
+    fixed_ts: int | None,
+    ts_type: int,
+    min_offset: int,
+    topic: str,
+    partition: int,
+) -> list[ConsumerRecord]:
+    """The Python decoder (the C one's twin): ``count`` records of ``data[pos:end]``."""
     z1 = _Z1
     z2 = _Z2
     read_varint = decode_varint

@@ -15,7 +15,7 @@ import pytest
 
 from reference_broker.testing import InProcessBroker, run_in_process
 from sdk.client.cluster import TopicPartition
-from sdk.consumer import Consumer
+from sdk.consumer import Consumer, fetch_records
 from sdk.consumer.errors import CorruptRecordInFetchError, RecordTooLargeForFetchError
 from sdk.consumer.fetch_records import PartitionRecords, decode_batch_records
 from sdk.errors import SerializationError
@@ -23,6 +23,16 @@ from sdk.records import Compression, ControlType, RecordBatch, RecordBatchBuilde
 from tests.sdk.conftest import KafkaTarget
 
 TP = TopicPartition("t", 3)
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def decoder(request, monkeypatch):
+    """Every test runs with the C decoder (when built) and with the Python twin alone."""
+    if request.param == "python":
+        monkeypatch.setattr(fetch_records, "_compiled_decode", None)
+    elif not fetch_records.COMPILED:
+        pytest.skip("sdk.consumer._decode is not built")
+    return request.param
 
 
 def batch(
