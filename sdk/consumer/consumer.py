@@ -30,8 +30,10 @@ _NEW, _RUNNING, _CLOSED = "new", "running", "closed"
 
 
 def _group_coordinator_class() -> Any:
-    """The GroupCoordinator class, or None while ``sdk.consumer.group_coordinator`` is absent."""
+    """The GroupCoordinator class, or None while ``sdk.consumer.group_coordinator`` (or the
+    assignors it needs) cannot be imported: the consumer then works in assign mode only."""
     try:
+        from sdk.consumer.assignors import resolve_assignors  # noqa: F401
         from sdk.consumer.group_coordinator import GroupCoordinator
     except ImportError:
         return None
@@ -209,6 +211,7 @@ class Consumer:
         self._pattern_task: asyncio.Task[None] | None = None
         self._pattern_wake: asyncio.Event | None = None
         self._offsets_store: Any = None  # fallback OffsetCommit/OffsetFetch when there is no coordinator
+        self._pattern_matched = False
         self._last_poll = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -258,7 +261,7 @@ class Consumer:
 
         try:
             assignors = resolve_assignors(cfg.partition_assignment_strategy)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, KeyError) as exc:
             raise ConfigError("partition_assignment_strategy", str(exc)) from exc
         assert self._client is not None
         self._coordinator = coordinator_class(
@@ -336,6 +339,8 @@ class Consumer:
         client, fetcher = self._running()
         if self.config.group_id is None:
             raise NoGroupIdError("subscribe() needs a group_id (or use assign())")
+        if self._coordinator is None:
+            raise IllegalStateError("group membership is not available in this build: use assign()")
         if listener is not None:
             from sdk.consumer.listener import ConsumerRebalanceListener
 
@@ -348,6 +353,7 @@ class Consumer:
             if topics:
                 raise ValueError("subscribe() takes topics or a pattern, not both")
             self._subscription.subscribe(pattern=pattern, listener=listener)
+            self._pattern_matched = False
             self._start_pattern_matching()
         else:
             if not topics:
@@ -386,6 +392,7 @@ class Consumer:
         subscription = self._subscription
         if subscription.match_pattern(names) and self._client is not None:
             self._client.set_topics(set(subscription.subscription) | self._client.topics)
+        self._pattern_matched = True
 
     async def _list_topics(self) -> set[str]:
         client, _ = self._running()
@@ -423,6 +430,8 @@ class Consumer:
     async def _poll_prepare(self) -> None:
         coordinator = self._coordinator
         if coordinator is not None and self._subscription.partitions_auto_assigned():
+            if self._subscription.pattern is not None and not self._pattern_matched:
+                await self._refresh_pattern_topics()  # join with the matching topics, not none
             await coordinator.ensure_active_group()
             coordinator.record_poll()
         elif coordinator is not None:
@@ -487,7 +496,7 @@ class Consumer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return {}
-            await fetcher.wait_for_data(remaining)
+            await fetcher.wait_for_data(min(remaining, self._wait_slice()))
             self._running()
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
@@ -502,8 +511,15 @@ class Consumer:
             records = fetcher.take_records(wanted, 1)
             for batch in records.values():
                 return batch[0]
-            await fetcher.wait_for_data(self.config.max_poll_interval_ms / 2000)
+            await fetcher.wait_for_data(self._wait_slice())
             self._running()
+
+    def _wait_slice(self) -> float:
+        """How long one wait for data may last: in a group at most 200 ms, so a rebalance the
+        background heartbeat noticed is joined by the waiting poll without much delay."""
+        if self._coordinator is not None and self._subscription.partitions_auto_assigned():
+            return min(self.config.heartbeat_interval_ms / 1000, 0.2)
+        return self.config.max_poll_interval_ms / 2000
 
     def __aiter__(self) -> Consumer:
         return self

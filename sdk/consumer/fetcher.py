@@ -410,7 +410,7 @@ class Fetcher:
                 del completed[tp]
                 drained = True
                 continue
-            if state.paused:
+            if state.paused or state.revoking:
                 continue
             try:
                 records = part.take(remaining)
