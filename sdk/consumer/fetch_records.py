@@ -202,6 +202,16 @@ def decode_records_python(
     return out
 
 
+def _end_offset(data: bytes) -> int | None:
+    end = None
+    try:
+        for batch in iter_batches(data):
+            end = batch.next_offset
+    except CorruptRecordError:
+        return None
+    return end
+
+
 class PartitionRecords:
     """The data of one partition from one fetch response, drained in order by ``take``.
 
@@ -223,6 +233,7 @@ class PartitionRecords:
         "_saw_batch",
         "_size",
         "_value_deserializer",
+        "end_offset",
         "error",
         "fetch_offset",
         "next_offset",
@@ -247,6 +258,9 @@ class PartitionRecords:
         self.next_offset = fetch_offset
         self._batch_end = fetch_offset
         self._size = len(data)
+        #: Where the data's last whole batch ends (the next fetch may start there); None when
+        #: there is no whole batch or the framing is broken.
+        self.end_offset = _end_offset(data)
         self._batches: Iterator[RecordBatch] | None = iter_batches(data)
         self._pending: list[ConsumerRecord] = []
         self._pending_index = 0

@@ -82,6 +82,8 @@ class Fetcher:
         self._config = config
         self._read_committed = config.isolation == 1
         self._completed: dict[TopicPartition, PartitionRecords] = {}
+        #: The response after ``_completed``'s, fetched from where that one's data ends.
+        self._prefetched: dict[TopicPartition, PartitionRecords] = {}
         self._errors: dict[TopicPartition, BaseException] = {}
         self._in_flight: set[int] = set()
         self._node_backoff_until: dict[int, float] = {}
@@ -112,6 +114,7 @@ class Fetcher:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         self._completed.clear()
+        self._prefetched.clear()
         self._data_event.set()
 
     def wake(self) -> None:
@@ -122,6 +125,8 @@ class Fetcher:
         subscription = self._subscription
         for tp in [tp for tp in self._completed if not subscription.is_assigned(tp)]:
             del self._completed[tp]
+        for tp in [tp for tp in self._prefetched if not subscription.is_assigned(tp)]:
+            del self._prefetched[tp]
         for tp in [tp for tp in self._errors if not subscription.is_assigned(tp)]:
             del self._errors[tp]
         topics = {tp.topic for tp in subscription.assigned_partitions()} | set(subscription.subscription)
@@ -132,6 +137,7 @@ class Fetcher:
     def discard(self, tp: TopicPartition) -> None:
         """Drop what is buffered or pending for ``tp`` (after a seek)."""
         self._completed.pop(tp, None)
+        self._prefetched.pop(tp, None)
         self._errors.pop(tp, None)
         self.wake()
 
@@ -187,8 +193,14 @@ class Fetcher:
         for tp, state in subscription.items():
             if state.position is None or state.paused or state.revoking:
                 continue
-            if tp in self._completed or tp in self._errors:
+            if tp in self._errors or tp in self._prefetched:
                 continue
+            offset = state.position
+            head = self._completed.get(tp)
+            if head is not None:
+                if head.end_offset is None:
+                    continue
+                offset = head.end_offset  # prefetch what follows the buffered data
             leader = cluster.leader_for(tp.topic, tp.partition)
             if leader < 0:
                 missing_leader = True
@@ -199,7 +211,7 @@ class Fetcher:
             if until > now:
                 self._wake_after(until - now)
                 continue
-            by_node.setdefault(leader, []).append((tp, state.position))
+            by_node.setdefault(leader, []).append((tp, offset))
         if missing_leader:
             self._client.request_metadata_update()
         for node_id, partitions in by_node.items():
@@ -315,7 +327,6 @@ class Fetcher:
         response: Any,
     ) -> None:
         subscription = self._subscription
-        config = self._config
         got_data = False
         refresh = False
         for topic_data in response.responses:
@@ -328,31 +339,22 @@ class Fetcher:
                 tp = TopicPartition(topic, p.partition_index)
                 fetch_offset = offsets.get(tp)
                 state = subscription.get_state(tp)
-                if fetch_offset is None or state is None or state.position != fetch_offset:
-                    continue  # not asked for, no longer assigned, or the application sought away
+                if fetch_offset is None or state is None:
+                    continue  # not asked for, or no longer assigned
+                head = self._completed.get(tp)
+                if head is not None:  # a prefetch: kept if it still continues the buffered data
+                    if p.error_code == 0 and head.end_offset == fetch_offset and tp not in self._prefetched:
+                        self._update_watermarks(state, p)
+                        if p.records is not None and len(p.records):
+                            self._prefetched[tp] = self._partition_records(tp, fetch_offset, p)
+                    continue  # errors show again when the position gets there
+                if state.position != fetch_offset:
+                    continue  # the application sought away
                 code = p.error_code
                 if code == 0:
-                    if p.high_watermark >= 0:
-                        state.highwater = p.high_watermark
-                    if p.last_stable_offset >= 0:
-                        state.last_stable_offset = p.last_stable_offset
-                    if p.log_start_offset >= 0:
-                        state.log_start_offset = p.log_start_offset
-                    records = p.records
-                    if records is not None and len(records):
-                        aborted = None
-                        if self._read_committed and p.aborted_transactions:
-                            aborted = [(a.producer_id, a.first_offset) for a in p.aborted_transactions]
-                        self._completed[tp] = PartitionRecords(
-                            tp,
-                            fetch_offset,
-                            bytes(records),
-                            aborted=aborted,
-                            read_committed=self._read_committed,
-                            check_crcs=config.check_crcs,
-                            key_deserializer=config.key_deserializer,
-                            value_deserializer=config.value_deserializer,
-                        )
+                    self._update_watermarks(state, p)
+                    if p.records is not None and len(p.records):
+                        self._completed[tp] = self._partition_records(tp, fetch_offset, p)
                         got_data = True
                 elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     if subscription.default_reset == "none":
@@ -379,6 +381,31 @@ class Fetcher:
             self._fetch_failed(node_id, make_error(ErrorCode.NOT_LEADER_OR_FOLLOWER, "Fetch"))
         if got_data:
             self._data_event.set()
+
+    @staticmethod
+    def _update_watermarks(state: Any, p: Any) -> None:
+        if p.high_watermark >= 0:
+            state.highwater = p.high_watermark
+        if p.last_stable_offset >= 0:
+            state.last_stable_offset = p.last_stable_offset
+        if p.log_start_offset >= 0:
+            state.log_start_offset = p.log_start_offset
+
+    def _partition_records(self, tp: TopicPartition, fetch_offset: int, p: Any) -> PartitionRecords:
+        config = self._config
+        aborted = None
+        if self._read_committed and p.aborted_transactions:
+            aborted = [(a.producer_id, a.first_offset) for a in p.aborted_transactions]
+        return PartitionRecords(
+            tp,
+            fetch_offset,
+            bytes(p.records),
+            aborted=aborted,
+            read_committed=self._read_committed,
+            check_crcs=config.check_crcs,
+            key_deserializer=config.key_deserializer,
+            value_deserializer=config.value_deserializer,
+        )
 
     # -- handing records out --------------------------------------------------------------------
 
@@ -408,6 +435,7 @@ class Fetcher:
             state = subscription.get_state(tp)
             if state is None or state.position != part.next_offset:
                 del completed[tp]
+                self._prefetched.pop(tp, None)
                 drained = True
                 continue
             if state.paused or state.revoking:
@@ -416,6 +444,7 @@ class Fetcher:
                 records = part.take(remaining)
             except BaseException:
                 del completed[tp]
+                self._prefetched.pop(tp, None)
                 state.position = part.next_offset
                 self.wake()
                 if result:
@@ -428,6 +457,9 @@ class Fetcher:
                 remaining -= len(records)
             if part.exhausted:
                 drained = True
+                following = self._prefetched.pop(tp, None)
+                if following is not None and following.fetch_offset == state.position:
+                    completed[tp] = following
             else:
                 completed[tp] = part  # to the back: the next call starts with another partition
         if drained:

@@ -335,3 +335,20 @@ async def test_stop_ends_a_waiting_poll(kafka, topic_name):
     with pytest.raises(ConsumerStoppedError):
         await waiting
     assert time.monotonic() - started < 5
+
+
+async def test_small_fetches_with_prefetch_keep_order_and_follow_seeks(kafka, topic_name):
+    topic = await kafka.create_topic(topic_name)
+    tp = TopicPartition(topic, 0)
+    async with Producer(bootstrap_servers=kafka.bootstrap, batch_size=1000, linger_ms=2) as producer:
+        for i in range(600):
+            await producer.send(topic, b"%05d" % i + b"." * 40, partition=0)
+    # Each fetch returns a batch or two, so the next one is prefetched while records are taken.
+    async with consumer_for(kafka, max_partition_fetch_bytes=1500, max_poll_records=25) as consumer:
+        consumer.assign([tp])
+        got = await read_n(consumer, 300)
+        assert [r.offset for r in got] == list(range(len(got)))
+        consumer.seek(tp, 100)
+        again = await read_n(consumer, 500)
+        assert [r.offset for r in again] == list(range(100, 100 + len(again)))
+        assert [int(r.value[:5]) for r in again] == [r.offset for r in again]
