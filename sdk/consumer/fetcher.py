@@ -89,6 +89,7 @@ class Fetcher:
         self._node_backoff_until: dict[int, float] = {}
         self._resetting: asyncio.Task[None] | None = None
         self._reset_backoff_until = 0.0
+        self._next_metadata_lookup = 0.0
         self._wake_event = asyncio.Event()
         self._data_event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -151,8 +152,9 @@ class Fetcher:
         client = self._client
         known = client.cluster.topics
         missing = {tp.topic for tp in self._subscription.assigned_partitions() if tp.topic not in known}
-        if not missing:
+        if not missing or _now() < self._next_metadata_lookup:
             return
+        self._next_metadata_lookup = _now() + self._config.retry_backoff_ms / 1000
         names = sorted(missing | client.topics)
         request = MetadataRequest(
             topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in names],
