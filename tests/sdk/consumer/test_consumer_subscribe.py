@@ -17,7 +17,7 @@ from sdk.consumer import Consumer, TopicPartition
 pytest.importorskip("sdk.consumer.assignors", reason="the assignors are not there yet")
 pytest.importorskip("sdk.consumer.group_coordinator", reason="the group coordinator is not there yet")
 
-from sdk.consumer.listener import ConsumerRebalanceListener  # noqa: E402
+from sdk.consumer.listener import ConsumerRebalanceListener
 
 GROUP_SETTINGS = {
     "auto_offset_reset": "earliest",
