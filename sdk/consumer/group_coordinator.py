@@ -1,0 +1,872 @@
+"""GroupCoordinator: the consumer's membership in a group (Kafka's classic rebalance protocol).
+
+The member finds its coordinator (FindCoordinator), joins (JoinGroup, repeated with the id the
+broker hands out on MEMBER_ID_REQUIRED), and syncs (SyncGroup); the member the broker elects
+leader runs the chosen assignor over every member's subscription first. The assignment then
+replaces the SubscriptionState's, with the listener called in Kafka's order (see
+``sdk.consumer.listener``). Between rebalances a background task heartbeats and enforces
+``max_poll_interval_ms`` by leaving the group; another commits consumed offsets every
+``auto_commit_interval_ms``.
+
+Every rebalance step that involves the application (listener calls, giving up partitions) runs in
+``ensure_active_group``, which the consumer calls from its poll, never in the background tasks:
+those only record what happened (a rebalance started, the membership was lost, the member was
+fenced) for the next poll to act on, and stop fetching partitions that may no longer be ours.
+
+Versions sent (the highest both sides support, capped as below): FindCoordinator up to v6 (v4+
+batched), JoinGroup up to v9, SyncGroup up to v5, Heartbeat up to v4, LeaveGroup up to v5,
+OffsetCommit up to v9 and OffsetFetch up to v9 (v10 names topics by id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sdk.client.client import KafkaClient
+from sdk.client.cluster import TopicPartition
+from sdk.client.connection import pick_version
+from sdk.client.coordinators import COORDINATOR_ERRORS, CoordinatorLookup, CoordinatorType
+from sdk.consumer.assignors import (
+    Assignment,
+    ConsumerPartitionAssignor,
+    RebalanceProtocol,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from sdk.consumer.errors import CommitFailedError, ConsumerStoppedError
+from sdk.consumer.group_rebalance import assignment_change, check_cooperative_assignment, rebalance_protocol
+from sdk.consumer.listener import call_listener
+from sdk.consumer.records import ConsumerGroupMetadata, OffsetAndMetadata
+from sdk.consumer.subscription import SubscriptionState
+from sdk.errors import (
+    ErrorCode,
+    FencedInstanceIdError,  # type: ignore[attr-defined]
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    make_error,
+)
+from sdk.protocol.messages import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    MetadataRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
+
+__all__ = ["GroupCoordinator", "MemberState"]
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_TYPE = "consumer"
+#: Highest versions sent: OffsetCommit/OffsetFetch v10 name topics by id, which we do not track.
+MAX_VERSIONS = {
+    JoinGroupRequest.API_KEY: 9,
+    SyncGroupRequest.API_KEY: 5,
+    HeartbeatRequest.API_KEY: 4,
+    LeaveGroupRequest.API_KEY: 5,
+    OffsetCommitRequest.API_KEY: 9,
+    OffsetFetchRequest.API_KEY: 9,
+}
+_Topic = OffsetCommitRequest.OffsetCommitRequestTopic
+_GENERATION_LOST = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION})
+_LOAD_IN_PROGRESS = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+
+class MemberState(enum.Enum):
+    UNJOINED = "unjoined"
+    REBALANCING = "rebalancing"
+    STABLE = "stable"
+
+
+class _Retry(Exception):
+    """Internal: this join attempt is over; try again (after the backoff when ``backoff``)."""
+
+    def __init__(self, reason: str, backoff: bool = True) -> None:
+        super().__init__(reason)
+        self.backoff = backoff
+
+
+class GroupCoordinator:
+    """One consumer's group membership (see the module docstring and the consumer contract)."""
+
+    def __init__(
+        self,
+        client: KafkaClient,
+        subscription: SubscriptionState,
+        *,
+        group_id: str,
+        group_instance_id: str | None,
+        session_timeout_ms: int,
+        heartbeat_interval_ms: int,
+        rebalance_timeout_ms: int,
+        max_poll_interval_ms: int,
+        retry_backoff_ms: int,
+        enable_auto_commit: bool,
+        auto_commit_interval_ms: int,
+        assignors: Sequence[ConsumerPartitionAssignor],
+        exclude_internal_topics: bool = True,
+    ) -> None:
+        self._client = client
+        self._subscription = subscription
+        self.group_id = group_id
+        self.group_instance_id = group_instance_id
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.max_poll_interval_ms = max_poll_interval_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.enable_auto_commit = enable_auto_commit
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.assignors = list(assignors)
+        self.exclude_internal_topics = exclude_internal_topics
+        self.protocol = rebalance_protocol(self.assignors)
+        self._lookup = CoordinatorLookup(client)
+        self.member_id = ""
+        self.generation = -1
+        self.protocol_name: str | None = None
+        self.leader_id = ""
+        self.state = MemberState.UNJOINED
+        self._rejoin_reason: str | None = "first join"
+        self._needs_join_prepare = True
+        self._lost_pending = False
+        self._fatal: BaseException | None = None
+        self._joined_topics: frozenset[str] | None = None
+        #: Leader only: partition counts the last assignment was made with.
+        self._assigned_counts: dict[str, int] = {}
+        self._join_lock = asyncio.Lock()
+        self._last_poll = time.monotonic()
+        self._last_committed: dict[TopicPartition, OffsetAndMetadata] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+        #: Rebalances completed (tests and metrics read it).
+        self.rebalances = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the heartbeat task and, with auto-commit, the commit task (joining waits for
+        the first ``ensure_active_group``)."""
+        loop = asyncio.get_running_loop()
+        self._last_poll = time.monotonic()
+        self._tasks.append(loop.create_task(self._heartbeat_loop(), name=f"heartbeat-{self.group_id}"))
+        if self.enable_auto_commit:
+            self._tasks.append(loop.create_task(self._auto_commit_loop(), name=f"autocommit-{self.group_id}"))
+
+    async def close(self, *, leave: bool = True) -> None:
+        """Commit consumed offsets (with auto-commit), revoke the assignment through the listener,
+        and leave the group unless this is a static member (which keeps its partitions for a
+        restart within ``session_timeout_ms``, as Kafka's Java client does) or ``leave`` is False."""
+        if self._closed:
+            return
+        # Not under the join lock: a JoinGroup may be held for the whole rebalance timeout, and
+        # LeaveGroup is what ends it.
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        member = self.state == MemberState.STABLE and self.generation >= 0 and self._fatal is None
+        if self.enable_auto_commit and (member or self._subscription.user_assigned):
+            with contextlib.suppress(KafkaError):
+                await self._commit_consumed(stop_when_closed=False)
+        if member and self._subscription.partitions_auto_assigned():
+            assigned = self._subscription.assigned_partitions()
+            if assigned:
+                await self._call("on_partitions_revoked", assigned)
+        if leave and self.group_instance_id is None and self.member_id and self._fatal is None:
+            await self._leave_group("the consumer is closing")
+
+    # -- public API -----------------------------------------------------------------------------
+
+    def record_poll(self) -> None:
+        """The application polled: restart the ``max_poll_interval_ms`` clock."""
+        self._last_poll = time.monotonic()
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return ConsumerGroupMetadata(self.group_id, self.generation, self.member_id, self.group_instance_id)
+
+    def request_rejoin(self, reason: str) -> None:
+        """Rejoin at the next ``ensure_active_group`` (e.g. after a subscription change)."""
+        if self._rejoin_reason is None:
+            log.info("group %s: rejoin requested: %s", self.group_id, reason)
+            self._rejoin_reason = reason
+
+    def need_rejoin(self) -> bool:
+        """Whether the next ``ensure_active_group`` has work to do."""
+        if not self._subscription.partitions_auto_assigned():
+            return False
+        if self.state != MemberState.STABLE or self._rejoin_reason is not None or self._lost_pending:
+            return True
+        if self._joined_topics != self._topics_to_join():
+            return True
+        return self._leader_metadata_changed()
+
+    async def ensure_active_group(self) -> None:
+        """In subscribe mode: join and sync until the member is stable, calling the listener in
+        order. Raises ``FencedInstanceIdError`` once fenced, and non-retriable join errors."""
+        self._raise_if_fatal()
+        if not self.need_rejoin():
+            return
+        async with self._join_lock:
+            attempt = 0
+            while self.need_rejoin():
+                if self._closed:
+                    raise ConsumerStoppedError("the consumer is closed")
+                self._raise_if_fatal()
+                try:
+                    await self._join_once()
+                    attempt = 0
+                except _Retry as exc:
+                    log.debug("group %s: join attempt ended: %s", self.group_id, exc)
+                    self.state = MemberState.UNJOINED
+                    self._rejoin_reason = self._rejoin_reason or str(exc)
+                    if exc.backoff:
+                        await asyncio.sleep(self._client.retry_backoff.backoff_ms(attempt) / 1000)
+                        attempt += 1
+                except KafkaError as exc:
+                    self.state = MemberState.UNJOINED
+                    self._rejoin_reason = self._rejoin_reason or repr(exc)
+                    if not exc.retriable:
+                        raise
+                    if isinstance(exc, KafkaConnectionError | KafkaTimeoutError):
+                        self._forget_coordinator()
+                    log.debug("group %s: join failed, retrying: %r", self.group_id, exc)
+                    await asyncio.sleep(self._client.retry_backoff.backoff_ms(attempt) / 1000)
+                    attempt += 1
+            self._raise_if_fatal()
+            self.record_poll()
+
+    async def commit_offsets(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """OffsetCommit with the current generation and member id (generation -1 and no member in
+        assign mode). ``CommitFailedError`` when the group rebalanced under these offsets."""
+        if not offsets:
+            return
+        self._raise_if_fatal()
+        if self._subscription.partitions_auto_assigned():
+            if self.state != MemberState.STABLE or self.generation < 0:
+                raise CommitFailedError(
+                    f"group {self.group_id!r} is rebalancing: the partitions may not be ours any more"
+                )
+            generation, member_id, instance_id = self.generation, self.member_id, self.group_instance_id
+        else:
+            generation, member_id, instance_id = -1, "", None
+        by_topic: dict[str, list[Any]] = {}
+        for tp, entry in offsets.items():
+            entry = entry if isinstance(entry, OffsetAndMetadata) else OffsetAndMetadata(int(entry))
+            by_topic.setdefault(tp.topic, []).append(
+                OffsetCommitRequest.OffsetCommitRequestPartition(
+                    partition_index=tp.partition,
+                    committed_offset=entry.offset,
+                    committed_leader_epoch=entry.leader_epoch,
+                    committed_metadata=entry.metadata,
+                )
+            )
+        request = OffsetCommitRequest(
+            group_id=self.group_id,
+            generation_id_or_member_epoch=generation,
+            member_id=member_id,
+            group_instance_id=instance_id,
+            topics=[_Topic(name=t, partitions=p) for t, p in by_topic.items()],
+        )
+        response, _ = await self._coordinator_request(
+            OffsetCommitRequest.API_KEY, lambda version: request, _offset_commit_error
+        )
+        failed: list[str] = []
+        for topic in response.topics:
+            for part in topic.partitions:
+                code = part.error_code
+                if not code:
+                    continue
+                if code == ErrorCode.FENCED_INSTANCE_ID:
+                    self._fence("OffsetCommit")
+                    self._raise_if_fatal()
+                if code in _GENERATION_LOST:
+                    self._reset_generation(f"OffsetCommit answered {make_error(code).name}",
+                                           reset_member_id=code == ErrorCode.UNKNOWN_MEMBER_ID)
+                    raise CommitFailedError(
+                        f"commit rejected by group {self.group_id!r} ({make_error(code).name}): the member "
+                        "left the group or the group rebalanced; the partitions may belong to another member"
+                    )
+                if code == ErrorCode.REBALANCE_IN_PROGRESS:
+                    self.request_rejoin("OffsetCommit answered REBALANCE_IN_PROGRESS")
+                    raise CommitFailedError(
+                        f"commit rejected: group {self.group_id!r} is rebalancing; commit again after it"
+                    )
+                failed.append(f"{topic.name}-{part.partition_index}: {make_error(code).name}")
+                first = code
+        if failed:
+            raise make_error(first, "OffsetCommit failed for " + ", ".join(failed))
+        self._last_committed.update(offsets)
+
+    async def fetch_committed_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offsets for ``partitions`` (None where nothing is committed)."""
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        if not wanted:
+            return {}
+        by_topic: dict[str, list[int]] = {}
+        for tp in wanted:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        deadline = time.monotonic() + self._client.request_timeout_ms / 1000
+        attempt = 0
+        while True:
+
+            def build(version: int) -> OffsetFetchRequest:
+                if version >= 8:
+                    return OffsetFetchRequest(
+                        groups=[
+                            OffsetFetchRequest.OffsetFetchRequestGroup(
+                                group_id=self.group_id,
+                                topics=[
+                                    OffsetFetchRequest.OffsetFetchRequestTopics(name=t, partition_indexes=p)
+                                    for t, p in by_topic.items()
+                                ],
+                            )
+                        ],
+                        require_stable=True,
+                    )
+                return OffsetFetchRequest(
+                    group_id=self.group_id,
+                    topics=[
+                        OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=p)
+                        for t, p in by_topic.items()
+                    ],
+                    require_stable=True,
+                )
+
+            response, version = await self._coordinator_request(
+                OffsetFetchRequest.API_KEY, build, _offset_fetch_error
+            )
+            group = response.groups[0] if version >= 8 else response
+            if group.error_code:
+                raise make_error(group.error_code, f"OffsetFetch for group {self.group_id!r}")
+            topics = group.topics
+            result: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(wanted)
+            unstable = False
+            for topic in topics:
+                for part in topic.partitions:
+                    tp = TopicPartition(topic.name, part.partition_index)
+                    if part.error_code == ErrorCode.UNSTABLE_OFFSET_COMMIT:
+                        unstable = True
+                    elif part.error_code:
+                        raise make_error(part.error_code, f"OffsetFetch {tp.topic}-{tp.partition}")
+                    elif tp in result and part.committed_offset >= 0:
+                        result[tp] = OffsetAndMetadata(
+                            part.committed_offset, part.metadata or "", part.committed_leader_epoch
+                        )
+            if not unstable:
+                return result
+            # A transactional commit to these partitions is pending: its outcome decides the offset.
+            if time.monotonic() > deadline:
+                raise make_error(ErrorCode.UNSTABLE_OFFSET_COMMIT, f"OffsetFetch for group {self.group_id!r}")
+            await asyncio.sleep(self._client.retry_backoff.backoff_ms(attempt) / 1000)
+            attempt += 1
+
+    # -- joining --------------------------------------------------------------------------------
+
+    def _topics_to_join(self) -> frozenset[str]:
+        topics = self._subscription.subscription
+        if self.exclude_internal_topics and self._subscription.pattern is not None:
+            topics = frozenset(t for t in topics if not t.startswith("__"))
+        return topics
+
+    def _leader_metadata_changed(self) -> bool:
+        """Leader only: a subscribed topic's partition count differs from the last assignment's."""
+        if not self._assigned_counts or self.leader_id != self.member_id:
+            return False
+        cluster = self._client.cluster
+        for topic, count in self._assigned_counts.items():
+            partitions = cluster.partitions_for(topic)
+            if partitions is not None and len(partitions) != count:
+                self.request_rejoin(f"topic {topic} now has {len(partitions)} partitions, not {count}")
+                return True
+        return False
+
+    async def _join_once(self) -> None:
+        """One JoinGroup + SyncGroup round; ``_Retry`` when it must be repeated."""
+        await self._settle_lost_partitions()
+        if self._needs_join_prepare:
+            await self._on_join_prepare()
+            self._needs_join_prepare = False
+        node = await self._coordinator_node()
+        conn = await self._client.get_connection(node)
+        topics = self._topics_to_join()
+        self._joined_topics = topics
+        self.state = MemberState.REBALANCING
+        reason, self._rejoin_reason = self._rejoin_reason, None
+        join_version = self._version(conn, JoinGroupRequest.API_KEY)
+        owned = sorted(self._subscription.assigned_partitions())
+        protocols = [
+            JoinGroupRequest.JoinGroupRequestProtocol(
+                name=assignor.name,
+                metadata=encode_subscription(
+                    Subscription(
+                        topics=sorted(topics),
+                        user_data=assignor.subscription_user_data(set(topics)),
+                        owned_partitions=owned,
+                        generation_id=self.generation,
+                    )
+                ),
+            )
+            for assignor in self.assignors
+        ]
+        request = JoinGroupRequest(
+            group_id=self.group_id,
+            session_timeout_ms=self.session_timeout_ms,
+            rebalance_timeout_ms=self.rebalance_timeout_ms,
+            member_id=self.member_id,
+            group_instance_id=self.group_instance_id,
+            protocol_type=PROTOCOL_TYPE,
+            protocols=protocols,
+            reason=reason,
+        )
+        # The coordinator holds JoinGroup until every member joined or the rebalance timeout ends.
+        timeout_ms = max(self._client.request_timeout_ms, self.rebalance_timeout_ms + 5000)
+        response = await self._request(conn, request, join_version, timeout_ms)
+        self._check_join_error(response.error_code, response.member_id, node)
+        self.member_id = response.member_id
+        self.generation = response.generation_id
+        self.protocol_name = response.protocol_name
+        self.leader_id = response.leader
+        log.info(
+            "group %s: joined generation %d as %s (%s, protocol %s)", self.group_id, self.generation,
+            self.member_id, "leader" if self.leader_id == self.member_id else "follower", self.protocol_name,
+        )
+        assignments: dict[str, bytes] = {}
+        if self.leader_id == self.member_id and not getattr(response, "skip_assignment", False):
+            assignments = await self._assign(response.protocol_name, response.members)
+        else:
+            self._assigned_counts = {}
+        sync_version = self._version(conn, SyncGroupRequest.API_KEY)
+        sync = SyncGroupRequest(
+            group_id=self.group_id,
+            generation_id=self.generation,
+            member_id=self.member_id,
+            group_instance_id=self.group_instance_id,
+            protocol_type=PROTOCOL_TYPE,
+            protocol_name=self.protocol_name,
+            assignments=[
+                SyncGroupRequest.SyncGroupRequestAssignment(member_id=m, assignment=a)
+                for m, a in assignments.items()
+            ],
+        )
+        sync_response = await self._request(conn, sync, sync_version, timeout_ms)
+        self._check_sync_error(sync_response.error_code, node)
+        if sync_version >= 5 and sync_response.protocol_name not in (None, self.protocol_name):
+            raise make_error(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"SyncGroup named protocol {sync_response.protocol_name!r}, JoinGroup {self.protocol_name!r}",
+            )
+        self.state = MemberState.STABLE
+        await self._on_join_complete(bytes(sync_response.assignment or b""))
+        self._needs_join_prepare = True
+        self.rebalances += 1
+
+    def _check_join_error(self, code: int, member_id: str, node: int) -> None:
+        if not code:
+            return
+        if code == ErrorCode.MEMBER_ID_REQUIRED:
+            # KIP-394: join again at once with the id the coordinator just handed out.
+            self.member_id = member_id
+            raise _Retry("the coordinator handed out a member id", backoff=False)
+        if code == ErrorCode.UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+            raise _Retry("JoinGroup: unknown member id")
+        if code == ErrorCode.ILLEGAL_GENERATION:
+            self.generation = -1
+            raise _Retry("JoinGroup: illegal generation")
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            raise _Retry("JoinGroup: rebalance in progress", backoff=False)
+        if code == _LOAD_IN_PROGRESS:
+            raise _Retry("JoinGroup: coordinator loading")
+        if code in COORDINATOR_ERRORS:
+            self._forget_coordinator(node)
+            raise _Retry(f"JoinGroup: {make_error(code).name}")
+        if code == ErrorCode.FENCED_INSTANCE_ID:
+            self._fence("JoinGroup")
+            self._raise_if_fatal()
+        raise make_error(code, f"JoinGroup to group {self.group_id!r}")
+
+    def _check_sync_error(self, code: int, node: int) -> None:
+        if not code:
+            return
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            raise _Retry("SyncGroup: rebalance in progress", backoff=False)
+        if code in _GENERATION_LOST:
+            self._reset_generation(f"SyncGroup answered {make_error(code).name}",
+                                   reset_member_id=code == ErrorCode.UNKNOWN_MEMBER_ID)
+            raise _Retry(f"SyncGroup: {make_error(code).name}")
+        if code in COORDINATOR_ERRORS:
+            self._forget_coordinator(node)
+            raise _Retry(f"SyncGroup: {make_error(code).name}")
+        if code == ErrorCode.FENCED_INSTANCE_ID:
+            self._fence("SyncGroup")
+            self._raise_if_fatal()
+        raise make_error(code, f"SyncGroup to group {self.group_id!r}")
+
+    async def _assign(self, protocol_name: str | None, members: list[Any]) -> dict[str, bytes]:
+        """Leader: run the chosen assignor over every member's subscription."""
+        assignor = next((a for a in self.assignors if a.name == protocol_name), None)
+        if assignor is None:
+            raise make_error(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"the coordinator chose protocol {protocol_name!r}, which this member did not offer",
+            )
+        subscriptions: dict[str, Subscription] = {}
+        instance_ids: dict[str, str | None] = {}
+        for member in members:
+            subscriptions[member.member_id] = decode_subscription(bytes(member.metadata))
+            instance_ids[member.member_id] = member.group_instance_id
+        topics = sorted({t for s in subscriptions.values() for t in s.topics})
+        counts = await self._partition_counts(topics)
+        self._assigned_counts = {t: c for t, c in counts.items() if t in self._joined_topics_or_empty()}
+        result = assignor.assign(counts, subscriptions, instance_ids)
+        if self.protocol == RebalanceProtocol.COOPERATIVE:
+            problems = check_cooperative_assignment(subscriptions, result)
+            if problems:
+                raise KafkaError(f"assignor {assignor.name} broke the cooperative protocol: {problems[:3]}")
+        log.debug("group %s: leader assigned %s", self.group_id, result)
+        return {
+            member_id: encode_assignment(result.get(member_id) or Assignment(partitions=[]))
+            for member_id in subscriptions
+        }
+
+    def _joined_topics_or_empty(self) -> frozenset[str]:
+        return self._joined_topics or frozenset()
+
+    async def _partition_counts(self, topics: list[str]) -> dict[str, int]:
+        """Partition count of each topic that exists (one Metadata request, no auto-creation)."""
+        if not topics:
+            return {}
+        client = self._client
+        node = await client.wait_for_node()
+        conn = await client.get_connection(node)
+        request = MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=False,
+        )
+        response = await conn.request(request, conn.version_for(MetadataRequest.API_KEY))
+        counts = {}
+        for topic in response.topics:
+            if not topic.error_code and topic.name in topics:
+                counts[topic.name] = len(topic.partitions)
+        return counts
+
+    # -- listener steps -------------------------------------------------------------------------
+
+    async def _call(self, hook: str, partitions: Iterable[TopicPartition]) -> None:
+        listener = self._subscription.listener
+        if listener is None:
+            return
+        try:
+            await call_listener(listener, hook, set(partitions))
+        except Exception:
+            log.exception("group %s: rebalance listener %s failed", self.group_id, hook)
+
+    async def _settle_lost_partitions(self) -> None:
+        """After a reset generation: the partitions we held are lost (no commit, no revoke)."""
+        if not self._lost_pending:
+            return
+        self._lost_pending = False
+        lost = self._subscription.assigned_partitions()
+        if lost:
+            log.info("group %s: partitions lost: %s", self.group_id, sorted(lost))
+            await self._call("on_partitions_lost", lost)
+            self._subscription.assign_from_subscribed([])
+
+    async def _on_join_prepare(self) -> None:
+        """Before JoinGroup. Eager: commit (auto-commit) and revoke everything. Cooperative: revoke
+        only partitions of topics no longer subscribed; the rest stay ours while we rejoin."""
+        assigned = self._subscription.assigned_partitions()
+        if self.protocol == RebalanceProtocol.EAGER:
+            revoked = assigned
+        else:
+            topics = self._topics_to_join()
+            revoked = {tp for tp in assigned if tp.topic not in topics}
+        if not revoked:
+            return
+        self._subscription.mark_for_revocation(revoked)
+        if self.enable_auto_commit and self.generation >= 0:
+            await self._commit_before_revoke(revoked)
+        await self._call("on_partitions_revoked", revoked)
+        self._subscription.assign_from_subscribed(assigned - revoked)
+
+    async def _on_join_complete(self, assignment_bytes: bytes) -> None:
+        assignment = decode_assignment(assignment_bytes) if assignment_bytes else Assignment(partitions=[])
+        new = {TopicPartition(*tp) for tp in assignment.partitions}
+        outside = {tp for tp in new if tp.topic not in self._joined_topics_or_empty()}
+        if outside:
+            log.warning("group %s: assigned partitions of topics not subscribed: %s", self.group_id, outside)
+        assignor = next((a for a in self.assignors if a.name == self.protocol_name), None)
+        if assignor is not None:
+            assignor.on_assignment(assignment, self.generation)
+        owned = self._subscription.assigned_partitions()
+        change = assignment_change(self.protocol, owned, new)
+        log.info(
+            "group %s: generation %d assignment %s (revoked %s)", self.group_id, self.generation,
+            sorted(new), sorted(change.revoked),
+        )
+        if change.revoked:
+            self._subscription.mark_for_revocation(change.revoked)
+            if self.enable_auto_commit:
+                await self._commit_before_revoke(change.revoked)
+            await self._call("on_partitions_revoked", change.revoked)
+        self._subscription.assign_from_subscribed(new)
+        await self._call("on_partitions_assigned", change.assigned)
+        if change.rejoin:
+            self.request_rejoin("partitions were revoked: a second round hands them out")
+
+    async def _commit_before_revoke(self, revoked: set[TopicPartition] | frozenset[TopicPartition]) -> None:
+        offsets = {tp: o for tp, o in self._subscription.all_consumed_offsets().items() if tp in revoked}
+        if not offsets:
+            return
+        try:
+            await self.commit_offsets(offsets)
+        except KafkaError as exc:
+            log.warning("group %s: commit before revoking %s failed: %r", self.group_id, sorted(offsets), exc)
+
+    # -- membership loss ------------------------------------------------------------------------
+
+    def _reset_generation(self, reason: str, *, reset_member_id: bool) -> None:
+        """The membership is gone: partitions we hold are lost (the next poll tells the listener)."""
+        log.info("group %s: membership reset: %s", self.group_id, reason)
+        self.generation = -1
+        if reset_member_id:
+            self.member_id = ""
+        self.state = MemberState.UNJOINED
+        self.request_rejoin(reason)
+        assigned = self._subscription.assigned_partitions()
+        if assigned and self._subscription.partitions_auto_assigned():
+            self._lost_pending = True
+            self._subscription.mark_for_revocation(assigned)
+
+    def _fence(self, where: str) -> None:
+        if self._fatal is None:
+            self._fatal = FencedInstanceIdError(
+                f"group {self.group_id!r}: another consumer joined with group_instance_id "
+                f"{self.group_instance_id!r}, so this one was fenced ({where} answered FENCED_INSTANCE_ID); "
+                "it can no longer consume or commit for the group"
+            )
+            log.error("%s", self._fatal)
+        self.state = MemberState.UNJOINED
+        assigned = self._subscription.assigned_partitions()
+        if assigned and self._subscription.partitions_auto_assigned():
+            self._subscription.mark_for_revocation(assigned)
+
+    def _raise_if_fatal(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+
+    # -- coordinator and requests ---------------------------------------------------------------
+
+    async def _coordinator_node(self) -> int:
+        return await self._lookup.coordinator(CoordinatorType.GROUP, self.group_id)
+
+    def _forget_coordinator(self, node: int | None = None) -> None:
+        self._lookup.invalidate(CoordinatorType.GROUP, self.group_id, node)
+
+    @staticmethod
+    def _version(conn: Any, api_key: int) -> int:
+        return pick_version(api_key, conn.broker_versions.get(api_key), max_version=MAX_VERSIONS[api_key])
+
+    async def _request(self, conn: Any, request: Any, version: int, timeout_ms: float | None = None) -> Any:
+        try:
+            return await conn.request(request, version, timeout_ms=timeout_ms)
+        except (KafkaConnectionError, KafkaTimeoutError):
+            self._forget_coordinator(conn.node_id)
+            raise
+
+    async def _coordinator_request(self, api_key: int, build: Any, first_error: Any) -> tuple[Any, int]:
+        """``build(version)`` sent to the coordinator, re-finding it on coordinator errors until the
+        request timeout; returns the response and its version. ``first_error(response)`` is the
+        response's coordinator-level error code (0 for none)."""
+        deadline = time.monotonic() + self._client.request_timeout_ms / 1000
+        attempt = 0
+        last: BaseException | None = None
+        while time.monotonic() < deadline:
+            try:
+                node = await self._coordinator_node()
+                conn = await self._client.get_connection(node)
+                version = self._version(conn, api_key)
+                response = await self._request(conn, build(version), version)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                last = exc
+            else:
+                code = first_error(response)
+                if code in COORDINATOR_ERRORS:
+                    self._forget_coordinator(node)
+                    last = make_error(code)
+                elif code == _LOAD_IN_PROGRESS:
+                    last = make_error(code)
+                else:
+                    return response, version
+            await asyncio.sleep(self._client.retry_backoff.backoff_ms(attempt) / 1000)
+            attempt += 1
+        raise KafkaTimeoutError(f"no answer from the coordinator of group {self.group_id!r}: {last}")
+
+    async def _leave_group(self, reason: str) -> None:
+        """LeaveGroup for this (dynamic) member; best effort: the session timeout also removes it."""
+        member_id = self.member_id
+        self.member_id, self.generation, self.state = "", -1, MemberState.UNJOINED
+        try:
+            node = self._lookup.cached(CoordinatorType.GROUP, self.group_id)
+            if node is None:
+                node = await self._coordinator_node()
+            conn = await self._client.get_connection(node)
+            version = self._version(conn, LeaveGroupRequest.API_KEY)
+            if version >= 3:
+                request = LeaveGroupRequest(
+                    group_id=self.group_id,
+                    members=[LeaveGroupRequest.MemberIdentity(
+                        member_id=member_id, group_instance_id=self.group_instance_id, reason=reason)],
+                )
+            else:
+                request = LeaveGroupRequest(group_id=self.group_id, member_id=member_id)
+            response = await self._request(conn, request, version)
+            member_codes = [m.error_code for m in response.members or [] if m.error_code]
+            code = response.error_code or (member_codes[0] if member_codes else 0)
+            if code:
+                log.info("group %s: LeaveGroup answered %s", self.group_id, make_error(code).name)
+            else:
+                log.info("group %s: left the group (%s)", self.group_id, reason)
+        except (KafkaError, ValueError) as exc:  # ValueError: DecodeError of a malformed answer
+            log.info("group %s: LeaveGroup failed: %r", self.group_id, exc)
+
+    # -- background tasks -----------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.heartbeat_interval_ms / 1000
+        while not self._closed:
+            await asyncio.sleep(interval)
+            if self._fatal is not None:
+                continue
+            if self._poll_timed_out():
+                await self._on_poll_timeout()
+                continue
+            if self.state != MemberState.STABLE or self.generation < 0:
+                continue
+            try:
+                await self._heartbeat()
+            except asyncio.CancelledError:
+                raise
+            except KafkaError as exc:
+                log.debug("group %s: heartbeat failed: %r", self.group_id, exc)
+                interval = self.retry_backoff_ms / 1000
+                continue
+            except Exception:
+                log.exception("group %s: heartbeat task error", self.group_id)
+            interval = self.heartbeat_interval_ms / 1000
+
+    async def _heartbeat(self) -> None:
+        node = await self._coordinator_node()
+        conn = await self._client.get_connection(node)
+        generation, member_id = self.generation, self.member_id
+        request = HeartbeatRequest(
+            group_id=self.group_id,
+            generation_id=generation,
+            member_id=member_id,
+            group_instance_id=self.group_instance_id,
+        )
+        response = await self._request(conn, request, self._version(conn, HeartbeatRequest.API_KEY))
+        code = response.error_code
+        if not code or generation != self.generation or self.state != MemberState.STABLE:
+            return  # answered for a generation we already left behind
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            self.request_rejoin("the group is rebalancing")
+        elif code in _GENERATION_LOST:
+            self._reset_generation(f"Heartbeat answered {make_error(code).name}",
+                                   reset_member_id=code == ErrorCode.UNKNOWN_MEMBER_ID)
+        elif code == ErrorCode.FENCED_INSTANCE_ID:
+            self._fence("Heartbeat")
+        elif code in COORDINATOR_ERRORS:
+            self._forget_coordinator(node)
+            raise make_error(code, "Heartbeat")
+        else:
+            raise make_error(code, "Heartbeat")
+
+    def _poll_timed_out(self) -> bool:
+        # A poll blocked in a rebalance is still a poll: only a stable member can time out.
+        if not self.member_id or self.state != MemberState.STABLE or self._join_lock.locked():
+            return False
+        return (time.monotonic() - self._last_poll) * 1000 > self.max_poll_interval_ms
+
+    async def _on_poll_timeout(self) -> None:
+        log.warning(
+            "group %s: no poll for more than max_poll_interval_ms=%d: leaving the group; the next poll "
+            "rejoins (process records faster or raise max_poll_interval_ms)",
+            self.group_id, self.max_poll_interval_ms,
+        )
+        if self.group_instance_id is None:
+            await self._leave_group("max_poll_interval_ms expired")
+        self._reset_generation("max_poll_interval_ms expired", reset_member_id=True)
+
+    async def _auto_commit_loop(self) -> None:
+        interval = self.auto_commit_interval_ms / 1000
+        while not self._closed:
+            await asyncio.sleep(interval)
+            try:
+                await self._commit_consumed(stop_when_closed=True)
+            except asyncio.CancelledError:
+                raise
+            except CommitFailedError as exc:
+                log.info("group %s: auto-commit: %s", self.group_id, exc)
+            except KafkaError as exc:
+                log.warning("group %s: auto-commit failed: %r", self.group_id, exc)
+
+    async def _commit_consumed(self, *, stop_when_closed: bool) -> None:
+        subscription = self._subscription
+        if subscription.partitions_auto_assigned():
+            if self.state != MemberState.STABLE or self.generation < 0 or self._rejoin_reason is not None:
+                return
+            if stop_when_closed and self._closed:
+                return
+        elif not subscription.user_assigned:
+            return
+        offsets = {
+            tp: o
+            for tp, o in subscription.all_consumed_offsets().items()
+            if self._last_committed.get(tp) != o and not getattr(subscription.get_state(tp), "revoking", True)
+        }
+        if offsets:
+            await self.commit_offsets(offsets)
+
+
+def _offset_commit_error(response: Any) -> int:
+    """The coordinator error of an OffsetCommit response (reported per partition)."""
+    for topic in response.topics:
+        for part in topic.partitions:
+            if part.error_code in COORDINATOR_ERRORS or part.error_code == _LOAD_IN_PROGRESS:
+                return int(part.error_code)
+    return 0
+
+
+def _offset_fetch_error(response: Any) -> int:
+    """The coordinator error of an OffsetFetch response (top level, per group in v8+)."""
+    if response.groups:
+        code = int(response.groups[0].error_code)
+        topics = response.groups[0].topics
+    else:
+        code = int(getattr(response, "error_code", 0) or 0)
+        topics = response.topics
+    if code:
+        return code
+    for topic in topics:
+        for part in topic.partitions:
+            if part.error_code in COORDINATOR_ERRORS or part.error_code == _LOAD_IN_PROGRESS:
+                return int(part.error_code)
+    return 0
