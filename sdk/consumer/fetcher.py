@@ -192,6 +192,7 @@ class Fetcher:
         now = _now()
         by_node: dict[int, list[tuple[TopicPartition, int]]] = {}
         missing_leader = False
+        backoff_wait = 0.0
         for tp, state in subscription.items():
             if state.position is None or state.paused or state.revoking:
                 continue
@@ -211,9 +212,11 @@ class Fetcher:
                 continue
             until = self._node_backoff_until.get(leader, 0.0)
             if until > now:
-                self._wake_after(until - now)
+                backoff_wait = min(backoff_wait, until - now) if backoff_wait else until - now
                 continue
             by_node.setdefault(leader, []).append((tp, offset))
+        if backoff_wait:
+            self._wake_after(backoff_wait)
         if missing_leader:
             self._client.request_metadata_update()
         for node_id, partitions in by_node.items():
