@@ -352,3 +352,18 @@ async def test_small_fetches_with_prefetch_keep_order_and_follow_seeks(kafka, to
         again = await read_n(consumer, 500)
         assert [r.offset for r in again] == list(range(100, 100 + len(again)))
         assert [int(r.value[:5]) for r in again] == [r.offset for r in again]
+
+
+@pytest.mark.parametrize("fetch_version", [4, 11, 12])
+async def test_older_fetch_versions_read_the_same(kafka, topic_name, monkeypatch, fetch_version):
+    """Fetch v13+ names topics by id; older versions by name (and v4 has no log start offset)."""
+    from sdk.client import connection
+
+    monkeypatch.setitem(connection.CLIENT_MAX_VERSIONS, 1, fetch_version)
+    topic = await kafka.create_topic(topic_name)
+    sent = await produce(kafka, topic, 60, compression_type="gzip")
+    async with consumer_for(kafka) as consumer:
+        consumer.assign(all_partitions(topic))
+        got = await read_n(consumer, len(sent))
+        assert as_rows(got) == sorted(sent)
+        assert consumer.highwater(TopicPartition(topic, 0)) == sum(1 for row in sent if row[0] == 0)
