@@ -48,6 +48,7 @@ from sdk.consumer.listener import call_listener
 from sdk.consumer.records import ConsumerGroupMetadata, OffsetAndMetadata
 from sdk.consumer.subscription import SubscriptionState
 from sdk.errors import (
+    DecodeError,
     ErrorCode,
     FencedInstanceIdError,  # type: ignore[attr-defined]
     KafkaConnectionError,
@@ -78,6 +79,13 @@ MAX_VERSIONS = {
     LeaveGroupRequest.API_KEY: 5,
     OffsetCommitRequest.API_KEY: 9,
     OffsetFetchRequest.API_KEY: 9,
+}
+#: The newest non-flexible versions, for brokers that mishandle the flexible ones (see _request).
+NON_FLEXIBLE_MAX = {
+    JoinGroupRequest.API_KEY: 5,
+    SyncGroupRequest.API_KEY: 3,
+    HeartbeatRequest.API_KEY: 3,
+    LeaveGroupRequest.API_KEY: 2,
 }
 _Topic = OffsetCommitRequest.OffsetCommitRequestTopic
 _GENERATION_LOST = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION})
@@ -133,6 +141,7 @@ class GroupCoordinator:
         self.exclude_internal_topics = exclude_internal_topics
         self.protocol = rebalance_protocol(self.assignors)
         self._lookup = CoordinatorLookup(client)
+        self._no_flexible_nodes: set[int | None] = set()
         self.member_id = ""
         self.generation = -1
         self.protocol_name: str | None = None
@@ -678,14 +687,31 @@ class GroupCoordinator:
     def _forget_coordinator(self, node: int | None = None) -> None:
         self._lookup.invalidate(CoordinatorType.GROUP, self.group_id, node)
 
-    @staticmethod
-    def _version(conn: Any, api_key: int) -> int:
-        return pick_version(api_key, conn.broker_versions.get(api_key), max_version=MAX_VERSIONS[api_key])
+    def _version(self, conn: Any, api_key: int) -> int:
+        cap = MAX_VERSIONS[api_key]
+        if conn.node_id in self._no_flexible_nodes:
+            cap = min(cap, NON_FLEXIBLE_MAX.get(api_key, cap))
+        return pick_version(api_key, conn.broker_versions.get(api_key), max_version=cap)
 
     async def _request(self, conn: Any, request: Any, version: int, timeout_ms: float | None = None) -> Any:
         try:
             return await conn.request(request, version, timeout_ms=timeout_ms)
-        except (KafkaConnectionError, KafkaTimeoutError):
+        except (KafkaConnectionError, DecodeError) as exc:
+            api_key = request.API_KEY
+            if api_key in NON_FLEXIBLE_MAX and version > NON_FLEXIBLE_MAX[api_key]:
+                # Some brokers advertise the flexible group versions but drop the connection on
+                # them or answer them malformed (librdkafka's mock cluster 2.x): speak the
+                # newest non-flexible versions to this broker from now on.
+                log.warning(
+                    "group %s: broker %s failed %s v%d (%r): using non-flexible group versions with it",
+                    self.group_id, conn.node_id, type(request).__name__, version, exc,
+                )
+                self._no_flexible_nodes.add(conn.node_id)
+            self._forget_coordinator(conn.node_id)
+            if isinstance(exc, DecodeError):
+                raise KafkaConnectionError(f"malformed answer to {type(request).__name__}: {exc}") from exc
+            raise
+        except KafkaTimeoutError:
             self._forget_coordinator(conn.node_id)
             raise
 
@@ -724,20 +750,24 @@ class GroupCoordinator:
         member_id = self.member_id
         self.member_id, self.generation, self.state = "", -1, MemberState.UNJOINED
         try:
-            node = self._lookup.cached(CoordinatorType.GROUP, self.group_id)
-            if node is None:
+            for attempt in range(2):
                 node = await self._coordinator_node()
-            conn = await self._client.get_connection(node)
-            version = self._version(conn, LeaveGroupRequest.API_KEY)
-            if version >= 3:
-                request = LeaveGroupRequest(
-                    group_id=self.group_id,
-                    members=[LeaveGroupRequest.MemberIdentity(
-                        member_id=member_id, group_instance_id=self.group_instance_id, reason=reason)],
-                )
-            else:
-                request = LeaveGroupRequest(group_id=self.group_id, member_id=member_id)
-            response = await self._request(conn, request, version)
+                conn = await self._client.get_connection(node)
+                version = self._version(conn, LeaveGroupRequest.API_KEY)
+                if version >= 3:
+                    request = LeaveGroupRequest(
+                        group_id=self.group_id,
+                        members=[LeaveGroupRequest.MemberIdentity(
+                            member_id=member_id, group_instance_id=self.group_instance_id, reason=reason)],
+                    )
+                else:
+                    request = LeaveGroupRequest(group_id=self.group_id, member_id=member_id)
+                try:
+                    response = await self._request(conn, request, version)
+                    break
+                except KafkaConnectionError:
+                    if attempt:
+                        raise
             member_codes = [m.error_code for m in response.members or [] if m.error_code]
             code = response.error_code or (member_codes[0] if member_codes else 0)
             if code:
