@@ -40,6 +40,19 @@ def _group_coordinator_class() -> Any:
     return GroupCoordinator
 
 
+def _resolve_assignors(strategy: Any) -> list[Any]:
+    """The assignor objects for ``partition_assignment_strategy`` (empty while the assignors
+    package is absent); ``ConfigError`` for a name or object that is not an assignor."""
+    try:
+        from sdk.consumer.assignors import resolve_assignors
+    except ImportError:
+        return []
+    try:
+        return list(resolve_assignors(strategy))
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ConfigError("partition_assignment_strategy", str(exc)) from exc
+
+
 def _as_tp(tp: Any) -> TopicPartition:
     if isinstance(tp, TopicPartition):
         return tp
@@ -203,6 +216,7 @@ class Consumer:
         if topics and group_id is None:
             raise ConfigError("group_id", "subscribing to topics needs a group_id")
         self._initial_topics = list(topics)
+        self._assignors = _resolve_assignors(partition_assignment_strategy)
         self._state = _NEW
         self._client: KafkaClient | None = None
         self._fetcher: Fetcher | None = None
@@ -257,12 +271,7 @@ class Consumer:
         coordinator_class = _group_coordinator_class()
         if coordinator_class is None:
             return
-        from sdk.consumer.assignors import resolve_assignors
-
-        try:
-            assignors = resolve_assignors(cfg.partition_assignment_strategy)
-        except (TypeError, ValueError, KeyError) as exc:
-            raise ConfigError("partition_assignment_strategy", str(exc)) from exc
+        assignors = self._assignors or _resolve_assignors(cfg.partition_assignment_strategy)
         assert self._client is not None
         self._coordinator = coordinator_class(
             self._client,

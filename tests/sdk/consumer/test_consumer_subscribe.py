@@ -119,3 +119,11 @@ async def test_pattern_subscription_follows_new_topics(mock_cluster, unique):
             while f"{prefix}-b" not in topics_seen:
                 topics_seen |= {tp.topic for tp in (await consumer.getmany(timeout_ms=300))}
         assert consumer.subscription() == {f"{prefix}-a", f"{prefix}-b"}
+
+
+def test_an_unknown_assignor_name_is_a_config_error():
+    from sdk.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        Consumer(bootstrap_servers="127.0.0.1:1", group_id="g", partition_assignment_strategy="bogus")
+    assert info.value.option == "partition_assignment_strategy"
