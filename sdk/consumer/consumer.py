@@ -226,6 +226,7 @@ class Consumer:
         self._pattern_wake: asyncio.Event | None = None
         self._offsets_store: Any = None  # fallback OffsetCommit/OffsetFetch when there is no coordinator
         self._pattern_matched = False
+        self._background: set[asyncio.Task[Any]] = set()
         self._last_poll = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -309,6 +310,8 @@ class Consumer:
             if self._pattern_task is not None:
                 self._pattern_task.cancel()
                 await asyncio.gather(self._pattern_task, return_exceptions=True)
+            if self._background:
+                await asyncio.gather(*self._background, return_exceptions=True)
             if self._coordinator is not None:
                 try:
                     await self._coordinator.close()
@@ -416,9 +419,17 @@ class Consumer:
         return names
 
     def unsubscribe(self) -> None:
-        """Give up the subscription or the manual assignment (and the positions)."""
+        """Give up the subscription or the manual assignment (and the positions); a group member
+        leaves the group (in the background: LeaveGroup, through the coordinator's
+        ``maybe_leave_group`` when it has one)."""
         self._running()
+        was_member = self._subscription.partitions_auto_assigned()
         self._subscription.unsubscribe()
+        leave = getattr(self._coordinator, "maybe_leave_group", None)
+        if was_member and leave is not None:
+            task = asyncio.get_running_loop().create_task(leave("the consumer unsubscribed"))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly these partitions (no group membership). Replaces an earlier assignment."""
