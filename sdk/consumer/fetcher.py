@@ -1,12 +1,13 @@
 """Fetcher: keeps one Fetch in flight per partition leader and buffers what comes back.
 
 A background task sends a Fetch to every leader that has fetchable partitions (assigned, with a
-position, not paused, nothing buffered for them yet) and no Fetch in flight. Responses are kept
-per partition as raw bytes (``PartitionRecords``) until the application takes records; a
-partition is fetched again once its buffer is drained, so while the application works through
-one response the next ones are already on their way for the other partitions (prefetch), and
-the buffer never holds more than one response per partition (bounded by
-``max_partition_fetch_bytes``/``fetch_max_bytes``).
+position, not paused, at most one response buffered) and no Fetch in flight. Responses are kept
+per partition as raw bytes (``PartitionRecords``) until the application takes records. A
+partition with one response buffered is fetched again from where that response's data ends
+(prefetch), so the next response is on its way while the application works through the current
+one; the buffer holds at most two responses per partition (each bounded by
+``max_partition_fetch_bytes``, a whole Fetch by ``fetch_max_bytes``). A prefetched response is
+used only if it still continues the position once the one before it is consumed (a seek drops it).
 
 Errors per partition: OFFSET_OUT_OF_RANGE resets the position per ``auto_offset_reset`` (or is
 raised to the application with 'none'); leadership and unknown-topic errors refresh metadata and
