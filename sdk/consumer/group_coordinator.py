@@ -206,6 +206,17 @@ class GroupCoordinator:
     def group_metadata(self) -> ConsumerGroupMetadata:
         return ConsumerGroupMetadata(self.group_id, self.generation, self.member_id, self.group_instance_id)
 
+    async def maybe_leave_group(self, reason: str) -> None:
+        """Leave the group now (``Consumer.unsubscribe``): LeaveGroup for a dynamic member; a
+        static member only forgets its generation, as in Kafka's Java client, and is removed by
+        its session timeout. A later ``subscribe`` joins afresh."""
+        if self.group_instance_id is None and self.member_id:
+            await self._leave_group(reason)
+        self.member_id, self.generation, self.state = "", -1, MemberState.UNJOINED
+        self._joined_topics = None
+        self._needs_join_prepare = True
+        self.request_rejoin(reason)
+
     def request_rejoin(self, reason: str) -> None:
         """Rejoin at the next ``ensure_active_group`` (e.g. after a subscription change)."""
         if self._rejoin_reason is None:
