@@ -14,10 +14,12 @@ import pytest
 from sdk import Producer
 from sdk.consumer import Consumer, TopicPartition
 
-pytest.importorskip("sdk.consumer.assignors", reason="the assignors are not there yet")
-pytest.importorskip("sdk.consumer.group_coordinator", reason="the group coordinator is not there yet")
-
-from sdk.consumer.listener import ConsumerRebalanceListener
+try:
+    from sdk.consumer.assignors import resolve_assignors  # noqa: F401
+    from sdk.consumer.group_coordinator import GroupCoordinator  # noqa: F401
+    from sdk.consumer.listener import ConsumerRebalanceListener
+except ImportError as exc:  # the group engineers' modules are still arriving
+    pytest.skip(f"group membership is not importable yet: {exc}", allow_module_level=True)
 
 GROUP_SETTINGS = {
     "auto_offset_reset": "earliest",
