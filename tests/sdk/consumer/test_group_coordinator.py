@@ -1,0 +1,405 @@
+"""GroupCoordinator against real brokers: librdkafka's mock cluster and the reference broker.
+
+Each member is a GroupCoordinator with its own KafkaClient and SubscriptionState, driven by a poll
+loop that calls ``ensure_active_group`` and ``record_poll`` as the Consumer does. The reference
+broker runs with ``group.initial.rebalance.delay.ms=0`` so a group forms at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+pytest.importorskip("sdk.consumer.assignors", reason="the assignors are not there yet")
+
+from reference_broker.testing import BrokerProcess
+from sdk.client import KafkaClient
+from sdk.client.cluster import TopicPartition
+from sdk.consumer.assignors import resolve_assignors
+from sdk.consumer.errors import CommitFailedError
+from sdk.consumer.group_coordinator import GroupCoordinator, MemberState
+from sdk.consumer.listener import ConsumerRebalanceListener
+from sdk.consumer.records import OffsetAndMetadata
+from sdk.consumer.subscription import SubscriptionState
+from sdk.errors import FencedInstanceIdError  # type: ignore[attr-defined]
+from sdk.protocol import messages
+
+pytestmark = pytest.mark.timeout(120)
+
+MOCK_PARTITIONS = 4  # what the mock cluster auto-creates
+
+
+# -- brokers --------------------------------------------------------------------------------------
+
+
+def _serves_groups(bootstrap: str) -> bool:
+    async def check() -> bool:
+        client = KafkaClient(bootstrap)
+        await client.start()
+        try:
+            conn = await client.get_connection(await client.wait_for_node())
+            return conn.supports(messages.JoinGroupRequest.API_KEY)
+        finally:
+            await client.close()
+
+    return asyncio.run(check())
+
+
+@pytest.fixture(scope="module")
+def group_broker() -> Iterator[BrokerProcess]:
+    """A reference broker that forms groups without the initial rebalance delay."""
+    with BrokerProcess(config={"group.initial.rebalance.delay.ms": 0, "num.partitions": 1}) as proc:
+        if not _serves_groups(proc.bootstrap):
+            pytest.skip("the reference broker has no group coordinator yet")
+        yield proc
+
+
+@pytest.fixture(params=["mock", "reference"])
+def bootstrap(request: pytest.FixtureRequest) -> str:
+    if request.param == "mock":
+        return str(request.getfixturevalue("mock_cluster").bootstrap)
+    return str(request.getfixturevalue("group_broker").bootstrap)
+
+
+async def create_topic(bootstrap: str, name: str, partitions: int) -> list[TopicPartition]:
+    """``name`` with ``partitions`` partitions (the mock auto-creates MOCK_PARTITIONS instead)."""
+    client = KafkaClient(bootstrap)
+    await client.start()
+    try:
+        conn = await client.get_connection(await client.wait_for_node())
+        if conn.supports(messages.CreateTopicsRequest.API_KEY) and len(client.cluster.brokers) == 1:
+            request = messages.CreateTopicsRequest(
+                topics=[
+                    messages.CreateTopicsRequest.CreatableTopic(
+                        name=name, num_partitions=partitions, replication_factor=1
+                    )
+                ],
+                timeout_ms=10000,
+            )
+            response = await client.send_to_any(request)
+            assert response.topics[0].error_code == 0, response
+        client.add_topic(name)
+        deadline = time.monotonic() + 10
+        while True:
+            await client.refresh_metadata()
+            found = client.cluster.partitions_for(name)
+            if found:
+                return [TopicPartition(name, p) for p in found]
+            assert time.monotonic() < deadline, f"topic {name} did not appear"
+            await asyncio.sleep(0.05)
+    finally:
+        await client.close()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+# -- members --------------------------------------------------------------------------------------
+
+
+class Recorder(ConsumerRebalanceListener):
+    """Records every listener call, with the member's assignment at that moment."""
+
+    def __init__(self, member: Member) -> None:
+        self.member = member
+        self.events: list[tuple[str, frozenset[TopicPartition]]] = []
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        self.events.append(("revoked", frozenset(revoked)))
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.events.append(("assigned", frozenset(assigned)))
+
+    def on_partitions_lost(self, lost: Any) -> None:
+        self.events.append(("lost", frozenset(lost)))
+
+    def calls(self, kind: str) -> list[frozenset[TopicPartition]]:
+        return [parts for name, parts in self.events if name == kind]
+
+
+class Member:
+    """One group member and the poll loop that keeps it in the group."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        group: str,
+        topics: Iterable[str],
+        *,
+        strategy: str = "range",
+        instance_id: str | None = None,
+        session_timeout_ms: int = 6000,
+        max_poll_interval_ms: int = 30000,
+        enable_auto_commit: bool = False,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.client = KafkaClient(bootstrap)
+        self.subscription = SubscriptionState("earliest")
+        self.listener = Recorder(self)
+        self.subscription.subscribe(list(topics), listener=self.listener)
+        self.coordinator = GroupCoordinator(
+            self.client,
+            self.subscription,
+            group_id=group,
+            group_instance_id=instance_id,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=200,
+            rebalance_timeout_ms=8000,
+            max_poll_interval_ms=max_poll_interval_ms,
+            retry_backoff_ms=50,
+            enable_auto_commit=enable_auto_commit,
+            auto_commit_interval_ms=200,
+            assignors=resolve_assignors(strategy),
+        )
+        self.error: BaseException | None = None
+        self.polling = True
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> Member:
+        await self.client.start()
+        await self.coordinator.start()
+        self._task = asyncio.get_running_loop().create_task(self._poll_loop())
+        return self
+
+    async def _poll_loop(self) -> None:
+        while True:
+            if self.polling:
+                try:
+                    await self.coordinator.ensure_active_group()
+                except Exception as exc:
+                    self.error = exc
+                    return
+                self.coordinator.record_poll()
+            await asyncio.sleep(0.05)
+
+    def assignment(self) -> set[TopicPartition]:
+        return self.subscription.assigned_partitions()
+
+    @property
+    def stable(self) -> bool:
+        return self.coordinator.state == MemberState.STABLE and not self.coordinator.need_rejoin()
+
+    async def stop(self, *, leave: bool = True) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        try:
+            await self.coordinator.close(leave=leave)
+        finally:
+            await self.client.close()
+
+
+@pytest_asyncio.fixture
+async def members() -> AsyncIterator[Callable[..., Any]]:
+    """``await members(bootstrap, group, topics, **options)`` starts a Member; all stop at the end."""
+    started: list[Member] = []
+
+    async def make(*args: Any, **kwargs: Any) -> Member:
+        member = Member(*args, **kwargs)
+        started.append(member)
+        return await member.start()
+
+    yield make
+    await asyncio.gather(*(m.stop() for m in started if m._task is not None), return_exceptions=True)
+
+
+async def settled(group: list[Member], partitions: Iterable[TopicPartition], timeout: float = 30) -> None:
+    """Wait until every member is stable and the partitions are shared with no overlap or gap."""
+    wanted = set(partitions)
+    deadline = time.monotonic() + timeout
+    while True:
+        for member in group:
+            if member.error is not None:
+                raise member.error
+        assignments = [m.assignment() for m in group]
+        union = set().union(*assignments)
+        overlap = sum(len(a) for a in assignments) != len(union)
+        if all(m.stable for m in group) and union == wanted and not overlap:
+            generations = {m.coordinator.generation for m in group}
+            if len(generations) == 1:
+                return
+        if time.monotonic() > deadline:
+            state = [(m.coordinator.state, m.coordinator.generation, sorted(m.assignment())) for m in group]
+            raise AssertionError(f"group did not settle: {state}")
+        await asyncio.sleep(0.05)
+
+
+# -- tests ----------------------------------------------------------------------------------------
+
+
+async def test_members_share_partitions_and_rebalance_on_join_and_leave(
+    bootstrap: str, members: Callable[..., Any]
+) -> None:
+    topic, group = unique("shared"), unique("group")
+    partitions = await create_topic(bootstrap, topic, 6)
+    first = await members(bootstrap, group, [topic])
+    await settled([first], partitions)
+    assert first.listener.events == [("assigned", frozenset(partitions))]
+
+    second = await members(bootstrap, group, [topic])
+    third = await members(bootstrap, group, [topic])
+    await settled([first, second, third], partitions)
+    # Eager (range): the first member revoked everything before rejoining, then got its share.
+    kinds = [kind for kind, _ in first.listener.events]
+    assert kinds[:3] == ["assigned", "revoked", "assigned"]
+    assert first.listener.calls("revoked")[0] == frozenset(partitions)
+
+    await third.stop()
+    await settled([first, second], partitions)
+    assert not first.listener.calls("lost") and not second.listener.calls("lost")
+
+
+async def test_eager_revocation_commits_consumed_offsets_first(
+    bootstrap: str, members: Callable[..., Any]
+) -> None:
+    topic, group = unique("commit"), unique("group")
+    partitions = await create_topic(bootstrap, topic, 4)
+    first = await members(bootstrap, group, [topic], enable_auto_commit=True)
+    await settled([first], partitions)
+    for index, tp in enumerate(sorted(partitions)):
+        first.subscription.seek(tp, 10 + index)
+    committed_at_revoke: dict[TopicPartition, OffsetAndMetadata | None] = {}
+
+    async def on_revoked(revoked: Any) -> None:
+        committed_at_revoke.update(await first.coordinator.fetch_committed_offsets(revoked))
+
+    first.listener.on_partitions_revoked = on_revoked  # type: ignore[method-assign]
+    second = await members(bootstrap, group, [topic])
+    await settled([first, second], partitions)
+    # The listener saw the positions already committed: revocation commits before it runs.
+    assert {tp: o.offset for tp, o in committed_at_revoke.items() if o is not None} == {
+        tp: 10 + i for i, tp in enumerate(sorted(partitions))
+    }
+
+
+async def test_commit_from_a_stale_generation_fails(bootstrap: str, members: Callable[..., Any]) -> None:
+    topic, group = unique("stale"), unique("group")
+    partitions = await create_topic(bootstrap, topic, 4)
+    first = await members(bootstrap, group, [topic])
+    await settled([first], partitions)
+    tp = sorted(first.assignment())[0]
+    await first.coordinator.commit_offsets({tp: OffsetAndMetadata(5, "meta")})
+    committed = (await first.coordinator.fetch_committed_offsets([tp]))[tp]
+    assert committed is not None and (committed.offset, committed.metadata) == (5, "meta")
+    real_generation = first.coordinator.generation
+    first.coordinator.generation = real_generation + 10  # as if the member missed a rebalance
+    with pytest.raises(CommitFailedError):
+        await first.coordinator.commit_offsets({tp: OffsetAndMetadata(6)})
+    # The member notices, reports the partitions lost and rejoins.
+    await settled([first], partitions)
+    assert first.listener.calls("lost")
+
+
+async def test_max_poll_interval_leaves_the_group_and_the_next_poll_rejoins(
+    bootstrap: str, members: Callable[..., Any]
+) -> None:
+    topic, group = unique("slow"), unique("group")
+    partitions = await create_topic(bootstrap, topic, 4)
+    slow = await members(bootstrap, group, [topic], max_poll_interval_ms=1500)
+    other = await members(bootstrap, group, [topic])
+    await settled([slow, other], partitions)
+    slow.polling = False
+    # The slow member leaves: the other one gets every partition.
+    deadline = time.monotonic() + 20
+    while not (other.stable and other.assignment() == set(partitions)):
+        assert time.monotonic() < deadline, "the slow member did not leave"
+        await asyncio.sleep(0.05)
+    slow.polling = True
+    await settled([slow, other], partitions)
+    assert slow.listener.calls("lost"), "partitions held past max_poll_interval_ms are lost"
+
+
+async def test_listener_order_across_rebalances(bootstrap: str, members: Callable[..., Any]) -> None:
+    topic, group = unique("order"), unique("group")
+    partitions = await create_topic(bootstrap, topic, 4)
+    first = await members(bootstrap, group, [topic])
+    second = await members(bootstrap, group, [topic])
+    await settled([first, second], partitions)
+    await second.stop()
+    await settled([first], partitions)
+    events = first.listener.events
+    # Every revocation names what was assigned before it; assignments follow revocations.
+    held: frozenset[TopicPartition] = frozenset()
+    for kind, parts in events:
+        if kind == "revoked":
+            assert parts == held
+            held = frozenset()
+        elif kind == "assigned":
+            assert not held, "eager: assigned without a revocation first"
+            held = parts
+    assert held == frozenset(partitions)
+
+
+# -- static membership (reference broker) ---------------------------------------------------------
+
+
+async def test_static_member_restart_keeps_its_partitions_without_a_rebalance(
+    group_broker: BrokerProcess, members: Callable[..., Any]
+) -> None:
+    bootstrap = group_broker.bootstrap
+    topic, group = unique("static"), unique("group")
+    partitions = await create_topic(bootstrap, topic, 6)
+    group_members = [
+        await members(bootstrap, group, [topic], instance_id=f"instance-{i}", session_timeout_ms=6000)
+        for i in range(3)
+    ]
+    await settled(group_members, partitions)
+    generation = group_members[0].coordinator.generation
+    before = {i: m.assignment() for i, m in enumerate(group_members)}
+    rebalances = [m.coordinator.rebalances for m in group_members]
+
+    await group_members[1].stop()  # a static member does not leave on close
+    restarted = await members(bootstrap, group, [topic], instance_id="instance-1", session_timeout_ms=6000)
+    group_members[1] = restarted
+    await settled(group_members, partitions)
+    assert restarted.assignment() == before[1]
+    for i in (0, 2):
+        assert group_members[i].coordinator.generation == generation
+        assert group_members[i].coordinator.rebalances == rebalances[i]
+        assert group_members[i].assignment() == before[i]
+        assert group_members[i].listener.calls("revoked") == []
+
+
+async def test_static_member_down_past_its_session_timeout_is_replaced(
+    group_broker: BrokerProcess, members: Callable[..., Any]
+) -> None:
+    bootstrap = group_broker.bootstrap
+    topic, group = unique("static-gone"), unique("group")
+    partitions = await create_topic(bootstrap, topic, 4)
+    stays = await members(bootstrap, group, [topic], instance_id="stays", session_timeout_ms=3000)
+    goes = await members(bootstrap, group, [topic], instance_id="goes", session_timeout_ms=3000)
+    await settled([stays, goes], partitions)
+    generation = stays.coordinator.generation
+    await goes.stop()
+    await settled([stays], partitions, timeout=20)
+    assert stays.coordinator.generation > generation
+
+
+async def test_two_live_instances_with_one_id_fence_the_older(
+    group_broker: BrokerProcess, members: Callable[..., Any]
+) -> None:
+    bootstrap = group_broker.bootstrap
+    topic, group = unique("fenced"), unique("group")
+    partitions = await create_topic(bootstrap, topic, 4)
+    older = await members(bootstrap, group, [topic], instance_id="twin")
+    await settled([older], partitions)
+    newer = await members(bootstrap, group, [topic], instance_id="twin")
+    await settled([newer], partitions)
+    deadline = time.monotonic() + 10
+    while older.error is None:
+        assert time.monotonic() < deadline, "the older instance was not fenced"
+        await asyncio.sleep(0.05)
+    assert isinstance(older.error, FencedInstanceIdError)
+    assert "twin" in str(older.error)
+    with pytest.raises(FencedInstanceIdError):
+        await older.coordinator.ensure_active_group()
+    with pytest.raises(FencedInstanceIdError):
+        await older.coordinator.commit_offsets({partitions[0]: OffsetAndMetadata(1)})
