@@ -1,0 +1,263 @@
+"""Mixed groups: our GroupCoordinator and confluent-kafka (librdkafka) consumers in one group, with
+the same assignor, on librdkafka's mock cluster and on the reference broker. Whoever the broker
+elects leader computes the assignment for everyone, so this checks that both sides read each
+other's subscriptions and assignments (ConsumerProtocol v0-v3) and follow the same protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import confluent_kafka
+import pytest
+import pytest_asyncio
+
+pytest.importorskip("sdk.consumer.assignors", reason="the assignors are not there yet")
+
+from reference_broker.testing import BrokerProcess
+from sdk.client import KafkaClient
+from sdk.client.cluster import TopicPartition
+from sdk.consumer.assignors import resolve_assignors
+from sdk.consumer.group_coordinator import GroupCoordinator, MemberState
+from sdk.consumer.listener import ConsumerRebalanceListener
+from sdk.consumer.subscription import SubscriptionState
+from sdk.protocol import messages
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _serves_groups(bootstrap: str) -> bool:
+    async def check() -> bool:
+        client = KafkaClient(bootstrap)
+        await client.start()
+        try:
+            conn = await client.get_connection(await client.wait_for_node())
+            return conn.supports(messages.JoinGroupRequest.API_KEY)
+        finally:
+            await client.close()
+
+    return asyncio.run(check())
+
+
+@pytest.fixture(scope="module")
+def group_broker() -> Iterator[BrokerProcess]:
+    with BrokerProcess(config={"group.initial.rebalance.delay.ms": 0, "num.partitions": 1}) as proc:
+        if not _serves_groups(proc.bootstrap):
+            pytest.skip("the reference broker has no group coordinator yet")
+        yield proc
+
+
+@pytest.fixture(params=["mock", "reference"])
+def bootstrap(request: pytest.FixtureRequest) -> str:
+    if request.param == "mock":
+        return str(request.getfixturevalue("mock_cluster").bootstrap)
+    return str(request.getfixturevalue("group_broker").bootstrap)
+
+
+async def create_topic(bootstrap: str, name: str, partitions: int) -> set[TopicPartition]:
+    """``name`` with ``partitions`` partitions on the reference broker (the mock auto-creates 4)."""
+    client = KafkaClient(bootstrap)
+    await client.start()
+    try:
+        if len(client.cluster.brokers) == 1:
+            response = await client.send_to_any(
+                messages.CreateTopicsRequest(
+                    topics=[
+                        messages.CreateTopicsRequest.CreatableTopic(
+                            name=name, num_partitions=partitions, replication_factor=1
+                        )
+                    ],
+                    timeout_ms=10000,
+                )
+            )
+            assert response.topics[0].error_code == 0, response
+        client.add_topic(name)
+        deadline = time.monotonic() + 10
+        while not client.cluster.partitions_for(name):
+            assert time.monotonic() < deadline, f"topic {name} did not appear"
+            await asyncio.sleep(0.05)
+            await client.refresh_metadata()
+        return {TopicPartition(name, p) for p in client.cluster.partitions_for(name) or ()}
+    finally:
+        await client.close()
+
+
+class Tracker(ConsumerRebalanceListener):
+    """Our member's listener: what it revoked (to check cooperative moves)."""
+
+    def __init__(self) -> None:
+        self.revoked: list[frozenset[TopicPartition]] = []
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        self.revoked.append(frozenset(revoked))
+
+
+class OurMember:
+    def __init__(self, bootstrap: str, group: str, topic: str, strategy: str) -> None:
+        self.client = KafkaClient(bootstrap)
+        self.subscription = SubscriptionState("earliest")
+        self.listener = Tracker()
+        self.subscription.subscribe([topic], listener=self.listener)
+        self.coordinator = GroupCoordinator(
+            self.client, self.subscription, group_id=group, group_instance_id=None,
+            session_timeout_ms=6000, heartbeat_interval_ms=200, rebalance_timeout_ms=8000,
+            max_poll_interval_ms=30000, retry_backoff_ms=50, enable_auto_commit=False,
+            auto_commit_interval_ms=1000, assignors=resolve_assignors(strategy),
+        )
+        self.error: BaseException | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> OurMember:
+        await self.client.start()
+        await self.coordinator.start()
+        self._task = asyncio.get_running_loop().create_task(self._poll())
+        return self
+
+    async def _poll(self) -> None:
+        while True:
+            try:
+                await self.coordinator.ensure_active_group()
+            except Exception as exc:
+                self.error = exc
+                return
+            self.coordinator.record_poll()
+            await asyncio.sleep(0.05)
+
+    def assignment(self) -> set[TopicPartition]:
+        return self.subscription.assigned_partitions()
+
+    @property
+    def stable(self) -> bool:
+        return self.coordinator.state == MemberState.STABLE and not self.coordinator.need_rejoin()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+            await self.coordinator.close()
+            await self.client.close()
+
+
+class TheirMember:
+    """A confluent-kafka consumer polling in its own thread; its assignment from the callbacks."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, strategy: str) -> None:
+        self.cooperative = strategy == "cooperative-sticky"
+        self.consumer = confluent_kafka.Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "partition.assignment.strategy": strategy,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 200,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "log_level": 0,
+        })
+        self.topic = topic
+        self.lock = threading.Lock()
+        self.assigned: set[TopicPartition] = set()
+        self.revoked: list[frozenset[TopicPartition]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        got = {TopicPartition(p.topic, p.partition) for p in partitions}
+        with self.lock:
+            self.assigned = self.assigned | got if self.cooperative else got
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        gone = frozenset(TopicPartition(p.topic, p.partition) for p in partitions)
+        with self.lock:
+            self.revoked.append(gone)
+            self.assigned = self.assigned - gone if self.cooperative else set()
+
+    def _run(self) -> None:
+        self.consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_revoke)
+        while not self._stop.is_set():
+            self.consumer.poll(0.05)
+        self.consumer.close()
+
+    def start(self) -> TheirMember:
+        self._thread.start()
+        return self
+
+    def assignment(self) -> set[TopicPartition]:
+        with self.lock:
+            return set(self.assigned)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join(30)
+
+
+@pytest_asyncio.fixture
+async def group() -> AsyncIterator[Callable[..., Any]]:
+    started: list[Any] = []
+
+    async def add(kind: str, *args: Any) -> Any:
+        member = OurMember(*args) if kind == "ours" else TheirMember(*args)
+        started.append(member)
+        return await member.start() if kind == "ours" else member.start()
+
+    yield add
+    for member in started:
+        if isinstance(member, OurMember):
+            await member.stop()
+        else:
+            await asyncio.to_thread(member.stop)
+
+
+async def shared(members: list[Any], partitions: set[TopicPartition], timeout: float = 40) -> None:
+    """Wait until the partitions are shared with no overlap and no gap for a whole second."""
+    deadline = time.monotonic() + timeout
+    since: float | None = None
+    while True:
+        for member in members:
+            if getattr(member, "error", None) is not None:
+                raise member.error
+        assignments = [m.assignment() for m in members]
+        union = set().union(*assignments)
+        ok = (
+            union == partitions
+            and sum(map(len, assignments)) == len(union)
+            and all(a for a in assignments)
+            and all(m.stable for m in members if isinstance(m, OurMember))
+        )
+        if ok:
+            since = since or time.monotonic()
+            if time.monotonic() - since >= 1.0:
+                return
+        else:
+            since = None
+        assert time.monotonic() < deadline, f"not shared: {[sorted(a) for a in assignments]}"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+async def test_mixed_group_shares_partitions_as_members_join_and_leave(
+    bootstrap: str, strategy: str, group: Callable[..., Any]
+) -> None:
+    try:
+        resolve_assignors(strategy)
+    except (ValueError, TypeError):
+        pytest.skip(f"no {strategy} assignor yet")
+    topic, group_id = f"mixed-{uuid.uuid4().hex[:8]}", f"group-{uuid.uuid4().hex[:8]}"
+    partitions = await create_topic(bootstrap, topic, 8)
+    ours = await group("ours", bootstrap, group_id, topic, strategy)
+    theirs = await group("theirs", bootstrap, group_id, topic, strategy)
+    await shared([ours, theirs], partitions)
+    second_ours = await group("ours", bootstrap, group_id, topic, strategy)
+    second_theirs = await group("theirs", bootstrap, group_id, topic, strategy)
+    members = [ours, theirs, second_ours, second_theirs]
+    await shared(members, partitions)
+    await asyncio.to_thread(theirs.stop)
+    await shared([ours, second_ours, second_theirs], partitions)
+    await second_ours.stop()
+    await shared([ours, second_theirs], partitions)
