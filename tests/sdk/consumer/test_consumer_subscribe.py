@@ -1,18 +1,23 @@
 """sdk.Consumer in subscribe mode: the consumer side of group membership (polling drives the
 GroupCoordinator; positions come from committed offsets; patterns follow new topics).
 
-Against librdkafka's mock cluster, which implements the classic group protocol. The group
-protocol itself (rebalances, static membership, assignors) is tested in test_group*.py.
+Against librdkafka's mock cluster (which delays a new group's first rebalance by 3 s) and the
+reference broker once it serves groups (without that delay). The group protocol itself
+(rebalances, static membership, assignors) is tested in test_group*.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import pytest
 
+from reference_broker.testing import BrokerProcess
 from sdk import Producer
+from sdk.client import KafkaClient
 from sdk.consumer import Consumer, TopicPartition
+from sdk.protocol import messages
 
 try:
     from sdk.consumer.assignors import resolve_assignors  # noqa: F401
@@ -28,6 +33,35 @@ GROUP_SETTINGS = {
     "fetch_max_wait_ms": 100,
     "retry_backoff_ms": 50,
 }
+
+
+def _serves_groups(bootstrap: str) -> bool:
+    async def check() -> bool:
+        client = KafkaClient(bootstrap)
+        await client.start()
+        try:
+            conn = await client.get_connection(await client.wait_for_node())
+            return conn.supports(messages.JoinGroupRequest.API_KEY)
+        finally:
+            await client.close()
+
+    return asyncio.run(check())
+
+
+@pytest.fixture(scope="module")
+def group_broker() -> Iterator[BrokerProcess]:
+    config = {"group.initial.rebalance.delay.ms": 0, "num.partitions": 4}
+    with BrokerProcess(config=config) as proc:
+        if not _serves_groups(proc.bootstrap):
+            pytest.skip("the reference broker has no group coordinator yet")
+        yield proc
+
+
+@pytest.fixture(params=["mock", "reference"])
+def bootstrap(request: pytest.FixtureRequest) -> str:
+    if request.param == "mock":
+        return str(request.getfixturevalue("mock_cluster").bootstrap)
+    return str(request.getfixturevalue("group_broker").bootstrap)
 
 
 async def fill(bootstrap: str, topic: str, per_partition: int) -> None:
@@ -48,8 +82,7 @@ class Recorder(ConsumerRebalanceListener):
         self.events.append(("assigned", set(assigned)))
 
 
-async def test_two_members_share_the_partitions_and_read_everything_once(mock_cluster, unique):
-    bootstrap = mock_cluster.bootstrap
+async def test_two_members_share_the_partitions_and_read_everything_once(bootstrap, unique):
     topic, group = unique("shared"), unique("group")
     await fill(bootstrap, topic, 25)
     first = Consumer(topic, bootstrap_servers=bootstrap, group_id=group, **GROUP_SETTINGS)
@@ -78,8 +111,7 @@ async def test_two_members_share_the_partitions_and_read_everything_once(mock_cl
         await second.stop()
 
 
-async def test_listener_and_committed_positions_across_a_restart(mock_cluster, unique):
-    bootstrap = mock_cluster.bootstrap
+async def test_listener_and_committed_positions_across_a_restart(bootstrap, unique):
     topic, group = unique("restart"), unique("group")
     await fill(bootstrap, topic, 10)
     listener = Recorder()
@@ -105,8 +137,7 @@ async def test_listener_and_committed_positions_across_a_restart(mock_cluster, u
         assert [(r.partition, r.offset) for r in records] == [(0, 6), (0, 7), (0, 8), (0, 9)]
 
 
-async def test_pattern_subscription_follows_new_topics(mock_cluster, unique):
-    bootstrap = mock_cluster.bootstrap
+async def test_pattern_subscription_follows_new_topics(bootstrap, unique):
     prefix = unique("pattern")
     group = unique("group")
     await fill(bootstrap, f"{prefix}-a", 2)
