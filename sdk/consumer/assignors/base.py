@@ -14,13 +14,53 @@ from collections.abc import Iterable, Mapping
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.assignors.protocol import Assignment, RebalanceProtocol, Subscription
 
-__all__ = ["ConsumerPartitionAssignor", "java_order", "member_order", "subscribed_partition_counts"]
+__all__ = [
+    "ConsumerPartitionAssignor",
+    "java_hash_map_order",
+    "java_order",
+    "java_string_hash",
+    "member_order",
+    "subscribed_partition_counts",
+]
 
 
 def java_order(text: str) -> bytes:
     """Sort key ordering strings as Java's ``String.compareTo`` does (by UTF-16 code unit), so
     names outside the Basic Multilingual Plane sort where a Java leader would put them."""
     return text.encode("utf-16-be", "surrogatepass")
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (as an unsigned 32-bit value)."""
+    units = text.encode("utf-16-be", "surrogatepass")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    return h
+
+
+def java_bucket(hash_code: int, capacity: int) -> int:
+    """The bucket of a ``java.util.HashMap`` of ``capacity`` a key with ``hash_code`` lands in."""
+    hash_code &= 0xFFFFFFFF
+    return (hash_code ^ (hash_code >> 16)) & (capacity - 1)
+
+
+def java_capacity(size: int) -> int:
+    """The table size of a default ``HashMap`` after ``size`` insertions (load factor 0.75)."""
+    capacity = 16
+    while size > capacity * 3 // 4:
+        capacity *= 2
+    return capacity
+
+
+def java_hash_map_order(keys: Iterable[str]) -> list[str]:
+    """The order a Java ``HashMap<String, ...>`` filled with ``keys`` in this order iterates them:
+    by bucket, then by insertion within a bucket. The sticky algorithm visits members in map order
+    where it has a choice, so a Java leader given the members in JoinGroup order decides the same."""
+    keys = list(keys)
+    capacity = java_capacity(len(keys))
+    position = {key: index for index, key in enumerate(keys)}
+    return sorted(keys, key=lambda k: (java_bucket(java_string_hash(k), capacity), position[k]))
 
 
 def member_order(member_id: str, instance_id: str | None) -> tuple[int, bytes]:

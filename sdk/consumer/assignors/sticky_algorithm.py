@@ -14,9 +14,11 @@ members places partitions as a Java leader would:
   another eligible member until no move improves the balance, preferring to send a partition back
   to its previous owner and reverting the moves if the balance score did not improve.
 
-Where Java iterates a ``HashMap`` (member order, choosing one of several equal partitions) this
-code uses a fixed order (member ids, then partitions sorted), so the result is deterministic; the
-guarantees (validity, balance, stickiness) are the same. Rack awareness is not implemented.
+Where Java's result depends on the iteration order of a ``HashMap`` or ``HashSet`` (which member
+keeps its partitions up to the larger quota, which of several moved partitions goes back), this
+code iterates in the order Java's collections would (``java_hash_map_order``), given the members in
+JoinGroup order as Java's leader gets them; so a group gets the same assignment whichever client's
+leader computes it. Rack awareness is not implemented.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from sdk.client.cluster import TopicPartition
-from sdk.consumer.assignors.base import java_order
+from sdk.consumer.assignors.base import (
+    java_bucket,
+    java_capacity,
+    java_hash_map_order,
+    java_order,
+    java_string_hash,
+)
 from sdk.consumer.assignors.protocol import DEFAULT_GENERATION
 
 __all__ = ["MemberData", "StickyResult", "sticky_assign"]
@@ -60,14 +68,10 @@ class _GenerationOwner(NamedTuple):
     generation: int
 
 
-def _partition_key(tp: TopicPartition) -> tuple[bytes, int]:
-    return (java_order(tp.topic), tp.partition)
-
-
 def sticky_assign(counts: Mapping[str, int], members: Mapping[str, MemberData]) -> StickyResult:
     """Run the sticky algorithm over ``counts`` (partitions of each subscribed topic) and
     ``members``; every member gets an entry (possibly empty)."""
-    order = sorted(members, key=java_order)
+    order = java_hash_map_order(members)
     if not order:
         return StickyResult({}, {})
     owned, multiply_claimed, max_generation = _resolve_ownership(counts, members, order)
@@ -220,12 +224,42 @@ class _ConstrainedBuilder:
                 )
 
 
+def _partition_hash(tp: TopicPartition) -> int:
+    """Java's ``TopicPartition.hashCode``."""
+    return (31 * (31 + tp.partition) + java_string_hash(tp.topic)) & 0xFFFFFFFF
+
+
+class _JavaHashSet:
+    """A set of partitions that remembers the order a Java ``HashSet`` would iterate it in."""
+
+    def __init__(self) -> None:
+        self.items: dict[TopicPartition, int] = {}
+        self.capacity = 16
+        self.sequence = 0
+
+    def add(self, tp: TopicPartition) -> None:
+        if tp not in self.items:
+            self.sequence += 1
+            self.items[tp] = self.sequence
+            self.capacity = max(self.capacity, java_capacity(len(self.items)))
+
+    def discard(self, tp: TopicPartition) -> None:
+        self.items.pop(tp, None)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def first(self) -> TopicPartition:
+        capacity = self.capacity
+        return min(self.items, key=lambda tp: (java_bucket(_partition_hash(tp), capacity), self.items[tp]))
+
+
 class _Movements:
     """Partition moves made while balancing (Java's ``PartitionMovements``), used to prefer
     undoing an earlier move over making a new one between the same two members."""
 
     def __init__(self) -> None:
-        self.by_topic: dict[str, dict[tuple[str, str], set[TopicPartition]]] = {}
+        self.by_topic: dict[str, dict[tuple[str, str], _JavaHashSet]] = {}
         self.moves: dict[TopicPartition, tuple[str, str]] = {}
 
     def _remove(self, tp: TopicPartition) -> tuple[str, str]:
@@ -240,7 +274,7 @@ class _Movements:
 
     def _add(self, tp: TopicPartition, pair: tuple[str, str]) -> None:
         self.moves[tp] = pair
-        self.by_topic.setdefault(tp.topic, {}).setdefault(pair, set()).add(tp)
+        self.by_topic.setdefault(tp.topic, {}).setdefault(pair, _JavaHashSet()).add(tp)
 
     def move(self, tp: TopicPartition, old: str, new: str) -> None:
         if tp in self.moves:
@@ -261,7 +295,7 @@ class _Movements:
         reverse = topic_moves.get((new, old))
         if not reverse:
             return tp
-        return min(reverse, key=_partition_key)
+        return reverse.first()
 
 
 class _GeneralBuilder:
