@@ -403,3 +403,50 @@ async def test_two_live_instances_with_one_id_fence_the_older(
         await older.coordinator.ensure_active_group()
     with pytest.raises(FencedInstanceIdError):
         await older.coordinator.commit_offsets({partitions[0]: OffsetAndMetadata(1)})
+
+
+# -- cooperative rebalancing (KIP-429) --------------------------------------------------------------
+
+
+async def test_cooperative_join_moves_only_what_must_move(
+    bootstrap: str, members: Callable[..., Any]
+) -> None:
+    topic, group = unique("coop"), unique("group")
+    partitions = await create_topic(bootstrap, topic, 6)
+    old = [await members(bootstrap, group, [topic], strategy="cooperative-sticky") for _ in range(2)]
+    await settled(old, partitions)
+    before = [m.assignment() for m in old]
+    # Sample the old members' fetchable partitions while the third member joins.
+    samples: list[list[set[TopicPartition]]] = []
+    sampling = True
+
+    async def sample() -> None:
+        while sampling:
+            samples.append([_consumable(m) for m in old])
+            await asyncio.sleep(0.01)
+
+    sampler = asyncio.get_running_loop().create_task(sample())
+    newcomer = await members(bootstrap, group, [topic], strategy="cooperative-sticky")
+    await settled([*old, newcomer], partitions)
+    sampling = False
+    await sampler
+    after = [m.assignment() for m in old]
+    moved = set(newcomer.assignment())
+    assert moved and len(moved) == len(partitions) // 3
+    for i, member in enumerate(old):
+        kept = before[i] & after[i]
+        assert before[i] - after[i] <= moved, "a partition moved between two old members"
+        # Only the partitions that moved were revoked, and nothing was lost.
+        revoked: set[TopicPartition] = set().union(*member.listener.calls("revoked"))
+        assert revoked == before[i] - after[i]
+        assert not member.listener.calls("lost")
+        # The partitions kept stayed assigned and fetchable the whole time.
+        assert all(kept <= snapshot[i] for snapshot in samples), "a kept partition stopped being consumed"
+
+
+def _consumable(member: Member) -> set[TopicPartition]:
+    """Assigned partitions the fetcher may read: not paused, not being revoked (the test gives
+    them no positions, so ``fetchable_partitions`` would be empty)."""
+    return {
+        tp for tp, state in member.subscription.items() if not state.revoking and not state.paused
+    }
