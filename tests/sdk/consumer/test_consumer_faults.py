@@ -61,3 +61,21 @@ async def test_wrong_leaders_are_corrected_by_a_metadata_refresh(mock_cluster, p
         consumer.assign([TopicPartition(topic, p) for p in range(4)])
         offsets = await read_all(consumer, 80)
     assert offsets == {p: list(range(20)) for p in range(4)}
+
+
+async def test_a_killed_and_restarted_broker_costs_no_record(broker_factory, unique):
+    broker = broker_factory({"num.partitions": 4, "log.flush.interval.messages": 1})
+    topic = unique("restart")
+    await fill(broker.bootstrap, topic, 30)
+    tps = [TopicPartition(topic, p) for p in range(4)]
+    async with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+                        fetch_max_wait_ms=100, retry_backoff_ms=20, reconnect_backoff_ms=20,
+                        reconnect_backoff_max_ms=200) as consumer:
+        consumer.assign(tps)
+        first = await read_all(consumer, 60)
+        await asyncio.get_running_loop().run_in_executor(None, lambda: broker.restart(kill=True))
+        await fill(broker.bootstrap, topic, 10)  # offsets 30-39 of every partition
+        rest = await read_all(consumer, 160 - sum(len(offsets) for offsets in first.values()))
+    for p in range(4):
+        assert sorted(first[p] + rest[p]) == list(range(40))
+        assert len(first[p]) + len(rest[p]) == 40
