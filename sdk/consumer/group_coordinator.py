@@ -42,8 +42,9 @@ from sdk.consumer.assignors import (
     encode_assignment,
     encode_subscription,
 )
+from sdk.consumer.assignors.validation import cooperative_violations
 from sdk.consumer.errors import CommitFailedError, ConsumerStoppedError
-from sdk.consumer.group_rebalance import assignment_change, check_cooperative_assignment, rebalance_protocol
+from sdk.consumer.group_rebalance import assignment_change, rebalance_protocol
 from sdk.consumer.listener import call_listener
 from sdk.consumer.records import ConsumerGroupMetadata, OffsetAndMetadata
 from sdk.consumer.subscription import SubscriptionState
@@ -130,13 +131,13 @@ class GroupCoordinator:
         self._subscription = subscription
         self.group_id = group_id
         self.group_instance_id = group_instance_id
-        self.session_timeout_ms = session_timeout_ms
-        self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.max_poll_interval_ms = max_poll_interval_ms
-        self.retry_backoff_ms = retry_backoff_ms
+        self.session_timeout_ms = int(session_timeout_ms)
+        self.heartbeat_interval_ms = int(heartbeat_interval_ms)
+        self.rebalance_timeout_ms = int(rebalance_timeout_ms)
+        self.max_poll_interval_ms = int(max_poll_interval_ms)
+        self.retry_backoff_ms = int(retry_backoff_ms)
         self.enable_auto_commit = enable_auto_commit
-        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.auto_commit_interval_ms = int(auto_commit_interval_ms)
         self.assignors = list(assignors)
         self.exclude_internal_topics = exclude_internal_topics
         self.protocol = rebalance_protocol(self.assignors)
@@ -277,7 +278,8 @@ class GroupCoordinator:
         if self._subscription.partitions_auto_assigned():
             if self.state != MemberState.STABLE or self.generation < 0:
                 raise CommitFailedError(
-                    f"group {self.group_id!r} is rebalancing: the partitions may not be ours any more"
+                    f"group {self.group_id!r} is rebalancing (member {self.state.value}, generation "
+                    f"{self.generation}): the partitions may not be ours any more"
                 )
             generation, member_id, instance_id = self.generation, self.member_id, self.group_instance_id
         else:
@@ -555,9 +557,13 @@ class GroupCoordinator:
         self._assigned_counts = {t: c for t, c in counts.items() if t in self._joined_topics_or_empty()}
         result = assignor.assign(counts, subscriptions, instance_ids)
         if self.protocol == RebalanceProtocol.COOPERATIVE:
-            problems = check_cooperative_assignment(subscriptions, result)
-            if problems:
-                raise KafkaError(f"assignor {assignor.name} broke the cooperative protocol: {problems[:3]}")
+            moved = cooperative_violations(subscriptions, result)
+            if moved:
+                # Kafka's leader refuses such an assignment too (validateCooperativeAssignment).
+                raise KafkaError(
+                    f"assignor {assignor.name} moved {sorted(moved)[:5]} between members without revoking "
+                    "them first, which the cooperative protocol forbids"
+                )
         log.debug("group %s: leader assigned %s", self.group_id, result)
         return {
             member_id: encode_assignment(result.get(member_id) or Assignment(partitions=[]))

@@ -11,12 +11,11 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import NamedTuple
 
 from sdk.client.cluster import TopicPartition
-from sdk.consumer.assignors import Assignment, ConsumerPartitionAssignor, RebalanceProtocol, Subscription
+from sdk.consumer.assignors import ConsumerPartitionAssignor, RebalanceProtocol, Subscription
 
 __all__ = [
     "AssignmentChange",
     "assignment_change",
-    "check_cooperative_assignment",
     "rebalance_protocol",
     "topics_of",
 ]
@@ -62,25 +61,6 @@ def assignment_change(
         return AssignmentChange(owned_set - new_set, new_set, False)
     revoked = owned_set - new_set
     return AssignmentChange(revoked, new_set - owned_set, bool(revoked))
-
-
-def check_cooperative_assignment(
-    subscriptions: Mapping[str, Subscription], assignments: Mapping[str, Assignment]
-) -> list[str]:
-    """Problems with a cooperative assignment: a partition handed to one member while another
-    still owns it (it must be revoked first and handed out in the next round). Empty when valid;
-    Kafka's ConsumerCoordinator.validateCooperativeAssignment makes the same check."""
-    owner: dict[TopicPartition, str] = {}
-    for member_id, subscription in subscriptions.items():
-        for tp in subscription.owned_partitions:
-            owner[TopicPartition(*tp)] = member_id
-    problems = []
-    for member_id, assignment in sorted(assignments.items()):
-        for tp in assignment.partitions:
-            previous = owner.get(TopicPartition(*tp))
-            if previous is not None and previous != member_id:
-                problems.append(f"{tp} moves from {previous} to {member_id} without being revoked first")
-    return problems
 
 
 def topics_of(subscriptions: Mapping[str, Subscription]) -> Set[str]:

@@ -9,10 +9,9 @@ import pytest
 pytest.importorskip("sdk.consumer.assignors", reason="the assignors are not there yet")
 
 from sdk.client.cluster import TopicPartition
-from sdk.consumer.assignors import Assignment, RebalanceProtocol, Subscription
+from sdk.consumer.assignors import RebalanceProtocol, Subscription
 from sdk.consumer.group_rebalance import (
     assignment_change,
-    check_cooperative_assignment,
     rebalance_protocol,
     topics_of,
 )
@@ -67,16 +66,7 @@ def test_cooperative_change_revokes_only_what_moved_and_asks_for_a_second_round(
     assert grown.assigned == {tp("a", 1), tp("a", 2)} and not grown.rejoin
 
 
-def test_cooperative_assignment_may_not_move_an_owned_partition_in_one_round() -> None:
-    subscriptions = {
-        "m1": Subscription(topics=["a"], owned_partitions=[tp("a", 0), tp("a", 1)]),
-        "m2": Subscription(topics=["a"], owned_partitions=[]),
-    }
-    good = {"m1": Assignment(partitions=[tp("a", 0)]), "m2": Assignment(partitions=[])}
-    assert check_cooperative_assignment(subscriptions, good) == []
-    bad = {"m1": Assignment(partitions=[tp("a", 0)]), "m2": Assignment(partitions=[tp("a", 1)])}
-    problems = check_cooperative_assignment(subscriptions, bad)
-    assert len(problems) == 1 and "m1 to m2" in problems[0]
+def test_topics_of_every_member() -> None:
     members = {"x": Subscription(topics=["a", "b"]), "y": Subscription(topics=["c"])}
     assert topics_of(members) == {"a", "b", "c"}
 

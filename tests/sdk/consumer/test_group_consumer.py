@@ -1,0 +1,156 @@
+"""sdk.Consumer groups end to end: with commits on revocation (by the listener, or by auto-commit),
+members joining and leaving mid-stream read every record exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("sdk.consumer.assignors", reason="the assignors are not there yet")
+
+from reference_broker.testing import BrokerProcess
+from sdk import Producer
+from sdk.client import KafkaClient
+from sdk.consumer import Consumer, TopicPartition
+from sdk.consumer.listener import ConsumerRebalanceListener
+from sdk.protocol import messages
+
+pytestmark = pytest.mark.timeout(120)
+
+PER_PARTITION = 60
+
+
+def _serves_groups(bootstrap: str) -> bool:
+    async def check() -> bool:
+        client = KafkaClient(bootstrap)
+        await client.start()
+        try:
+            conn = await client.get_connection(await client.wait_for_node())
+            return conn.supports(messages.JoinGroupRequest.API_KEY)
+        finally:
+            await client.close()
+
+    return asyncio.run(check())
+
+
+@pytest.fixture(scope="module")
+def group_broker() -> Iterator[BrokerProcess]:
+    with BrokerProcess(config={"group.initial.rebalance.delay.ms": 0, "num.partitions": 4}) as proc:
+        if not _serves_groups(proc.bootstrap):
+            pytest.skip("the reference broker has no group coordinator yet")
+        yield proc
+
+
+@pytest.fixture
+def bootstrap(group_broker: BrokerProcess) -> str:
+    """The reference broker only: librdkafka's mock cluster answers REBALANCE_IN_PROGRESS to
+    OffsetCommit while a rebalance is being prepared (Kafka accepts commits from the current
+    generation then), so commits on eager revocation fail there and records are read twice."""
+    return group_broker.bootstrap
+
+
+async def fill(bootstrap: str, topic: str) -> set[tuple[int, int]]:
+    """PER_PARTITION records in each of the topic's 4 partitions (auto-created with 4 on both)."""
+    async with Producer(bootstrap_servers=bootstrap) as producer:
+        for i in range(PER_PARTITION):
+            for partition in range(4):
+                await producer.send(topic, b"%d" % i, partition=partition)
+    return {(p, o) for p in range(4) for o in range(PER_PARTITION)}
+
+
+class CommitOnRevoke(ConsumerRebalanceListener):
+    """Commits what was processed before the partitions go (the pattern the issue asks for)."""
+
+    def __init__(self) -> None:
+        self.consumer: Consumer | None = None
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        assert self.consumer is not None
+        await self.consumer.commit()
+
+
+SETTINGS: dict[str, Any] = {
+    "auto_offset_reset": "earliest",
+    "session_timeout_ms": 6000,
+    "heartbeat_interval_ms": 200,
+    "fetch_max_wait_ms": 100,
+    "retry_backoff_ms": 50,
+    "max_poll_records": 7,
+}
+
+
+async def consume(consumer: Consumer, seen: list[tuple[int, int]], stop: asyncio.Event) -> None:
+    """Process (record) a few records at a time until ``stop``, slowly enough to be interrupted."""
+    while not stop.is_set():
+        batches = await consumer.getmany(timeout_ms=100)
+        for tp, records in batches.items():
+            seen.extend((tp.partition, r.offset) for r in records)
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("commit_mode", ["listener", "auto"])
+async def test_join_and_leave_mid_stream_process_each_record_once(bootstrap: str, commit_mode: str) -> None:
+    topic, group = f"once-{uuid.uuid4().hex[:8]}", f"group-{uuid.uuid4().hex[:8]}"
+    expected = await fill(bootstrap, topic)
+    seen: list[tuple[int, int]] = []
+
+    def make() -> Consumer:
+        listener = CommitOnRevoke() if commit_mode == "listener" else None
+        consumer = Consumer(
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            enable_auto_commit=commit_mode == "auto",
+            auto_commit_interval_ms=60000,  # only the commits made on revocation and close count
+            **SETTINGS,
+        )
+        if listener is not None:
+            listener.consumer = consumer
+        consumer._test_listener = listener  # type: ignore[attr-defined]
+        return consumer
+
+    first, second = make(), make()
+    stop_first, stop_second = asyncio.Event(), asyncio.Event()
+    await first.start()
+    first.subscribe([topic], listener=first._test_listener)  # type: ignore[attr-defined]
+    first_task = asyncio.create_task(consume(first, seen, stop_first))
+    try:
+        await _until(lambda: len(seen) >= 40, "the first member reads")
+        await second.start()
+        second.subscribe([topic], listener=second._test_listener)  # type: ignore[attr-defined]
+        second_task = asyncio.create_task(consume(second, seen, stop_second))
+        await _until(lambda: bool(first.assignment()) and bool(second.assignment())
+                     and not first.assignment() & second.assignment(), "both members hold partitions")
+        await _until(lambda: len(seen) >= 120, "both members read")
+        # The first member leaves: it commits what it processed, the second takes over from there.
+        stop_first.set()
+        await first_task
+        if commit_mode == "listener":
+            await first.commit()
+        await first.stop()
+        await _until(lambda: set(seen) >= expected, "the second member reads the rest", timeout=40)
+        stop_second.set()
+        await second_task
+    finally:
+        stop_first.set()
+        stop_second.set()
+        await first.stop()
+        await second.stop()
+    duplicates = len(seen) - len(set(seen))
+    assert set(seen) == expected
+    assert duplicates == 0, f"{duplicates} records processed twice"
+
+
+async def _until(condition: Any, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.02)
+
+
+def _tp(topic: str, partition: int) -> TopicPartition:
+    return TopicPartition(topic, partition)
