@@ -226,6 +226,8 @@ class Consumer:
         self._pattern_wake: asyncio.Event | None = None
         self._offsets_store: Any = None  # fallback OffsetCommit/OffsetFetch when there is no coordinator
         self._pattern_matched = False
+        #: (assignment_version, positions_epoch) when every partition last had a position.
+        self._prepared: tuple[int, int] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._last_poll = 0.0
 
@@ -457,9 +459,15 @@ class Consumer:
         elif coordinator is not None:
             coordinator.record_poll()
         self._last_poll = time.monotonic()
+        subscription = self._subscription
+        key = (subscription.assignment_version, subscription.positions_epoch)
+        if key == self._prepared:
+            return  # nothing can have lost its position or its topic's metadata since
         assert self._fetcher is not None
-        await self._fetcher.ensure_topic_metadata()
+        known = await self._fetcher.ensure_topic_metadata()
         await self._update_fetch_positions()
+        if known and not subscription.missing_positions():
+            self._prepared = key
 
     async def _update_fetch_positions(self) -> None:
         """Give every assigned partition without a position one: its committed offset (in a
@@ -528,9 +536,9 @@ class Consumer:
                 raise IllegalStateError(f"partition {tp} is not assigned to this consumer")
         while True:
             await self._poll_prepare()
-            records = fetcher.take_records(wanted, 1)
-            for batch in records.values():
-                return batch[0]
+            record = fetcher.take_one(wanted)
+            if record is not None:
+                return record
             await fetcher.wait_for_data(self._wait_slice())
             self._running()
 

@@ -310,6 +310,21 @@ class PartitionRecords:
             raise error
         return out
 
+    def next_record(self) -> ConsumerRecord | None:
+        """The next record if one is decoded and waiting (the common case), else None: then
+        ``take`` does the rest."""
+        pending = self._pending
+        index = self._pending_index
+        if index >= len(pending):
+            return None
+        record = pending[index]
+        index += 1
+        self._pending_index = index
+        self.next_offset = record.offset + 1
+        if index >= len(pending):
+            self.next_offset = max(self.next_offset, self._batch_end)
+        return record
+
     def _next_batch(self) -> bool:
         """Decode the next batch that has records to return into ``_pending``; False at the end."""
         batches = self._batches

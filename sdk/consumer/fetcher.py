@@ -143,8 +143,9 @@ class Fetcher:
         self._errors.pop(tp, None)
         self.wake()
 
-    async def ensure_topic_metadata(self) -> None:
-        """Look up assigned topics the metadata cache does not know yet, now.
+    async def ensure_topic_metadata(self) -> bool:
+        """Look up assigned topics the metadata cache does not know yet, now; True if none was
+        missing.
 
         The client's own refresh waits ``retry_backoff_ms`` after the previous one (the one made
         at start, typically), which would delay the first fetch of a fresh consumer; the Java
@@ -153,8 +154,10 @@ class Fetcher:
         client = self._client
         known = client.cluster.topics
         missing = {tp.topic for tp in self._subscription.assigned_partitions() if tp.topic not in known}
-        if not missing or _now() < self._next_metadata_lookup:
-            return
+        if not missing:
+            return True
+        if _now() < self._next_metadata_lookup:
+            return False
         self._next_metadata_lookup = _now() + self._config.retry_backoff_ms / 1000
         names = sorted(missing | client.topics)
         request = MetadataRequest(
@@ -165,10 +168,11 @@ class Fetcher:
             response = await client.send_to_any(request)
         except (KafkaError, OSError) as exc:
             log.debug("metadata lookup for %s failed: %r", sorted(missing), exc)
-            return
+            return False
         if not getattr(response, "error_code", 0):
             client.cluster.update(response, set(names))
             self.wake()
+        return False
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -480,6 +484,29 @@ class Fetcher:
             self._data_event.clear()
         return result
 
+    def take_one(self, partitions: list[TopicPartition] | None) -> ConsumerRecord | None:
+        """The next buffered record (of ``partitions`` if given), advancing its position: the
+        ``getone`` path, staying on one partition while it has records (as aiokafka's does)."""
+        wanted = partitions or None
+        subscription = self._subscription
+        for tp, part in self._completed.items():
+            if wanted is not None and tp not in wanted:
+                continue
+            state = subscription.get_state(tp)
+            if state is None or state.position != part.next_offset or part.error is not None:
+                break  # leave the unusual cases to take_records
+            if state.paused or state.revoking:
+                continue
+            record = part.next_record()
+            if record is None:
+                break
+            state.position = part.next_offset
+            return record
+        records = self.take_records(partitions, 1)
+        for batch in records.values():
+            return batch[0]
+        return None
+
     async def wait_for_data(self, timeout_s: float) -> None:
         """Until a response brings records or an error, or ``timeout_s`` passes."""
         if timeout_s <= 0:
@@ -518,7 +545,7 @@ class Fetcher:
             strategy = state.reset_strategy
             if strategy == "none":
                 self._errors[tp] = make_no_offset_error([tp])
-                state.reset_strategy = None
+                subscription.abandon_reset(tp)
                 self._data_event.set()
                 continue
             strategies[tp] = strategy
@@ -540,9 +567,7 @@ class Fetcher:
             else:
                 for tp in timestamps:
                     self._errors[tp] = exc
-                    state = subscription.get_state(tp)
-                    if state is not None:
-                        state.reset_strategy = None
+                    subscription.abandon_reset(tp)
                 self._data_event.set()
             self.wake()
             return

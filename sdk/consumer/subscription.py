@@ -74,6 +74,9 @@ class SubscriptionState:
         self._listeners: list[Callable[[], None]] = []
         #: Bumped on every assignment change.
         self.assignment_version = 0
+        #: Bumped whenever a partition may have lost its position (assignment change, reset
+        #: request, failed reset), so pollers can skip looking for missing positions otherwise.
+        self.positions_epoch = 0
 
     # -- subscription --------------------------------------------------------------------------
 
@@ -167,6 +170,7 @@ class SubscriptionState:
             state.revoking = False
         self._assignment = assignment
         self.assignment_version += 1
+        self.positions_epoch += 1
         for callback in list(self._listeners):
             callback()
 
@@ -239,6 +243,15 @@ class SubscriptionState:
         state = self.state(tp)
         state.position = None
         state.reset_strategy = strategy or self.default_reset
+        self.positions_epoch += 1
+
+    def abandon_reset(self, tp: TopicPartition) -> None:
+        """A reset failed for good: the partition is left without a position (the next poll
+        looks for one again)."""
+        state = self._assignment.get(tp)
+        if state is not None:
+            state.reset_strategy = None
+            self.positions_epoch += 1
 
     def all_consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
         """Positions of assigned partitions that have one (what auto-commit commits)."""

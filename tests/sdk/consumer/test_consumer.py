@@ -367,3 +367,28 @@ async def test_older_fetch_versions_read_the_same(kafka, topic_name, monkeypatch
         got = await read_n(consumer, len(sent))
         assert as_rows(got) == sorted(sent)
         assert consumer.highwater(TopicPartition(topic, 0)) == sum(1 for row in sent if row[0] == 0)
+
+
+async def test_getone_advances_the_position_record_by_record(kafka, topic_name):
+    topic = await kafka.create_topic(topic_name)
+    tp = TopicPartition(topic, 3)
+    async with Producer(bootstrap_servers=kafka.bootstrap) as producer:
+        for i in range(30):
+            await producer.send(topic, b"%d" % i, partition=3)
+    async with consumer_for(kafka) as consumer:
+        consumer.assign([tp])
+        for expected in range(3):
+            record = await consumer.getone()
+            assert record.offset == expected
+            assert await consumer.position(tp) == expected + 1
+        batch = await consumer.getmany(tp, timeout_ms=5000, max_records=5)
+        assert [r.offset for r in batch[tp]] == [3, 4, 5, 6, 7]
+        assert (await consumer.getone(tp)).offset == 8
+        consumer.seek(tp, 20)
+        assert (await consumer.getone()).offset == 20
+        consumer.pause(tp)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.5):
+                await consumer.getone()
+        consumer.resume(tp)
+        assert (await consumer.getone()).offset == 21
