@@ -392,3 +392,33 @@ async def test_getone_advances_the_position_record_by_record(kafka, topic_name):
                 await consumer.getone()
         consumer.resume(tp)
         assert (await consumer.getone()).offset == 21
+
+
+async def test_log_append_time_topics_report_the_broker_timestamp(broker, unique):
+    from sdk.client import KafkaClient
+    from sdk.protocol import messages
+
+    topic = unique("append-time")
+    client = KafkaClient(broker.bootstrap)
+    await client.start()
+    try:
+        topic_config = messages.CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(
+            name="message.timestamp.type", value="LogAppendTime"
+        )
+        response = await client.send_to_any(messages.CreateTopicsRequest(
+            topics=[messages.CreateTopicsRequest.CreatableTopic(
+                name=topic, num_partitions=1, replication_factor=1, configs=[topic_config])],
+            timeout_ms=10000,
+        ))
+        assert response.topics[0].error_code == 0, response
+    finally:
+        await client.close()
+    before = int(time.time() * 1000)
+    async with Producer(bootstrap_servers=broker.bootstrap) as producer:
+        for i in range(5):
+            await producer.send(topic, b"%d" % i, timestamp_ms=1_000 + i)
+    async with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        got = await read_n(consumer, 5)
+    assert {r.timestamp_type for r in got} == {1}
+    assert all(before <= r.timestamp <= int(time.time() * 1000) for r in got)
