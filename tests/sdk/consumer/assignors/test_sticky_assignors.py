@@ -19,6 +19,7 @@ from sdk.consumer.assignors import (
     Subscription,
 )
 from sdk.consumer.assignors.sticky import decode_sticky_user_data, encode_sticky_user_data
+from sdk.consumer.assignors.validation import cooperative_violations
 
 C1, C2, C3, C4 = "consumer1", "consumer2", "consumer3", "consumer4"
 T, T1, T2, T3 = "topic", "topic1", "topic2", "topic3"
@@ -330,3 +331,48 @@ def test_cooperative_v1_member_data_honours_user_data_generation():
     owned partitions come from the subscription and the generation from the user data."""
     data = CooperativeStickyAssignor.member_data(Subscription([T], struct.pack(">i", 4), tps((T, 0))))
     assert data.owned == tps((T, 0)) and data.generation == 4
+
+
+@both
+def test_move_existing_assignments_with_unequal_subscriptions(kind):
+    counts = {f"topic{i}": 1 for i in range(1, 7)}
+    t4, t5, t6 = "topic4", "topic5", "topic6"
+    topics_by_member = {C1: [T1, T2], C2: [T1, T2, T3, t4], C3: [T2, T3, t4, t5, t6]}
+    owned = {C1: tps((T1, 0)), C2: tps((T2, 0), (T3, 0)), C3: tps((t4, 0), (t5, 0), (t6, 0))}
+    subs = {c: owning(kind, topics_by_member[c], owned[c], GENERATION) for c in topics_by_member}
+    result = assign(kind, counts, subs)
+    if kind is CooperativeStickyAssignor:
+        found = {m: Assignment(sorted(p)) for m, p in result.items()}
+        assert cooperative_violations(subs, found) == set()
+        generation = GENERATION + 1
+        subs = {c: owning(kind, topics_by_member[c], sorted(result[c]), generation) for c in topics_by_member}
+        result = assign(kind, counts, subs)
+    check_complete(result, counts)
+    # Kafka's balance criterion: no member could take a partition from one with two more.
+    for small, small_tps in result.items():
+        for large_tps in result.values():
+            if len(small_tps) + 1 < len(large_tps):
+                assert not {tp.topic for tp in large_tps} & set(topics_by_member[small])
+
+
+@both
+def test_stickiness_when_the_leader_leaves(kind):
+    counts = {T1: 3}
+    first = assign(kind, counts, {c: fresh([T1]) for c in (C1, C2, C3, C4)})
+    assert all(len(p) <= 1 for p in first.values())
+    subs = {c: owning(kind, [T1], sorted(first[c]), GENERATION) for c in (C2, C3, C4)}
+    second = assign(kind, counts, subs)
+    for member, partitions in second.items():
+        assert first[member] <= partitions
+    if kind is StickyAssignor:
+        assert all(len(p) == 1 for p in second.values())
+
+
+@both
+def test_deleted_topics_are_dropped(kind):
+    result = assign(kind, {T1: 1, T3: 100}, {"consumer": fresh([T1, T2, T3])})
+    assert len(result["consumer"]) == 101
+    first = assign(kind, {T: 3}, {"consumer": fresh([T])})
+    # Its only topic is gone: the member keeps its claim on nothing.
+    gone = assign(kind, {}, {"consumer": owning(kind, [T], sorted(first["consumer"]), GENERATION)})
+    assert gone == {"consumer": set()}
