@@ -90,8 +90,7 @@ def assert_balanced(counts, topics_by_member, assignment):
     for member, topics in topics_by_member.items():
         by_subscription.setdefault(tuple(sorted(topics)), []).append(len(assignment[member]))
     for sizes in by_subscription.values():
-        if len(by_subscription) == 1:
-            assert max(sizes) - min(sizes) <= 1
+        assert max(sizes) - min(sizes) <= 1
 
 
 ALL_KINDS = [RangeAssignor, RoundRobinAssignor, StickyAssignor, CooperativeStickyAssignor]
