@@ -106,6 +106,8 @@ def _resolve_ownership(
                 mine.append(tp)
                 owner_of[tp] = member
                 continue
+            # As in Java, the earlier claimant's generation is taken from its subscription's
+            # generation field, the new claimant's from its member data.
             other_generation = members[other].subscription_generation
             if generation == other_generation:
                 # Two owners in one generation: neither claim is trusted.
