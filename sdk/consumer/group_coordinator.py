@@ -30,8 +30,7 @@ from typing import Any
 
 from sdk.client.client import KafkaClient
 from sdk.client.cluster import TopicPartition
-from sdk.client.connection import pick_version
-from sdk.client.coordinators import COORDINATOR_ERRORS, CoordinatorLookup, CoordinatorType
+from sdk.client.coordinators import COORDINATOR_ERRORS
 from sdk.consumer.assignors import (
     Assignment,
     ConsumerPartitionAssignor,
@@ -44,12 +43,20 @@ from sdk.consumer.assignors import (
 )
 from sdk.consumer.assignors.validation import cooperative_violations
 from sdk.consumer.errors import CommitFailedError, ConsumerStoppedError
+from sdk.consumer.group_channel import LOAD_IN_PROGRESS, GroupChannel
+from sdk.consumer.group_offsets import (
+    commit_errors,
+    commit_request,
+    fetch_request,
+    offset_commit_coordinator_error,
+    offset_fetch_coordinator_error,
+    read_fetch_response,
+)
 from sdk.consumer.group_rebalance import assignment_change, rebalance_protocol
 from sdk.consumer.listener import call_listener
 from sdk.consumer.records import ConsumerGroupMetadata, OffsetAndMetadata
 from sdk.consumer.subscription import SubscriptionState
 from sdk.errors import (
-    DecodeError,
     ErrorCode,
     FencedInstanceIdError,  # type: ignore[attr-defined]
     KafkaConnectionError,
@@ -72,25 +79,7 @@ __all__ = ["GroupCoordinator", "MemberState"]
 log = logging.getLogger(__name__)
 
 PROTOCOL_TYPE = "consumer"
-#: Highest versions sent: OffsetCommit/OffsetFetch v10 name topics by id, which we do not track.
-MAX_VERSIONS = {
-    JoinGroupRequest.API_KEY: 9,
-    SyncGroupRequest.API_KEY: 5,
-    HeartbeatRequest.API_KEY: 4,
-    LeaveGroupRequest.API_KEY: 5,
-    OffsetCommitRequest.API_KEY: 9,
-    OffsetFetchRequest.API_KEY: 9,
-}
-#: The newest non-flexible versions, for brokers that mishandle the flexible ones (see _request).
-NON_FLEXIBLE_MAX = {
-    JoinGroupRequest.API_KEY: 5,
-    SyncGroupRequest.API_KEY: 3,
-    HeartbeatRequest.API_KEY: 3,
-    LeaveGroupRequest.API_KEY: 2,
-}
-_Topic = OffsetCommitRequest.OffsetCommitRequestTopic
 _GENERATION_LOST = frozenset({ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION})
-_LOAD_IN_PROGRESS = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 
 
 class MemberState(enum.Enum):
@@ -141,8 +130,7 @@ class GroupCoordinator:
         self.assignors = list(assignors)
         self.exclude_internal_topics = exclude_internal_topics
         self.protocol = rebalance_protocol(self.assignors)
-        self._lookup = CoordinatorLookup(client)
-        self._no_flexible_nodes: set[int | None] = set()
+        self._channel = GroupChannel(client, group_id)
         self.member_id = ""
         self.generation = -1
         self.protocol_name: str | None = None
@@ -262,7 +250,7 @@ class GroupCoordinator:
                     if not exc.retriable:
                         raise
                     if isinstance(exc, KafkaConnectionError | KafkaTimeoutError):
-                        self._forget_coordinator()
+                        self._channel.forget()
                     log.debug("group %s: join failed, retrying: %r", self.group_id, exc)
                     await asyncio.sleep(self._client.retry_backoff.backoff_ms(attempt) / 1000)
                     attempt += 1
@@ -284,52 +272,21 @@ class GroupCoordinator:
             generation, member_id, instance_id = self.generation, self.member_id, self.group_instance_id
         else:
             generation, member_id, instance_id = -1, "", None
-        by_topic: dict[str, list[Any]] = {}
-        for tp, entry in offsets.items():
-            entry = entry if isinstance(entry, OffsetAndMetadata) else OffsetAndMetadata(int(entry))
-            by_topic.setdefault(tp.topic, []).append(
-                OffsetCommitRequest.OffsetCommitRequestPartition(
-                    partition_index=tp.partition,
-                    committed_offset=entry.offset,
-                    committed_leader_epoch=entry.leader_epoch,
-                    committed_metadata=entry.metadata,
-                )
-            )
-        request = OffsetCommitRequest(
-            group_id=self.group_id,
-            generation_id_or_member_epoch=generation,
-            member_id=member_id,
-            group_instance_id=instance_id,
-            topics=[_Topic(name=t, partitions=p) for t, p in by_topic.items()],
+        offsets = {
+            tp: entry if isinstance(entry, OffsetAndMetadata) else OffsetAndMetadata(int(entry))
+            for tp, entry in offsets.items()
+        }
+        request = commit_request(self.group_id, generation, member_id, instance_id, offsets)
+        response, _ = await self._channel.send_retrying(
+            OffsetCommitRequest.API_KEY, lambda version: request, offset_commit_coordinator_error
         )
-        response, _ = await self._coordinator_request(
-            OffsetCommitRequest.API_KEY, lambda version: request, _offset_commit_error
-        )
-        failed: list[str] = []
-        for topic in response.topics:
-            for part in topic.partitions:
-                code = part.error_code
-                if not code:
-                    continue
-                if code == ErrorCode.FENCED_INSTANCE_ID:
-                    self._fence("OffsetCommit")
-                    self._raise_if_fatal()
-                if code in _GENERATION_LOST:
-                    self._reset_generation(f"OffsetCommit answered {make_error(code).name}",
-                                           reset_member_id=code == ErrorCode.UNKNOWN_MEMBER_ID)
-                    raise CommitFailedError(
-                        f"commit rejected by group {self.group_id!r} ({make_error(code).name}): the member "
-                        "left the group or the group rebalanced; the partitions may belong to another member"
-                    )
-                if code == ErrorCode.REBALANCE_IN_PROGRESS:
-                    self.request_rejoin("OffsetCommit answered REBALANCE_IN_PROGRESS")
-                    raise CommitFailedError(
-                        f"commit rejected: group {self.group_id!r} is rebalancing; commit again after it"
-                    )
-                failed.append(f"{topic.name}-{part.partition_index}: {make_error(code).name}")
-                first = code
-        if failed:
-            raise make_error(first, "OffsetCommit failed for " + ", ".join(failed))
+        refused = commit_errors(response)
+        for code in refused.values():
+            self._on_commit_error(code)
+        if refused:
+            code = next(iter(refused.values()))
+            names = ", ".join(f"{t.topic}-{t.partition}: {make_error(c).name}" for t, c in refused.items())
+            raise make_error(code, f"OffsetCommit failed for {names}")
         self._last_committed.update(offsets)
 
     async def fetch_committed_offsets(
@@ -339,56 +296,15 @@ class GroupCoordinator:
         wanted = [TopicPartition(*tp) for tp in partitions]
         if not wanted:
             return {}
-        by_topic: dict[str, list[int]] = {}
-        for tp in wanted:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
         deadline = time.monotonic() + self._client.request_timeout_ms / 1000
         attempt = 0
         while True:
-
-            def build(version: int) -> OffsetFetchRequest:
-                if version >= 8:
-                    return OffsetFetchRequest(
-                        groups=[
-                            OffsetFetchRequest.OffsetFetchRequestGroup(
-                                group_id=self.group_id,
-                                topics=[
-                                    OffsetFetchRequest.OffsetFetchRequestTopics(name=t, partition_indexes=p)
-                                    for t, p in by_topic.items()
-                                ],
-                            )
-                        ],
-                        require_stable=True,
-                    )
-                return OffsetFetchRequest(
-                    group_id=self.group_id,
-                    topics=[
-                        OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=p)
-                        for t, p in by_topic.items()
-                    ],
-                    require_stable=True,
-                )
-
-            response, version = await self._coordinator_request(
-                OffsetFetchRequest.API_KEY, build, _offset_fetch_error
+            response, version = await self._channel.send_retrying(
+                OffsetFetchRequest.API_KEY,
+                lambda version: fetch_request(self.group_id, wanted, version),
+                offset_fetch_coordinator_error,
             )
-            group = response.groups[0] if version >= 8 else response
-            if group.error_code:
-                raise make_error(group.error_code, f"OffsetFetch for group {self.group_id!r}")
-            topics = group.topics
-            result: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(wanted)
-            unstable = False
-            for topic in topics:
-                for part in topic.partitions:
-                    tp = TopicPartition(topic.name, part.partition_index)
-                    if part.error_code == ErrorCode.UNSTABLE_OFFSET_COMMIT:
-                        unstable = True
-                    elif part.error_code:
-                        raise make_error(part.error_code, f"OffsetFetch {tp.topic}-{tp.partition}")
-                    elif tp in result and part.committed_offset >= 0:
-                        result[tp] = OffsetAndMetadata(
-                            part.committed_offset, part.metadata or "", part.committed_leader_epoch
-                        )
+            result, unstable = read_fetch_response(response, version, wanted, self.group_id)
             if not unstable:
                 return result
             # A transactional commit to these partitions is pending: its outcome decides the offset.
@@ -396,6 +312,26 @@ class GroupCoordinator:
                 raise make_error(ErrorCode.UNSTABLE_OFFSET_COMMIT, f"OffsetFetch for group {self.group_id!r}")
             await asyncio.sleep(self._client.retry_backoff.backoff_ms(attempt) / 1000)
             attempt += 1
+
+    def _on_commit_error(self, code: int) -> None:
+        """What a refused commit means for the membership; raises for the membership errors."""
+        if code == ErrorCode.FENCED_INSTANCE_ID:
+            self._fence("OffsetCommit")
+            self._raise_if_fatal()
+        if code in _GENERATION_LOST:
+            name = make_error(code).name
+            self._reset_generation(
+                f"OffsetCommit answered {name}", reset_member_id=code == ErrorCode.UNKNOWN_MEMBER_ID
+            )
+            raise CommitFailedError(
+                f"commit rejected by group {self.group_id!r} ({name}): the member left the group or the "
+                "group rebalanced; the partitions may belong to another member"
+            )
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            self.request_rejoin("OffsetCommit answered REBALANCE_IN_PROGRESS")
+            raise CommitFailedError(
+                f"commit rejected: group {self.group_id!r} is rebalancing; commit again after it"
+            )
 
     # -- joining --------------------------------------------------------------------------------
 
@@ -423,13 +359,12 @@ class GroupCoordinator:
         if self._needs_join_prepare:
             await self._on_join_prepare()
             self._needs_join_prepare = False
-        node = await self._coordinator_node()
-        conn = await self._client.get_connection(node)
+        conn, node = await self._channel.connection()
         topics = self._topics_to_join()
         self._joined_topics = topics
         self.state = MemberState.REBALANCING
         reason, self._rejoin_reason = self._rejoin_reason, None
-        join_version = self._version(conn, JoinGroupRequest.API_KEY)
+        join_version = self._channel.version(conn, JoinGroupRequest.API_KEY)
         owned = sorted(self._subscription.assigned_partitions())
         protocols = [
             JoinGroupRequest.JoinGroupRequestProtocol(
@@ -457,7 +392,7 @@ class GroupCoordinator:
         )
         # The coordinator holds JoinGroup until every member joined or the rebalance timeout ends.
         timeout_ms = max(self._client.request_timeout_ms, self.rebalance_timeout_ms + 5000)
-        response = await self._request(conn, request, join_version, timeout_ms)
+        response = await self._channel.send(conn, request, join_version, timeout_ms)
         self._check_join_error(response.error_code, response.member_id, node)
         self.member_id = response.member_id
         self.generation = response.generation_id
@@ -472,7 +407,7 @@ class GroupCoordinator:
             assignments = await self._assign(response.protocol_name, response.members)
         else:
             self._assigned_counts = {}
-        sync_version = self._version(conn, SyncGroupRequest.API_KEY)
+        sync_version = self._channel.version(conn, SyncGroupRequest.API_KEY)
         sync = SyncGroupRequest(
             group_id=self.group_id,
             generation_id=self.generation,
@@ -485,7 +420,7 @@ class GroupCoordinator:
                 for m, a in assignments.items()
             ],
         )
-        sync_response = await self._request(conn, sync, sync_version, timeout_ms)
+        sync_response = await self._channel.send(conn, sync, sync_version, timeout_ms)
         self._check_sync_error(sync_response.error_code, node)
         if sync_version >= 5 and sync_response.protocol_name not in (None, self.protocol_name):
             raise make_error(
@@ -512,10 +447,10 @@ class GroupCoordinator:
             raise _Retry("JoinGroup: illegal generation")
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             raise _Retry("JoinGroup: rebalance in progress", backoff=False)
-        if code == _LOAD_IN_PROGRESS:
+        if code == LOAD_IN_PROGRESS:
             raise _Retry("JoinGroup: coordinator loading")
         if code in COORDINATOR_ERRORS:
-            self._forget_coordinator(node)
+            self._channel.forget(node)
             raise _Retry(f"JoinGroup: {make_error(code).name}")
         if code == ErrorCode.FENCED_INSTANCE_ID:
             self._fence("JoinGroup")
@@ -532,7 +467,7 @@ class GroupCoordinator:
                                    reset_member_id=code == ErrorCode.UNKNOWN_MEMBER_ID)
             raise _Retry(f"SyncGroup: {make_error(code).name}")
         if code in COORDINATOR_ERRORS:
-            self._forget_coordinator(node)
+            self._channel.forget(node)
             raise _Retry(f"SyncGroup: {make_error(code).name}")
         if code == ErrorCode.FENCED_INSTANCE_ID:
             self._fence("SyncGroup")
@@ -698,79 +633,14 @@ class GroupCoordinator:
 
     # -- coordinator and requests ---------------------------------------------------------------
 
-    async def _coordinator_node(self) -> int:
-        return await self._lookup.coordinator(CoordinatorType.GROUP, self.group_id)
-
-    def _forget_coordinator(self, node: int | None = None) -> None:
-        self._lookup.invalidate(CoordinatorType.GROUP, self.group_id, node)
-
-    def _version(self, conn: Any, api_key: int) -> int:
-        cap = MAX_VERSIONS[api_key]
-        if conn.node_id in self._no_flexible_nodes:
-            cap = min(cap, NON_FLEXIBLE_MAX.get(api_key, cap))
-        return pick_version(api_key, conn.broker_versions.get(api_key), max_version=cap)
-
-    async def _request(self, conn: Any, request: Any, version: int, timeout_ms: float | None = None) -> Any:
-        try:
-            return await conn.request(request, version, timeout_ms=timeout_ms)
-        except (KafkaConnectionError, DecodeError) as exc:
-            api_key = request.API_KEY
-            if api_key in NON_FLEXIBLE_MAX and version > NON_FLEXIBLE_MAX[api_key]:
-                # Some brokers advertise the flexible group versions but drop the connection on
-                # them or answer them malformed (librdkafka's mock cluster 2.x): speak the
-                # newest non-flexible versions to this broker from now on.
-                log.warning(
-                    "group %s: broker %s failed %s v%d (%r): using non-flexible group versions with it",
-                    self.group_id, conn.node_id, type(request).__name__, version, exc,
-                )
-                self._no_flexible_nodes.add(conn.node_id)
-            self._forget_coordinator(conn.node_id)
-            if isinstance(exc, DecodeError):
-                raise KafkaConnectionError(f"malformed answer to {type(request).__name__}: {exc}") from exc
-            raise
-        except KafkaTimeoutError:
-            self._forget_coordinator(conn.node_id)
-            raise
-
-    async def _coordinator_request(self, api_key: int, build: Any, first_error: Any) -> tuple[Any, int]:
-        """``build(version)`` sent to the coordinator, re-finding it on coordinator errors until the
-        request timeout; returns the response and its version. ``first_error(response)`` is the
-        response's coordinator-level error code (0 for none)."""
-        deadline = time.monotonic() + self._client.request_timeout_ms / 1000
-        attempt = 0
-        last: BaseException | None = None
-        while time.monotonic() < deadline:
-            try:
-                node = await self._coordinator_node()
-                conn = await self._client.get_connection(node)
-                version = self._version(conn, api_key)
-                response = await self._request(conn, build(version), version)
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                last = exc
-            else:
-                code = first_error(response)
-                if code in COORDINATOR_ERRORS:
-                    self._forget_coordinator(node)
-                    last = make_error(code)
-                elif code == _LOAD_IN_PROGRESS:
-                    last = make_error(code)
-                else:
-                    return response, version
-            await asyncio.sleep(self._client.retry_backoff.backoff_ms(attempt) / 1000)
-            attempt += 1
-        raise KafkaTimeoutError(f"no answer from the coordinator of group {self.group_id!r}: {last}")
-
     async def _leave_group(self, reason: str) -> None:
         """LeaveGroup for this (dynamic) member; best effort: the session timeout also removes it."""
         member_id = self.member_id
         self.member_id, self.generation, self.state = "", -1, MemberState.UNJOINED
         try:
             for attempt in range(2):
-                node = await self._coordinator_node()
-                conn = await self._client.get_connection(node)
-                version = self._version(conn, LeaveGroupRequest.API_KEY)
+                conn, _ = await self._channel.connection()
+                version = self._channel.version(conn, LeaveGroupRequest.API_KEY)
                 if version >= 3:
                     request = LeaveGroupRequest(
                         group_id=self.group_id,
@@ -780,7 +650,7 @@ class GroupCoordinator:
                 else:
                     request = LeaveGroupRequest(group_id=self.group_id, member_id=member_id)
                 try:
-                    response = await self._request(conn, request, version)
+                    response = await self._channel.send(conn, request, version)
                     break
                 except KafkaConnectionError:
                     if attempt:
@@ -820,8 +690,7 @@ class GroupCoordinator:
             interval = self.heartbeat_interval_ms / 1000
 
     async def _heartbeat(self) -> None:
-        node = await self._coordinator_node()
-        conn = await self._client.get_connection(node)
+        conn, node = await self._channel.connection()
         generation, member_id = self.generation, self.member_id
         request = HeartbeatRequest(
             group_id=self.group_id,
@@ -829,7 +698,8 @@ class GroupCoordinator:
             member_id=member_id,
             group_instance_id=self.group_instance_id,
         )
-        response = await self._request(conn, request, self._version(conn, HeartbeatRequest.API_KEY))
+        version = self._channel.version(conn, HeartbeatRequest.API_KEY)
+        response = await self._channel.send(conn, request, version)
         code = response.error_code
         if not code or generation != self.generation or self.state != MemberState.STABLE:
             return  # answered for a generation we already left behind
@@ -841,7 +711,7 @@ class GroupCoordinator:
         elif code == ErrorCode.FENCED_INSTANCE_ID:
             self._fence("Heartbeat")
         elif code in COORDINATOR_ERRORS:
-            self._forget_coordinator(node)
+            self._channel.forget(node)
             raise make_error(code, "Heartbeat")
         else:
             raise make_error(code, "Heartbeat")
@@ -892,28 +762,3 @@ class GroupCoordinator:
         if offsets:
             await self.commit_offsets(offsets)
 
-
-def _offset_commit_error(response: Any) -> int:
-    """The coordinator error of an OffsetCommit response (reported per partition)."""
-    for topic in response.topics:
-        for part in topic.partitions:
-            if part.error_code in COORDINATOR_ERRORS or part.error_code == _LOAD_IN_PROGRESS:
-                return int(part.error_code)
-    return 0
-
-
-def _offset_fetch_error(response: Any) -> int:
-    """The coordinator error of an OffsetFetch response (top level, per group in v8+)."""
-    if response.groups:
-        code = int(response.groups[0].error_code)
-        topics = response.groups[0].topics
-    else:
-        code = int(getattr(response, "error_code", 0) or 0)
-        topics = response.topics
-    if code:
-        return code
-    for topic in topics:
-        for part in topic.partitions:
-            if part.error_code in COORDINATOR_ERRORS or part.error_code == _LOAD_IN_PROGRESS:
-                return int(part.error_code)
-    return 0
