@@ -1,36 +1,40 @@
-"""The broker: storage, handlers and the network server wired together, plus background chores.
+"""The broker: storage, services and handlers and the network server wired together.
 
-``async with Broker(config) as broker:`` opens the logs (running recovery), binds the listener and
-starts the retention loop; leaving the block stops accepting, drops connections, and closes the
-logs cleanly (flush, close segments, write the checkpoints recovery would otherwise rebuild).
+``async with Broker(config) as broker:`` opens the logs (running recovery), starts the services
+(the group coordinator, which starts loading ``__consumer_offsets``; the log's retention and
+housekeeping chores) and binds the listener; leaving the block stops accepting, drops
+connections, stops the services and closes the logs cleanly (flush, close segments, write the
+checkpoints recovery would otherwise rebuild).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Callable
 
 from reference_broker._event_loop import loop_name
+from reference_broker.clock import Clock, LoopClock
 from reference_broker.config import BrokerConfig
+from reference_broker.coordinator.group.coordinator import GroupCoordinator
+from reference_broker.coordinator.group.service import GroupCoordinatorService
 from reference_broker.handlers import HandlerRegistry
 from reference_broker.handlers import install_all as install_handlers
 from reference_broker.handlers.fetch_sessions import FetchSessionCache
 from reference_broker.network.server import KafkaServer
 from reference_broker.producer_ids import ProducerIdManager
+from reference_broker.services import LogChores, ServiceRunner
 from reference_broker.storage import Storage
 from reference_broker.waiters import DataWaiters
 
 log = logging.getLogger("reference_broker")
-HOUSEKEEPING_INTERVAL_S = 5.0
 
 
 class Broker:
     """One single-node Kafka broker serving ``config.data_dir`` on ``config.host:config.port``."""
 
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, clock: Clock | None = None):
         self.config = config
+        self.clock: Clock = clock or LoopClock()
         self.node_id = config.node_id
         self.waiters = DataWaiters()
         self.registry = HandlerRegistry(self)
@@ -40,7 +44,10 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
         self.cluster_id = ""
         self.server: KafkaServer | None = None
-        self._chores: list[asyncio.Task[None]] = []
+        self.services = ServiceRunner()
+        self.group_service: GroupCoordinatorService | None = None
+        #: Set by the transaction coordinator's service (next issue); FindCoordinator checks it.
+        self.transaction_coordinator: object | None = None
         self.host = config.host
         self.port = config.port
 
@@ -48,6 +55,11 @@ class Broker:
     def logs(self) -> Storage:
         assert self.storage is not None, "broker not started"
         return self.storage
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        assert self.group_service is not None, "broker not started"
+        return self.group_service.coordinator
 
     @property
     def advertised_host(self) -> str:
@@ -67,23 +79,17 @@ class Broker:
         self.storage = Storage.open(self.config, on_data=self.waiters.notify)
         self.cluster_id = self.storage.cluster_id
         try:
+            self._add_services(self.storage)
+            await self.services.start()
             self.server = KafkaServer(
                 self.registry, self.config.host, self.config.port, self.config.get("socket.request.max.bytes")
             )
             self.host, self.port = await self.server.start()
         except BaseException:
+            await self.services.stop()
             self.storage.close()
             self.storage = None
             raise
-        retention_s = self.config.get("log.retention.check.interval.ms") / 1000
-        self._chores.append(
-            asyncio.create_task(self._every(retention_s, self.logs.enforce_retention), name="retention")
-        )
-        self._chores.append(
-            asyncio.create_task(
-                self._every(HOUSEKEEPING_INTERVAL_S, self.logs.housekeeping), name="housekeeping"
-            )
-        )
         log.info(
             "broker %d (cluster %s) listening on %s:%d, data in %s, event loop %s",
             self.node_id,
@@ -94,26 +100,23 @@ class Broker:
             loop_name(asyncio.get_running_loop()),
         )
 
-    @staticmethod
-    async def _every(interval_s: float, chore: Callable[[], None]) -> None:
-        """Run ``chore`` every ``interval_s`` seconds; a failing run is logged, not fatal."""
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                chore()
-            except Exception:
-                log.exception("%s failed", getattr(chore, "__name__", chore))
+    def _add_services(self, storage: Storage) -> None:
+        self.services = ServiceRunner()
+        self.group_service = GroupCoordinatorService(self.config, storage, self.clock)
+        self.services.add(self.group_service)
+        self.services.add(
+            LogChores(
+                self.config.get("log.retention.check.interval.ms") / 1000,
+                storage.enforce_retention,
+                storage.housekeeping,
+            )
+        )
 
     async def stop(self) -> None:
-        for task in self._chores:
-            task.cancel()
-        for task in self._chores:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._chores.clear()
         if self.server is not None:
             await self.server.close()
             self.server = None
+        await self.services.stop()
         self.waiters.notify_all()
         if self.storage is not None:
             self.storage.close()

@@ -280,9 +280,50 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "max.incremental.fetch.session.cache.slots", _B.INT, 1000, "Fetch sessions kept.", at_least(0)
         ),
         ConfigKey(
-            "group.initial.rebalance.delay.ms", _B.INT, 3000, "For the group coordinator.", at_least(0)
+            "group.initial.rebalance.delay.ms",
+            _B.INT,
+            3000,
+            "How long an empty group's first rebalance waits for more members (ms).",
+            at_least(0),
         ),
-        ConfigKey("offsets.retention.minutes", _B.INT, 10080, "For the group coordinator.", at_least(1)),
+        ConfigKey(
+            "group.min.session.timeout.ms",
+            _B.INT,
+            1000,
+            "Shortest session timeout a member may ask for (Kafka: 6000; lower so tests run fast).",
+            at_least(0),
+        ),
+        ConfigKey(
+            "group.max.session.timeout.ms", _B.INT, 1_800_000, "Longest session timeout.", at_least(0)
+        ),
+        ConfigKey("group.max.size", _B.INT, INT_MAX, "Most members a group may have.", at_least(1)),
+        ConfigKey(
+            "offset.metadata.max.bytes", _B.INT, 4096, "Longest commit metadata string.", at_least(0)
+        ),
+        ConfigKey(
+            "offsets.topic.num.partitions", _B.INT, 50, "Partitions of __consumer_offsets.", at_least(1)
+        ),
+        ConfigKey(
+            "offsets.topic.segment.bytes",
+            _B.INT,
+            100 * MIB,
+            "Segment size of __consumer_offsets.",
+            at_least(14),
+        ),
+        ConfigKey(
+            "offsets.retention.minutes",
+            _B.INT,
+            10080,
+            "How long an empty group's committed offsets are kept.",
+            at_least(1),
+        ),
+        ConfigKey(
+            "offsets.retention.check.interval.ms",
+            _B.LONG,
+            600_000,
+            "How often expired offsets are removed.",
+            at_least(1),
+        ),
         ConfigKey("transaction.max.timeout.ms", _B.INT, 900_000, "Longest transaction timeout.", at_least(1)),
         ConfigKey(
             "transactional.id.expiration.ms",

@@ -11,15 +11,25 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 
 from reference_broker.config import BrokerConfig, ConfigError
 from reference_broker.log.config import LogConfig
 from reference_broker.log.log_manager import LogManager, TopicMetadata
 from reference_broker.log.partition_log import AppendResult
+from sdk.records import RecordBatch, RecordBatchBuilder, build_control_batch, iter_batches
 
 log = logging.getLogger("reference_broker.storage")
+
+CONSUMER_OFFSETS = "__consumer_offsets"
+TRANSACTION_STATE = "__transaction_state"
+#: Topics the coordinators own: reported with is_internal in Metadata, written only by them.
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, TRANSACTION_STATE})
+
+
+def is_internal(topic: str) -> bool:
+    return topic in INTERNAL_TOPICS
 
 
 def now_ms() -> int:
@@ -162,3 +172,57 @@ class Storage:
 
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         return self.manager.get_log(topic, partition).delete_records_before(offset, now_ms=now_ms())
+
+    # -- coordinators --------------------------------------------------------------------
+
+    def ensure_internal_topic(
+        self, name: str, partitions: int, overrides: Mapping[str, str]
+    ) -> TopicMetadata:
+        """The internal topic ``name``, created with ``partitions`` the first time. Like Kafka, an
+        existing topic keeps its partition count (it decides where each key lives)."""
+        assert is_internal(name), name
+        meta = self.manager.topic(name)
+        if meta is None:
+            meta = self.manager.create_topic(name, partitions, dict(overrides))
+            log.info("created internal topic %s with %d partitions", name, partitions)
+        return meta
+
+    def append_as_coordinator(
+        self, topic: str, partition: int, records: list[tuple[bytes, bytes | None]]
+    ) -> AppendResult:
+        """Append ``records`` (key, value or None for a tombstone) as one batch on behalf of a
+        coordinator: the coordinator's own state, not a client's produce."""
+        builder = RecordBatchBuilder()
+        now = now_ms()
+        for key, value in records:
+            builder.append(now, key, value)
+        return self.append(topic, partition, builder.build())
+
+    def append_control_batch(
+        self,
+        topic: str,
+        partition: int,
+        control_type: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+    ) -> AppendResult:
+        """A COMMIT/ABORT marker ending a producer's transaction on this partition (written by the
+        transaction coordinator)."""
+        batch = build_control_batch(control_type, producer_id, producer_epoch, coordinator_epoch)
+        return self.append(topic, partition, batch)
+
+    def read_batches(self, topic: str, partition: int, chunk_bytes: int = 1 << 20) -> Iterator[RecordBatch]:
+        """Every batch of the partition from its log start to the high watermark (for loading a
+        coordinator's state)."""
+        plog = self.manager.get_log(topic, partition)
+        offset = plog.log_start_offset
+        while offset < plog.high_watermark:
+            data = self.read(topic, partition, offset, chunk_bytes, min_one=True, committed=False).records
+            batches = list(iter_batches(bytes(data)))
+            if not batches:
+                break
+            for batch in batches:
+                if batch.next_offset > offset:
+                    yield batch
+            offset = max(offset, batches[-1].next_offset)

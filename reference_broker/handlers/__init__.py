@@ -16,8 +16,10 @@ from reference_broker.handlers import (
     cluster,
     configs,
     fetch,
+    groups,
     list_offsets,
     metadata,
+    offsets,
     produce,
     producer_ids,
     records_admin,
@@ -36,6 +38,8 @@ FAMILIES = (
     records_admin,
     cluster,
     producer_ids,
+    groups,
+    offsets,
 )
 
 

@@ -12,6 +12,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from reference_broker.handlers.common import LEADER_EPOCH, ZERO_UUID, error_code_of, topic_name_problem
+from reference_broker.storage import is_internal
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import MetadataRequest, MetadataResponse
 
@@ -40,7 +41,7 @@ def topic_entry(
         error_code=0,
         name=info.name,
         topic_id=info.topic_id,
-        is_internal=info.name.startswith("__"),
+        is_internal=is_internal(info.name),
         partitions=[
             Partition(
                 error_code=0,

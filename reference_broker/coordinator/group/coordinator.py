@@ -1,0 +1,862 @@
+"""The classic group coordinator: Kafka's ``GroupCoordinator`` rebalance protocol and offset store.
+
+Everything here runs on the broker's event loop and never blocks: requests that must wait (JoinGroup
+until the join window closes, SyncGroup until the leader's assignment arrives) pass a callback that
+is called with their answer later. Time comes from a ``Clock``, so the tests drive session
+timeouts and rebalance windows with ``ManualClock`` and no sockets.
+
+State changes that must survive a restart (committed offsets, the group after each completed
+rebalance, a static member's new member id) are written through a ``GroupStore`` as Kafka's
+``__consumer_offsets`` records before they take effect, and read back by ``load_records``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from reference_broker.clock import Clock
+from reference_broker.coordinator.group import records
+from reference_broker.coordinator.group.state import (
+    CommittedOffset,
+    Group,
+    GroupState,
+    JoinCallback,
+    JoinResult,
+    Member,
+    SyncCallback,
+    SyncResult,
+)
+from sdk.protocol.errors import ErrorCode
+
+log = logging.getLogger("reference_broker.group_coordinator")
+
+E = ErrorCode
+#: Record written to ``__consumer_offsets``: (key, value or None for a tombstone).
+Record = tuple[bytes, bytes | None]
+
+
+class GroupStore(Protocol):
+    """Where the coordinator's records go: one ``__consumer_offsets`` partition per group."""
+
+    def write(self, partition: int, batch: list[Record]) -> None:
+        """Append ``batch`` atomically; raises on failure (nothing is then applied)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupConfig:
+    """The broker settings the coordinator obeys (Kafka's names in ``reference_broker.config``)."""
+
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = 3000
+    max_group_size: int = 2**31 - 1
+    offset_metadata_max_bytes: int = 4096
+    offsets_retention_ms: int = 7 * 24 * 3_600_000
+    num_partitions: int = 50
+
+
+@dataclasses.dataclass
+class LeaveOutcome:
+    member_id: str
+    group_instance_id: str | None
+    error: int
+
+
+class GroupCoordinator:
+    """Every classic group of this broker."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        config: GroupConfig,
+        store: GroupStore | None = None,
+        topic_exists: Callable[[str, int], bool] | None = None,
+    ):
+        self.clock = clock
+        self.config = config
+        self.store = store
+        self.topic_exists = topic_exists or (lambda topic, partition: True)
+        self.groups: dict[str, Group] = {}
+        #: ``__consumer_offsets`` partitions whose records are still being read at start-up.
+        self.loading: set[int] = set()
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        return records.partition_for(group_id, self.config.num_partitions)
+
+    def is_loading(self, group_id: str) -> bool:
+        return bool(self.loading) and self.partition_for(group_id) in self.loading
+
+    def _write(self, group_id: str, batch: list[Record]) -> int:
+        """Persist ``batch`` for ``group_id``; an error code (0 when stored)."""
+        if self.store is None or not batch:
+            return 0
+        try:
+            self.store.write(self.partition_for(group_id), batch)
+        except Exception:
+            log.exception("writing group %s to __consumer_offsets failed", group_id)
+            return E.COORDINATOR_NOT_AVAILABLE
+        return 0
+
+    def _group_record(self, group: Group) -> Record:
+        value = records.GroupMetadataValue(
+            protocol_type=group.protocol_type or "",
+            generation=group.generation,
+            protocol=group.protocol_name,
+            leader=group.leader_id,
+            current_state_timestamp=group.state_timestamp_ms,
+            members=[
+                records.GroupMetadataValue.MemberMetadata(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    rebalance_timeout=m.rebalance_timeout_ms,
+                    session_timeout=m.session_timeout_ms,
+                    subscription=m.metadata_for(group.protocol_name) if group.protocol_name else b"",
+                    assignment=m.assignment,
+                )
+                for m in group.members.values()
+            ],
+        )
+        return records.group_key(group.group_id), records.group_value(value)
+
+    def _store_group(self, group: Group) -> int:
+        return self._write(group.group_id, [self._group_record(group)])
+
+    def _new_member_id(self, client_id: str, group_instance_id: str | None) -> str:
+        return f"{group_instance_id or client_id}-{uuid.uuid4()}"
+
+    # -- heartbeats and session expiry ---------------------------------------------------
+
+    def _schedule_heartbeat(self, group: Group, member: Member) -> None:
+        if member.heartbeat_timer is not None:
+            member.heartbeat_timer.cancel()
+        member.heartbeat_timer = self.clock.call_later(
+            member.session_timeout_ms, lambda: self._heartbeat_expired(group, member)
+        )
+
+    def _heartbeat_expired(self, group: Group, member: Member) -> None:
+        member.heartbeat_timer = None
+        if group.members.get(member.member_id) is not member:
+            return
+        if member.awaiting_join or member.awaiting_sync:
+            # A request of this member is in flight: it is alive (Kafka's hasSatisfiedHeartbeat).
+            self._schedule_heartbeat(group, member)
+            return
+        log.info("member %s of group %s expired (session timeout)", member.member_id, group.group_id)
+        self._remove_member_and_update(group, member)
+
+    def _schedule_pending_expiry(self, group: Group, member_id: str, session_timeout_ms: int) -> None:
+        def expire() -> None:
+            if member_id in group.pending_members:
+                group.pending_members.discard(member_id)
+                if group.is_(GroupState.PREPARING_REBALANCE):
+                    self._try_complete_join(group)
+
+        self.clock.call_later(session_timeout_ms, expire)
+
+    # -- JoinGroup -----------------------------------------------------------------------
+
+    def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        require_known_member_id: bool,
+        client_id: str,
+        client_host: str,
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        respond: JoinCallback,
+    ) -> None:
+        """Kafka's ``handleJoinGroup``: answered through ``respond``, now or when the join window closes."""
+        if not group_id:
+            return respond(JoinResult(E.INVALID_GROUP_ID, member_id))
+        if self.is_loading(group_id):
+            return respond(JoinResult(E.COORDINATOR_LOAD_IN_PROGRESS, member_id))
+        if not self.config.min_session_timeout_ms <= session_timeout_ms <= self.config.max_session_timeout_ms:
+            return respond(JoinResult(E.INVALID_SESSION_TIMEOUT, member_id))
+        if rebalance_timeout_ms < 0:
+            rebalance_timeout_ms = session_timeout_ms
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return respond(JoinResult(E.UNKNOWN_MEMBER_ID, member_id))
+            group = self.groups[group_id] = Group(group_id, self.clock.now_ms())
+        if group.is_(GroupState.DEAD):
+            return respond(JoinResult(E.COORDINATOR_NOT_AVAILABLE, member_id))
+        known = member_id in group.members or member_id in group.pending_members
+        if not known and len(group.members) + len(group.pending_members) >= self.config.max_group_size:
+            static_rejoin = group_instance_id is not None and group_instance_id in group.static_members
+            if not static_rejoin:
+                return respond(JoinResult(E.GROUP_MAX_SIZE_REACHED, member_id))
+        if not group.supports(protocol_type, protocols):
+            return respond(JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id))
+        member_args = (
+            client_id,
+            client_host,
+            rebalance_timeout_ms,
+            session_timeout_ms,
+            protocol_type,
+            protocols,
+        )
+        if not member_id:
+            self._join_unknown(group, group_instance_id, require_known_member_id, member_args, respond)
+        else:
+            self._join_known(group, member_id, group_instance_id, member_args, respond)
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            self._try_complete_join(group)
+        return None
+
+    def _join_unknown(
+        self,
+        group: Group,
+        group_instance_id: str | None,
+        require_known_member_id: bool,
+        member_args: tuple,
+        respond: JoinCallback,
+    ) -> None:
+        client_id, _, _, session_timeout_ms, _, _ = member_args
+        new_id = self._new_member_id(client_id, group_instance_id)
+        if group_instance_id is not None and group_instance_id in group.static_members:
+            self._replace_static_member(group, group_instance_id, new_id, member_args, respond)
+        elif group_instance_id is None and require_known_member_id:
+            group.pending_members.add(new_id)
+            self._schedule_pending_expiry(group, new_id, session_timeout_ms)
+            respond(JoinResult(E.MEMBER_ID_REQUIRED, new_id))
+        else:
+            self._add_member_and_rebalance(group, new_id, group_instance_id, member_args, respond)
+
+    def _join_known(
+        self,
+        group: Group,
+        member_id: str,
+        group_instance_id: str | None,
+        member_args: tuple,
+        respond: JoinCallback,
+    ) -> None:
+        if group.is_static_member_fenced(group_instance_id, member_id):
+            return respond(JoinResult(E.FENCED_INSTANCE_ID, member_id))
+        if member_id in group.pending_members:
+            group.pending_members.discard(member_id)
+            return self._add_member_and_rebalance(group, member_id, group_instance_id, member_args, respond)
+        member = group.members.get(member_id)
+        if member is None or group.is_(GroupState.EMPTY, GroupState.DEAD):
+            return respond(JoinResult(E.UNKNOWN_MEMBER_ID, member_id))
+        if member.group_instance_id != group_instance_id and group_instance_id is not None:
+            return respond(JoinResult(E.FENCED_INSTANCE_ID, member_id))
+        protocols = member_args[5]
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            return self._update_member_and_rebalance(group, member, member_args, respond)
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            if member.matches(protocols):
+                # The join response was lost: answer it again (Kafka does the same).
+                return respond(self._join_result(group, member))
+            return self._update_member_and_rebalance(group, member, member_args, respond)
+        # Stable
+        if group.leader_id == member_id or not member.matches(protocols):
+            return self._update_member_and_rebalance(group, member, member_args, respond)
+        self._schedule_heartbeat(group, member)
+        return respond(self._join_result(group, member))
+
+    def _join_result(self, group: Group, member: Member) -> JoinResult:
+        is_leader = group.leader_id == member.member_id
+        return JoinResult(
+            0,
+            member.member_id,
+            group.generation,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader_id or "",
+            members=self._member_list(group) if is_leader else [],
+        )
+
+    def _member_list(self, group: Group) -> list[tuple[str, str | None, bytes]]:
+        assert group.protocol_name is not None
+        return [
+            (m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name))
+            for m in group.members.values()
+        ]
+
+    def _add_member_and_rebalance(
+        self,
+        group: Group,
+        member_id: str,
+        group_instance_id: str | None,
+        member_args: tuple,
+        respond: JoinCallback,
+    ) -> None:
+        client_id, client_host, rebalance_ms, session_ms, protocol_type, protocols = member_args
+        member = Member(
+            member_id,
+            group_instance_id,
+            client_id,
+            client_host,
+            rebalance_ms,
+            session_ms,
+            protocol_type,
+            list(protocols),
+            join_callback=respond,
+            is_new=True,
+        )
+        if group.is_(GroupState.PREPARING_REBALANCE) and group.generation == 0:
+            group.new_member_added = True
+        group.add(member)
+        self._schedule_heartbeat(group, member)
+        self._maybe_prepare_rebalance(group, f"adding member {member_id}")
+
+    def _update_member_and_rebalance(
+        self, group: Group, member: Member, member_args: tuple, respond: JoinCallback
+    ) -> None:
+        _, _, rebalance_ms, session_ms, _, protocols = member_args
+        member.rebalance_timeout_ms = rebalance_ms
+        member.session_timeout_ms = session_ms
+        member.protocols = list(protocols)
+        member.join_callback = respond
+        self._schedule_heartbeat(group, member)
+        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoining")
+
+    def _replace_static_member(
+        self, group: Group, instance_id: str, new_id: str, member_args: tuple, respond: JoinCallback
+    ) -> None:
+        """A static member restarted: it takes a new member id and keeps its assignment (KIP-345);
+        the old id is fenced. In a Stable group whose protocol choice it does not change, no
+        rebalance happens (Kafka's ``updateStaticMemberAndRebalance``)."""
+        old_id = group.static_members[instance_id]
+        old = group.members.pop(old_id)
+        old_leader = group.leader_id
+        if old.heartbeat_timer is not None:
+            old.heartbeat_timer.cancel()
+        if old.join_callback is not None:
+            callback, old.join_callback = old.join_callback, None
+            callback(JoinResult(E.FENCED_INSTANCE_ID, old_id))
+        if old.sync_callback is not None:
+            callback_sync, old.sync_callback = old.sync_callback, None
+            callback_sync(SyncResult(E.FENCED_INSTANCE_ID))
+        _, _, rebalance_ms, session_ms, _, protocols = member_args
+        member = dataclasses.replace(
+            old,
+            member_id=new_id,
+            rebalance_timeout_ms=rebalance_ms,
+            session_timeout_ms=session_ms,
+            protocols=list(protocols),
+            join_callback=respond,
+            sync_callback=None,
+            heartbeat_timer=None,
+        )
+        group.members[new_id] = member
+        group.static_members[instance_id] = new_id
+        if group.leader_id == old_id:
+            group.leader_id = new_id
+        self._schedule_heartbeat(group, member)
+        if group.is_(GroupState.STABLE):
+            if (
+                group.protocol_name in group.candidate_protocols()
+                and group.select_protocol() == group.protocol_name
+            ):
+                error = self._store_group(group)
+                if error:
+                    # Undo: the old member id stays the member.
+                    del group.members[new_id]
+                    group.members[old_id] = dataclasses.replace(member, member_id=old_id, join_callback=None)
+                    group.static_members[instance_id] = old_id
+                    group.leader_id = old_leader
+                    member.join_callback = None
+                    return respond(JoinResult(error, ""))
+                is_leader = group.leader_id == new_id
+                member.join_callback = None
+                return respond(
+                    JoinResult(
+                        0,
+                        new_id,
+                        group.generation,
+                        group.protocol_type,
+                        group.protocol_name,
+                        old_leader or "",
+                        skip_assignment=is_leader,
+                        members=self._member_list(group) if is_leader else [],
+                    )
+                )
+            return self._maybe_prepare_rebalance(group, f"static member {instance_id} changed protocols")
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            return self._prepare_rebalance(group, f"static member {instance_id} replaced during sync")
+        return None  # PreparingRebalance: it waits for the join like everyone else
+
+    def _maybe_prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.is_(GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY):
+            self._prepare_rebalance(group, reason)
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        log.info("preparing rebalance of group %s: %s", group.group_id, reason)
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            self._reset_and_propagate_sync(group, E.REBALANCE_IN_PROGRESS)
+        was_empty = group.is_(GroupState.EMPTY)
+        group.transition(GroupState.PREPARING_REBALANCE, self.clock.now_ms())
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+        rebalance_ms = group.max_rebalance_timeout_ms()
+        if was_empty:
+            delay = self.config.initial_rebalance_delay_ms
+            self._initial_delayed_join(group, delay, max(rebalance_ms - delay, 0))
+        else:
+            group.join_timer = self.clock.call_later(rebalance_ms, lambda: self._complete_join(group))
+
+    def _initial_delayed_join(self, group: Group, delay_ms: int, remaining_ms: int) -> None:
+        """Kafka's ``InitialDelayedJoin``: wait ``delay_ms`` and again while new members keep
+        arriving, at most the rebalance timeout in all."""
+
+        def expired() -> None:
+            group.join_timer = None
+            if group.new_member_added and remaining_ms > 0:
+                group.new_member_added = False
+                step = min(delay_ms, remaining_ms)
+                self._initial_delayed_join(group, step, max(remaining_ms - step, 0))
+            else:
+                self._complete_join(group)
+
+        group.new_member_added = False
+        group.join_timer = self.clock.call_later(delay_ms, expired)
+        group.initial_delay_active = True
+
+    def _try_complete_join(self, group: Group) -> None:
+        if group.initial_delay_active and group.join_timer is not None:
+            return  # the initial delay is not cut short
+        if group.all_members_joined():
+            if group.join_timer is not None:
+                group.join_timer.cancel()
+                group.join_timer = None
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        """The join window closed: members that did not rejoin are dropped, the next generation
+        starts, the leader gets the members' metadata (Kafka's ``onCompleteJoin``)."""
+        group.initial_delay_active = False
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+            group.join_timer = None
+        if not group.is_(GroupState.PREPARING_REBALANCE):
+            return
+        for member in [m for m in group.members.values() if not m.awaiting_join]:
+            log.info("member %s of group %s did not rejoin in time", member.member_id, group.group_id)
+            if member.heartbeat_timer is not None:
+                member.heartbeat_timer.cancel()
+            group.remove(member.member_id)
+        group.pending_members.clear()
+        group.generation += 1
+        if group.empty:
+            group.protocol_name = None
+            group.transition(GroupState.EMPTY, self.clock.now_ms())
+            self._store_group(group)
+            return
+        group.protocol_name = group.select_protocol()
+        group.transition(GroupState.COMPLETING_REBALANCE, self.clock.now_ms())
+        for member in group.members.values():
+            callback, member.join_callback = member.join_callback, None
+            member.is_new = False
+            self._schedule_heartbeat(group, member)
+            if callback is not None:
+                callback(self._join_result(group, member))
+
+    def _reset_and_propagate_sync(self, group: Group, error: int) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+            if member.sync_callback is not None:
+                callback, member.sync_callback = member.sync_callback, None
+                callback(SyncResult(error))
+
+    # -- SyncGroup -----------------------------------------------------------------------
+
+    def sync_group(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+        respond: SyncCallback,
+    ) -> None:
+        if self.is_loading(group_id):
+            return respond(SyncResult(E.COORDINATOR_LOAD_IN_PROGRESS))
+        group = self.groups.get(group_id)
+        if group is None:
+            return respond(SyncResult(E.UNKNOWN_MEMBER_ID))
+        if group.is_(GroupState.DEAD):
+            return respond(SyncResult(E.COORDINATOR_NOT_AVAILABLE))
+        if group.is_static_member_fenced(group_instance_id, member_id):
+            return respond(SyncResult(E.FENCED_INSTANCE_ID))
+        member = group.members.get(member_id)
+        if member is None:
+            return respond(SyncResult(E.UNKNOWN_MEMBER_ID))
+        if generation != group.generation:
+            return respond(SyncResult(E.ILLEGAL_GENERATION))
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol_name is not None and protocol_name != group.protocol_name
+        ):
+            return respond(SyncResult(E.INCONSISTENT_GROUP_PROTOCOL))
+        if group.is_(GroupState.EMPTY):
+            return respond(SyncResult(E.UNKNOWN_MEMBER_ID))
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            return respond(SyncResult(E.REBALANCE_IN_PROGRESS))
+        self._schedule_heartbeat(group, member)
+        if group.is_(GroupState.STABLE):
+            return respond(self._sync_result(group, member))
+        # CompletingRebalance: wait for the leader's assignment.
+        member.sync_callback = respond
+        if member_id == group.leader_id:
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            error = self._store_group(group)
+            if error:
+                self._reset_and_propagate_sync(group, error)
+                self._prepare_rebalance(group, "storing the assignment failed")
+                return None
+            group.transition(GroupState.STABLE, self.clock.now_ms())
+            for m in group.members.values():
+                if m.sync_callback is not None:
+                    callback, m.sync_callback = m.sync_callback, None
+                    callback(self._sync_result(group, m))
+        return None
+
+    @staticmethod
+    def _sync_result(group: Group, member: Member) -> SyncResult:
+        return SyncResult(0, group.protocol_type, group.protocol_name, member.assignment)
+
+    # -- Heartbeat and LeaveGroup --------------------------------------------------------
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None) -> int:
+        if self.is_loading(group_id):
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        group = self.groups.get(group_id)
+        if group is None:
+            return E.UNKNOWN_MEMBER_ID
+        if group.is_(GroupState.DEAD):
+            return E.COORDINATOR_NOT_AVAILABLE
+        if group.is_static_member_fenced(group_instance_id, member_id):
+            return E.FENCED_INSTANCE_ID
+        member = group.members.get(member_id)
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        if generation != group.generation:
+            return E.ILLEGAL_GENERATION
+        if group.is_(GroupState.EMPTY):
+            return E.UNKNOWN_MEMBER_ID
+        self._schedule_heartbeat(group, member)
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            return E.REBALANCE_IN_PROGRESS
+        return 0
+
+    def leave_group(
+        self, group_id: str, leaving: list[tuple[str, str | None]]
+    ) -> tuple[int, list[LeaveOutcome]]:
+        """Members leave, by member id or (static members) by instance id: (top-level error,
+        one outcome per member)."""
+        if self.is_loading(group_id):
+            return E.COORDINATOR_LOAD_IN_PROGRESS, []
+        group = self.groups.get(group_id)
+        if group is None:
+            return 0, [LeaveOutcome(m, i, E.UNKNOWN_MEMBER_ID) for m, i in leaving]
+        if group.is_(GroupState.DEAD):
+            return E.COORDINATOR_NOT_AVAILABLE, []
+        outcomes = []
+        for member_id, instance_id in leaving:
+            outcomes.append(
+                LeaveOutcome(member_id, instance_id, self._leave_one(group, member_id, instance_id))
+            )
+        return 0, outcomes
+
+    def _leave_one(self, group: Group, member_id: str, instance_id: str | None) -> int:
+        if instance_id is not None:
+            current = group.static_members.get(instance_id)
+            if current is None:
+                return E.UNKNOWN_MEMBER_ID
+            if member_id and member_id != current:
+                return E.FENCED_INSTANCE_ID
+            member_id = current
+        elif member_id in group.pending_members:
+            group.pending_members.discard(member_id)
+            if group.is_(GroupState.PREPARING_REBALANCE):
+                self._try_complete_join(group)
+            return 0
+        member = group.members.get(member_id)
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        log.info("member %s leaves group %s", member_id, group.group_id)
+        self._remove_member_and_update(group, member)
+        return 0
+
+    def _remove_member_and_update(self, group: Group, member: Member) -> None:
+        if member.heartbeat_timer is not None:
+            member.heartbeat_timer.cancel()
+            member.heartbeat_timer = None
+        if member.join_callback is not None:
+            callback, member.join_callback = member.join_callback, None
+            callback(JoinResult(E.UNKNOWN_MEMBER_ID, member.member_id))
+        if member.sync_callback is not None:
+            callback_sync, member.sync_callback = member.sync_callback, None
+            callback_sync(SyncResult(E.UNKNOWN_MEMBER_ID))
+        group.remove(member.member_id)
+        if group.is_(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, f"member {member.member_id} left")
+        elif group.is_(GroupState.PREPARING_REBALANCE):
+            self._try_complete_join(group)
+
+    # -- offsets -------------------------------------------------------------------------
+
+    def commit_offsets(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[tuple[str, int], CommittedOffset],
+        *,
+        api_version: int = 8,
+    ) -> dict[tuple[str, int], int]:
+        """Kafka's ``handleCommitOffsets``: an error code per partition."""
+
+        def all_(code: int) -> dict[tuple[str, int], int]:
+            return dict.fromkeys(offsets, code)
+
+        if not group_id:
+            return all_(E.INVALID_GROUP_ID)
+        if self.is_loading(group_id):
+            return all_(E.COORDINATOR_LOAD_IN_PROGRESS)
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation >= 0:
+                return all_(E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION)
+            group = self.groups[group_id] = Group(group_id, self.clock.now_ms())
+        if group.is_(GroupState.DEAD):
+            return all_(E.COORDINATOR_NOT_AVAILABLE)
+        if group.is_static_member_fenced(group_instance_id, member_id):
+            return all_(E.FENCED_INSTANCE_ID)
+        if not (generation < 0 and group.is_(GroupState.EMPTY)):
+            if group.is_(GroupState.COMPLETING_REBALANCE):
+                return all_(E.REBALANCE_IN_PROGRESS)
+            member = group.members.get(member_id)
+            if member is None:
+                return all_(E.UNKNOWN_MEMBER_ID)
+            if generation != group.generation:
+                return all_(E.ILLEGAL_GENERATION)
+            self._schedule_heartbeat(group, member)
+        result: dict[tuple[str, int], int] = {}
+        accepted: dict[tuple[str, int], CommittedOffset] = {}
+        for tp, committed in offsets.items():
+            if not self.topic_exists(*tp):
+                result[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
+            elif len(committed.metadata.encode()) > self.config.offset_metadata_max_bytes:
+                result[tp] = E.OFFSET_METADATA_TOO_LARGE
+            else:
+                accepted[tp] = committed
+        batch: list[Record] = [
+            (
+                records.offset_key(group_id, t, p),
+                records.offset_value(
+                    c.offset, c.leader_epoch, c.metadata, c.commit_timestamp_ms, c.expire_timestamp_ms
+                ),
+            )
+            for (t, p), c in accepted.items()
+        ]
+        error = self._write(group_id, batch)
+        for tp, committed in accepted.items():
+            if not error:
+                group.offsets[tp] = committed
+            result[tp] = error
+        return result
+
+    def fetch_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool = False
+    ) -> tuple[int, dict[tuple[str, int], tuple[CommittedOffset | None, int]]]:
+        """(group error, {partition: (committed offset or None, partition error)}); ``partitions``
+        None means every partition the group has an offset for."""
+        if self.is_loading(group_id):
+            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
+        group = self.groups.get(group_id)
+        stored = group.offsets if group is not None else {}
+        wanted = sorted(stored) if partitions is None else partitions
+        pending: set[tuple[str, int]] = set()
+        if require_stable and group is not None:
+            for txn_offsets in group.pending_transactional_offsets.values():
+                pending.update(txn_offsets)
+        answer = {}
+        for tp in wanted:
+            if tp in pending:
+                answer[tp] = (None, E.UNSTABLE_OFFSET_COMMIT)
+            else:
+                answer[tp] = (stored.get(tp), 0)
+        return 0, answer
+
+    def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete (KIP-496): offsets of topics the group no longer consumes."""
+        if self.is_loading(group_id):
+            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return E.GROUP_ID_NOT_FOUND, {}
+        if group.is_(GroupState.EMPTY):
+            subscribed: set[str] = set()
+        else:
+            topics = group.subscribed_topics()
+            if topics is None:
+                return E.NON_EMPTY_GROUP, {}
+            subscribed = topics
+        result: dict[tuple[str, int], int] = {}
+        doomed = []
+        for tp in partitions:
+            if not self.topic_exists(*tp):
+                result[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
+            elif tp[0] in subscribed:
+                result[tp] = E.GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                result[tp] = 0
+                if tp in group.offsets:
+                    doomed.append(tp)
+        error = self._write(group_id, [(records.offset_key(group_id, t, p), None) for t, p in doomed])
+        if error:
+            return error, {}
+        for tp in doomed:
+            del group.offsets[tp]
+        return 0, result
+
+    # -- admin ---------------------------------------------------------------------------
+
+    def list_groups(self) -> list[Group]:
+        return [g for g in self.groups.values() if not g.is_(GroupState.DEAD)]
+
+    def describe_group(self, group_id: str) -> tuple[int, Group | None]:
+        if self.is_loading(group_id):
+            return E.COORDINATOR_LOAD_IN_PROGRESS, None
+        group = self.groups.get(group_id)
+        return 0, (group if group is not None and not group.is_(GroupState.DEAD) else None)
+
+    def delete_group(self, group_id: str) -> int:
+        if not group_id:
+            return E.INVALID_GROUP_ID
+        if self.is_loading(group_id):
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return E.GROUP_ID_NOT_FOUND
+        if not group.is_(GroupState.EMPTY):
+            return E.NON_EMPTY_GROUP
+        return self._drop_group(group)
+
+    def _drop_group(self, group: Group) -> int:
+        batch: list[Record] = [(records.offset_key(group.group_id, t, p), None) for t, p in group.offsets]
+        batch.append((records.group_key(group.group_id), None))
+        error = self._write(group.group_id, batch)
+        if error:
+            return error
+        group.offsets.clear()
+        group.transition(GroupState.DEAD, self.clock.now_ms())
+        del self.groups[group.group_id]
+        return 0
+
+    def expire_offsets(self) -> int:
+        """Offset retention (KIP-211): an empty group's offsets expire ``offsets.retention.minutes``
+        after it became empty (or after their commit, if later); an explicit expire timestamp (v2-v4
+        retention_time_ms) wins. A group left with no offsets is removed. Tombstones are written.
+        Returns how many offsets expired."""
+        now = self.clock.now_ms()
+        expired_total = 0
+        for group in list(self.groups.values()):
+            if self.partition_for(group.group_id) in self.loading:
+                continue
+            expired = []
+            for tp, committed in group.offsets.items():
+                if committed.expire_timestamp_ms is not None:
+                    if now >= committed.expire_timestamp_ms:
+                        expired.append(tp)
+                elif group.is_(GroupState.EMPTY):
+                    base = max(group.state_timestamp_ms, committed.commit_timestamp_ms)
+                    if now - base >= self.config.offsets_retention_ms:
+                        expired.append(tp)
+            if expired:
+                batch = [(records.offset_key(group.group_id, t, p), None) for t, p in expired]
+                if self._write(group.group_id, batch):
+                    continue
+                for tp in expired:
+                    del group.offsets[tp]
+                expired_total += len(expired)
+            idle = group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_members
+            if idle and (group.generation > 0 or expired):
+                self._drop_group(group)
+        return expired_total
+
+    # -- loading -------------------------------------------------------------------------
+
+    def load_records(self, partition_records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Replay one ``__consumer_offsets`` partition (oldest first; the last record of a key
+        wins, a tombstone deletes) into groups and offsets."""
+        offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
+        group_values: dict[str, object | None] = {}
+        for key_bytes, value_bytes in partition_records:
+            key = records.parse_key(key_bytes)
+            if isinstance(key, records.OffsetKey):
+                if value_bytes is None:
+                    offsets.setdefault(key.group, {})[(key.topic, key.partition)] = None
+                else:
+                    v = records.parse_offset_value(value_bytes)
+                    offsets.setdefault(key.group, {})[(key.topic, key.partition)] = CommittedOffset(
+                        v.offset,
+                        v.leader_epoch,
+                        v.metadata,
+                        v.commit_timestamp,
+                        v.expire_timestamp if v.expire_timestamp >= 0 else None,
+                    )
+            elif isinstance(key, records.GroupKey):
+                group_values[key.group] = (
+                    None if value_bytes is None else records.parse_group_value(value_bytes)
+                )
+        now = self.clock.now_ms()
+        for group_id in set(offsets) | set(group_values):
+            value = group_values.get(group_id)
+            live_offsets = {tp: c for tp, c in offsets.get(group_id, {}).items() if c is not None}
+            if value is None and not live_offsets:
+                self.groups.pop(group_id, None)
+                continue
+            group = Group(group_id, now)
+            if value is not None:
+                self._restore_group(group, value, now)
+            group.offsets = live_offsets
+            self.groups[group_id] = group
+
+    def _restore_group(self, group: Group, value: object, now: int) -> None:
+        v = value  # a GroupMetadataValue
+        group.protocol_type = v.protocol_type or None  # type: ignore[attr-defined]
+        group.generation = v.generation  # type: ignore[attr-defined]
+        group.protocol_name = v.protocol  # type: ignore[attr-defined]
+        stamp = v.current_state_timestamp  # type: ignore[attr-defined]
+        group.state_timestamp_ms = stamp if stamp >= 0 else now
+        for m in v.members:  # type: ignore[attr-defined]
+            member = Member(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout if m.rebalance_timeout >= 0 else m.session_timeout,
+                m.session_timeout,
+                group.protocol_type or "",
+                [(group.protocol_name or "", bytes(m.subscription))],
+                assignment=bytes(m.assignment),
+            )
+            group.add(member)
+        group.leader_id = v.leader if v.leader in group.members else group.leader_id  # type: ignore[attr-defined]
+        if group.members:
+            group.state = GroupState.STABLE
+            for member in group.members.values():
+                self._schedule_heartbeat(group, member)
+        else:
+            group.state = GroupState.EMPTY

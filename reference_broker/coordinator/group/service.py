@@ -1,0 +1,125 @@
+"""The group coordinator as a broker service: its ``__consumer_offsets`` topic, loading at start-up,
+offset retention as periodic work."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from reference_broker.clock import Clock
+from reference_broker.coordinator.group.coordinator import GroupConfig, GroupCoordinator, Record
+from reference_broker.services import PeriodicTask
+from reference_broker.storage import CONSUMER_OFFSETS
+
+if TYPE_CHECKING:
+    from reference_broker.config import BrokerConfig
+    from reference_broker.storage import Storage
+
+log = logging.getLogger("reference_broker.group_coordinator")
+
+
+def group_config(config: BrokerConfig, num_partitions: int | None = None) -> GroupConfig:
+    """The coordinator's settings from the broker keys (Kafka's names)."""
+    return GroupConfig(
+        min_session_timeout_ms=config.get("group.min.session.timeout.ms"),
+        max_session_timeout_ms=config.get("group.max.session.timeout.ms"),
+        initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
+        max_group_size=config.get("group.max.size"),
+        offset_metadata_max_bytes=config.get("offset.metadata.max.bytes"),
+        offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
+        num_partitions=num_partitions or config.get("offsets.topic.num.partitions"),
+    )
+
+
+class StorageGroupStore:
+    """Writes the coordinator's records to ``__consumer_offsets`` through the storage adapter,
+    creating the topic on first use (as Kafka does: a broker that never sees a group has none)."""
+
+    def __init__(self, storage: Storage, config: BrokerConfig, num_partitions: int):
+        self.storage = storage
+        self.config = config
+        self.num_partitions = num_partitions
+
+    def ensure_topic(self) -> None:
+        if self.storage.topic(CONSUMER_OFFSETS) is None:
+            self.storage.ensure_internal_topic(
+                CONSUMER_OFFSETS,
+                self.num_partitions,
+                {
+                    "cleanup.policy": "compact",
+                    "segment.bytes": str(self.config.get("offsets.topic.segment.bytes")),
+                },
+            )
+
+    def write(self, partition: int, batch: list[Record]) -> None:
+        self.ensure_topic()
+        self.storage.append_as_coordinator(CONSUMER_OFFSETS, partition, batch)
+
+
+class GroupCoordinatorService:
+    """Owns the ``GroupCoordinator`` of a running broker."""
+
+    name = "group-coordinator"
+
+    def __init__(self, config: BrokerConfig, storage: Storage, clock: Clock):
+        self.broker_config = config
+        self.storage = storage
+        existing = storage.topic(CONSUMER_OFFSETS)
+        num_partitions = existing.num_partitions if existing else config.get("offsets.topic.num.partitions")
+        self.store = StorageGroupStore(storage, config, num_partitions)
+        self.coordinator = GroupCoordinator(
+            clock, group_config(config, num_partitions), self.store, topic_exists=self._topic_exists
+        )
+        self._loader: asyncio.Task[None] | None = None
+
+    def _topic_exists(self, topic: str, partition: int) -> bool:
+        meta = self.storage.topic(topic)
+        return meta is not None and 0 <= partition < meta.num_partitions
+
+    async def start(self) -> None:
+        """Start loading every partition in the background; until a partition is read, its
+        groups answer COORDINATOR_LOAD_IN_PROGRESS."""
+        if self.storage.topic(CONSUMER_OFFSETS) is None:
+            return
+        self.coordinator.loading = set(range(self.coordinator.config.num_partitions))
+        self._loader = asyncio.create_task(self._load_all(), name="load __consumer_offsets")
+
+    async def _load_all(self) -> None:
+        for partition in sorted(self.coordinator.loading):
+            try:
+                self.load_partition(partition)
+            except Exception:
+                log.exception("loading %s-%d failed", CONSUMER_OFFSETS, partition)
+            self.coordinator.loading.discard(partition)
+            await asyncio.sleep(0)
+        log.info("group coordinator loaded %d groups", len(self.coordinator.groups))
+
+    def load_partition(self, partition: int) -> None:
+        def entries() -> list[tuple[bytes, bytes | None]]:
+            found = []
+            for batch in self.storage.read_batches(CONSUMER_OFFSETS, partition):
+                if batch.is_control or batch.is_transactional:
+                    continue  # transactional offset commits: the transaction coordinator's issue
+                for record in batch:
+                    if record.key is not None:
+                        found.append((record.key, record.value))
+            return found
+
+        self.coordinator.load_records(entries())
+
+    async def wait_loaded(self) -> None:
+        if self._loader is not None:
+            await asyncio.shield(self._loader)
+
+    def periodic_tasks(self) -> list[PeriodicTask]:
+        interval_s = self.broker_config.get("offsets.retention.check.interval.ms") / 1000
+        return [PeriodicTask("offset-expiry", interval_s, self.coordinator.expire_offsets)]
+
+    async def stop(self) -> None:
+        if self._loader is not None:
+            self._loader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loader
+            self._loader = None

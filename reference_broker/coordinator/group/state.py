@@ -1,0 +1,210 @@
+"""A classic group and its members, as Kafka's ``GroupMetadata``/``MemberMetadata`` keep them."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable
+from typing import Any
+
+from reference_broker.clock import TimerHandle
+
+
+class GroupState(enum.Enum):
+    """Kafka's classic group states; the value is the name DescribeGroups/ListGroups report."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclasses.dataclass
+class JoinResult:
+    """What a JoinGroup request is answered with."""
+
+    error: int
+    member_id: str = ""
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str = ""
+    skip_assignment: bool = False
+    #: (member_id, group_instance_id, metadata) for the leader, empty for the others.
+    members: list[tuple[str, str | None, bytes]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class SyncResult:
+    error: int
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+JoinCallback = Callable[[JoinResult], None]
+SyncCallback = Callable[[SyncResult], None]
+
+
+@dataclasses.dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    #: (name, metadata) in the member's order of preference.
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    join_callback: JoinCallback | None = None
+    sync_callback: SyncCallback | None = None
+    heartbeat_timer: TimerHandle | None = None
+    is_new: bool = False
+
+    @property
+    def awaiting_join(self) -> bool:
+        return self.join_callback is not None
+
+    @property
+    def awaiting_sync(self) -> bool:
+        return self.sync_callback is not None
+
+    def metadata_for(self, protocol: str) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        raise KeyError(protocol)
+
+    def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
+        return self.protocols == protocols
+
+
+@dataclasses.dataclass
+class CommittedOffset:
+    """One committed offset (Kafka's ``OffsetAndMetadata``)."""
+
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+    expire_timestamp_ms: int | None = None
+
+
+class Group:
+    """One group: membership, generation, selected protocol and its committed offsets."""
+
+    def __init__(self, group_id: str, now_ms: int):
+        self.group_id = group_id
+        self.state = GroupState.EMPTY
+        self.state_timestamp_ms = now_ms
+        self.protocol_type: str | None = None
+        self.protocol_name: str | None = None
+        self.generation = 0
+        self.leader_id: str | None = None
+        self.members: dict[str, Member] = {}
+        self.static_members: dict[str, str] = {}
+        #: Member ids handed out with MEMBER_ID_REQUIRED, not joined yet (JoinGroup v4+).
+        self.pending_members: set[str] = set()
+        self.new_member_added = False
+        self.join_timer: TimerHandle | None = None
+        #: The first join window of an empty group (group.initial.rebalance.delay.ms) runs to its end.
+        self.initial_delay_active = False
+        self.offsets: dict[tuple[str, int], CommittedOffset] = {}
+        #: Transactional offset commits not yet committed, by producer id: they land here and move
+        #: to ``offsets`` when their transaction commits (the transaction coordinator's issue).
+        self.pending_transactional_offsets: dict[int, dict[tuple[str, int], CommittedOffset]] = {}
+
+    def transition(self, state: GroupState, now_ms: int) -> None:
+        self.state = state
+        self.state_timestamp_ms = now_ms
+
+    def is_(self, *states: GroupState) -> bool:
+        return self.state in states
+
+    @property
+    def empty(self) -> bool:
+        return not self.members
+
+    def add(self, member: Member) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        self.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+
+    def remove(self, member_id: str) -> Member | None:
+        member = self.members.pop(member_id, None)
+        if member is None:
+            return None
+        instance_id = member.group_instance_id
+        if instance_id is not None and self.static_members.get(instance_id) == member_id:
+            del self.static_members[instance_id]
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        return member
+
+    def is_static_member_fenced(self, group_instance_id: str | None, member_id: str) -> bool:
+        """A known instance id whose current member id is another one (KIP-345)."""
+        if group_instance_id is None:
+            return False
+        current = self.static_members.get(group_instance_id)
+        return current is not None and current != member_id
+
+    def candidate_protocols(self) -> set[str]:
+        """Protocols every member supports."""
+        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
+        return set.intersection(*sets) if sets else set()
+
+    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        """Kafka's ``supportsProtocols``: a new member must share the group's protocol type and at
+        least one protocol with every current member."""
+        if not protocol_type or not protocols:
+            return False
+        if self.empty:
+            return True
+        return protocol_type == self.protocol_type and bool(
+            self.candidate_protocols() & {name for name, _ in protocols}
+        )
+
+    def select_protocol(self) -> str:
+        """Each member votes for its most preferred candidate; most votes wins (ties: the first
+        candidate counted, in member order, as Kafka's ``maxBy`` over the vote map does)."""
+        candidates = self.candidate_protocols()
+        votes: dict[str, int] = {}
+        for member in self.members.values():
+            choice = next(name for name, _ in member.protocols if name in candidates)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(votes, key=lambda name: votes[name])
+
+    def all_members_joined(self) -> bool:
+        return not self.pending_members and all(m.awaiting_join for m in self.members.values())
+
+    def max_rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def subscribed_topics(self) -> set[str] | None:
+        """Topics the members subscribe to when the protocol is "consumer" (None if unknown)."""
+        if self.protocol_type != "consumer" or self.protocol_name is None:
+            return None
+        from sdk.protocol.codec import decode
+        from sdk.protocol.messages import ConsumerProtocolSubscription
+
+        topics: set[str] = set()
+        for member in self.members.values():
+            try:
+                raw = member.metadata_for(self.protocol_name)
+                version = int.from_bytes(raw[:2], "big", signed=True)
+                sub: Any = decode(
+                    ConsumerProtocolSubscription,
+                    raw[2:],
+                    min(version, ConsumerProtocolSubscription.VALID_VERSIONS[1]),
+                )
+            except Exception:
+                return None
+            topics.update(sub.topics)
+        return topics
