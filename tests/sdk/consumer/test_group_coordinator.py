@@ -338,6 +338,41 @@ async def test_listener_order_across_rebalances(bootstrap: str, members: Callabl
     assert held == frozenset(partitions)
 
 
+async def test_auto_commit_commits_positions_periodically(
+    bootstrap: str, members: Callable[..., Any]
+) -> None:
+    topic, group = unique("autocommit"), unique("group")
+    partitions = await create_topic(bootstrap, topic, 4)
+    member = await members(bootstrap, group, [topic], enable_auto_commit=True)
+    await settled([member], partitions)
+    positions = {tp: 3 + i for i, tp in enumerate(sorted(partitions))}
+    for tp, offset in positions.items():
+        member.subscription.seek(tp, offset)
+    deadline = time.monotonic() + 10
+    while True:
+        committed = await member.coordinator.fetch_committed_offsets(partitions)
+        if {tp: o.offset for tp, o in committed.items() if o is not None} == positions:
+            break
+        assert time.monotonic() < deadline, f"auto-commit did not commit {positions}: {committed}"
+        await asyncio.sleep(0.1)
+
+
+async def test_dynamic_member_leaves_on_close(
+    group_broker: BrokerProcess, members: Callable[..., Any]
+) -> None:
+    """LeaveGroup on close: the others rebalance at once, not after the session timeout."""
+    bootstrap = group_broker.bootstrap
+    topic, group = unique("leave"), unique("group")
+    partitions = await create_topic(bootstrap, topic, 4)
+    stays = await members(bootstrap, group, [topic], session_timeout_ms=20000)
+    goes = await members(bootstrap, group, [topic], session_timeout_ms=20000)
+    await settled([stays, goes], partitions)
+    started = time.monotonic()
+    await goes.stop()
+    await settled([stays], partitions)
+    assert time.monotonic() - started < 10
+
+
 # -- static membership (reference broker) ---------------------------------------------------------
 
 
