@@ -403,11 +403,12 @@ class GroupCoordinator:
         if group.join_timer is not None:
             group.join_timer.cancel()
         rebalance_ms = group.max_rebalance_timeout_ms()
-        if was_empty:
+        if was_empty and self.config.initial_rebalance_delay_ms > 0:
             delay = self.config.initial_rebalance_delay_ms
             self._initial_delayed_join(group, delay, max(rebalance_ms - delay, 0))
         else:
             group.join_timer = self.clock.call_later(rebalance_ms, lambda: self._complete_join(group))
+            self._try_complete_join(group)  # Kafka's tryCompleteElseWatch: maybe everyone is in
 
     def _initial_delayed_join(self, group: Group, delay_ms: int, remaining_ms: int) -> None:
         """Kafka's ``InitialDelayedJoin``: wait ``delay_ms`` and again while new members keep
