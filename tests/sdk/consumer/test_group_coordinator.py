@@ -386,9 +386,13 @@ async def test_dynamic_member_leaves_on_close(
 # -- static membership (reference broker) ---------------------------------------------------------
 
 
+@pytest.mark.parametrize("role", ["follower", "leader"])
 async def test_static_member_restart_keeps_its_partitions_without_a_rebalance(
-    group_broker: BrokerProcess, members: Callable[..., Any]
+    group_broker: BrokerProcess, members: Callable[..., Any], role: str
 ) -> None:
+    """A static member restarting within its session timeout gets its partitions back and the
+    others notice nothing (same generation, no listener call). A restarted leader is told to skip
+    the assignment (JoinGroup v9, KIP-814)."""
     bootstrap = group_broker.bootstrap
     topic, group = unique("static"), unique("group")
     partitions = await create_topic(bootstrap, topic, 6)
@@ -401,13 +405,19 @@ async def test_static_member_restart_keeps_its_partitions_without_a_rebalance(
     before = {i: m.assignment() for i, m in enumerate(group_members)}
     rebalances = [m.coordinator.rebalances for m in group_members]
     listener_calls = [len(m.listener.events) for m in group_members]
+    leader = next(
+        i for i, m in enumerate(group_members) if m.coordinator.leader_id == m.coordinator.member_id
+    )
+    index = leader if role == "leader" else (leader + 1) % 3
 
-    await group_members[1].stop()  # a static member does not leave on close
-    restarted = await members(bootstrap, group, [topic], instance_id="instance-1", session_timeout_ms=6000)
-    group_members[1] = restarted
+    await group_members[index].stop()  # a static member does not leave on close
+    restarted = await members(
+        bootstrap, group, [topic], instance_id=f"instance-{index}", session_timeout_ms=6000
+    )
+    group_members[index] = restarted
     await settled(group_members, partitions)
-    assert restarted.assignment() == before[1]
-    for i in (0, 2):
+    assert restarted.assignment() == before[index]
+    for i in {0, 1, 2} - {index}:
         assert group_members[i].coordinator.generation == generation
         assert group_members[i].coordinator.rebalances == rebalances[i]
         assert group_members[i].assignment() == before[i]
