@@ -507,3 +507,30 @@ def _consumable(member: Member) -> set[TopicPartition]:
     return {
         tp for tp, state in member.subscription.items() if not state.revoking and not state.paused
     }
+
+
+# -- coordinator failover ---------------------------------------------------------------------------
+
+
+async def test_group_survives_a_broker_kill_and_restart(
+    broker_factory: Callable[..., BrokerProcess], members: Callable[..., Any]
+) -> None:
+    """Heartbeats and joins find the coordinator again after it dies (lost connections, then
+    COORDINATOR_LOAD_IN_PROGRESS while it reloads __consumer_offsets); committed offsets survive."""
+    broker = broker_factory({"group.initial.rebalance.delay.ms": 0, "num.partitions": 1})
+    bootstrap = broker.bootstrap
+    topic, group = unique("failover"), unique("group")
+    partitions = await create_topic(bootstrap, topic, 4)
+    group_members = [await members(bootstrap, group, [topic], session_timeout_ms=6000) for _ in range(2)]
+    await settled(group_members, partitions)
+    first = group_members[0]
+    tp = sorted(first.assignment())[0]
+    await first.coordinator.commit_offsets({tp: OffsetAndMetadata(42, "before the crash")})
+
+    await asyncio.to_thread(broker.restart, kill=True)
+    # A member joining after the restart: the others learn of it from their heartbeats.
+    group_members.append(await members(bootstrap, group, [topic], session_timeout_ms=6000))
+    await settled(group_members, partitions, timeout=40)
+    owner = next(m for m in group_members if tp in m.assignment())
+    committed = (await owner.coordinator.fetch_committed_offsets([tp]))[tp]
+    assert committed is not None and (committed.offset, committed.metadata) == (42, "before the crash")
