@@ -18,7 +18,8 @@ from reference_broker.config import BrokerConfig, ConfigError
 from reference_broker.log.config import LogConfig
 from reference_broker.log.log_manager import LogManager, TopicMetadata
 from reference_broker.log.partition_log import AppendResult
-from sdk.records import RecordBatch, RecordBatchBuilder, build_control_batch, iter_batches
+from reference_broker.log.producer_state import AppendOrigin
+from sdk.records import RecordBatch, RecordBatchBuilder, iter_batches
 
 log = logging.getLogger("reference_broker.storage")
 
@@ -196,7 +197,11 @@ class Storage:
         now = now_ms()
         for key, value in records:
             builder.append(now, key, value)
-        return self.append(topic, partition, builder.build())
+        result = self.manager.get_log(topic, partition).append(
+            builder.build(), now_ms=now, origin=AppendOrigin.COORDINATOR
+        )
+        self._notify(topic, partition)
+        return result
 
     def append_control_batch(
         self,
@@ -209,8 +214,15 @@ class Storage:
     ) -> AppendResult:
         """A COMMIT/ABORT marker ending a producer's transaction on this partition (written by the
         transaction coordinator)."""
-        batch = build_control_batch(control_type, producer_id, producer_epoch, coordinator_epoch)
-        return self.append(topic, partition, batch)
+        result = self.manager.get_log(topic, partition).append_control(
+            control_type, producer_id, producer_epoch, coordinator_epoch, now_ms=now_ms()
+        )
+        self._notify(topic, partition)
+        return result
+
+    def _notify(self, topic: str, partition: int) -> None:
+        if self.on_data is not None:
+            self.on_data((topic, partition))
 
     def read_batches(self, topic: str, partition: int, chunk_bytes: int = 1 << 20) -> Iterator[RecordBatch]:
         """Every batch of the partition from its log start to the high watermark (for loading a

@@ -791,9 +791,8 @@ class GroupCoordinator:
                 for tp in expired:
                     del group.offsets[tp]
                 expired_total += len(expired)
-            idle = group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_members
-            if idle and (group.generation > 0 or expired):
-                self._drop_group(group)
+            if group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_members:
+                self._drop_group(group)  # Kafka's cleanupGroupMetadata: an empty group with no offsets
         return expired_total
 
     # -- loading -------------------------------------------------------------------------
