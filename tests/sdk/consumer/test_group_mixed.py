@@ -1,7 +1,8 @@
-"""Mixed groups: our GroupCoordinator and confluent-kafka (librdkafka) consumers in one group, with
-the same assignor, on librdkafka's mock cluster and on the reference broker. Whoever the broker
-elects leader computes the assignment for everyone, so this checks that both sides read each
-other's subscriptions and assignments (ConsumerProtocol v0-v3) and follow the same protocol."""
+"""Mixed groups: our GroupCoordinator with confluent-kafka (librdkafka) or aiokafka consumers in
+one group, with the same assignor, on librdkafka's mock cluster and on the reference broker.
+Whoever the broker elects leader computes the assignment for everyone, so this checks that each
+side reads the others' subscriptions and assignments (ConsumerProtocol v0-v3) and follows the same
+protocol."""
 
 from __future__ import annotations
 
@@ -197,21 +198,57 @@ class TheirMember:
             self._thread.join(30)
 
 
+class AiokafkaMember:
+    """An aiokafka consumer (its own classic-protocol client in Python) polling in a task."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, strategy: str) -> None:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+        from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+        assignor = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}[strategy]
+        self.consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=bootstrap, group_id=group, partition_assignment_strategy=(assignor,),
+            session_timeout_ms=6000, heartbeat_interval_ms=200, enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> AiokafkaMember:
+        await self.consumer.start()
+        self._task = asyncio.get_running_loop().create_task(self._poll())
+        return self
+
+    async def _poll(self) -> None:
+        while True:
+            await self.consumer.getmany(timeout_ms=100)
+
+    def assignment(self) -> set[TopicPartition]:
+        return {TopicPartition(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+            await self.consumer.stop()
+
+
 @pytest_asyncio.fixture
 async def group() -> AsyncIterator[Callable[..., Any]]:
     started: list[Any] = []
 
     async def add(kind: str, *args: Any) -> Any:
-        member = OurMember(*args) if kind == "ours" else TheirMember(*args)
+        member = {"ours": OurMember, "theirs": TheirMember, "aiokafka": AiokafkaMember}[kind](*args)
         started.append(member)
-        return await member.start() if kind == "ours" else member.start()
+        return member.start() if kind == "theirs" else await member.start()
 
     yield add
     for member in started:
-        if isinstance(member, OurMember):
-            await member.stop()
-        else:
+        if isinstance(member, TheirMember):
             await asyncio.to_thread(member.stop)
+        else:
+            await member.stop()
 
 
 async def shared(members: list[Any], partitions: set[TopicPartition], timeout: float = 40) -> None:
@@ -260,3 +297,21 @@ async def test_mixed_group_shares_partitions_as_members_join_and_leave(
     # One of each leaves: a confluent-kafka member and one of ours.
     await asyncio.gather(asyncio.to_thread(theirs.stop), second_ours.stop())
     await shared([ours, second_theirs], partitions)
+
+
+@pytest.mark.parametrize("strategy", ["range", "roundrobin"])
+async def test_mixed_group_with_aiokafka(
+    group_broker: BrokerProcess, strategy: str, group: Callable[..., Any]
+) -> None:
+    """aiokafka's consumers and ours in one group on the reference broker (aiokafka has no
+    cooperative protocol, so only eager assignors)."""
+    bootstrap = group_broker.bootstrap
+    topic, group_id = f"mixed-aio-{uuid.uuid4().hex[:8]}", f"group-{uuid.uuid4().hex[:8]}"
+    partitions = await create_topic(bootstrap, topic, 6)
+    ours = await group("ours", bootstrap, group_id, topic, strategy)
+    theirs = await group("aiokafka", bootstrap, group_id, topic, strategy)
+    await shared([ours, theirs], partitions)
+    second = await group("ours", bootstrap, group_id, topic, strategy)
+    await shared([ours, theirs, second], partitions)
+    await theirs.stop()
+    await shared([ours, second], partitions)
