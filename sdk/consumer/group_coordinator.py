@@ -179,10 +179,11 @@ class GroupCoordinator:
         if self.enable_auto_commit and (member or self._subscription.user_assigned):
             with contextlib.suppress(KafkaError):
                 await self._commit_consumed(stop_when_closed=False)
-        if member and self._subscription.partitions_auto_assigned():
-            assigned = self._subscription.assigned_partitions()
-            if assigned:
-                await self._call("on_partitions_revoked", assigned)
+        assigned = self._subscription.assigned_partitions()
+        if assigned and self._subscription.partitions_auto_assigned():
+            # As Java's onLeavePrepare: revoked while the membership is valid, lost otherwise.
+            await self._call("on_partitions_revoked" if member else "on_partitions_lost", assigned)
+            self._subscription.assign_from_subscribed([])
         if leave and self.group_instance_id is None and self.member_id and self._fatal is None:
             await self._leave_group("the consumer is closing")
 
