@@ -141,7 +141,9 @@ async def test_listener_and_committed_positions_across_a_restart(bootstrap, uniq
         assert [(r.partition, r.offset) for r in records] == [(0, 6), (0, 7), (0, 8), (0, 9)]
 
 
-async def test_pattern_subscription_follows_new_topics(bootstrap, unique):
+async def test_pattern_subscription_follows_new_topics(group_broker, unique):
+    """On the reference broker only: on the mock each of the two rebalances waits 3 s."""
+    bootstrap = group_broker.bootstrap
     prefix = unique("pattern")
     group = unique("group")
     await fill(bootstrap, f"{prefix}-a", 2)
