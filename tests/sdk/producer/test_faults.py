@@ -41,14 +41,21 @@ def _first_copies(values):
     return first
 
 
-async def _send_loop(producer, topic, count, delay_every=50):
-    """Keyed records (all 4 partitions), each value numbered; returns values by partition."""
+async def _send_loop(producer, topic, count, delay_every=50, min_duration_s=0.0):
+    """Keyed records (all 4 partitions), each value numbered; returns values by partition.
+
+    With ``min_duration_s`` the sends are paced to last at least that long, so faults injected on
+    a timer hit the loop however fast the machine is.
+    """
+    loop = asyncio.get_running_loop()
+    start = loop.time()
     futures = []
     for i in range(count):
         key = f"key-{i % 16}".encode()
         futures.append((i, await producer.send(topic, f"{i:06d}".encode(), key=key)))
         if i % delay_every == 0:
-            await asyncio.sleep(0.002)
+            due = start + min_duration_s * i / count
+            await asyncio.sleep(max(0.002, due - loop.time()))
     sent: dict[int, list[bytes]] = {}
     for i, future in futures:
         md = await future
@@ -85,7 +92,7 @@ async def test_connections_cut_mid_request_keep_order_without_duplicates(
     ) as producer:
         chaos = asyncio.create_task(_chaos(proxy, stop))
         try:
-            sent = await _send_loop(producer, topic, 3000)
+            sent = await _send_loop(producer, topic, 3000, min_duration_s=1.0)
         finally:
             stop.set()
             await chaos
