@@ -39,8 +39,8 @@ def test_api_versions_every_version(broker: BrokerProcess, version: int) -> None
     assert apis[18] == (0, 4)
     for key in (0, 1, 2, 3, 19, 20, 21, 22, 32, 33, 37, 44, 60):
         assert key in apis, key
-    # Group and transaction coordinators come later: they must not be advertised yet.
-    for key in (10, 11, 24, 26):
+    # The transaction coordinator comes later: it must not be advertised yet.
+    for key in (24, 26):
         assert key not in apis
 
 
