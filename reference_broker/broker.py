@@ -17,9 +17,9 @@ from reference_broker.clock import Clock, LoopClock
 from reference_broker.config import BrokerConfig
 from reference_broker.coordinator.group.coordinator import GroupCoordinator
 from reference_broker.coordinator.group.service import GroupCoordinatorService
+from reference_broker.fetch_sessions import FetchSessionCache
 from reference_broker.handlers import HandlerRegistry
 from reference_broker.handlers import install_all as install_handlers
-from reference_broker.handlers.fetch_sessions import FetchSessionCache
 from reference_broker.network.server import KafkaServer
 from reference_broker.producer_ids import ProducerIdManager
 from reference_broker.services import LogChores, ServiceRunner

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from reference_broker.fetch_sessions import TOPIC_IDS_FROM, FetchPlan, SessionPartition
 from reference_broker.handlers.common import error_code_of, find_topic, leader_epoch_error
-from reference_broker.handlers.fetch_sessions import TOPIC_IDS_FROM, FetchPlan, SessionPartition
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import FetchRequest, FetchResponse
 
