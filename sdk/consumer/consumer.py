@@ -11,9 +11,12 @@ from typing import Any
 
 from sdk.client.client import KafkaClient
 from sdk.client.cluster import TopicPartition
+from sdk.consumer.assignors import ConsumerPartitionAssignor, resolve_assignors
 from sdk.consumer.config import ConsumerConfig
 from sdk.consumer.errors import ConsumerStoppedError, NoGroupIdError, NoOffsetForPartitionError
 from sdk.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Fetcher
+from sdk.consumer.group_coordinator import GroupCoordinator
+from sdk.consumer.listener import ConsumerRebalanceListener
 from sdk.consumer.records import (
     ConsumerGroupMetadata,
     ConsumerRecord,
@@ -29,26 +32,13 @@ __all__ = ["Consumer"]
 _NEW, _RUNNING, _CLOSED = "new", "running", "closed"
 
 
-def _group_coordinator_class() -> Any:
-    """The GroupCoordinator class, or None while ``sdk.consumer.group_coordinator`` (or the
-    assignors it needs) cannot be imported: the consumer then works in assign mode only."""
-    try:
-        from sdk.consumer.assignors import resolve_assignors  # noqa: F401
-        from sdk.consumer.group_coordinator import GroupCoordinator
-    except ImportError:
-        return None
-    return GroupCoordinator
-
-
-def _resolve_assignors(strategy: Any) -> list[Any]:
-    """The assignor objects for ``partition_assignment_strategy`` (empty while the assignors
-    package is absent); ``ConfigError`` for a name or object that is not an assignor."""
-    try:
-        from sdk.consumer.assignors import resolve_assignors
-    except ImportError:
-        return []
+def _resolve_assignors(strategy: Any) -> list[ConsumerPartitionAssignor]:
+    """The assignor objects for ``partition_assignment_strategy``; ``ConfigError`` naming the
+    option for a name or object that is not an assignor."""
     try:
         return list(resolve_assignors(strategy))
+    except ConfigError:
+        raise
     except (TypeError, ValueError, KeyError) as exc:
         raise ConfigError("partition_assignment_strategy", str(exc)) from exc
 
@@ -220,11 +210,10 @@ class Consumer:
         self._state = _NEW
         self._client: KafkaClient | None = None
         self._fetcher: Fetcher | None = None
-        self._coordinator: Any = None
+        self._coordinator: GroupCoordinator | None = None
         self._subscription = SubscriptionState(self.config.auto_offset_reset)
         self._pattern_task: asyncio.Task[None] | None = None
         self._pattern_wake: asyncio.Event | None = None
-        self._offsets_store: Any = None  # fallback OffsetCommit/OffsetFetch when there is no coordinator
         self._pattern_matched = False
         #: (assignment_version, positions_epoch) when every partition last had a position.
         self._prepared: tuple[int, int] | None = None
@@ -271,12 +260,8 @@ class Consumer:
 
     async def _start_coordinator(self) -> None:
         cfg = self.config
-        coordinator_class = _group_coordinator_class()
-        if coordinator_class is None:
-            return
-        assignors = self._assignors or _resolve_assignors(cfg.partition_assignment_strategy)
-        assert self._client is not None
-        self._coordinator = coordinator_class(
+        assert self._client is not None and cfg.group_id is not None
+        self._coordinator = GroupCoordinator(
             self._client,
             self._subscription,
             group_id=cfg.group_id,
@@ -288,7 +273,7 @@ class Consumer:
             retry_backoff_ms=cfg.retry_backoff_ms,
             enable_auto_commit=cfg.enable_auto_commit,
             auto_commit_interval_ms=cfg.auto_commit_interval_ms,
-            assignors=assignors,
+            assignors=self._assignors,
             exclude_internal_topics=cfg.exclude_internal_topics,
         )
         await self._coordinator.start()
@@ -351,17 +336,10 @@ class Consumer:
         """Join ``group_id`` for these topics (or the topics matching ``pattern``); the group assigns
         partitions. ``listener`` is a ``ConsumerRebalanceListener``. Replaces an earlier subscription."""
         client, fetcher = self._running()
-        if self.config.group_id is None:
+        if self.config.group_id is None or self._coordinator is None:
             raise NoGroupIdError("subscribe() needs a group_id (or use assign())")
-        if self._coordinator is None:
-            raise IllegalStateError("group membership is not available in this build: use assign()")
-        if listener is not None:
-            from sdk.consumer.listener import ConsumerRebalanceListener
-
-            if not isinstance(listener, ConsumerRebalanceListener):
-                raise TypeError(
-                    f"listener must be a ConsumerRebalanceListener, not {type(listener).__name__}"
-                )
+        if listener is not None and not isinstance(listener, ConsumerRebalanceListener):
+            raise TypeError(f"listener must be a ConsumerRebalanceListener, not {type(listener).__name__}")
         topics = [topics] if isinstance(topics, str) else list(topics)
         if pattern is not None:
             if topics:
@@ -422,14 +400,13 @@ class Consumer:
 
     def unsubscribe(self) -> None:
         """Give up the subscription or the manual assignment (and the positions); a group member
-        leaves the group (in the background: LeaveGroup, through the coordinator's
-        ``maybe_leave_group`` when it has one)."""
+        leaves the group (LeaveGroup, sent in the background as aiokafka does)."""
         self._running()
         was_member = self._subscription.partitions_auto_assigned()
         self._subscription.unsubscribe()
-        leave = getattr(self._coordinator, "maybe_leave_group", None)
-        if was_member and leave is not None:
-            task = asyncio.get_running_loop().create_task(leave("the consumer unsubscribed"))
+        if was_member and self._coordinator is not None:
+            leaving = self._coordinator.maybe_leave_group("the consumer unsubscribed")
+            task = asyncio.get_running_loop().create_task(leaving)
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
@@ -689,10 +666,8 @@ class Consumer:
         await self._commit_offsets(to_commit)
 
     async def _commit_offsets(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        if self._coordinator is not None:
-            await self._coordinator.commit_offsets(offsets)
-        else:
-            await self._fallback_store().commit_offsets(offsets)
+        assert self._coordinator is not None  # there is one whenever group_id is set
+        await self._coordinator.commit_offsets(offsets)
 
     async def _fetch_committed(
         self, partitions: Iterable[TopicPartition]
@@ -702,19 +677,8 @@ class Consumer:
         tps = list(partitions)
         if not tps:
             return {}
-        if self._coordinator is not None:
-            return dict(await self._coordinator.fetch_committed_offsets(tps))
-        return await self._fallback_store().fetch_committed_offsets(tps)
-
-    def _fallback_store(self) -> Any:
-        if self._offsets_store is None:
-            from sdk.consumer.offset_store import GroupOffsetStore
-
-            assert self._client is not None and self.config.group_id is not None
-            self._offsets_store = GroupOffsetStore(
-                self._client, self.config.group_id, retry_backoff_ms=self.config.retry_backoff_ms
-            )
-        return self._offsets_store
+        assert self._coordinator is not None  # there is one whenever group_id is set
+        return dict(await self._coordinator.fetch_committed_offsets(tps))
 
     async def committed(self, partition: TopicPartition) -> int | None:
         """The committed offset of ``partition`` for ``group_id`` (None if nothing is committed)."""
@@ -774,6 +738,6 @@ class Consumer:
         """The group identity a transactional producer needs (``send_offsets_to_transaction``)."""
         if self.config.group_id is None:
             raise NoGroupIdError("group_metadata() needs a group_id")
-        if self._coordinator is not None:
-            return self._coordinator.group_metadata()  # type: ignore[no-any-return]
-        return ConsumerGroupMetadata(self.config.group_id, -1, "", self.config.group_instance_id)
+        if self._coordinator is None:  # not started
+            return ConsumerGroupMetadata(self.config.group_id, -1, "", self.config.group_instance_id)
+        return self._coordinator.group_metadata()

@@ -166,3 +166,20 @@ def test_an_unknown_assignor_name_is_a_config_error():
     with pytest.raises(ConfigError) as info:
         Consumer(bootstrap_servers="127.0.0.1:1", group_id="g", partition_assignment_strategy="bogus")
     assert info.value.option == "partition_assignment_strategy"
+
+
+async def test_unsubscribe_hands_the_partitions_to_the_other_member(group_broker, unique):
+    bootstrap = group_broker.bootstrap
+    topic, group = unique("unsubscribe"), unique("group")
+    await fill(bootstrap, topic, 2)
+    async with Consumer(topic, bootstrap_servers=bootstrap, group_id=group, **GROUP_SETTINGS) as first, \
+            Consumer(topic, bootstrap_servers=bootstrap, group_id=group, **GROUP_SETTINGS) as second:
+        async with asyncio.timeout(20):
+            while not (first.assignment() and second.assignment()):
+                await asyncio.gather(first.getmany(timeout_ms=100), second.getmany(timeout_ms=100))
+            first.unsubscribe()
+            assert first.assignment() == set()
+            while len(second.assignment()) < 4:
+                await second.getmany(timeout_ms=100)
+        # Well within the session timeout: the first member left rather than timed out.
+        assert second.assignment() == {TopicPartition(topic, p) for p in range(4)}
