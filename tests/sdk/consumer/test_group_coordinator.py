@@ -465,8 +465,9 @@ async def test_two_live_instances_with_one_id_fence_the_older(
 
 
 async def test_cooperative_join_moves_only_what_must_move(
-    bootstrap: str, members: Callable[..., Any]
+    reference: str, members: Callable[..., Any]
 ) -> None:
+    bootstrap = reference
     topic, group = unique("coop"), unique("group")
     partitions = await create_topic(bootstrap, topic, 6)
     old = [await members(bootstrap, group, [topic], strategy="cooperative-sticky") for _ in range(2)]
