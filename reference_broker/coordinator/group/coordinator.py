@@ -773,9 +773,14 @@ class GroupCoordinator:
         now = self.clock.now_ms()
         expired_total = 0
         for group in list(self.groups.values()):
+            if group.is_(GroupState.DEAD):
+                continue
             if self.partition_for(group.group_id) in self.loading:
                 continue
             expired = []
+            # A consumer group with members keeps the offsets of the topics it subscribes to; the
+            # others expire from their commit time (KIP-496).
+            subscribed = None if group.is_(GroupState.EMPTY) else group.subscribed_topics()
             for tp, committed in group.offsets.items():
                 if committed.expire_timestamp_ms is not None:
                     if now >= committed.expire_timestamp_ms:
@@ -784,6 +789,12 @@ class GroupCoordinator:
                     base = max(group.state_timestamp_ms, committed.commit_timestamp_ms)
                     if now - base >= self.config.offsets_retention_ms:
                         expired.append(tp)
+                elif (
+                    subscribed is not None
+                    and tp[0] not in subscribed
+                    and now - committed.commit_timestamp_ms >= self.config.offsets_retention_ms
+                ):
+                    expired.append(tp)
             if expired:
                 batch = [(records.offset_key(group.group_id, t, p), None) for t, p in expired]
                 if self._write(group.group_id, batch):
@@ -794,6 +805,25 @@ class GroupCoordinator:
             if group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_members:
                 self._drop_group(group)  # Kafka's cleanupGroupMetadata: an empty group with no offsets
         return expired_total
+
+    def shutdown(self) -> None:
+        """The broker is stopping: timers are cancelled and requests still waiting are answered
+        NOT_COORDINATOR (clients look the coordinator up again and retry there)."""
+        for group in self.groups.values():
+            if group.join_timer is not None:
+                group.join_timer.cancel()
+                group.join_timer = None
+            for member in group.members.values():
+                if member.heartbeat_timer is not None:
+                    member.heartbeat_timer.cancel()
+                    member.heartbeat_timer = None
+                if member.join_callback is not None:
+                    callback, member.join_callback = member.join_callback, None
+                    callback(JoinResult(E.NOT_COORDINATOR, member.member_id))
+                if member.sync_callback is not None:
+                    callback_sync, member.sync_callback = member.sync_callback, None
+                    callback_sync(SyncResult(E.NOT_COORDINATOR))
+        self.groups.clear()
 
     # -- loading -------------------------------------------------------------------------
 

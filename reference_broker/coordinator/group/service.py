@@ -118,6 +118,7 @@ class GroupCoordinatorService:
         return [PeriodicTask("offset-expiry", interval_s, self.coordinator.expire_offsets)]
 
     async def stop(self) -> None:
+        self.coordinator.shutdown()
         if self._loader is not None:
             self._loader.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -350,3 +350,37 @@ def test_pending_member_id_expires_after_session_timeout() -> None:
     assert first.error == E.MEMBER_ID_REQUIRED
     clock.advance(SESSION_MS)
     assert join(coord, first.member_id).result.error == E.UNKNOWN_MEMBER_ID
+
+
+def subscription(*topics: str) -> bytes:
+    from sdk.protocol.codec import encode
+    from sdk.protocol.messages import ConsumerProtocolSubscription
+
+    return (0).to_bytes(2, "big") + encode(ConsumerProtocolSubscription(topics=list(topics)), 0)
+
+
+def test_a_live_consumer_group_keeps_subscribed_offsets_and_expires_the_others() -> None:
+    coord, clock, _ = make(offsets_retention_ms=60_000)
+    a = join_dynamic(coord, protocols=[("range", subscription("kept"))]).result
+    sync(coord, a.member_id, 1, {})
+    now = clock.now_ms()
+    offsets = {("kept", 0): CommittedOffset(1, -1, "", now), ("dropped", 0): CommittedOffset(2, -1, "", now)}
+    assert coord.commit_offsets("g", 1, a.member_id, None, offsets) == dict.fromkeys(offsets, 0)
+    for _ in range(24):  # stay alive while time passes
+        clock.advance(2_500)
+        assert coord.heartbeat("g", 1, a.member_id, None) == 0
+    assert coord.expire_offsets() == 1
+    assert set(coord.groups["g"].offsets) == {("kept", 0)}
+
+
+def test_shutdown_answers_waiting_requests_not_coordinator() -> None:
+    coord, clock, _ = make()
+    a = join_dynamic(coord).result
+    sync(coord, a.member_id, 1, {})
+    waiting = join_dynamic(coord)
+    assert waiting.results == []
+    coord.shutdown()
+    assert waiting.result.error == E.NOT_COORDINATOR
+    assert coord.groups == {}
+    clock.advance(10 * SESSION_MS)  # no timer of the old groups fires into the empty coordinator
+    assert coord.groups == {}
