@@ -19,6 +19,7 @@ from reference_broker.log.config import LogConfig
 from reference_broker.log.log_manager import LogManager, TopicMetadata
 from reference_broker.log.partition_log import AppendResult
 from reference_broker.log.producer_state import AppendOrigin
+from sdk.protocol.errors import InvalidTopicError
 from sdk.records import RecordBatch, RecordBatchBuilder, iter_batches
 
 log = logging.getLogger("reference_broker.storage")
@@ -131,7 +132,11 @@ class Storage:
         self, topic: str, partition: int, records: bytes | memoryview, *, in_place: bool = False
     ) -> AppendResult:
         """Append to the partition's log; with ``in_place`` the caller gives ``records`` up and the
-        log may assign offsets in them rather than in a copy (``PartitionLog.append``)."""
+        log may assign offsets in them rather than in a copy (``PartitionLog.append``). This is
+        the clients' path: internal topics are written only by their coordinators (Kafka answers
+        a produce to them INVALID_TOPIC_EXCEPTION)."""
+        if topic in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"Cannot append to internal topic {topic}")
         result = self.manager.get_log(topic, partition).append(records, now_ms=now_ms(), in_place=in_place)
         if self.on_data is not None and not result.duplicate:
             self.on_data((topic, partition))

@@ -25,8 +25,10 @@ from sdk.protocol.messages import (
     OffsetCommitRequest,
     OffsetDeleteRequest,
     OffsetFetchRequest,
+    ProduceRequest,
     SyncGroupRequest,
 )
+from sdk.records import RecordBatchBuilder
 
 CONFIG = {"num.partitions": 2, "group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 3}
 EXPECTED_VERSIONS = {
@@ -385,3 +387,21 @@ def test_static_member_and_offsets_survive_kill_9(broker_factory: BrokerFactory)
         assert [(t.name, p.committed_offset, p.metadata) for t in fetched.topics for p in t.partitions] == [
             (topic, 7, "before-crash")
         ]
+
+
+def test_clients_cannot_produce_to_consumer_offsets(wire: WireClient) -> None:
+    wire.request(FindCoordinatorRequest(key="any", key_type=0), 3)  # creates __consumer_offsets
+    builder = RecordBatchBuilder()
+    builder.append(0, b"key", b"forged")
+    request = ProduceRequest(
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name="__consumer_offsets",
+                partition_data=[ProduceRequest.PartitionProduceData(index=0, records=builder.build())],
+            )
+        ],
+    )
+    response = wire.request(request, 9)
+    assert response.responses[0].partition_responses[0].error_code == E.INVALID_TOPIC_EXCEPTION
