@@ -1,8 +1,8 @@
-"""Mixed groups: our GroupCoordinator with confluent-kafka (librdkafka) or aiokafka consumers in
-one group, with the same assignor, on librdkafka's mock cluster and on the reference broker.
-Whoever the broker elects leader computes the assignment for everyone, so this checks that each
-side reads the others' subscriptions and assignments (ConsumerProtocol v0-v3) and follows the same
-protocol."""
+"""Mixed groups: our GroupCoordinator with confluent-kafka (librdkafka), aiokafka or kafka-python
+consumers in one group, with the same assignor, on librdkafka's mock cluster and on the reference
+broker. Whoever the broker elects leader computes the assignment for everyone, so this checks that
+each side reads the others' subscriptions and assignments (ConsumerProtocol v0-v3) and follows the
+same protocol."""
 
 from __future__ import annotations
 
@@ -234,18 +234,65 @@ class AiokafkaMember:
             await self.consumer.stop()
 
 
+class KafkaPythonMember:
+    """A kafka-python consumer polling in its own thread; its assignment as it reports it."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, strategy: str) -> None:
+        import kafka
+        from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+        from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+        assignors = {"range": RangePartitionAssignor, "cooperative-sticky": CooperativeStickyAssignor}
+        assignor = assignors[strategy]
+        self.consumer = kafka.KafkaConsumer(
+            topic, bootstrap_servers=bootstrap, group_id=group, partition_assignment_strategy=(assignor,),
+            session_timeout_ms=6000, heartbeat_interval_ms=200, enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        self.lock = threading.Lock()
+        self.assigned: set[TopicPartition] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.consumer.poll(timeout_ms=50)
+            with self.lock:
+                self.assigned = {TopicPartition(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+        self.consumer.close()
+
+    def start(self) -> KafkaPythonMember:
+        self._thread.start()
+        return self
+
+    def assignment(self) -> set[TopicPartition]:
+        with self.lock:
+            return set(self.assigned)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join(30)
+
+
 @pytest_asyncio.fixture
 async def group() -> AsyncIterator[Callable[..., Any]]:
     started: list[Any] = []
 
     async def add(kind: str, *args: Any) -> Any:
-        member = {"ours": OurMember, "theirs": TheirMember, "aiokafka": AiokafkaMember}[kind](*args)
+        kinds: dict[str, Any] = {
+            "ours": OurMember,
+            "theirs": TheirMember,
+            "aiokafka": AiokafkaMember,
+            "kafka-python": KafkaPythonMember,
+        }
+        member = kinds[kind](*args)
         started.append(member)
-        return member.start() if kind == "theirs" else await member.start()
+        return member.start() if isinstance(member, TheirMember | KafkaPythonMember) else await member.start()
 
     yield add
     for member in started:
-        if isinstance(member, TheirMember):
+        if isinstance(member, TheirMember | KafkaPythonMember):
             await asyncio.to_thread(member.stop)
         else:
             await member.stop()
@@ -314,4 +361,21 @@ async def test_mixed_group_with_aiokafka(
     second = await group("ours", bootstrap, group_id, topic, strategy)
     await shared([ours, theirs, second], partitions)
     await theirs.stop()
+    await shared([ours, second], partitions)
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+async def test_mixed_group_with_kafka_python(
+    group_broker: BrokerProcess, strategy: str, group: Callable[..., Any]
+) -> None:
+    """kafka-python's consumers (which also implement cooperative-sticky) and ours in one group."""
+    bootstrap = group_broker.bootstrap
+    topic, group_id = f"mixed-kp-{uuid.uuid4().hex[:8]}", f"group-{uuid.uuid4().hex[:8]}"
+    partitions = await create_topic(bootstrap, topic, 6)
+    ours = await group("ours", bootstrap, group_id, topic, strategy)
+    theirs = await group("kafka-python", bootstrap, group_id, topic, strategy)
+    await shared([ours, theirs], partitions)
+    second = await group("ours", bootstrap, group_id, topic, strategy)
+    await shared([ours, theirs, second], partitions)
+    await asyncio.to_thread(theirs.stop)
     await shared([ours, second], partitions)
