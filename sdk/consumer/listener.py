@@ -11,6 +11,9 @@ the whole assignment; cooperative: only the partitions added), and ``on_partitio
 of revoked when the partitions may already belong to someone else (the member was fenced, its
 session expired, or the coordinator answered UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION), so
 committing them would be wrong.
+
+An exception from a hook is logged and the rebalance goes on (as in aiokafka): the group must not
+be left half-rebalanced because application code failed.
 """
 
 from __future__ import annotations
