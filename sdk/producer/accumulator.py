@@ -22,17 +22,13 @@ from sdk.client.backoff import ExponentialBackoff
 from sdk.client.cluster import ClusterMetadata
 from sdk.errors import BufferExhaustedError
 from sdk.producer.batch import BatchSink, ProducerBatch
-from sdk.records import Compression, RecordBatchBuilder
+from sdk.records import BATCH_OVERHEAD, RECORD_OVERHEAD, Compression, RecordBatchBuilder
 
 if TYPE_CHECKING:
     from sdk.producer.transaction_manager import TransactionManager
 
-__all__ = ["RecordAccumulator"]
+__all__ = ["BATCH_OVERHEAD", "RECORD_OVERHEAD", "RecordAccumulator"]
 
-#: Upper bound of a record's framing inside a batch (length, attributes, deltas, key/value
-#: lengths, header count), as Kafka's ``Record.MAX_RECORD_OVERHEAD``.
-RECORD_OVERHEAD = 21
-BATCH_OVERHEAD = 61
 
 Deque = deque[ProducerBatch]
 

@@ -14,10 +14,11 @@ from collections.abc import Iterable, Sequence
 from time import time_ns as _time_ns
 from typing import TYPE_CHECKING, Any
 
-from sdk.producer.accumulator import RECORD_OVERHEAD, now_ms
+from sdk.producer.accumulator import now_ms
 from sdk.producer.batch import BatchSink
 from sdk.producer.interceptors import ProducerRecord
 from sdk.producer.record_metadata import BatchMetadata
+from sdk.records import RECORD_OVERHEAD, headers_size
 
 if TYPE_CHECKING:
     from sdk.producer.accumulator import RecordAccumulator
@@ -27,14 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["BatchSendMixin", "Headers", "headers_size"]
 
 Headers = Sequence[tuple[str, bytes | None]]
-
-
-def headers_size(headers: Headers) -> int:
-    """Upper bound of the encoded size of a record's headers."""
-    size = 1
-    for key, value in headers:
-        size += len(key) + (len(value) if value is not None else 0) + 10
-    return size
 
 
 class BatchSendMixin:

@@ -17,9 +17,9 @@ from sdk.errors import (
     RecordTooLargeError,
     SerializationError,
 )
-from sdk.producer.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD, RecordAccumulator, now_ms
+from sdk.producer.accumulator import RecordAccumulator, now_ms
 from sdk.producer.batch import ProducerBatch
-from sdk.producer.batch_api import BatchSendMixin, Headers, headers_size
+from sdk.producer.batch_api import BatchSendMixin, Headers
 from sdk.producer.config import ProducerConfig
 from sdk.producer.futures import LazyRecordFuture, RecordFuture
 from sdk.producer.interceptors import InterceptorChain, ProducerRecord
@@ -27,8 +27,12 @@ from sdk.producer.partitioner import DefaultPartitioner, make_partitioner
 from sdk.producer.record_metadata import RecordMetadata
 from sdk.producer.sender import Sender
 from sdk.producer.transaction_manager import TransactionManager
+from sdk.records import BATCH_OVERHEAD, RECORD_OVERHEAD, headers_size, record_size_bound
 
-__all__ = ["Producer"]
+__all__ = ["PreparedRecord", "Producer"]
+
+#: ``(topic, key, value, partition, timestamp_ms, headers)`` after interceptors and serializers.
+PreparedRecord = tuple[str, "bytes | None", "bytes | None", "int | None", "int | None", "Headers | None"]
 
 log = logging.getLogger(__name__)
 
@@ -583,6 +587,53 @@ class Producer(BatchSendMixin):
         if keyless and self._sticky is not None and not headers and type(value) is bytes:
             self._update_route(topic, partition, acc.open.get(topic, {}).get(partition))
         return future
+
+    # -- the entry point for facades (sdk.sync) ------------------------------------------------
+
+    def prepare_record(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+    ) -> PreparedRecord:
+        """Check that the producer accepts records, run the interceptors' ``on_send`` and the
+        serializers, and refuse a record that can never fit. Safe to call from any thread (it
+        touches no loop state), so a facade does this work on its caller's thread.
+
+        Returns ``(topic, key, value, partition, timestamp_ms, headers)`` for ``append_nowait`` /
+        ``append``."""
+        if not self._accepting:
+            self._check_running()
+        interceptors = self._interceptors
+        if interceptors is not None:
+            record = interceptors.on_send(ProducerRecord(topic, value, key, partition, timestamp_ms, headers))
+            topic, value, key, partition, timestamp_ms, headers = record
+        if (
+            not self._plain
+            or (key is not None and type(key) is not bytes)
+            or (value is not None and type(value) is not bytes)
+        ):
+            key, value = self._serialize(topic, key, value)
+        size = record_size_bound(key, value, headers)
+        if size > self._max_record_size:
+            self._too_large(size)
+        return (topic, key, value, partition, timestamp_ms, headers)
+
+    def append_nowait(self, record: PreparedRecord, future: LazyRecordFuture) -> bool:
+        """Append a prepared record and attach ``future`` to its batch, if that needs no waiting;
+        False (nothing done) when the topic's metadata or room in ``buffer_memory`` is missing.
+        Loop thread only."""
+        topic, key, value, partition, timestamp_ms, headers = record
+        return self._try_append(topic, key, value, partition, timestamp_ms, headers, future) is not None
+
+    async def append(self, record: PreparedRecord, future: LazyRecordFuture) -> None:
+        """Append a prepared record, waiting (up to ``max_block_ms``) for metadata and memory."""
+        topic, key, value, partition, timestamp_ms, headers = record
+        if self._try_append(topic, key, value, partition, timestamp_ms, headers, future) is None:
+            await self._append_blocking(topic, key, value, partition, timestamp_ms, headers, future)
 
     def _update_route(self, topic: str, partition: int, batch: ProducerBatch | None) -> None:
         """Remember (or forget) the topic's sticky route after a keyless record went through the

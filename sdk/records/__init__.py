@@ -39,10 +39,14 @@ from sdk.records.header import (
     set_partition_leader_epoch,
 )
 from sdk.records.murmur2 import murmur2, murmur2_partition
+from sdk.records.sizes import BATCH_OVERHEAD, LOG_OVERHEAD, RECORD_OVERHEAD, headers_size, record_size_bound
 from sdk.records.walker import RecordsWalk, walk_batch_records, walk_records
 
 __all__ = [
     "BATCH_HEADER_SIZE",
+    "BATCH_OVERHEAD",
+    "LOG_OVERHEAD",
+    "RECORD_OVERHEAD",
     "BatchHeader",
     "Compression",
     "ControlRecord",
@@ -71,11 +75,13 @@ __all__ = [
     "decompression_limit",
     "encode_headers",
     "end_txn_marker_value",
+    "headers_size",
     "iter_batches",
     "murmur2",
     "murmur2_partition",
     "parse_control_record",
     "read_batch_header",
+    "record_size_bound",
     "set_log_append_time",
     "set_max_timestamp",
     "set_partition_leader_epoch",

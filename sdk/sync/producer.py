@@ -1,13 +1,7 @@
-"""Blocking facades over the asyncio clients, for scripts, notebooks and Spark executors.
+"""The blocking producer: ``sdk.Producer`` driven on the shared loop thread (``sdk.sync._loop``).
 
-Every facade in a process shares one event loop running on a daemon thread (started on first
-use, and started anew in a forked child, where the parent's thread does not exist). The async
-client does all the I/O there; the calling threads only serialize and hand records over.
-
-Thread safety: every method may be called from any thread, concurrently. Records sent from one
-thread keep their order; records from different threads interleave in no defined order. Methods
-must not be called from the shared loop's own thread (for example from an interceptor or a
-delivery callback), because they would wait for that thread.
+It reaches the async producer only through its facade entry points (``prepare_record`` on the
+caller's thread, ``append_nowait``/``append`` on the loop thread), never its private members.
 """
 
 from __future__ import annotations
@@ -15,69 +9,23 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
 import threading
 from collections import deque
-from collections.abc import Coroutine, Iterable
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from typing import Any
 
-from sdk.errors import BufferExhaustedError, IllegalStateError, KafkaTimeoutError
-from sdk.producer.accumulator import RECORD_OVERHEAD
-from sdk.producer.batch_api import Headers, headers_size
+from sdk.errors import BufferExhaustedError, KafkaTimeoutError, ProducerClosedError
+from sdk.producer.batch_api import Headers
 from sdk.producer.futures import PENDING, TRANSITION, LazyRecordFuture
-from sdk.producer.interceptors import ProducerRecord
 from sdk.producer.producer import Producer as AsyncProducer
 from sdk.producer.record_metadata import RecordMetadata
+from sdk.sync._loop import shared_loop
 
-__all__ = ["DeliveryFuture", "Producer", "shared_loop"]
+__all__ = ["DeliveryFuture", "Producer"]
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 _new_object = object.__new__
-
-
-class LoopThread:
-    """An event loop running forever on a daemon thread."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="sdk-sync-loop", daemon=True)
-        self.thread.start()
-        self._started.wait()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.call_soon(self._started.set)
-        self.loop.run_forever()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the loop and wait for its result."""
-        if threading.current_thread() is self.thread:
-            coro.close()
-            raise IllegalStateError("blocking sdk.sync call from the shared event loop thread would deadlock")
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise KafkaTimeoutError(f"operation did not finish within {timeout} s") from None
-
-
-_shared: LoopThread | None = None
-_shared_pid: int | None = None
-_shared_lock = threading.Lock()
-
-
-def shared_loop() -> LoopThread:
-    """The process-wide loop thread (a new one after ``fork``)."""
-    global _shared, _shared_pid
-    with _shared_lock:
-        if _shared is None or _shared_pid != os.getpid() or not _shared.thread.is_alive():
-            _shared = LoopThread()
-            _shared_pid = os.getpid()
-        return _shared
 
 
 _PENDING, _RESULT, _ERROR, _CANCELLED = 0, 1, 2, 3
@@ -244,7 +192,8 @@ class Producer:
 
     ``send`` returns at once with a ``DeliveryFuture``; it blocks only while the hand-over queue
     is full, which happens when the async producer itself waits (for ``buffer_memory`` or for a
-    new topic's metadata), so back-pressure reaches the caller as in Kafka's Java client.
+    new topic's metadata), so back-pressure reaches the caller as in Kafka's Java client. A
+    caller blocked there when ``close`` begins gets ``ProducerClosedError`` at once.
     """
 
     #: Records handed over but not yet appended, beyond which ``send`` blocks.
@@ -262,9 +211,9 @@ class Producer:
         self._space = threading.Condition(self._lock)
         self._pump_scheduled = False
         self._waiting = 0
-        config = self._producer.config
-        self._serializing = config.key_serializer is not None or config.value_serializer is not None
         self._slow_task: asyncio.Task[None] | None = None
+        #: Set when ``close`` begins: ``send`` refuses records, blocked callers are woken.
+        self._closing = False
         self._closed = False
         self._runner.run(self._producer.start())
 
@@ -288,32 +237,11 @@ class Producer:
 
         Serialization (and interceptors' ``on_send``) run in the calling thread, so their
         errors (``SerializationError``, ``RecordTooLargeError``) are raised here.
+        ``ProducerClosedError`` once ``close`` began.
         """
-        producer = self._producer
-        if not producer._accepting or self._closed:
-            producer._check_running()
-            raise IllegalStateError("producer closed")
-        interceptors = producer._interceptors
-        if interceptors is not None:
-            record = interceptors.on_send(ProducerRecord(topic, value, key, partition, timestamp_ms, headers))
-            topic, value, key, partition, timestamp_ms, headers = record
-        if (
-            self._serializing
-            or (key is not None and type(key) is not bytes)
-            or (value is not None and type(value) is not bytes)
-        ):
-            key, value = producer._serialize(topic, key, value)
-        # producer._record_size, inlined (once per record): a record that can never fit is
-        # refused here, in the caller's thread.
-        size = RECORD_OVERHEAD
-        if key is not None:
-            size += len(key)
-        if value is not None:
-            size += len(value)
-        if headers:
-            size += headers_size(headers)
-        if size > producer._max_record_size:
-            producer._too_large(size)
+        if self._closing:
+            raise ProducerClosedError("producer closed")
+        record = self._producer.prepare_record(topic, value, key, partition, timestamp_ms, headers)
         # DeliveryFuture(), its fields set here: cheaper than calling the constructor. The
         # future carries the record through the queue: one object per record that the garbage
         # collector follows (the record tuple holds no such object, so the collector stops
@@ -322,7 +250,7 @@ class Producer:
         future._outcome = None
         future._callbacks = None
         future._state = _PENDING
-        future._record = (topic, key, value, partition, timestamp_ms, headers)
+        future._record = record
         queue = self._queue
         if len(queue) >= self.HANDOVER_LIMIT:
             self._wait_for_room()
@@ -331,7 +259,7 @@ class Producer:
         queue.append(future)
         if not self._pump_scheduled:
             self._pump_scheduled = True
-            self._runner.loop.call_soon_threadsafe(self._pump)
+            self._runner.call_soon(self._pump)
         return future
 
     def _wait_for_room(self) -> None:
@@ -339,11 +267,13 @@ class Producer:
             self._waiting += 1
             try:
                 if not self._space.wait_for(
-                    lambda: len(self._queue) < self.HANDOVER_LIMIT or self._closed, self._max_block_s
+                    lambda: len(self._queue) < self.HANDOVER_LIMIT or self._closing, self._max_block_s
                 ):
                     raise BufferExhaustedError(
                         f"the producer accepted nothing for max_block_ms={self._max_block_s * 1000:.0f}"
                     )
+                if self._closing:
+                    raise ProducerClosedError("producer closed while this send waited for room")
             finally:
                 self._waiting -= 1
 
@@ -378,6 +308,8 @@ class Producer:
         headers: Headers | None = None,
     ) -> DeliveryFuture:
         """The batch API (see ``sdk.Producer.send_many``): one future for all ``(key, value)`` records."""
+        if self._closing:
+            raise ProducerClosedError("producer closed")
         records = list(records)
         result = DeliveryFuture()
 
@@ -404,20 +336,33 @@ class Producer:
         return self._runner.run(self._producer.partitions_for(topic))
 
     def close(self, timeout: float | None = None) -> None:
-        """Deliver what is buffered and stop (see ``sdk.Producer.stop``). Safe to call twice."""
-        if self._closed:
+        """Deliver what was handed over and is buffered, and stop (see ``sdk.Producer.stop``).
+        Callers blocked in ``send`` get ``ProducerClosedError`` at once. Safe to call twice."""
+        with self._lock:
+            if self._closing:
+                already = True
+            else:
+                already = False
+                self._closing = True
+                self._space.notify_all()
+        if already:
             return
 
         async def stop() -> None:
             await self._drain_handover()
             await self._producer.stop(timeout)
+            # A send that passed its closing check just before close began may have queued a
+            # record after the drain: it was never appended.
+            queue = self._queue
+            while queue:
+                future = queue.popleft()
+                future._record = None
+                future.set_exception(ProducerClosedError("producer closed before this record was appended"))
 
         try:
             self._runner.run(stop())
         finally:
-            with self._lock:
-                self._closed = True
-                self._space.notify_all()
+            self._closed = True
 
     stop = close
 
@@ -445,18 +390,16 @@ class Producer:
         self._pump_scheduled = False
         if self._slow_task is not None:
             return  # the task drains the queue in order
-        producer = self._producer
+        append_nowait = self._producer.append_nowait
         queue = self._queue
-        try_append = producer._try_append
         appended = 0
         # A bounded round, then the loop's other work (the sender) gets a turn: a caller thread
         # that keeps the queue full must not starve the network.
         popleft = queue.popleft
         for _ in range(min(len(queue), self.PUMP_ROUND)):
             future = popleft()
-            topic, key, value, partition, timestamp_ms, headers = future._record  # type: ignore[misc]
             try:
-                if try_append(topic, key, value, partition, timestamp_ms, headers, future) is None:
+                if not append_nowait(future._record, future):  # type: ignore[arg-type]
                     # Back at the head (callers only append at the tail): the task takes it.
                     queue.appendleft(future)
                     self._slow_task = self._runner.loop.create_task(self._drain_handover_task())
@@ -465,12 +408,11 @@ class Producer:
                 future.set_exception(exc)
             future._record = None
             appended += 1
-        producer._yield_pending = False
         if appended:
             self._notify_room(low_water=True)
         if queue and self._slow_task is None and not self._pump_scheduled:
             self._pump_scheduled = True
-            self._runner.loop.call_soon(self._pump)
+            self._runner.call_soon(self._pump)
 
     async def _drain_handover_task(self) -> None:
         try:
@@ -487,15 +429,10 @@ class Producer:
         queue = self._queue
         while queue:
             future = queue[0]
-            topic, key, value, partition, timestamp_ms, headers = future._record  # type: ignore[misc]
             try:
-                if producer._try_append(topic, key, value, partition, timestamp_ms, headers, future) is None:
-                    await producer._append_blocking(
-                        topic, key, value, partition, timestamp_ms, headers, future
-                    )
+                await producer.append(future._record, future)  # type: ignore[arg-type]
             except Exception as exc:
                 future.set_exception(exc)
             future._record = None
             queue.popleft()
             self._notify_room()
-        producer._yield_pending = False
