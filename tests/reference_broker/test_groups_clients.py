@@ -213,3 +213,38 @@ def test_kafka_python_group_commits_and_resumes(group_broker: BrokerProcess) -> 
         assert [r.value for r in fresh] == [b"later"]
     finally:
         second.close()
+
+
+def test_confluent_static_member_restart_keeps_partitions_without_rebalance(
+    group_broker: BrokerProcess,
+) -> None:
+    topic, group = unique("static"), unique("group")
+    produce(group_broker.bootstrap, topic, [b"s"] * 8)
+    events: list[str] = []
+
+    def static(instance: str, record: bool) -> Consumer:
+        consumer = rdkafka_consumer(group_broker.bootstrap, group, **{"group.instance.id": instance})
+        seen = events if record else []
+        consumer.subscribe(
+            [topic],
+            on_assign=lambda c, p: seen.append(f"assign {len(p)}"),
+            on_revoke=lambda c, p: seen.append(f"revoke {len(p)}"),
+        )
+        return consumer
+
+    first, other = static("i1", False), static("i2", True)
+    drain([first, other], lambda got: [len(c.assignment()) for c in (first, other)] == [2, 2])
+    before = {tp.partition for tp in first.assignment()}
+    assert len(before) == 2
+    events.clear()
+    first.close()  # a static member sends no LeaveGroup: the group waits for it
+    restarted = static("i1", False)
+    try:
+        drain([restarted, other], lambda got: len(restarted.assignment()) == 2)
+        assert {tp.partition for tp in restarted.assignment()} == before
+        drain([restarted, other], lambda got: False, timeout_s=1.5)
+        assert events == []  # the other member saw no rebalance
+        assert len(other.assignment()) == 2
+    finally:
+        restarted.close()
+        other.close()
