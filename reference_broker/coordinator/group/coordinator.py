@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 from reference_broker.clock import Clock
 from reference_broker.coordinator.group import records
@@ -57,6 +57,18 @@ class GroupConfig:
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3_600_000
     num_partitions: int = 50
+
+
+@dataclasses.dataclass(frozen=True)
+class JoiningMember:
+    """What a JoinGroup request says about its member."""
+
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
 
 
 @dataclasses.dataclass
@@ -200,13 +212,8 @@ class GroupCoordinator:
                 return respond(JoinResult(E.GROUP_MAX_SIZE_REACHED, member_id))
         if not group.supports(protocol_type, protocols):
             return respond(JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id))
-        member_args = (
-            client_id,
-            client_host,
-            rebalance_timeout_ms,
-            session_timeout_ms,
-            protocol_type,
-            protocols,
+        member_args = JoiningMember(
+            client_id, client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols
         )
         if not member_id:
             self._join_unknown(group, group_instance_id, require_known_member_id, member_args, respond)
@@ -221,10 +228,10 @@ class GroupCoordinator:
         group: Group,
         group_instance_id: str | None,
         require_known_member_id: bool,
-        member_args: tuple,
+        member_args: JoiningMember,
         respond: JoinCallback,
     ) -> None:
-        client_id, _, _, session_timeout_ms, _, _ = member_args
+        client_id, session_timeout_ms = member_args.client_id, member_args.session_timeout_ms
         new_id = self._new_member_id(client_id, group_instance_id)
         if group_instance_id is not None and group_instance_id in group.static_members:
             self._replace_static_member(group, group_instance_id, new_id, member_args, respond)
@@ -240,7 +247,7 @@ class GroupCoordinator:
         group: Group,
         member_id: str,
         group_instance_id: str | None,
-        member_args: tuple,
+        member_args: JoiningMember,
         respond: JoinCallback,
     ) -> None:
         if group.is_static_member_fenced(group_instance_id, member_id):
@@ -253,7 +260,7 @@ class GroupCoordinator:
             return respond(JoinResult(E.UNKNOWN_MEMBER_ID, member_id))
         if member.group_instance_id != group_instance_id and group_instance_id is not None:
             return respond(JoinResult(E.FENCED_INSTANCE_ID, member_id))
-        protocols = member_args[5]
+        protocols = member_args.protocols
         if group.is_(GroupState.PREPARING_REBALANCE):
             return self._update_member_and_rebalance(group, member, member_args, respond)
         if group.is_(GroupState.COMPLETING_REBALANCE):
@@ -291,19 +298,18 @@ class GroupCoordinator:
         group: Group,
         member_id: str,
         group_instance_id: str | None,
-        member_args: tuple,
+        member_args: JoiningMember,
         respond: JoinCallback,
     ) -> None:
-        client_id, client_host, rebalance_ms, session_ms, protocol_type, protocols = member_args
         member = Member(
             member_id,
             group_instance_id,
-            client_id,
-            client_host,
-            rebalance_ms,
-            session_ms,
-            protocol_type,
-            list(protocols),
+            member_args.client_id,
+            member_args.client_host,
+            member_args.rebalance_timeout_ms,
+            member_args.session_timeout_ms,
+            member_args.protocol_type,
+            list(member_args.protocols),
             join_callback=respond,
             is_new=True,
         )
@@ -314,9 +320,10 @@ class GroupCoordinator:
         self._maybe_prepare_rebalance(group, f"adding member {member_id}")
 
     def _update_member_and_rebalance(
-        self, group: Group, member: Member, member_args: tuple, respond: JoinCallback
+        self, group: Group, member: Member, member_args: JoiningMember, respond: JoinCallback
     ) -> None:
-        _, _, rebalance_ms, session_ms, _, protocols = member_args
+        rebalance_ms, session_ms = member_args.rebalance_timeout_ms, member_args.session_timeout_ms
+        protocols = member_args.protocols
         member.rebalance_timeout_ms = rebalance_ms
         member.session_timeout_ms = session_ms
         member.protocols = list(protocols)
@@ -325,7 +332,7 @@ class GroupCoordinator:
         self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoining")
 
     def _replace_static_member(
-        self, group: Group, instance_id: str, new_id: str, member_args: tuple, respond: JoinCallback
+        self, group: Group, instance_id: str, new_id: str, member_args: JoiningMember, respond: JoinCallback
     ) -> None:
         """A static member restarted: it takes a new member id and keeps its assignment (KIP-345);
         the old id is fenced. In a Stable group whose protocol choice it does not change, no
@@ -341,7 +348,8 @@ class GroupCoordinator:
         if old.sync_callback is not None:
             callback_sync, old.sync_callback = old.sync_callback, None
             callback_sync(SyncResult(E.FENCED_INSTANCE_ID))
-        _, _, rebalance_ms, session_ms, _, protocols = member_args
+        rebalance_ms, session_ms = member_args.rebalance_timeout_ms, member_args.session_timeout_ms
+        protocols = member_args.protocols
         member = dataclasses.replace(
             old,
             member_id=new_id,
@@ -831,7 +839,7 @@ class GroupCoordinator:
         """Replay one ``__consumer_offsets`` partition (oldest first; the last record of a key
         wins, a tombstone deletes) into groups and offsets."""
         offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
-        group_values: dict[str, object | None] = {}
+        group_values: dict[str, Any] = {}
         for key_bytes, value_bytes in partition_records:
             key = records.parse_key(key_bytes)
             if isinstance(key, records.OffsetKey):
@@ -863,14 +871,14 @@ class GroupCoordinator:
             group.offsets = live_offsets
             self.groups[group_id] = group
 
-    def _restore_group(self, group: Group, value: object, now: int) -> None:
-        v = value  # a GroupMetadataValue
-        group.protocol_type = v.protocol_type or None  # type: ignore[attr-defined]
-        group.generation = v.generation  # type: ignore[attr-defined]
-        group.protocol_name = v.protocol  # type: ignore[attr-defined]
-        stamp = v.current_state_timestamp  # type: ignore[attr-defined]
+    def _restore_group(self, group: Group, v: Any, now: int) -> None:
+        """Rebuild ``group`` from a GroupMetadataValue: Stable with its members, or Empty."""
+        group.protocol_type = v.protocol_type or None
+        group.generation = v.generation
+        group.protocol_name = v.protocol
+        stamp = v.current_state_timestamp
         group.state_timestamp_ms = stamp if stamp >= 0 else now
-        for m in v.members:  # type: ignore[attr-defined]
+        for m in v.members:
             member = Member(
                 m.member_id,
                 m.group_instance_id,
@@ -883,7 +891,7 @@ class GroupCoordinator:
                 assignment=bytes(m.assignment),
             )
             group.add(member)
-        group.leader_id = v.leader if v.leader in group.members else group.leader_id  # type: ignore[attr-defined]
+        group.leader_id = v.leader if v.leader in group.members else group.leader_id
         if group.members:
             group.state = GroupState.STABLE
             for member in group.members.values():

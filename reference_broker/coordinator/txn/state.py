@@ -1,0 +1,73 @@
+"""A transactional id's state, as Kafka's ``TransactionMetadata`` keeps it."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+
+class TxnState(enum.Enum):
+    """Kafka's ``TransactionState``: (code in TransactionLogValue, name ListTransactions reports)."""
+
+    EMPTY = (0, "Empty")
+    ONGOING = (1, "Ongoing")
+    PREPARE_COMMIT = (2, "PrepareCommit")
+    PREPARE_ABORT = (3, "PrepareAbort")
+    COMPLETE_COMMIT = (4, "CompleteCommit")
+    COMPLETE_ABORT = (5, "CompleteAbort")
+    DEAD = (6, "Dead")
+    PREPARE_EPOCH_FENCE = (7, "PrepareEpochFence")
+
+    @property
+    def code(self) -> int:
+        return self.value[0]
+
+    @property
+    def display(self) -> str:
+        return self.value[1]
+
+    @classmethod
+    def from_code(cls, code: int) -> TxnState:
+        for state in cls:
+            if state.code == code:
+                return state
+        raise ValueError(f"unknown transaction state {code}")
+
+    @classmethod
+    def from_name(cls, name: str) -> TxnState | None:
+        return next((s for s in cls if s.display == name), None)
+
+
+#: States in which no transaction is open: a new one may begin, the id may expire.
+COMPLETE = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
+PREPARED = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+#: Kafka bumps to a new producer id rather than past this epoch (Short.MaxValue - 1).
+MAX_EPOCH = 32766
+
+
+@dataclasses.dataclass
+class TransactionMetadata:
+    """One transactional id: its producer id and epoch and its current transaction.
+
+    ``last_producer_epoch`` is the epoch before the latest bump, so a producer retrying an
+    InitProducerId whose answer it lost (KIP-360) is recognised rather than fenced.
+    """
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState = TxnState.EMPTY
+    previous_producer_id: int = NO_PRODUCER_ID
+    last_producer_epoch: int = NO_PRODUCER_EPOCH
+    partitions: set[tuple[str, int]] = dataclasses.field(default_factory=set)
+    start_ms: int = -1
+    last_update_ms: int = -1
+    #: Markers of a prepared transaction not all written yet (a failed append is retried).
+    markers_pending: bool = False
+
+    def is_(self, *states: TxnState) -> bool:
+        return self.state in states
