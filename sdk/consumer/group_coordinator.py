@@ -223,40 +223,65 @@ class GroupCoordinator:
             return True
         return self._leader_metadata_changed()
 
-    async def ensure_active_group(self) -> None:
+    async def ensure_active_group(self, timeout_ms: float | None = None) -> bool:
         """In subscribe mode: join and sync until the member is stable, calling the listener in
-        order. Raises ``FencedInstanceIdError`` once fenced, and non-retriable join errors."""
+        order; True once stable (or nothing to do). With ``timeout_ms``, give up (False) when it
+        has passed between attempts, e.g. while the coordinator is unreachable (a JoinGroup or
+        listener call under way is never cut short: that would leave a rebalance half done). Raises
+        ``FencedInstanceIdError`` once fenced, and non-retriable join errors."""
         self._raise_if_fatal()
         if not self.need_rejoin():
-            return
-        async with self._join_lock:
-            attempt = 0
-            while self.need_rejoin():
-                if self._closed:
-                    raise ConsumerStoppedError("the consumer is closed")
-                self._raise_if_fatal()
-                try:
-                    await self._join_once()
-                    attempt = 0
-                except _Retry as exc:
-                    log.debug("group %s: join attempt ended: %s", self.group_id, exc)
-                    self.state = MemberState.UNJOINED
-                    self._rejoin_reason = self._rejoin_reason or str(exc)
-                    if exc.backoff:
-                        await asyncio.sleep(self._client.retry_backoff.backoff_ms(attempt) / 1000)
-                        attempt += 1
-                except KafkaError as exc:
-                    self.state = MemberState.UNJOINED
-                    self._rejoin_reason = self._rejoin_reason or repr(exc)
-                    if not exc.retriable:
-                        raise
-                    if isinstance(exc, KafkaConnectionError | KafkaTimeoutError):
-                        self._channel.forget()
-                    log.debug("group %s: join failed, retrying: %r", self.group_id, exc)
-                    await asyncio.sleep(self._client.retry_backoff.backoff_ms(attempt) / 1000)
-                    attempt += 1
+            return True
+        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        try:
+            async with asyncio.timeout_at(None if deadline is None else _loop_time(deadline)):
+                await self._join_lock.acquire()
+        except TimeoutError:
+            return False  # another task's join is under way
+        try:
+            return await self._join_until_stable(deadline)
+        finally:
+            self._join_lock.release()
+
+    async def _join_until_stable(self, deadline: float | None) -> bool:
+        """The join loop (under the join lock): retriable failures are retried with backoff."""
+        attempt = 0
+        while self.need_rejoin():
+            if self._closed:
+                raise ConsumerStoppedError("the consumer is closed")
             self._raise_if_fatal()
-            self.record_poll()
+            if deadline is not None and attempt and time.monotonic() >= deadline:
+                return False
+            try:
+                if not await self._join_once(deadline):
+                    return False
+                attempt = 0
+            except _Retry as exc:
+                log.debug("group %s: join attempt ended: %s", self.group_id, exc)
+                self.state = MemberState.UNJOINED
+                self._rejoin_reason = self._rejoin_reason or str(exc)
+                attempt += 1
+                if exc.backoff:
+                    await self._backoff(attempt, deadline)
+            except KafkaError as exc:
+                self.state = MemberState.UNJOINED
+                self._rejoin_reason = self._rejoin_reason or repr(exc)
+                if not exc.retriable:
+                    raise
+                if isinstance(exc, KafkaConnectionError | KafkaTimeoutError):
+                    self._channel.forget()
+                log.debug("group %s: join failed, retrying: %r", self.group_id, exc)
+                attempt += 1
+                await self._backoff(attempt, deadline)
+        self._raise_if_fatal()
+        self.record_poll()
+        return True
+
+    async def _backoff(self, attempt: int, deadline: float | None) -> None:
+        delay = self._client.retry_backoff.backoff_ms(attempt - 1) / 1000
+        if deadline is not None:
+            delay = max(0.0, min(delay, deadline - time.monotonic()))
+        await asyncio.sleep(delay)
 
     async def commit_offsets(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
         """OffsetCommit with the current generation and member id (generation -1 and no member in
@@ -354,13 +379,18 @@ class GroupCoordinator:
                 return True
         return False
 
-    async def _join_once(self) -> None:
-        """One JoinGroup + SyncGroup round; ``_Retry`` when it must be repeated."""
+    async def _join_once(self, deadline: float | None) -> bool:
+        """One JoinGroup + SyncGroup round; ``_Retry`` when it must be repeated, False when the
+        coordinator could not be reached before ``deadline`` (nothing was changed then)."""
+        try:
+            async with asyncio.timeout_at(None if deadline is None else _loop_time(deadline)):
+                conn, node = await self._channel.connection()
+        except TimeoutError:
+            return False
         await self._settle_lost_partitions()
         if self._needs_join_prepare:
             await self._on_join_prepare()
             self._needs_join_prepare = False
-        conn, node = await self._channel.connection()
         topics = self._topics_to_join()
         self._joined_topics = topics
         self.state = MemberState.REBALANCING
@@ -432,6 +462,7 @@ class GroupCoordinator:
         await self._on_join_complete(bytes(sync_response.assignment or b""))
         self._needs_join_prepare = True
         self.rebalances += 1
+        return True
 
     def _check_join_error(self, code: int, member_id: str, node: int) -> None:
         if not code:
@@ -763,3 +794,7 @@ class GroupCoordinator:
         if offsets:
             await self.commit_offsets(offsets)
 
+
+def _loop_time(monotonic_deadline: float) -> float:
+    """A ``time.monotonic()`` deadline on the running loop's clock (for ``asyncio.timeout_at``)."""
+    return asyncio.get_running_loop().time() + (monotonic_deadline - time.monotonic())

@@ -535,3 +535,26 @@ async def test_group_survives_a_broker_kill_and_restart(
     owner = next(m for m in group_members if tp in m.assignment())
     committed = (await owner.coordinator.fetch_committed_offsets([tp]))[tp]
     assert committed is not None and (committed.offset, committed.metadata) == (42, "before the crash")
+
+
+async def test_ensure_active_group_gives_up_at_its_timeout_while_the_coordinator_is_down(
+    broker_factory: Callable[..., BrokerProcess], members: Callable[..., Any]
+) -> None:
+    broker = broker_factory({"group.initial.rebalance.delay.ms": 0, "num.partitions": 1})
+    bootstrap = broker.bootstrap
+    topic, other, group = unique("down"), unique("down-other"), unique("group")
+    partitions = await create_topic(bootstrap, topic, 2)
+    more = await create_topic(bootstrap, other, 2)
+    member = await members(bootstrap, group, [topic])
+    await settled([member], partitions)
+    member.polling = False
+    await asyncio.to_thread(broker.kill)
+    # A new subscription needs a rejoin, which cannot happen while the broker is down.
+    member.subscription.subscribe([topic, other], listener=member.listener)
+    started = time.monotonic()
+    assert await member.coordinator.ensure_active_group(timeout_ms=500) is False
+    assert time.monotonic() - started < 5
+    assert member.assignment() == set(partitions), "nothing is revoked before the coordinator answers"
+    await asyncio.to_thread(broker.start)
+    assert await member.coordinator.ensure_active_group() is True
+    assert member.assignment() == set(partitions) | set(more)
