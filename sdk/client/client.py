@@ -22,6 +22,7 @@ from typing import Any
 
 from sdk.client.backoff import ExponentialBackoff
 from sdk.client.cluster import BrokerMetadata, ClusterMetadata
+from sdk.client.config import ClientConfig
 from sdk.client.connection import SECURITY_PROTOCOLS, Connection
 from sdk.client.sasl import SaslMechanism, create_mechanism
 from sdk.errors import (
@@ -138,6 +139,27 @@ class KafkaClient:
         self._metadata_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+
+    @classmethod
+    def from_config(cls, config: ClientConfig, *, allow_auto_topic_creation: bool = True) -> KafkaClient:
+        """The client a producer, consumer or admin client needs, from its (validated) settings."""
+        return cls(
+            config.bootstrap_servers,
+            client_id=config.effective_client_id,
+            request_timeout_ms=config.request_timeout_ms,
+            connect_timeout_ms=config.connect_timeout_ms,
+            metadata_max_age_ms=config.metadata_max_age_ms,
+            retry_backoff_ms=config.retry_backoff_ms,
+            retry_backoff_max_ms=config.retry_backoff_max_ms,
+            reconnect_backoff_ms=config.reconnect_backoff_ms,
+            reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
+            security_protocol=config.security_protocol,
+            ssl_context=config.ssl_context,
+            sasl_mechanism=config.sasl_mechanism,
+            sasl_plain_username=config.sasl_plain_username,
+            sasl_plain_password=config.sasl_plain_password,
+            allow_auto_topic_creation=allow_auto_topic_creation,
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -7,12 +7,11 @@ naming the offending option, at construction, so a typo fails fast instead of at
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
-from sdk.client.connection import SECURITY_PROTOCOLS
+from sdk.client.config import ClientConfig
 from sdk.errors import ConfigError
 from sdk.producer.interceptors import ProducerInterceptor
 from sdk.records import Compression
@@ -34,11 +33,12 @@ MAX_IN_FLIGHT_FOR_IDEMPOTENCE = 5
 
 
 @dataclass
-class ProducerConfig:
-    """Validated producer settings (see ``Producer`` for what each one means)."""
+class ProducerConfig(ClientConfig):
+    """Validated producer settings (see ``Producer`` for what each one means); the connection
+    settings are ``ClientConfig``'s."""
 
-    bootstrap_servers: str | list[str] = "localhost:9092"
-    client_id: str | None = None
+    default_client_id: ClassVar[str] = "sdk-producer"
+
     acks: int | str = "all"
     compression_type: str | None = None
     batch_size: int = 16384
@@ -46,13 +46,7 @@ class ProducerConfig:
     max_request_size: int = 1048576
     buffer_memory: int = 32 * 1024 * 1024
     max_block_ms: float = 60000
-    request_timeout_ms: float = 30000
     delivery_timeout_ms: float = 120000
-    retry_backoff_ms: float = 100
-    retry_backoff_max_ms: float = 1000
-    reconnect_backoff_ms: float = 50
-    reconnect_backoff_max_ms: float = 1000
-    connect_timeout_ms: float = 10000
     max_in_flight_requests_per_connection: int = 5
     enable_idempotence: bool | None = None
     transactional_id: str | None = None
@@ -61,12 +55,6 @@ class ProducerConfig:
     interceptors: Iterable[ProducerInterceptor] = ()
     key_serializer: Callable[[Any], bytes | None] | None = None
     value_serializer: Callable[[Any], bytes | None] | None = None
-    metadata_max_age_ms: float = 300000
-    security_protocol: str = "PLAINTEXT"
-    ssl_context: ssl.SSLContext | None = None
-    sasl_mechanism: Any = None
-    sasl_plain_username: str | None = None
-    sasl_plain_password: str | None = None
     # Derived by validate():
     acks_value: int = field(default=-1, init=False)
     compression: Compression = field(default=Compression.NONE, init=False)
@@ -86,8 +74,7 @@ class ProducerConfig:
         return config
 
     def validate(self) -> None:
-        if not self.bootstrap_servers:
-            raise ConfigError("bootstrap_servers", "at least one host:port is needed")
+        super().validate()
         try:
             self.acks_value = _ACKS[self.acks]
         except (KeyError, TypeError):
@@ -110,24 +97,11 @@ class ProducerConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(name, f"must be a positive integer, not {value!r}")
-        for name in (
-            "linger_ms",
-            "max_block_ms",
-            "retry_backoff_ms",
-            "retry_backoff_max_ms",
-            "reconnect_backoff_ms",
-            "reconnect_backoff_max_ms",
-        ):
+        for name in ("linger_ms", "max_block_ms"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ConfigError(name, f"must be a number >= 0, not {value!r}")
-        for name in (
-            "request_timeout_ms",
-            "delivery_timeout_ms",
-            "metadata_max_age_ms",
-            "connect_timeout_ms",
-            "transaction_timeout_ms",
-        ):
+        for name in ("delivery_timeout_ms", "transaction_timeout_ms"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(name, f"must be a number > 0, not {value!r}")
@@ -137,14 +111,10 @@ class ProducerConfig:
                 f"must be at least linger_ms + request_timeout_ms "
                 f"({self.linger_ms} + {self.request_timeout_ms}), not {self.delivery_timeout_ms}",
             )
-        if self.security_protocol not in SECURITY_PROTOCOLS:
-            raise ConfigError("security_protocol", f"must be one of {SECURITY_PROTOCOLS}")
         for name in ("key_serializer", "value_serializer"):
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise ConfigError(name, f"must be callable, not {value!r}")
-        if self.client_id is not None and not isinstance(self.client_id, str):
-            raise ConfigError("client_id", "must be a string")
         self.interceptors = tuple(self.interceptors or ())
         for interceptor in self.interceptors:
             if not hasattr(interceptor, "on_send") or not hasattr(interceptor, "on_acknowledgement"):

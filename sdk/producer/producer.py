@@ -166,22 +166,7 @@ class Producer(BatchSendMixin):
             raise IllegalStateError(f"producer already {self._state}")
         cfg = self.config
         self._loop = asyncio.get_running_loop()
-        client = KafkaClient(
-            cfg.bootstrap_servers,
-            client_id=cfg.client_id or "sdk-producer",
-            request_timeout_ms=cfg.request_timeout_ms,
-            connect_timeout_ms=cfg.connect_timeout_ms,
-            metadata_max_age_ms=cfg.metadata_max_age_ms,
-            retry_backoff_ms=cfg.retry_backoff_ms,
-            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
-            reconnect_backoff_ms=cfg.reconnect_backoff_ms,
-            reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
-            security_protocol=cfg.security_protocol,
-            ssl_context=cfg.ssl_context,
-            sasl_mechanism=cfg.sasl_mechanism,
-            sasl_plain_username=cfg.sasl_plain_username,
-            sasl_plain_password=cfg.sasl_plain_password,
-        )
+        client = KafkaClient.from_config(cfg)
         await client.start()
         self._client = client
         self._cluster = client.cluster

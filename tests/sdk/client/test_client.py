@@ -9,8 +9,10 @@ import pytest
 
 from sdk.client import KafkaClient, parse_bootstrap_servers
 from sdk.client.backoff import ExponentialBackoff
+from sdk.client.config import ClientConfig
 from sdk.client.sasl import create_mechanism
 from sdk.errors import ConfigError, KafkaConnectionError, NoBrokersAvailableError
+from sdk.producer.config import ProducerConfig
 from sdk.protocol import messages
 
 
@@ -124,3 +126,38 @@ def test_exponential_backoff():
     jittered = ExponentialBackoff(100, 1000, jitter=0.2)
     assert all(80 <= jittered.backoff_ms(0) <= 120 for _ in range(100))
     assert ExponentialBackoff(50, 50).backoff_ms(10) <= 60
+
+
+def test_client_config_validates_the_shared_settings():
+    for option, value in [
+        ("bootstrap_servers", ""),
+        ("request_timeout_ms", 0),
+        ("retry_backoff_ms", -1),
+        ("metadata_max_age_ms", True),
+        ("security_protocol", "TLS"),
+        ("client_id", 5),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            ClientConfig(**{option: value}).validate()
+        assert info.value.option == option
+    with pytest.raises(ConfigError, match="sasl_mechanism"):
+        ClientConfig(security_protocol="SASL_PLAINTEXT").validate()
+    # A producer's settings are a ClientConfig, so its shared options are validated the same way.
+    assert issubclass(ProducerConfig, ClientConfig)
+    with pytest.raises(ConfigError, match="reconnect_backoff_max_ms"):
+        ProducerConfig.from_kwargs(reconnect_backoff_max_ms=-5)
+
+
+async def test_from_config_builds_a_working_client(mock_cluster):
+    config = ClientConfig(
+        bootstrap_servers=mock_cluster.bootstrap, request_timeout_ms=7000, retry_backoff_ms=20
+    )
+    config.validate()
+    client = KafkaClient.from_config(config)
+    assert client.client_id == "sdk" and client.request_timeout_ms == 7000
+    assert ProducerConfig.from_kwargs().effective_client_id == "sdk-producer"
+    await client.start()
+    try:
+        assert client.cluster.brokers
+    finally:
+        await client.close()
