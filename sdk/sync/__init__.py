@@ -12,6 +12,7 @@ delivery callback), because they would wait for that thread.
 """
 
 from sdk.sync._loop import LoopThread, shared_loop
+from sdk.sync.consumer import Consumer
 from sdk.sync.producer import DeliveryFuture, Producer
 
-__all__ = ["DeliveryFuture", "LoopThread", "Producer", "shared_loop"]
+__all__ = ["Consumer", "DeliveryFuture", "LoopThread", "Producer", "shared_loop"]

@@ -16,16 +16,9 @@ import pytest
 from reference_broker.testing import BrokerProcess
 from sdk import Producer
 from sdk.client import KafkaClient
-from sdk.consumer import Consumer, TopicPartition
+from sdk.consumer import Consumer, ConsumerRebalanceListener, TopicPartition
 from sdk.consumer.errors import CommitFailedError
 from sdk.protocol import messages
-
-try:
-    from sdk.consumer.assignors import resolve_assignors  # noqa: F401
-    from sdk.consumer.group_coordinator import GroupCoordinator  # noqa: F401
-    from sdk.consumer.listener import ConsumerRebalanceListener
-except ImportError as exc:  # the group engineers' modules are still arriving
-    pytest.skip(f"group membership is not importable yet: {exc}", allow_module_level=True)
 
 GROUP_SETTINGS = {
     "auto_offset_reset": "earliest",

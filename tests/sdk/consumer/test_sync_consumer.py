@@ -9,11 +9,7 @@ import pytest
 
 from sdk.consumer import TopicPartition
 from sdk.errors import ConfigError
-
-try:
-    from sdk.sync.consumer import Consumer
-except ImportError as exc:  # sdk.sync becomes a package (with _loop.py) in parallel work
-    pytest.skip(f"sdk.sync.consumer is not importable yet: {exc}", allow_module_level=True)
+from sdk.sync import Consumer
 
 
 def fill(kafka, topic: str, count: int) -> None:
