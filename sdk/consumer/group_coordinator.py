@@ -598,6 +598,8 @@ class GroupCoordinator:
         self._subscription.assign_from_subscribed(assigned - revoked)
 
     async def _on_join_complete(self, assignment_bytes: bytes) -> None:
+        # A heartbeat may have lost the old generation while this join ran: say so first.
+        await self._settle_lost_partitions()
         assignment = decode_assignment(assignment_bytes) if assignment_bytes else Assignment(partitions=[])
         new = {TopicPartition(*tp) for tp in assignment.partitions}
         outside = {tp for tp in new if tp.topic not in self._joined_topics_or_empty()}
