@@ -15,7 +15,10 @@ fenced) for the next poll to act on, and stop fetching partitions that may no lo
 
 Versions sent (the highest both sides support, capped as below): FindCoordinator up to v6 (v4+
 batched), JoinGroup up to v9, SyncGroup up to v5, Heartbeat up to v4, LeaveGroup up to v5,
-OffsetCommit up to v9 and OffsetFetch up to v9 (v10 names topics by id).
+OffsetCommit up to v9 and OffsetFetch up to v9 (v10 names topics by id); the newest non-flexible
+ones (JoinGroup v5, SyncGroup v3, Heartbeat v3, LeaveGroup v2) to a broker that fails the flexible
+ones. Talking to the coordinator is ``group_channel``; the offset requests are ``group_offsets``;
+the rebalance decisions that need no broker are ``group_rebalance``.
 """
 
 from __future__ import annotations
