@@ -20,6 +20,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from reference_broker.handlers.common import error_code_of, find_topic
+from reference_broker.log.results import RecordError, record_errors_of
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import ProduceRequest, ProduceResponse
 
@@ -34,7 +35,7 @@ log = logging.getLogger("reference_broker.produce")
 
 TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = ProduceResponse.PartitionProduceResponse
-RecordError = ProduceResponse.BatchIndexAndErrorMessage
+BatchIndexError = ProduceResponse.BatchIndexAndErrorMessage
 _ATTRIBUTES = struct.Struct(">h")
 _MAGIC_OFFSET, _ATTRIBUTES_OFFSET, _LOG_OVERHEAD, _ZSTD = 16, 21, 12, 4
 
@@ -57,19 +58,20 @@ def request_level_problem(records: memoryview | bytes | None, version: int) -> s
     return None
 
 
-def _failed(index: int, code: int, message: str | None = None) -> ProduceResponse.PartitionProduceResponse:
-    errors = (
-        [RecordError(batch_index=0, batch_index_error_message=message)]
-        if (code == ErrorCode.INVALID_RECORD and message)
-        else []
-    )
+def _failed(
+    index: int, code: int, message: str | None = None, refused: tuple[RecordError, ...] = ()
+) -> ProduceResponse.PartitionProduceResponse:
+    """A partition's error answer; ``refused`` lists the records at fault when the error names
+    records (KIP-467), and is empty when it is about the batch or the request as a whole."""
     return PartitionResponse(
         index=index,
         error_code=code,
         base_offset=-1,
         log_append_time_ms=-1,
         log_start_offset=-1,
-        record_errors=errors,
+        record_errors=[
+            BatchIndexError(batch_index=e.batch_index, batch_index_error_message=e.message) for e in refused
+        ],
         error_message=message,
     )
 
@@ -122,7 +124,7 @@ def _append(
     except KafkaError as exc:
         if exc.code != ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
             log.info("append to %s-%d refused: %s", name, index, exc)
-        return _failed(index, error_code_of(exc), exc.message or exc.name)
+        return _failed(index, error_code_of(exc), exc.message or exc.name, record_errors_of(exc))
     return PartitionResponse(
         index=index,
         error_code=0,

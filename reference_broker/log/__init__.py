@@ -13,7 +13,9 @@ Public API:
   broker's own writes (transaction markers, offset commits).
 
 Errors are ``sdk.protocol.errors`` exceptions carrying the Kafka error code; each module's
-docstring lists what it raises and when.
+docstring lists what it raises and when. An append refused for some of its records (keyless
+records on a compacted topic, timestamps out of range) names each of them:
+:func:`record_errors_of` gives its :class:`RecordError` list (KIP-467).
 """
 
 from reference_broker.log.config import LogConfig
@@ -21,7 +23,14 @@ from reference_broker.log.index import AbortedTxn
 from reference_broker.log.log_manager import LogManager, TopicMetadata
 from reference_broker.log.partition_log import PartitionLog
 from reference_broker.log.producer_state import AppendOrigin
-from reference_broker.log.results import AppendResult, FileSlice, ReadResult, SliceReadResult
+from reference_broker.log.results import (
+    AppendResult,
+    FileSlice,
+    ReadResult,
+    RecordError,
+    SliceReadResult,
+    record_errors_of,
+)
 from reference_broker.log.segment import Corruption
 
 __all__ = [
@@ -34,6 +43,8 @@ __all__ = [
     "LogManager",
     "PartitionLog",
     "ReadResult",
+    "RecordError",
     "SliceReadResult",
     "TopicMetadata",
+    "record_errors_of",
 ]

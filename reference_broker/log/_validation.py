@@ -18,7 +18,9 @@ Checks, in Kafka's order and with Kafka's error for each:
   must match, offset deltas must be 0..n-1, compacted topics require keys
   (``InvalidRecordError``); with ``CreateTime``, timestamps outside
   ``message.timestamp.before/after.max.ms`` and client batches claiming ``LogAppendTime`` ->
-  ``InvalidTimestampError``;
+  ``InvalidTimestampError``. The two per-record checks (key, timestamp) go on past the first
+  record at fault, as Kafka's do, and the error lists every such record with its reason in
+  ``record_errors`` (KIP-467; :func:`reference_broker.log.results.record_errors_of`);
 * the whole append larger than ``segment.bytes`` -> ``RecordListTooLargeError``.
 
 For ``CreateTime`` the batch's max timestamp is recomputed from its records and rewritten (with a
@@ -31,6 +33,7 @@ import ctypes
 
 from reference_broker.log.config import LONG_MAX, LogConfig
 from reference_broker.log.producer_state import AppendOrigin
+from reference_broker.log.results import RecordError
 from sdk.protocol.errors import (
     CorruptMessageError,
     InvalidRecordError,
@@ -216,8 +219,8 @@ def _check_records(
         )
         null_key = config.compacted and walk.first_null_key >= 0 and not batch.is_control
         if walk.first_offset_gap >= 0 or null_key or ts_suspect:
-            # Raises the first problem in record order; returns only when the timestamps that
-            # looked out of range were negative ones, which Kafka does not check.
+            # Raises the problem (listing every record refused); returns only when the timestamps
+            # that looked out of range were negative ones, which Kafka does not check.
             _check_records_by_decoding(buf, pos, batch, config, origin, now_ms)
             if walk.first_offset_gap >= 0 or null_key:
                 raise AssertionError("the record walk and the decoder disagree")
@@ -238,15 +241,20 @@ def _check_records_by_decoding(
     """The record checks done by decoding every record: the reference for :func:`_check_records`.
 
     This was the whole check before the walker; it now runs only to report a failure exactly as
-    it always was reported (and tests compare the two). Raises the first problem in record
-    order; otherwise fixes the max timestamp as :func:`_check_records` does.
+    it always was reported (and tests compare the two). A framing problem is raised at the first
+    record that has one; records refused for their key or timestamp are all collected first and
+    raised together (:func:`_records_refused`). Otherwise fixes the max timestamp as
+    :func:`_check_records` does.
     """
     create_time = not config.log_append_time
     before = config.message_timestamp_before_max_ms
     after = config.message_timestamp_after_max_ms
     check_ts = create_time and (before < LONG_MAX or after < LONG_MAX)
+    null_keys_refused = config.compacted and not batch.is_control
     max_ts = -1
     expected_delta = 0
+    refused: list[RecordError] = []
+    timestamps_refused = False
     try:
         for record in RecordBatch(buf, pos).iter_records(check_crc=False):
             if record.offset - batch.base_offset != expected_delta:
@@ -254,22 +262,50 @@ def _check_records_by_decoding(
                     f"record {expected_delta} of the batch at byte {pos} has offset delta"
                     f" {record.offset - batch.base_offset}"
                 )
+            index = expected_delta
             expected_delta += 1
-            if config.compacted and record.key is None and not batch.is_control:
-                raise InvalidRecordError("compacted topic cannot accept a record without key")
             ts = record.timestamp
             if ts > max_ts:
                 max_ts = ts
-            if check_ts and ts >= 0 and (now_ms - ts > before or ts - now_ms > after):
-                raise InvalidTimestampError(
-                    f"timestamp {ts} of record {expected_delta - 1} is out of the allowed range"
-                    " (message.timestamp.before.max.ms / after.max.ms)"
-                )
+            # Kafka's LogValidator.validateRecord: at most one error per record, the key's first.
+            if null_keys_refused and record.key is None:
+                refused.append(RecordError(index, "Compacted topic cannot accept message without key"))
+            elif check_ts and ts >= 0 and (now_ms - ts > before or ts - now_ms > after):
+                timestamps_refused = True
+                refused.append(RecordError(index, _timestamp_problem(ts, index, now_ms, before, after)))
     except (InvalidRecordCountError, RecordDecodeError) as exc:
         raise InvalidRecordError(f"batch at byte {pos}: {exc}") from None
     except CorruptRecordError as exc:
         raise CorruptMessageError(f"batch at byte {pos}: {exc}") from None
+    if refused:
+        raise _records_refused(refused, timestamps_refused)
     if origin is AppendOrigin.CLIENT and expected_delta - 1 != batch.last_offset_delta:
         raise InvalidRecordError("the records do not reach the batch's last offset delta")
     if create_time and expected_delta and batch.timestamp_type == 0 and max_ts != batch.max_timestamp:
         set_max_timestamp(buf, pos, max_ts)
+
+
+def _timestamp_problem(ts: int, index: int, now_ms: int, before: int, after: int) -> str:
+    low = now_ms - before if before < LONG_MAX else "-inf"
+    high = now_ms + after if after < LONG_MAX else "+inf"
+    return (
+        f"Timestamp {ts} of record {index} is out of range. The timestamp should be within [{low}, {high}]"
+        " (message.timestamp.before.max.ms / after.max.ms)"
+    )
+
+
+def _records_refused(refused: list[RecordError], timestamps: bool) -> KafkaError:
+    """Kafka's ``LogValidator.processRecordErrors``: one error for the batch that names every record
+    at fault (``record_errors``, see :func:`reference_broker.log.results.record_errors_of`);
+    INVALID_TIMESTAMP if any record's timestamp is out of range, INVALID_RECORD otherwise."""
+    error: KafkaError
+    if timestamps:
+        error = InvalidTimestampError("One or more records have been rejected due to invalid timestamp")
+    else:
+        shown = ", ".join(f"record {e.batch_index}: {e.message}" for e in refused[:3])
+        error = InvalidRecordError(
+            f"One or more records have been rejected due to {len(refused)} record errors in total,"
+            f" and only showing the first three errors at most: [{shown}]"
+        )
+    error.record_errors = tuple(refused)  # type: ignore[attr-defined]  # read by record_errors_of
+    return error

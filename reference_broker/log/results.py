@@ -7,7 +7,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["AppendResult", "FileSlice", "ReadResult", "SliceReadResult"]
+__all__ = ["AppendResult", "FileSlice", "ReadResult", "RecordError", "SliceReadResult", "record_errors_of"]
+
+
+class RecordError(NamedTuple):
+    """One record a produced batch was refused for (KIP-467): its index in the batch and why.
+
+    Validation errors that name records (Kafka's ``RecordValidationException``) carry these in a
+    ``record_errors`` attribute; the produce handler lists them in the partition's response, so a
+    client can tell the records at fault from the good ones of the same batch.
+    """
+
+    batch_index: int
+    message: str
+
+
+def record_errors_of(exc: BaseException) -> tuple[RecordError, ...]:
+    """The records ``exc`` names (see :class:`RecordError`); empty for errors about a whole batch."""
+    return getattr(exc, "record_errors", ())
 
 
 class AppendResult(NamedTuple):

@@ -106,6 +106,38 @@ def produce_and_consume_idempotently(broker: BrokerProcess) -> None:
     assert all(m.headers() == [("h", b"x")] for m in messages)
 
 
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_keyless_records_on_a_compacted_topic_fail_alone(broker: BrokerProcess, idempotent: bool) -> None:
+    """librdkafka reads KIP-467's record_errors: the keyless records fail with INVALID_RECORD,
+    the keyed ones of the same batch with _INVALID_DIFFERENT_RECORD, and nothing is stored."""
+    topic = unique("ck-compact")
+    create_topic(broker, topic, config={"cleanup.policy": "compact"})
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "linger.ms": 50, "enable.idempotence": idempotent}
+    )
+    outcomes: dict[bytes, str | None] = {}
+
+    def delivered(err: object, msg: object) -> None:
+        outcomes[msg.value()] = err.name() if err else None  # type: ignore[attr-defined]
+
+    for i, key in enumerate([b"k0", None, b"k2", None, b"k4"]):
+        producer.produce(topic, b"v%d" % i, key=key, on_delivery=delivered)
+    assert producer.flush(TIMEOUT) == 0
+    assert outcomes == {
+        b"v0": "_INVALID_DIFFERENT_RECORD",
+        b"v1": "INVALID_RECORD",
+        b"v2": "_INVALID_DIFFERENT_RECORD",
+        b"v3": "INVALID_RECORD",
+        b"v4": "_INVALID_DIFFERENT_RECORD",
+    }
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": unique("unused")})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT)
+    finally:
+        consumer.close()
+    assert (low, high) == (0, 0)
+
+
 def test_compressed_produce(broker: BrokerProcess) -> None:
     topic = unique("ck-codec")
     create_topic(broker, topic)

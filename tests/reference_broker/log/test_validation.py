@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from reference_broker.log import AppendOrigin, LogConfig
 from reference_broker.log import _validation as validation
+from reference_broker.log.results import record_errors_of
 from sdk.protocol.errors import KafkaError
 from sdk.records import Compression, RecordBatchBuilder, compress
 
@@ -224,3 +225,43 @@ def test_in_place_fixes_the_max_timestamp_in_the_request() -> None:
     assert buf is view
     assert struct.unpack_from(">q", request, 4 + 35)[0] == NOW + 30
     assert bytes(view) == fix_crc(bytes(view))
+
+
+def refused(records: bytes, config: LogConfig) -> KafkaError:
+    with pytest.raises(KafkaError) as caught:
+        validation.validate_append(records, config, AppendOrigin.CLIENT, NOW)
+    return caught.value
+
+
+def test_every_keyless_record_of_a_compacted_batch_is_named() -> None:
+    builder = RecordBatchBuilder(Compression.NONE)
+    for i, key in enumerate([b"a", None, b"c", None, b"e"]):
+        builder.append(NOW + i, key, b"v")
+    records = builder.build()
+    compacted = LogConfig(cleanup_policy=("compact",))
+    assert assert_same(records, compacted, AppendOrigin.CLIENT)[0] == "InvalidRecordError"
+    error = refused(records, compacted)
+    assert [e.batch_index for e in record_errors_of(error)] == [1, 3]
+    messages = {e.message for e in record_errors_of(error)}
+    assert messages == {"Compacted topic cannot accept message without key"}
+    assert "2 record errors" in str(error)
+
+
+def test_records_refused_for_key_or_timestamp_are_all_named_and_timestamps_decide_the_error() -> None:
+    """One entry per record, the key's problem first (Kafka's validateRecord), and
+    INVALID_TIMESTAMP as soon as one record's timestamp is out of range."""
+    builder = RecordBatchBuilder(Compression.GZIP)
+    for ts, key in [(NOW, b"a"), (NOW + 120_000, b"b"), (NOW + 120_000, None), (NOW, None)]:
+        builder.append(ts, key, b"v")
+    records = builder.build()
+    config = LogConfig(cleanup_policy=("compact",), message_timestamp_after_max_ms=60_000)
+    assert assert_same(records, config, AppendOrigin.CLIENT)[0] == "InvalidTimestampError"
+    errors = record_errors_of(refused(records, config))
+    assert [e.batch_index for e in errors] == [1, 2, 3]
+    assert "out of range" in errors[0].message and "without key" in errors[1].message
+
+
+def test_batch_level_errors_name_no_record() -> None:
+    data = bytearray(raw_batch(GOOD, 1))
+    struct.pack_into(">q", data, 0, 5)  # a produced batch must have base offset 0
+    assert record_errors_of(refused(bytes(data), LogConfig())) == ()
