@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from reference_broker.fetch_sessions import TOPIC_IDS_FROM, FetchPlan, SessionPartition
-from reference_broker.handlers.common import error_code_of, find_topic, leader_epoch_error
+from reference_broker.handlers.common import ZERO_UUID, error_code_of, find_topic, leader_epoch_error
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import FetchRequest, FetchResponse
 
@@ -63,12 +63,33 @@ async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> 
         if total >= request.min_bytes or errors or remaining <= 0 or not wanted:
             break
         keys = [(w.info.name, w.target.partition) for w in wanted if w.info is not None]
-        if not await broker.waiters.wait(keys, remaining):
+        woken = await broker.waiters.wait(keys, remaining)
+        _resolve_again(broker, wanted, by_id)
+        if not woken:
             partitions, total, errors = _read_all(broker, request, wanted, committed)
             break
     return FetchResponse(
         error_code=0, session_id=plan.response_session_id, responses=_group(plan, wanted, partitions)
     )
+
+
+def _resolve_again(broker: Broker, wanted: list[_Wanted], by_id: bool) -> None:
+    """Look the topics up again after a wait: one may have been deleted (or grown partitions)
+    meanwhile, and its partitions must then answer as unknown, as Kafka's DelayedFetch does when a
+    partition disappears, while the others are served. The topic id pins the topic, so one
+    deleted and created again under its name is not mistaken for the one that was asked for."""
+    for w in wanted:
+        if w.info is None:
+            continue
+        current = broker.logs.topic_by_id(w.info.topic_id)
+        if current is None:
+            w.info = None
+            by_topic_id = by_id and w.target.topic_id != ZERO_UUID
+            w.missing_code = (
+                ErrorCode.UNKNOWN_TOPIC_ID if by_topic_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            )
+        else:
+            w.info = current
 
 
 def _group(
@@ -123,7 +144,12 @@ def _read_all(
                 info.name, p.partition, p.fetch_offset, limit, min_one=min_one, committed=committed
             )
         except KafkaError as exc:
-            start, hw, lso = broker.logs.offsets(info.name, p.partition)
+            # An offset out of range, say: the answer carries the partition's offsets. A
+            # partition gone since the lookup has none (asking for them would raise again).
+            try:
+                start, hw, lso = broker.logs.offsets(info.name, p.partition)
+            except KafkaError:
+                start = hw = lso = -1
             result.append(_error(p.partition, error_code_of(exc), hw, lso, start))
             errors = True
             continue

@@ -175,6 +175,38 @@ def test_request_level_record_rules(client: WireClient) -> None:
     assert produce(client, topic, batch(b"1"), acks=2).error_code == ErrorCode.INVALID_REQUIRED_ACKS
 
 
+def test_keyless_records_on_a_compacted_topic_are_each_named(client: WireClient) -> None:
+    """KIP-467: every record refused is listed with its index and reason, nothing is appended,
+    and the same batch with keys everywhere is then accepted."""
+    topic = unique("api-compact")
+    create(client, topic, configs={"cleanup.policy": "compact"})
+    keys = [b"k0", None, b"k2", None, b"k4"]
+    builder = RecordBatchBuilder()
+    for i, key in enumerate(keys):
+        builder.append(1_700_000_000_000 + i, key, b"v%d" % i)
+    result = produce(client, topic, builder.build())
+    assert result.error_code == ErrorCode.INVALID_RECORD
+    assert [e.batch_index for e in result.record_errors] == [1, 3]
+    assert all("without key" in e.batch_index_error_message for e in result.record_errors)
+    assert "2 record errors" in result.error_message
+    assert fetch(client, topic).high_watermark == 0
+    keyed = RecordBatchBuilder()
+    for i in range(5):
+        keyed.append(1_700_000_000_000 + i, b"k%d" % i, b"v%d" % i)
+    assert produce(client, topic, keyed.build()).error_code == 0
+    assert fetch(client, topic).high_watermark == 5
+
+
+def test_errors_about_a_whole_batch_name_no_record(client: WireClient) -> None:
+    """record_errors is for records at fault; a batch refused as a whole (two batches in one
+    partition's data) lists none, as Kafka answers."""
+    topic = unique("api-batch-error")
+    create(client, topic)
+    result = produce(client, topic, batch(b"1") + batch(b"2"))
+    assert result.error_code == ErrorCode.INVALID_RECORD
+    assert result.error_message and result.record_errors == []
+
+
 def test_produce_to_unknown_topic_and_partition(client: WireClient) -> None:
     missing = unique("api-none")
     assert produce(client, missing, batch(b"x")).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -274,6 +306,56 @@ def test_fetch_long_poll_times_out_empty(client: WireClient) -> None:
     data = fetch(client, topic, max_wait_ms=300, min_bytes=1)
     assert 0.25 < time.monotonic() - started < 3
     assert data.error_code == 0 and len(data.records) == 0
+
+
+@pytest.mark.parametrize(
+    ("version", "missing"), [(12, "UNKNOWN_TOPIC_OR_PARTITION"), (13, "UNKNOWN_TOPIC_ID")]
+)
+def test_fetch_long_poll_answers_a_topic_deleted_meanwhile(
+    broker: BrokerProcess, client: WireClient, version: int, missing: str
+) -> None:
+    """A long poll over two topics, one deleted while it waits: that partition answers as unknown
+    (by name before v13, by id from v13) and the other's data is still served, without waiting
+    out max_wait. Before the fix the whole response was a top-level UNKNOWN_SERVER_ERROR."""
+    kept, gone = unique("api-kept"), unique("api-gone")
+    ids = {name: create(client, name).topic_id for name in (kept, gone)}
+    assert produce(client, kept, batch(b"still here")).error_code == 0
+    by_id = version >= 13
+    request = FetchRequest(
+        max_wait_ms=10_000,
+        min_bytes=1 << 20,  # more than there is: the fetch waits
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic="" if by_id else name,
+                topic_id=ids[name] if by_id else uuid.UUID(int=0),
+                partitions=[
+                    FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+                ],
+            )
+            for name in (kept, gone)
+        ],
+    )
+    started = time.monotonic()
+    client.send(request, version)
+    time.sleep(0.3)
+    with WireClient(broker.bootstrap) as other:
+        deleted = other.request(DeleteTopicsRequest(timeout_ms=5000, topic_names=[gone]), 5).responses[0]
+        assert deleted.error_code == 0
+    _, response = client.receive(FetchRequest.API_KEY, version)
+    assert time.monotonic() - started < 5  # the deletion ended the wait
+    assert response.error_code == 0
+    by_topic = {(t.topic_id if by_id else t.topic): t.partitions for t in response.responses}
+    served = by_topic[ids[kept] if by_id else kept][0]
+    assert served.error_code == 0 and served.high_watermark == 1
+    assert [r.value for b in iter_batches(bytes(served.records)) for r in b] == [b"still here"]
+    refused = by_topic[ids[gone] if by_id else gone][0]
+    assert refused.error_code == ErrorCode[missing] and len(refused.records or b"") == 0
+    # The broker is still serving the kept topic on the same connection.
+    assert fetch(client, kept, version=version, topic_id=ids[kept] if by_id else None).error_code == 0
 
 
 def test_long_poll_does_not_block_other_connections(broker: BrokerProcess, client: WireClient) -> None:
@@ -576,7 +658,7 @@ def test_describe_cluster_and_init_producer_id(broker: BrokerProcess, client: Wi
     assert second.producer_id > first.producer_id >= 0
     assert first.producer_epoch == 0
     txn = client.request(InitProducerIdRequest(transactional_id="t", transaction_timeout_ms=60000), 4)
-    assert txn.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert txn.error_code == 0 and txn.producer_id > second.producer_id
 
 
 def test_pipelined_large_fetches_arrive_whole_and_in_order(broker: BrokerProcess) -> None:
