@@ -377,7 +377,7 @@ class GroupCoordinator:
         cluster = self._client.cluster
         for topic, count in self._assigned_counts.items():
             partitions = cluster.partitions_for(topic)
-            if partitions is not None and len(partitions) != count:
+            if partitions and len(partitions) != count:
                 self.request_rejoin(f"topic {topic} now has {len(partitions)} partitions, not {count}")
                 return True
         return False
@@ -524,7 +524,11 @@ class GroupCoordinator:
             instance_ids[member.member_id] = member.group_instance_id
         topics = sorted({t for s in subscriptions.values() for t in s.topics})
         counts = await self._partition_counts(topics)
-        self._assigned_counts = {t: c for t, c in counts.items() if t in self._joined_topics_or_empty()}
+        # Our own topics (the ones this client's metadata tracks), 0 for those that do not exist
+        # yet: a change in any of them makes the leader rebalance the group.
+        self._assigned_counts = {t: counts.get(t, 0) for t in self._joined_topics_or_empty()}
+        for topic in self._assigned_counts:
+            self._client.add_topic(topic)
         result = assignor.assign(counts, subscriptions, instance_ids)
         if self.protocol == RebalanceProtocol.COOPERATIVE:
             moved = cooperative_violations(subscriptions, result)

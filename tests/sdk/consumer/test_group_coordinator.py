@@ -558,3 +558,17 @@ async def test_ensure_active_group_gives_up_at_its_timeout_while_the_coordinator
     await asyncio.to_thread(broker.start)
     assert await member.coordinator.ensure_active_group() is True
     assert member.assignment() == set(partitions) | set(more)
+
+
+async def test_leader_rebalances_when_a_subscribed_topic_appears(
+    reference: str, members: Callable[..., Any]
+) -> None:
+    """``later`` does not exist when the leader first assigns; the leader's client then asks for
+    its metadata (which creates it, as the broker auto-creates topics), sees the partition count
+    change, and rebalances the group so its partition is handed out."""
+    bootstrap = reference
+    topic, later, group = unique("exists"), unique("later"), unique("group")
+    partitions = await create_topic(bootstrap, topic, 2)
+    first = await members(bootstrap, group, [topic, later])
+    second = await members(bootstrap, group, [topic, later])
+    await settled([first, second], [*partitions, TopicPartition(later, 0)])
