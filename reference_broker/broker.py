@@ -17,6 +17,8 @@ from reference_broker.clock import Clock, LoopClock
 from reference_broker.config import BrokerConfig
 from reference_broker.coordinator.group.coordinator import GroupCoordinator
 from reference_broker.coordinator.group.service import GroupCoordinatorService
+from reference_broker.coordinator.txn.coordinator import TransactionCoordinator
+from reference_broker.coordinator.txn.service import TransactionCoordinatorService
 from reference_broker.fetch_sessions import FetchSessionCache
 from reference_broker.handlers import HandlerRegistry
 from reference_broker.handlers import install_all as install_handlers
@@ -46,8 +48,9 @@ class Broker:
         self.server: KafkaServer | None = None
         self.services = ServiceRunner()
         self.group_service: GroupCoordinatorService | None = None
-        #: Set by the transaction coordinator's service (next issue); FindCoordinator checks it.
-        self.transaction_coordinator: object | None = None
+        #: Set by the transaction coordinator's service; FindCoordinator checks it.
+        self.transaction_coordinator: TransactionCoordinator | None = None
+        self.txn_service: TransactionCoordinatorService | None = None
         self.host = config.host
         self.port = config.port
 
@@ -104,6 +107,11 @@ class Broker:
         self.services = ServiceRunner()
         self.group_service = GroupCoordinatorService(self.config, storage, self.clock)
         self.services.add(self.group_service)
+        self.txn_service = TransactionCoordinatorService(
+            self.config, storage, self.clock, self.producer_ids, self.group_service
+        )
+        self.transaction_coordinator = self.txn_service.coordinator
+        self.services.add(self.txn_service)
         self.services.add(
             LogChores(
                 self.config.get("log.retention.check.interval.ms") / 1000,

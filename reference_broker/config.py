@@ -333,6 +333,34 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             at_least(1),
         ),
         ConfigKey(
+            "transaction.state.log.num.partitions",
+            _B.INT,
+            50,
+            "Partitions of __transaction_state.",
+            at_least(1),
+        ),
+        ConfigKey(
+            "transaction.state.log.segment.bytes",
+            _B.INT,
+            100 * MIB,
+            "Segment size of __transaction_state.",
+            at_least(14),
+        ),
+        ConfigKey(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            _B.INT,
+            10_000,
+            "How often transactions open longer than their timeout are aborted.",
+            at_least(1),
+        ),
+        ConfigKey(
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            _B.INT,
+            3_600_000,
+            "How often transactional ids idle for transactional.id.expiration.ms are removed.",
+            at_least(1),
+        ),
+        ConfigKey(
             "producer.id.expiration.ms", _B.INT, 86_400_000, "Idle idempotent producer expiry.", at_least(1)
         ),
         ConfigKey("num.network.threads", _B.INT, 3, "Accepted; one asyncio loop serves all."),

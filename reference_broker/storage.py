@@ -194,11 +194,24 @@ class Storage:
         return meta
 
     def append_as_coordinator(
-        self, topic: str, partition: int, records: list[tuple[bytes, bytes | None]]
+        self,
+        topic: str,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
     ) -> AppendResult:
         """Append ``records`` (key, value or None for a tombstone) as one batch on behalf of a
-        coordinator: the coordinator's own state, not a client's produce."""
-        builder = RecordBatchBuilder()
+        coordinator: the coordinator's own state, not a client's produce. With a ``producer_id``
+        the batch is transactional (TxnOffsetCommit): it stays pending until that producer's
+        transaction marker."""
+        if producer_id >= 0:
+            builder = RecordBatchBuilder(
+                producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=0, is_transactional=True
+            )
+        else:
+            builder = RecordBatchBuilder()
         now = now_ms()
         for key, value in records:
             builder.append(now, key, value)

@@ -24,6 +24,7 @@ from reference_broker.handlers import (
     producer_ids,
     records_admin,
     topics,
+    transactions,
 )
 from reference_broker.handlers.registry import ApiHandler, HandlerRegistry
 
@@ -40,6 +41,7 @@ FAMILIES = (
     producer_ids,
     groups,
     offsets,
+    transactions,
 )
 
 

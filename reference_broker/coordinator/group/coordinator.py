@@ -683,6 +683,91 @@ class GroupCoordinator:
             result[tp] = error
         return result
 
+    def commit_transactional_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[tuple[str, int], CommittedOffset],
+    ) -> dict[tuple[str, int], int]:
+        """TxnOffsetCommit (Kafka's ``doTxnCommitOffsets``, KIP-447 checks when the member and
+        generation are given): the offsets are written as a transactional batch of
+        ``producer_id`` and kept pending until its transaction's marker
+        (``complete_transactional_offsets``)."""
+        if self.is_loading(group_id):
+            return dict.fromkeys(offsets, E.COORDINATOR_LOAD_IN_PROGRESS)
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, self.clock.now_ms())
+        if group.is_(GroupState.DEAD):
+            return dict.fromkeys(offsets, E.COORDINATOR_NOT_AVAILABLE)
+        if member_id and member_id not in group.members:
+            return dict.fromkeys(offsets, E.UNKNOWN_MEMBER_ID)
+        if group.is_static_member_fenced(group_instance_id, member_id):
+            return dict.fromkeys(offsets, E.FENCED_INSTANCE_ID)
+        if generation >= 0 and generation != group.generation:
+            return dict.fromkeys(offsets, E.ILLEGAL_GENERATION)
+        result: dict[tuple[str, int], int] = {}
+        accepted: dict[tuple[str, int], CommittedOffset] = {}
+        for tp, committed in offsets.items():
+            if not self.topic_exists(*tp):
+                result[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
+            elif len(committed.metadata.encode()) > self.config.offset_metadata_max_bytes:
+                result[tp] = E.OFFSET_METADATA_TOO_LARGE
+            else:
+                accepted[tp] = committed
+        batch: list[Record] = [
+            (
+                records.offset_key(group_id, t, p),
+                records.offset_value(c.offset, c.leader_epoch, c.metadata, c.commit_timestamp_ms, None),
+            )
+            for (t, p), c in accepted.items()
+        ]
+        error = 0
+        if batch and self.store is not None:
+            try:
+                self.store.write_transactional(  # type: ignore[attr-defined]
+                    self.partition_for(group_id), batch, producer_id, producer_epoch
+                )
+            except Exception as exc:
+                log.info("transactional offset commit of group %s refused: %s", group_id, exc)
+                error = getattr(exc, "code", 0) or E.COORDINATOR_NOT_AVAILABLE
+        if not error and accepted:
+            group.pending_transactional_offsets.setdefault(producer_id, {}).update(accepted)
+        for tp in accepted:
+            result[tp] = error
+        return result
+
+    def complete_transactional_offsets(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker on ``__consumer_offsets`` partition ``partition``: the producer's
+        pending offsets of the groups there become committed (or are dropped)."""
+        for group in self.groups.values():
+            if self.partition_for(group.group_id) != partition:
+                continue
+            pending = group.pending_transactional_offsets.pop(producer_id, None)
+            if pending and commit:
+                group.offsets.update(pending)
+
+    def load_transactional_offsets(self, pending: dict[int, list[Record]]) -> None:
+        """Offsets of transactions still open when the partition was read (by producer id)."""
+        now = self.clock.now_ms()
+        for producer_id, entries in pending.items():
+            for key_bytes, value_bytes in entries:
+                key = records.parse_key(key_bytes)
+                if not isinstance(key, records.OffsetKey) or value_bytes is None:
+                    continue
+                v = records.parse_offset_value(value_bytes)
+                group = self.groups.get(key.group)
+                if group is None:
+                    group = self.groups[key.group] = Group(key.group, now)
+                pending_offsets = group.pending_transactional_offsets.setdefault(producer_id, {})
+                pending_offsets[(key.topic, key.partition)] = CommittedOffset(
+                    v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
+                )
+
     def fetch_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool = False
     ) -> tuple[int, dict[tuple[str, int], tuple[CommittedOffset | None, int]]]:

@@ -12,6 +12,7 @@ from reference_broker.clock import Clock
 from reference_broker.coordinator.group.coordinator import GroupConfig, GroupCoordinator, Record
 from reference_broker.services import PeriodicTask
 from reference_broker.storage import CONSUMER_OFFSETS
+from sdk.records import ControlType
 
 if TYPE_CHECKING:
     from reference_broker.config import BrokerConfig
@@ -57,6 +58,15 @@ class StorageGroupStore:
         self.ensure_topic()
         self.storage.append_as_coordinator(CONSUMER_OFFSETS, partition, batch)
 
+    def write_transactional(
+        self, partition: int, batch: list[Record], producer_id: int, producer_epoch: int
+    ) -> None:
+        """A TxnOffsetCommit's records: one transactional batch of the producer."""
+        self.ensure_topic()
+        self.storage.append_as_coordinator(
+            CONSUMER_OFFSETS, partition, batch, producer_id=producer_id, producer_epoch=producer_epoch
+        )
+
 
 class GroupCoordinatorService:
     """Owns the ``GroupCoordinator`` of a running broker."""
@@ -97,17 +107,26 @@ class GroupCoordinatorService:
         log.info("group coordinator loaded %d groups", len(self.coordinator.groups))
 
     def load_partition(self, partition: int) -> None:
+        # Transactional offset commits count from their producer's COMMIT marker on; those whose
+        # transaction is still open are restored as pending (the transaction coordinator ends them).
+        pending: dict[int, list[Record]] = {}
+
         def entries() -> list[tuple[bytes, bytes | None]]:
             found = []
             for batch in self.storage.read_batches(CONSUMER_OFFSETS, partition):
-                if batch.is_control or batch.is_transactional:
-                    continue  # transactional offset commits: the transaction coordinator's issue
+                if batch.is_control:
+                    ended = pending.pop(batch.producer_id, [])
+                    if batch.control_record().type == ControlType.COMMIT:
+                        found.extend(ended)
+                    continue
+                target = pending.setdefault(batch.producer_id, []) if batch.is_transactional else found
                 for record in batch:
                     if record.key is not None:
-                        found.append((record.key, record.value))
+                        target.append((record.key, record.value))
             return found
 
         self.coordinator.load_records(entries())
+        self.coordinator.load_transactional_offsets(pending)
 
     async def wait_loaded(self) -> None:
         if self._loader is not None:

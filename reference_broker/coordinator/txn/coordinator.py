@@ -1,0 +1,468 @@
+"""The transaction coordinator: Kafka's ``TransactionCoordinator`` state machine on one node.
+
+Every transactional id has a ``TransactionMetadata``. A change of state is first written to
+``__transaction_state`` (through a ``TxnStore``) and applied only once written, so the log is
+always at least as new as memory. Ending a transaction is Kafka's two-phase sequence:
+
+1. write PrepareCommit / PrepareAbort (from here on the outcome is decided: after a crash the
+   loader rolls it forward or back),
+2. write a COMMIT / ABORT marker to every partition of the transaction (``MarkerWriter``; the
+   ``__consumer_offsets`` partition of a group whose offsets were sent to the transaction is one of
+   them, and its marker makes the group coordinator publish or drop those offsets),
+3. write CompleteCommit / CompleteAbort.
+
+All of it runs synchronously on the event loop (markers are in-process appends), so a client sees
+the prepared states only when a marker append failed; those are retried by the periodic task and
+answer CONCURRENT_TRANSACTIONS meanwhile. Time comes from a ``Clock``; no method blocks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from reference_broker.clock import Clock
+from reference_broker.coordinator.txn import records
+from reference_broker.coordinator.txn.state import (
+    COMPLETE,
+    MAX_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    PREPARED,
+    TransactionMetadata,
+    TxnState,
+)
+from sdk.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("reference_broker.txn_coordinator")
+
+E = ErrorCode
+TopicPartition = tuple[str, int]
+
+
+class TxnStore(Protocol):
+    """Where the coordinator's records go: one ``__transaction_state`` partition per id."""
+
+    def write(self, partition: int, key: bytes, value: bytes | None) -> None:
+        """Append one record durably; raises on failure (nothing is then applied)."""
+
+
+class MarkerWriter(Protocol):
+    def __call__(self, tp: TopicPartition, commit: bool, producer_id: int, producer_epoch: int) -> None:
+        """Write a COMMIT/ABORT marker to ``tp``; raises ``KafkaError`` on failure."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TxnConfig:
+    """The broker settings the coordinator obeys (Kafka's names in ``reference_broker.config``)."""
+
+    max_timeout_ms: int = 900_000
+    id_expiration_ms: int = 604_800_000
+    num_partitions: int = 50
+
+
+@dataclasses.dataclass
+class InitResult:
+    error: int
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+#: Marker errors after which the partition needs no marker any more (Kafka's
+#: TransactionMarkerRequestCompletionHandler drops these partitions).
+_MARKER_DONE_ERRORS = frozenset(
+    {E.UNKNOWN_TOPIC_OR_PARTITION, E.INVALID_PRODUCER_EPOCH, E.TRANSACTION_COORDINATOR_FENCED}
+)
+
+
+class TransactionCoordinator:
+    """Every transactional id of this broker."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        config: TxnConfig,
+        store: TxnStore | None,
+        write_marker: MarkerWriter,
+        next_producer_id: Callable[[], int],
+    ):
+        self.clock = clock
+        self.config = config
+        self.store = store
+        self.write_marker = write_marker
+        self.next_producer_id = next_producer_id
+        self.txns: dict[str, TransactionMetadata] = {}
+        self.by_producer_id: dict[int, str] = {}
+        #: True until ``__transaction_state`` has been read at start-up.
+        self.loading = False
+
+    # -- persistence ---------------------------------------------------------------------
+
+    def partition_for(self, transactional_id: str) -> int:
+        return records.partition_for(transactional_id, self.config.num_partitions)
+
+    def _persist(self, meta: TransactionMetadata, **changes: object) -> int:
+        """Write ``meta`` with ``changes`` applied, then apply them; an error code (0 if stored)."""
+        target = dataclasses.replace(meta, **changes)  # type: ignore[arg-type]
+        target.last_update_ms = self.clock.now_ms()
+        if self.store is not None:
+            try:
+                self.store.write(
+                    self.partition_for(meta.transactional_id),
+                    records.key(meta.transactional_id),
+                    records.value(target, target.state, target.partitions),
+                )
+            except Exception:
+                log.exception("writing transaction %s to __transaction_state failed", meta.transactional_id)
+                return E.COORDINATOR_NOT_AVAILABLE
+        if target.producer_id != meta.producer_id:
+            self.by_producer_id.pop(meta.producer_id, None)
+        for f in dataclasses.fields(meta):
+            setattr(meta, f.name, getattr(target, f.name))
+        self.txns[meta.transactional_id] = meta
+        self.by_producer_id[meta.producer_id] = meta.transactional_id
+        return 0
+
+    # -- InitProducerId ------------------------------------------------------------------
+
+    def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, expected_pid: int = -1, expected_epoch: int = -1
+    ) -> InitResult:
+        """Kafka's ``handleInitProducerId`` for a transactional id."""
+        if not transactional_id:
+            return InitResult(E.INVALID_REQUEST)
+        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+            return InitResult(E.INVALID_TRANSACTION_TIMEOUT)
+        if self.loading:
+            return InitResult(E.COORDINATOR_LOAD_IN_PROGRESS)
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.is_(TxnState.DEAD):
+            meta = TransactionMetadata(
+                transactional_id, self.next_producer_id(), NO_PRODUCER_EPOCH, timeout_ms
+            )
+            error = self._persist(meta, producer_epoch=0, state=TxnState.EMPTY, partitions=set(), start_ms=-1)
+            return (
+                InitResult(error, meta.producer_id, meta.producer_epoch) if not error else InitResult(error)
+            )
+        if meta.markers_pending or meta.is_(*PREPARED):
+            self._finish_prepared(meta)
+            if meta.is_(*PREPARED):
+                return InitResult(E.CONCURRENT_TRANSACTIONS)
+        retry = False
+        if expected_pid >= 0:
+            if meta.producer_epoch == NO_PRODUCER_EPOCH:
+                pass
+            elif expected_pid == meta.producer_id:
+                if expected_epoch == meta.last_producer_epoch and expected_epoch != meta.producer_epoch:
+                    retry = meta.is_(*COMPLETE)
+                elif expected_epoch != meta.producer_epoch:
+                    return InitResult(E.PRODUCER_FENCED)
+            elif expected_pid == meta.previous_producer_id and expected_epoch >= MAX_EPOCH:
+                retry = meta.is_(*COMPLETE)
+            else:
+                return InitResult(E.PRODUCER_FENCED)
+        if retry:  # the producer lost our answer to its bump: the same answer again
+            return InitResult(0, meta.producer_id, meta.producer_epoch)
+        if meta.is_(TxnState.ONGOING):
+            # The previous producer's transaction is aborted (with a fencing epoch) first.
+            error = self._abort_with_fence(meta)
+            if error or meta.is_(*PREPARED):
+                return InitResult(error or E.CONCURRENT_TRANSACTIONS)
+        return self._bump(meta, timeout_ms)
+
+    def _bump(self, meta: TransactionMetadata, timeout_ms: int) -> InitResult:
+        if meta.producer_epoch + 1 >= MAX_EPOCH:
+            error = self._persist(
+                meta,
+                previous_producer_id=meta.producer_id,
+                producer_id=self.next_producer_id(),
+                producer_epoch=0,
+                last_producer_epoch=NO_PRODUCER_EPOCH,
+                timeout_ms=timeout_ms,
+                state=TxnState.EMPTY,
+                partitions=set(),
+                start_ms=-1,
+            )
+        else:
+            error = self._persist(
+                meta,
+                producer_epoch=meta.producer_epoch + 1,
+                last_producer_epoch=meta.producer_epoch,
+                timeout_ms=timeout_ms,
+                state=TxnState.EMPTY,
+                partitions=set(),
+                start_ms=-1,
+            )
+        if error:
+            return InitResult(error)
+        return InitResult(0, meta.producer_id, meta.producer_epoch)
+
+    def _abort_with_fence(self, meta: TransactionMetadata) -> int:
+        """Kafka's PrepareEpochFence: bump the epoch so the old producer's writes are refused, then
+        abort its transaction with the new epoch."""
+        fenced_epoch = meta.producer_epoch + 1 if meta.producer_epoch < MAX_EPOCH else meta.producer_epoch
+        meta.state = TxnState.PREPARE_EPOCH_FENCE  # in memory only, as in Kafka
+        error = self._end(meta, commit=False, epoch=fenced_epoch, last_epoch=NO_PRODUCER_EPOCH)
+        if meta.is_(TxnState.PREPARE_EPOCH_FENCE):  # the prepare write failed
+            meta.state = TxnState.ONGOING
+        return error
+
+    # -- the transaction -----------------------------------------------------------------
+
+    def _check_producer(self, meta: TransactionMetadata | None, producer_id: int, epoch: int) -> int:
+        if meta is None or meta.producer_id != producer_id:
+            return E.INVALID_PRODUCER_ID_MAPPING
+        if meta.producer_epoch != epoch:
+            return E.PRODUCER_FENCED
+        return 0
+
+    def add_partitions(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
+    ) -> int:
+        """AddPartitionsToTxn / AddOffsetsToTxn: the partitions join the (possibly new) transaction."""
+        if not transactional_id:
+            return E.INVALID_REQUEST
+        if self.loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        meta = self.txns.get(transactional_id)
+        error = self._check_producer(meta, producer_id, epoch)
+        if error:
+            return error
+        assert meta is not None
+        if meta.markers_pending or meta.is_(*PREPARED):
+            self._finish_prepared(meta)
+        if meta.is_(*PREPARED) or meta.is_(TxnState.PREPARE_EPOCH_FENCE):
+            return E.CONCURRENT_TRANSACTIONS
+        if meta.is_(TxnState.DEAD):
+            return E.INVALID_PRODUCER_ID_MAPPING
+        wanted = set(partitions)
+        if meta.is_(TxnState.ONGOING) and wanted <= meta.partitions:
+            return 0
+        start = meta.start_ms if meta.is_(TxnState.ONGOING) else self.clock.now_ms()
+        return self._persist(
+            meta, state=TxnState.ONGOING, partitions=meta.partitions | wanted, start_ms=start
+        )
+
+    def verify_partitions(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """AddPartitionsToTxn v4+ verify_only: is each partition in the ongoing transaction?"""
+        meta = self.txns.get(transactional_id)
+        error = self._check_producer(meta, producer_id, epoch)
+        result = {}
+        for tp in partitions:
+            if error:
+                result[tp] = error
+            else:
+                assert meta is not None
+                ok = meta.is_(TxnState.ONGOING) and tp in meta.partitions
+                result[tp] = 0 if ok else E.INVALID_TXN_STATE
+        return result
+
+    def end_transaction(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int:
+        """EndTxn from the client (Kafka's ``handleEndTransaction``)."""
+        if not transactional_id:
+            return E.INVALID_REQUEST
+        if self.loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        meta = self.txns.get(transactional_id)
+        error = self._check_producer(meta, producer_id, epoch)
+        if error:
+            return error
+        assert meta is not None
+        if meta.markers_pending or meta.is_(*PREPARED):
+            self._finish_prepared(meta)
+        state = meta.state
+        if state is TxnState.ONGOING:
+            return self._end(meta, commit, meta.producer_epoch, meta.last_producer_epoch)
+        if state is TxnState.COMPLETE_COMMIT:
+            return 0 if commit else E.INVALID_TXN_STATE
+        if state is TxnState.COMPLETE_ABORT:
+            return 0 if not commit else E.INVALID_TXN_STATE
+        if state is TxnState.PREPARE_COMMIT:
+            return E.CONCURRENT_TRANSACTIONS if commit else E.INVALID_TXN_STATE
+        if state is TxnState.PREPARE_ABORT:
+            return E.CONCURRENT_TRANSACTIONS if not commit else E.INVALID_TXN_STATE
+        if state is TxnState.PREPARE_EPOCH_FENCE:
+            return E.CONCURRENT_TRANSACTIONS
+        return E.INVALID_TXN_STATE  # Empty, Dead
+
+    def _end(self, meta: TransactionMetadata, commit: bool, epoch: int, last_epoch: int) -> int:
+        prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        error = self._persist(meta, state=prepare, producer_epoch=epoch, last_producer_epoch=last_epoch)
+        if error:
+            return error
+        self._finish_prepared(meta)
+        return 0
+
+    def _finish_prepared(self, meta: TransactionMetadata) -> None:
+        """Write the markers of a prepared transaction and complete it (or leave it prepared, with
+        the partitions still to mark, when an append failed: the periodic task retries)."""
+        if not meta.is_(*PREPARED):
+            meta.markers_pending = False
+            return
+        commit = meta.is_(TxnState.PREPARE_COMMIT)
+        remaining = set(meta.partitions)
+        for tp in sorted(meta.partitions):
+            try:
+                self.write_marker(tp, commit, meta.producer_id, meta.producer_epoch)
+            except KafkaError as exc:
+                if exc.code not in _MARKER_DONE_ERRORS:
+                    log.warning("marker for %s on %s-%d failed: %s", meta.transactional_id, *tp, exc)
+                    continue
+                log.info("marker for %s on %s-%d not needed: %s", meta.transactional_id, *tp, exc)
+            except Exception:
+                log.exception("marker for %s on %s-%d failed", meta.transactional_id, *tp)
+                continue
+            remaining.discard(tp)
+        if remaining:
+            meta.partitions = remaining
+            meta.markers_pending = True
+            return
+        complete = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if self._persist(meta, state=complete, partitions=set(), markers_pending=False):
+            meta.markers_pending = True  # markers are written; the completion is retried
+
+    # -- checks for the data path --------------------------------------------------------
+
+    def verify_produce(self, producer_id: int, epoch: int, tp: TopicPartition) -> int:
+        """A transactional batch may be appended only to a partition of the producer's ongoing
+        transaction, with its current epoch (the defence against hanging transactions)."""
+        if self.loading:
+            return 0
+        transactional_id = self.by_producer_id.get(producer_id)
+        meta = self.txns.get(transactional_id) if transactional_id is not None else None
+        if meta is None or meta.producer_id != producer_id:
+            return E.INVALID_TXN_STATE
+        if epoch < meta.producer_epoch:
+            return E.INVALID_PRODUCER_EPOCH
+        if epoch != meta.producer_epoch or not meta.is_(TxnState.ONGOING) or tp not in meta.partitions:
+            return E.INVALID_TXN_STATE
+        return 0
+
+    def verify_offset_commit(
+        self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition
+    ) -> int:
+        """TxnOffsetCommit: the group's ``__consumer_offsets`` partition must be in the ongoing
+        transaction (AddOffsetsToTxn first) and the producer current."""
+        if self.loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return E.INVALID_PRODUCER_ID_MAPPING
+        if epoch != meta.producer_epoch:
+            return E.INVALID_PRODUCER_EPOCH
+        if not meta.is_(TxnState.ONGOING) or tp not in meta.partitions:
+            return E.INVALID_TXN_STATE
+        return 0
+
+    # -- periodic work -------------------------------------------------------------------
+
+    def abort_timed_out_transactions(self) -> int:
+        """Abort (with an epoch bump that fences the producer) every transaction open longer than
+        its timeout; retry the markers of prepared ones. Returns how many were aborted."""
+        if self.loading:
+            return 0
+        now = self.clock.now_ms()
+        aborted = 0
+        for meta in list(self.txns.values()):
+            if meta.markers_pending or meta.is_(*PREPARED):
+                self._finish_prepared(meta)
+            elif meta.is_(TxnState.ONGOING) and now > meta.start_ms + meta.timeout_ms:
+                log.info(
+                    "aborting transaction %s (producer %d epoch %d): open longer than %d ms",
+                    meta.transactional_id,
+                    meta.producer_id,
+                    meta.producer_epoch,
+                    meta.timeout_ms,
+                )
+                if not self._abort_with_fence(meta):
+                    aborted += 1
+        return aborted
+
+    def expire_transactional_ids(self) -> int:
+        """Remove ids idle (no transaction open) for ``transactional.id.expiration.ms``."""
+        if self.loading:
+            return 0
+        now = self.clock.now_ms()
+        expired = 0
+        for meta in list(self.txns.values()):
+            if meta.is_(*COMPLETE) and now - meta.last_update_ms >= self.config.id_expiration_ms:
+                if self.store is not None:
+                    try:
+                        self.store.write(
+                            self.partition_for(meta.transactional_id),
+                            records.key(meta.transactional_id),
+                            None,
+                        )
+                    except Exception:
+                        log.exception("expiring %s failed", meta.transactional_id)
+                        continue
+                meta.state = TxnState.DEAD
+                del self.txns[meta.transactional_id]
+                self.by_producer_id.pop(meta.producer_id, None)
+                expired += 1
+        return expired
+
+    # -- loading -------------------------------------------------------------------------
+
+    def load_records(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Replay ``__transaction_state`` records (oldest first, the last of a key wins)."""
+        latest: dict[str, bytes | None] = {}
+        for key_bytes, value_bytes in entries:
+            transactional_id = records.parse_key(key_bytes)
+            if transactional_id is not None:
+                latest[transactional_id] = value_bytes
+        for transactional_id, value_bytes in latest.items():
+            old = self.txns.pop(transactional_id, None)
+            if old is not None:
+                self.by_producer_id.pop(old.producer_id, None)
+            if value_bytes is None:
+                continue
+            v = records.parse_value(value_bytes)
+            meta = TransactionMetadata(
+                transactional_id,
+                v.producer_id,
+                v.producer_epoch,
+                v.timeout_ms,
+                v.state,
+                previous_producer_id=v.previous_producer_id,
+                partitions=set(v.partitions),
+                start_ms=v.start_ms,
+                last_update_ms=v.last_update_ms,
+            )
+            self.txns[transactional_id] = meta
+            self.by_producer_id[meta.producer_id] = transactional_id
+
+    def complete_loaded(self) -> None:
+        """Finish what the previous run left prepared: PrepareCommit rolls forward, PrepareAbort
+        back (Ongoing ones stay open; their timeout or their producer ends them)."""
+        for meta in list(self.txns.values()):
+            if meta.is_(*PREPARED):
+                log.info("completing %s of %s after restart", meta.state.display, meta.transactional_id)
+                self._finish_prepared(meta)
+
+    # -- admin ---------------------------------------------------------------------------
+
+    def list_transactions(
+        self, states: set[TxnState] | None, producer_ids: set[int], min_duration_ms: int, pattern: str | None
+    ) -> list[TransactionMetadata]:
+        now = self.clock.now_ms()
+        regex = re.compile(pattern) if pattern else None
+        found = []
+        for meta in self.txns.values():
+            if states and meta.state not in states:
+                continue
+            if producer_ids and meta.producer_id not in producer_ids:
+                continue
+            if min_duration_ms >= 0 and not (
+                meta.is_(TxnState.ONGOING) and now - meta.start_ms >= min_duration_ms
+            ):
+                continue
+            if regex is not None and not regex.fullmatch(meta.transactional_id):
+                continue
+            found.append(meta)
+        return sorted(found, key=lambda m: m.transactional_id)

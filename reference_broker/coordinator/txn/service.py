@@ -1,0 +1,155 @@
+"""The transaction coordinator as a broker service: its ``__transaction_state`` topic, loading at
+start-up (after the group coordinator, whose pending transactional offsets the markers settle),
+the markers written in-process, and the periodic aborts of timed-out transactions and expiry of
+idle transactional ids."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from reference_broker.clock import Clock
+from reference_broker.coordinator.txn.coordinator import TopicPartition, TransactionCoordinator, TxnConfig
+from reference_broker.services import PeriodicTask
+from reference_broker.storage import CONSUMER_OFFSETS, TRANSACTION_STATE
+from sdk.protocol.errors import UnknownTopicOrPartitionError
+from sdk.records import ControlType
+
+if TYPE_CHECKING:
+    from reference_broker.config import BrokerConfig
+    from reference_broker.coordinator.group.service import GroupCoordinatorService
+    from reference_broker.producer_ids import ProducerIdManager
+    from reference_broker.storage import Storage
+
+log = logging.getLogger("reference_broker.txn_coordinator")
+
+#: Kafka's coordinator epoch is the leader epoch of the ``__transaction_state`` partition; a
+#: single node never changes leader.
+COORDINATOR_EPOCH = 0
+
+
+def txn_config(config: BrokerConfig, num_partitions: int | None = None) -> TxnConfig:
+    return TxnConfig(
+        max_timeout_ms=config.get("transaction.max.timeout.ms"),
+        id_expiration_ms=config.get("transactional.id.expiration.ms"),
+        num_partitions=num_partitions or config.get("transaction.state.log.num.partitions"),
+    )
+
+
+class StorageTxnStore:
+    """Writes the coordinator's records to ``__transaction_state``, creating it on first use."""
+
+    def __init__(self, storage: Storage, config: BrokerConfig, num_partitions: int):
+        self.storage = storage
+        self.config = config
+        self.num_partitions = num_partitions
+
+    def ensure_topic(self) -> None:
+        if self.storage.topic(TRANSACTION_STATE) is None:
+            self.storage.ensure_internal_topic(
+                TRANSACTION_STATE,
+                self.num_partitions,
+                {
+                    "cleanup.policy": "compact",
+                    "segment.bytes": str(self.config.get("transaction.state.log.segment.bytes")),
+                },
+            )
+
+    def write(self, partition: int, key: bytes, value: bytes | None) -> None:
+        self.ensure_topic()
+        self.storage.append_as_coordinator(TRANSACTION_STATE, partition, [(key, value)])
+
+
+class TransactionCoordinatorService:
+    """Owns the ``TransactionCoordinator`` of a running broker."""
+
+    name = "transaction-coordinator"
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        storage: Storage,
+        clock: Clock,
+        producer_ids: ProducerIdManager,
+        groups: GroupCoordinatorService | None,
+    ):
+        self.broker_config = config
+        self.storage = storage
+        self.groups = groups
+        existing = storage.topic(TRANSACTION_STATE)
+        num_partitions = (
+            existing.num_partitions if existing else config.get("transaction.state.log.num.partitions")
+        )
+        self.store = StorageTxnStore(storage, config, num_partitions)
+        self.coordinator = TransactionCoordinator(
+            clock, txn_config(config, num_partitions), self.store, self.write_marker, producer_ids.next_id
+        )
+        self._loader: asyncio.Task[None] | None = None
+
+    def write_marker(self, tp: TopicPartition, commit: bool, producer_id: int, producer_epoch: int) -> None:
+        topic, partition = tp
+        meta = self.storage.topic(topic)
+        if meta is None or not 0 <= partition < meta.num_partitions:
+            raise UnknownTopicOrPartitionError(f"{topic}-{partition} no longer exists")
+        control = ControlType.COMMIT if commit else ControlType.ABORT
+        self.storage.append_control_batch(
+            topic, partition, control, producer_id, producer_epoch, COORDINATOR_EPOCH
+        )
+        if topic == CONSUMER_OFFSETS and self.groups is not None:
+            self.groups.coordinator.complete_transactional_offsets(partition, producer_id, commit)
+
+    async def start(self) -> None:
+        """Load in the background (after the group coordinator has loaded); until then the
+        transactional APIs answer COORDINATOR_LOAD_IN_PROGRESS."""
+        if self.storage.topic(TRANSACTION_STATE) is None:
+            return
+        self.coordinator.loading = True
+        self._loader = asyncio.create_task(self._load(), name="load __transaction_state")
+
+    async def _load(self) -> None:
+        try:
+            if self.groups is not None:
+                await self.groups.wait_loaded()
+            for partition in range(self.coordinator.config.num_partitions):
+                self.load_partition(partition)
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("loading %s failed", TRANSACTION_STATE)
+        self.coordinator.loading = False
+        self.coordinator.complete_loaded()
+        log.info("transaction coordinator loaded %d transactional ids", len(self.coordinator.txns))
+
+    def load_partition(self, partition: int) -> None:
+        entries = []
+        for batch in self.storage.read_batches(TRANSACTION_STATE, partition):
+            if batch.is_control:
+                continue
+            for record in batch:
+                if record.key is not None:
+                    entries.append((record.key, record.value))
+        self.coordinator.load_records(entries)
+
+    async def wait_loaded(self) -> None:
+        if self._loader is not None:
+            await asyncio.shield(self._loader)
+
+    def periodic_tasks(self) -> list[PeriodicTask]:
+        abort_s = self.broker_config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms") / 1000
+        expire_s = self.broker_config.get("transaction.remove.expired.transaction.cleanup.interval.ms") / 1000
+        return [
+            PeriodicTask(
+                "abort-timed-out-transactions", abort_s, self.coordinator.abort_timed_out_transactions
+            ),
+            PeriodicTask("expire-transactional-ids", expire_s, self.coordinator.expire_transactional_ids),
+        ]
+
+    async def stop(self) -> None:
+        if self._loader is not None:
+            self._loader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loader
+            self._loader = None

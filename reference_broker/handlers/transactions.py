@@ -1,0 +1,457 @@
+"""Transaction APIs, answered by ``broker.transaction_coordinator`` (and, for TxnOffsetCommit, the
+group coordinator). InitProducerId is in ``producer_ids.py``.
+
+Versions served and per-version notes:
+
+- AddPartitionsToTxn (24) v0-5: v0-3 one transaction (the client's form); v4+ batched
+  (``transactions``, Kafka's broker-to-coordinator form) with ``verify_only`` (answers whether
+  each partition is in the ongoing transaction, adds nothing). PRODUCER_FENCED is sent as
+  INVALID_PRODUCER_EPOCH before v2 (KIP-588). v5 only allows TRANSACTION_ABORTABLE, never sent.
+  A partition of an unknown topic fails with UNKNOWN_TOPIC_OR_PARTITION and the others of the
+  request with OPERATION_NOT_ATTEMPTED, as Kafka does.
+- AddOffsetsToTxn (25) v0-4: adds the group's ``__consumer_offsets`` partition (PRODUCER_FENCED
+  -> INVALID_PRODUCER_EPOCH before v2).
+- TxnOffsetCommit (28) v0-5: v3+ carry the member id, generation and instance id, checked by the
+  group coordinator as KIP-447 says (only when given). The offsets stay pending until the
+  transaction commits.
+- EndTxn (26) v0-4 (PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH before v2). v5 (transaction
+  protocol v2, KIP-890: epoch bumped on every end) is not served: no client here uses it, and
+  the broker does not finalize the ``transaction.version`` feature.
+- WriteTxnMarkers (27) v1-2: served for completeness (the coordinator writes its markers
+  in-process); markers go through the log's epoch and coordinator-epoch checks.
+- ListTransactions (66) v0-2 (v1 duration filter, v2 transactional id regex),
+  DescribeTransactions (65) v0, DescribeProducers (61) v0.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from reference_broker.coordinator.group.state import CommittedOffset
+from reference_broker.coordinator.txn.state import TxnState
+from reference_broker.handlers.common import error_code_of
+from reference_broker.storage import CONSUMER_OFFSETS
+from sdk.protocol.errors import ErrorCode, KafkaError
+from sdk.protocol.messages import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
+from sdk.records import ControlType
+
+if TYPE_CHECKING:
+    from reference_broker.broker import Broker
+    from reference_broker.coordinator.txn.coordinator import TransactionCoordinator
+    from reference_broker.handlers.registry import HandlerRegistry
+    from reference_broker.network.server import RequestContext
+
+E = ErrorCode
+ADD_PARTITIONS, ADD_OFFSETS, END_TXN, WRITE_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
+DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
+
+TopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+PartitionResult = AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult
+
+
+def _coordinator(broker: Broker) -> TransactionCoordinator:
+    assert broker.transaction_coordinator is not None, "broker not started"
+    return broker.transaction_coordinator
+
+
+def fenced_for(code: int, version: int, first_version_with_fenced: int) -> int:
+    """KIP-588: clients older than ``first_version_with_fenced`` know only INVALID_PRODUCER_EPOCH."""
+    if code == E.PRODUCER_FENCED and version < first_version_with_fenced:
+        return E.INVALID_PRODUCER_EPOCH
+    return code
+
+
+# -- AddPartitionsToTxn --------------------------------------------------------------------
+
+
+def _topic_results(partitions: dict[tuple[str, int], int]) -> list[TopicResult]:
+    by_topic: dict[str, list[PartitionResult]] = {}
+    for (topic, index), code in partitions.items():
+        by_topic.setdefault(topic, []).append(
+            PartitionResult(partition_index=index, partition_error_code=code)
+        )
+    return [TopicResult(name=t, results_by_partition=ps) for t, ps in by_topic.items()]
+
+
+def _add_partitions(
+    broker: Broker,
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+    topics: list,
+    verify_only: bool,
+    version: int,
+) -> dict[tuple[str, int], int]:
+    wanted = [(t.name, p) for t in topics for p in t.partitions]
+    coordinator = _coordinator(broker)
+    if verify_only:
+        return coordinator.verify_partitions(transactional_id, producer_id, epoch, wanted)
+    unknown = set()
+    for topic, partition in wanted:
+        meta = broker.logs.topic(topic)
+        if meta is None or not 0 <= partition < meta.num_partitions:
+            unknown.add((topic, partition))
+    if unknown:
+        return {
+            tp: E.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else E.OPERATION_NOT_ATTEMPTED for tp in wanted
+        }
+    code = coordinator.add_partitions(transactional_id, producer_id, epoch, wanted)
+    return dict.fromkeys(wanted, fenced_for(code, version, 2))
+
+
+def handle_add_partitions(
+    broker: Broker, ctx: RequestContext, request: AddPartitionsToTxnRequest
+) -> AddPartitionsToTxnResponse:
+    version = ctx.api_version
+    if version < 4:
+        result = _add_partitions(
+            broker,
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            request.v3_and_below_topics,
+            False,
+            version,
+        )
+        return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=_topic_results(result))
+    results = []
+    for txn in request.transactions:
+        result = _add_partitions(
+            broker,
+            txn.transactional_id,
+            txn.producer_id,
+            txn.producer_epoch,
+            txn.topics,
+            txn.verify_only,
+            version,
+        )
+        results.append(
+            AddPartitionsToTxnResponse.AddPartitionsToTxnResult(
+                transactional_id=txn.transactional_id, topic_results=_topic_results(result)
+            )
+        )
+    return AddPartitionsToTxnResponse(error_code=0, results_by_transaction=results)
+
+
+def error_add_partitions(
+    request: AddPartitionsToTxnRequest, version: int, code: int
+) -> AddPartitionsToTxnResponse:
+    if version < 4:
+        wanted = {(t.name, p): code for t in request.v3_and_below_topics for p in t.partitions}
+        return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=_topic_results(wanted))
+    return AddPartitionsToTxnResponse(error_code=code)
+
+
+# -- AddOffsetsToTxn -----------------------------------------------------------------------
+
+
+def handle_add_offsets(
+    broker: Broker, ctx: RequestContext, request: AddOffsetsToTxnRequest
+) -> AddOffsetsToTxnResponse:
+    if not request.group_id:
+        return AddOffsetsToTxnResponse(error_code=E.INVALID_GROUP_ID)
+    groups = broker.groups
+    if broker.group_service is not None:
+        broker.group_service.store.ensure_topic()
+    tp = (CONSUMER_OFFSETS, groups.partition_for(request.group_id))
+    code = _coordinator(broker).add_partitions(
+        request.transactional_id, request.producer_id, request.producer_epoch, [tp]
+    )
+    return AddOffsetsToTxnResponse(error_code=fenced_for(code, ctx.api_version, 2))
+
+
+# -- TxnOffsetCommit -----------------------------------------------------------------------
+
+
+def handle_txn_offset_commit(
+    broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRequest
+) -> TxnOffsetCommitResponse:
+    groups = broker.groups
+    if not request.group_id:
+        code = E.INVALID_GROUP_ID
+    else:
+        code = _coordinator(broker).verify_offset_commit(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            (CONSUMER_OFFSETS, groups.partition_for(request.group_id)),
+        )
+    if code:
+        result = {(t.name, p.partition_index): code for t in request.topics for p in t.partitions}
+    else:
+        now = broker.clock.now_ms()
+        offsets = {
+            (t.name, p.partition_index): CommittedOffset(
+                p.committed_offset,
+                p.committed_leader_epoch if ctx.api_version >= 2 else -1,
+                p.committed_metadata or "",
+                now,
+            )
+            for t in request.topics
+            for p in t.partitions
+        }
+        result = groups.commit_transactional_offsets(
+            request.group_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.generation_id if ctx.api_version >= 3 else -1,
+            request.member_id if ctx.api_version >= 3 else "",
+            request.group_instance_id if ctx.api_version >= 3 else None,
+            offsets,
+        )
+    return _offset_commit_response(result)
+
+
+def _offset_commit_response(result: dict[tuple[str, int], int]) -> TxnOffsetCommitResponse:
+    by_topic: dict[str, list] = {}
+    for (topic, index), code in result.items():
+        by_topic.setdefault(topic, []).append(
+            TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition(partition_index=index, error_code=code)
+        )
+    return TxnOffsetCommitResponse(
+        topics=[
+            TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic(name=t, partitions=ps)
+            for t, ps in by_topic.items()
+        ]
+    )
+
+
+def error_txn_offset_commit(
+    request: TxnOffsetCommitRequest, version: int, code: int
+) -> TxnOffsetCommitResponse:
+    return _offset_commit_response(
+        {(t.name, p.partition_index): code for t in request.topics for p in t.partitions}
+    )
+
+
+# -- EndTxn --------------------------------------------------------------------------------
+
+
+def handle_end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
+    code = _coordinator(broker).end_transaction(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+    )
+    return EndTxnResponse(error_code=fenced_for(code, ctx.api_version, 2))
+
+
+# -- WriteTxnMarkers -----------------------------------------------------------------------
+
+
+def handle_write_markers(
+    broker: Broker, ctx: RequestContext, request: WriteTxnMarkersRequest
+) -> WriteTxnMarkersResponse:
+    results = []
+    for marker in request.markers:
+        control = ControlType.COMMIT if marker.transaction_result else ControlType.ABORT
+        topics = []
+        for topic in marker.topics:
+            partitions = []
+            for index in topic.partition_indexes:
+                code = 0
+                meta = broker.logs.topic(topic.name)
+                if meta is None or not 0 <= index < meta.num_partitions:
+                    code = E.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    try:
+                        broker.logs.append_control_batch(
+                            topic.name,
+                            index,
+                            control,
+                            marker.producer_id,
+                            marker.producer_epoch,
+                            marker.coordinator_epoch,
+                        )
+                    except KafkaError as exc:
+                        code = error_code_of(exc)
+                    else:
+                        if topic.name == CONSUMER_OFFSETS:
+                            broker.groups.complete_transactional_offsets(
+                                index, marker.producer_id, bool(marker.transaction_result)
+                            )
+                partitions.append(
+                    WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult(
+                        partition_index=index, error_code=code
+                    )
+                )
+            topics.append(
+                WriteTxnMarkersResponse.WritableTxnMarkerTopicResult(name=topic.name, partitions=partitions)
+            )
+        results.append(
+            WriteTxnMarkersResponse.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=topics)
+        )
+    return WriteTxnMarkersResponse(markers=results)
+
+
+def error_write_markers(request: WriteTxnMarkersRequest, version: int, code: int) -> WriteTxnMarkersResponse:
+    R = WriteTxnMarkersResponse
+    return R(
+        markers=[
+            R.WritableTxnMarkerResult(
+                producer_id=m.producer_id,
+                topics=[
+                    R.WritableTxnMarkerTopicResult(
+                        name=t.name,
+                        partitions=[
+                            R.WritableTxnMarkerPartitionResult(partition_index=i, error_code=code)
+                            for i in t.partition_indexes
+                        ],
+                    )
+                    for t in m.topics
+                ],
+            )
+            for m in request.markers
+        ]
+    )
+
+
+# -- ListTransactions / DescribeTransactions / DescribeProducers ---------------------------
+
+
+def handle_list_transactions(
+    broker: Broker, ctx: RequestContext, request: ListTransactionsRequest
+) -> ListTransactionsResponse:
+    coordinator = _coordinator(broker)
+    if coordinator.loading:
+        return ListTransactionsResponse(error_code=E.COORDINATOR_LOAD_IN_PROGRESS)
+    states = set()
+    unknown = []
+    for name in request.state_filters:
+        state = TxnState.from_name(name)
+        if state is None:
+            unknown.append(name)
+        else:
+            states.add(state)
+    if request.state_filters and not states:
+        return ListTransactionsResponse(unknown_state_filters=unknown)
+    pattern = request.transactional_id_pattern if ctx.api_version >= 2 else None
+    try:
+        found = coordinator.list_transactions(
+            states,
+            set(request.producer_id_filters),
+            request.duration_filter if ctx.api_version >= 1 else -1,
+            pattern or None,
+        )
+    except Exception:  # a pattern that is not a regular expression
+        return ListTransactionsResponse(error_code=E.INVALID_REGULAR_EXPRESSION)
+    return ListTransactionsResponse(
+        unknown_state_filters=unknown,
+        transaction_states=[
+            ListTransactionsResponse.TransactionState(
+                transactional_id=m.transactional_id,
+                producer_id=m.producer_id,
+                transaction_state=m.state.display,
+            )
+            for m in found
+        ],
+    )
+
+
+def handle_describe_transactions(
+    broker: Broker, ctx: RequestContext, request: DescribeTransactionsRequest
+) -> DescribeTransactionsResponse:
+    coordinator = _coordinator(broker)
+    R = DescribeTransactionsResponse
+    answers = []
+    for transactional_id in request.transactional_ids:
+        meta = coordinator.txns.get(transactional_id)
+        if coordinator.loading or meta is None:
+            code = E.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading else E.TRANSACTIONAL_ID_NOT_FOUND
+            answers.append(R.TransactionState(error_code=code, transactional_id=transactional_id))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(meta.partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        answers.append(
+            R.TransactionState(
+                transactional_id=transactional_id,
+                transaction_state=meta.state.display,
+                transaction_timeout_ms=meta.timeout_ms,
+                transaction_start_time_ms=meta.start_ms,
+                producer_id=meta.producer_id,
+                producer_epoch=meta.producer_epoch,
+                topics=[R.TopicData(topic=t, partitions=ps) for t, ps in by_topic.items()],
+            )
+        )
+    return R(transaction_states=answers)
+
+
+def handle_describe_producers(
+    broker: Broker, ctx: RequestContext, request: DescribeProducersRequest
+) -> DescribeProducersResponse:
+    R = DescribeProducersResponse
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for index in topic.partition_indexes:
+            try:
+                plog = broker.logs.manager.get_log(topic.name, index)
+            except KafkaError as exc:
+                partitions.append(R.PartitionResponse(partition_index=index, error_code=error_code_of(exc)))
+                continue
+            active = [
+                R.ProducerState(
+                    producer_id=entry.producer_id,
+                    producer_epoch=entry.producer_epoch,
+                    last_sequence=entry.last_seq,
+                    last_timestamp=entry.last_timestamp,
+                    coordinator_epoch=entry.coordinator_epoch,
+                    current_txn_start_offset=(
+                        -1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset
+                    ),
+                )
+                for entry in plog.producer_state.producers.values()
+            ]
+            partitions.append(R.PartitionResponse(partition_index=index, active_producers=active))
+        topics.append(R.TopicResponse(name=topic.name, partitions=partitions))
+    return R(topics=topics)
+
+
+def _simple_error(response_cls: type) -> object:
+    def error_response(request: object, version: int, code: int) -> object:
+        return response_cls(error_code=code)
+
+    return error_response
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(
+        ADD_PARTITIONS, handle_add_partitions, versions=(0, 5), error_response=error_add_partitions
+    )
+    registry.register(
+        ADD_OFFSETS,
+        handle_add_offsets,
+        versions=(0, 4),
+        error_response=_simple_error(AddOffsetsToTxnResponse),
+    )
+    registry.register(END_TXN, handle_end_txn, versions=(0, 4), error_response=_simple_error(EndTxnResponse))
+    registry.register(
+        WRITE_MARKERS, handle_write_markers, versions=(1, 2), error_response=error_write_markers
+    )
+    registry.register(
+        TXN_OFFSET_COMMIT, handle_txn_offset_commit, versions=(0, 5), error_response=error_txn_offset_commit
+    )
+    registry.register(
+        LIST_TRANSACTIONS,
+        handle_list_transactions,
+        versions=(0, 2),
+        error_response=_simple_error(ListTransactionsResponse),
+    )
+    registry.register(DESCRIBE_TRANSACTIONS, handle_describe_transactions, versions=(0, 0))
+    registry.register(DESCRIBE_PRODUCERS, handle_describe_producers, versions=(0, 0))
