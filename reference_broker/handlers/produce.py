@@ -38,6 +38,8 @@ PartitionResponse = ProduceResponse.PartitionProduceResponse
 BatchIndexError = ProduceResponse.BatchIndexAndErrorMessage
 _ATTRIBUTES = struct.Struct(">h")
 _MAGIC_OFFSET, _ATTRIBUTES_OFFSET, _LOG_OVERHEAD, _ZSTD = 16, 21, 12, 4
+_TRANSACTIONAL, _PRODUCER_ID_OFFSET = 0x10, 43
+_PRODUCER = struct.Struct(">qh")
 
 
 def request_level_problem(records: memoryview | bytes | None, version: int) -> str | None:
@@ -118,6 +120,13 @@ def _append(
             ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
             f"Produce requests with version {version} cannot use ZStandard compression",
         )
+    if attributes & _TRANSACTIONAL and broker.transaction_coordinator is not None:
+        # Only into a partition of the producer's ongoing transaction, with its current epoch.
+        producer_id, epoch = _PRODUCER.unpack_from(records, _PRODUCER_ID_OFFSET)
+        code = broker.transaction_coordinator.verify_produce(producer_id, epoch, (name, index))
+        if code:
+            log.info("transactional produce to %s-%d of %d refused: %d", name, index, producer_id, code)
+            return _failed(index, code, "The partition is not part of the producer's ongoing transaction")
     try:
         # The records are a view into this request's own buffer, used for nothing else after.
         appended = broker.logs.append(name, index, records, in_place=True)
