@@ -45,6 +45,11 @@ class GroupStore(Protocol):
     def write(self, partition: int, batch: list[Record]) -> None:
         """Append ``batch`` atomically; raises on failure (nothing is then applied)."""
 
+    def write_transactional(
+        self, partition: int, batch: list[Record], producer_id: int, producer_epoch: int
+    ) -> None:
+        """Append ``batch`` as one transactional batch of ``producer_id`` (TxnOffsetCommit)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class GroupConfig:
@@ -729,7 +734,7 @@ class GroupCoordinator:
         error = 0
         if batch and self.store is not None:
             try:
-                self.store.write_transactional(  # type: ignore[attr-defined]
+                self.store.write_transactional(
                     self.partition_for(group_id), batch, producer_id, producer_epoch
                 )
             except Exception as exc:
