@@ -42,6 +42,7 @@ __all__ = [
     "RecordTooLargeError",
     "ResponseTimeoutError",
     "SerializationError",
+    "TransactionAbortedError",
     "TransactionsNotImplementedError",
     "UnknownKafkaError",
     "UnsupportedVersionError",
@@ -174,3 +175,11 @@ class TransactionsNotImplementedError(ClientError, NotImplementedError):
     """Transactional producer methods are not implemented yet; ``transactional_id`` is only stored."""
 
     name = "TRANSACTIONS_NOT_IMPLEMENTED"
+
+
+class TransactionAbortedError(ClientError):
+    """A record was dropped unsent because its transaction was aborted (by ``abort_transaction``,
+    or because an earlier failure in the transaction made it abortable: that failure is
+    ``__cause__``). Java's ``TransactionAbortedException``."""
+
+    name = "TRANSACTION_ABORTED"

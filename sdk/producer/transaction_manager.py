@@ -14,22 +14,37 @@ producer, so the broker's duplicate and gap detection works as designed:
   a new producer id otherwise) and renumbers the affected partitions' unacknowledged batches from 0.
   Partitions not affected keep their old numbering until their in-flight batches are done.
 
-Transactions (``transactional_id``) are stored for the issue that adds them; the transactional
-operations raise ``TransactionsNotImplementedError`` until then.
+For a transactional producer (``transactional_id``) it also keeps the transaction's state, as
+the Java ``TransactionManager`` does: the state machine (``TransactionState``), the partitions
+already in the transaction and those still to be added (a batch is drained only once its
+partition was added with AddPartitionsToTxn), and the error model. A failed batch inside a
+transaction makes it abortable (``last_error``; sends, commit and offsets then raise
+``TransactionAbortableError``); a fenced or unauthorised producer is fatal (``fatal_error``).
+Where the idempotent producer would bump its epoch at once, a transactional one fails the batch
+instead and bumps the epoch when the transaction is aborted (KIP-360). The requests themselves
+are sent by ``sdk.producer.transactions``.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
+from collections.abc import Callable
 
 from sdk.errors import (
+    ClusterAuthorizationFailedError,
+    IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
-    TransactionsNotImplementedError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionAbortedError,
+    TransactionalIdAuthorizationFailedError,
+    UnsupportedVersionError,
 )
 from sdk.producer.batch import ProducerBatch, increment_sequence
 
-__all__ = ["TransactionManager"]
+__all__ = ["FATAL_TRANSACTION_ERRORS", "TransactionManager", "TransactionState"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +53,40 @@ UNKNOWN_PRODUCER_ID = 59
 NO_LAST_ACKED = -1
 
 TopicPartitionKey = tuple[str, int]
+
+#: Errors after which a transactional producer cannot continue (Java's ``transitionToFatalError``
+#: cases): only closing it is left; a new producer with the same transactional id takes over.
+FATAL_TRANSACTION_ERRORS: tuple[type[KafkaError], ...] = (
+    ProducerFencedError,
+    TransactionalIdAuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+    UnsupportedVersionError,
+)
+
+
+class TransactionState(enum.Enum):
+    """Java's ``TransactionManager.State``."""
+
+    UNINITIALIZED = "uninitialized"
+    INITIALIZING = "initializing"
+    READY = "ready"
+    IN_TRANSACTION = "in transaction"
+    COMMITTING = "committing"
+    ABORTING = "aborting"
+    ABORTABLE_ERROR = "abortable error"
+    FATAL_ERROR = "fatal error"
+
+
+_S = TransactionState
+#: Allowed transitions (the target's valid sources), as in Java's ``isTransitionValid``.
+_VALID_SOURCES: dict[TransactionState, frozenset[TransactionState]] = {
+    _S.INITIALIZING: frozenset({_S.UNINITIALIZED, _S.INITIALIZING, _S.ABORTING}),
+    _S.READY: frozenset({_S.INITIALIZING, _S.COMMITTING, _S.ABORTING}),
+    _S.IN_TRANSACTION: frozenset({_S.READY}),
+    _S.COMMITTING: frozenset({_S.IN_TRANSACTION, _S.COMMITTING}),
+    _S.ABORTING: frozenset({_S.IN_TRANSACTION, _S.ABORTABLE_ERROR, _S.ABORTING}),
+    _S.ABORTABLE_ERROR: frozenset({_S.IN_TRANSACTION, _S.COMMITTING, _S.ABORTABLE_ERROR}),
+}
 
 
 class _PartitionSequences:
@@ -80,6 +129,21 @@ class TransactionManager:
         #: A non-retriable InitProducerId failure: the producer cannot continue.
         self.fatal_error: KafkaError | None = None
         self.epoch_bumps = 0
+        # -- transactions --
+        self.state = TransactionState.UNINITIALIZED
+        #: The failure that made the transaction abortable (``__cause__`` of what callers get).
+        self.last_error: BaseException | None = None
+        #: Partitions AddPartitionsToTxn accepted for the current transaction.
+        self.partitions_in_transaction: set[TopicPartitionKey] = set()
+        #: Partitions with data waiting to be added, and those whose AddPartitionsToTxn is out.
+        self.new_partitions: set[TopicPartitionKey] = set()
+        self.pending_partitions: set[TopicPartitionKey] = set()
+        #: Whether the coordinator knows of this transaction (partitions or offsets were added),
+        #: so that ending it needs an EndTxn.
+        self.transaction_started = False
+        #: Called after every state change (the producer gates ``send`` on it) and when partitions
+        #: wait to be added (the sender wakes up).
+        self.on_change: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -95,6 +159,209 @@ class TransactionManager:
     def has_producer_id(self) -> bool:
         return self.producer_id >= 0 and not self.init_in_progress and not self.bump_required
 
+    # -- the transaction state machine ----------------------------------------------------------
+
+    def _transition(self, target: TransactionState, error: BaseException | None = None) -> None:
+        if target == TransactionState.FATAL_ERROR:
+            assert isinstance(error, KafkaError)
+            self.fatal_error = error
+            self.last_error = error
+        elif self.state not in _VALID_SOURCES[target]:
+            raise IllegalStateError(
+                f"transactional producer {self.transactional_id!r}: invalid transition from "
+                f"{self.state.value} to {target.value}"
+            )
+        elif target == TransactionState.ABORTABLE_ERROR:
+            self.last_error = error
+        log.debug("transactional id %r: %s -> %s", self.transactional_id, self.state.value, target.value)
+        self.state = target
+        if self.on_change is not None:
+            self.on_change()
+
+    @property
+    def accepts_sends(self) -> bool:
+        """Whether ``send`` may append records now (only inside a transaction that is healthy)."""
+        return not self.is_transactional or self.state == TransactionState.IN_TRANSACTION
+
+    @property
+    def is_completing(self) -> bool:
+        return self.state in (TransactionState.COMMITTING, TransactionState.ABORTING)
+
+    @property
+    def has_abortable_error(self) -> bool:
+        return self.state == TransactionState.ABORTABLE_ERROR
+
+    def raise_if_failed(self) -> None:
+        """Raise the fatal error, or ``TransactionAbortableError`` when the transaction must be
+        aborted."""
+        if self.fatal_error is not None:
+            raise self.fatal_error
+        if self.state == TransactionState.ABORTABLE_ERROR:
+            raise self.abortable_error()
+
+    def abortable_error(self) -> TransactionAbortableError:
+        cause = self.last_error
+        error = TransactionAbortableError(
+            f"transactional producer {self.transactional_id!r}: the transaction cannot be committed "
+            f"and must be aborted (abort_transaction()) because of an earlier error: {cause!r}"
+        )
+        error.__cause__ = cause
+        return error
+
+    def check_can_send(self) -> None:
+        """Raise what a ``send`` in the current state gets (nothing inside a healthy transaction)."""
+        if not self.is_transactional:
+            return
+        self.raise_if_failed()
+        state = self.state
+        if state == TransactionState.IN_TRANSACTION:
+            return
+        if state in (TransactionState.UNINITIALIZED, TransactionState.INITIALIZING):
+            raise IllegalStateError(
+                f"transactional producer {self.transactional_id!r}: init_transactions() must complete "
+                "before records are sent"
+            )
+        if state == TransactionState.READY:
+            raise IllegalStateError(
+                f"transactional producer {self.transactional_id!r}: send outside a transaction; "
+                "call begin_transaction() first"
+            )
+        raise IllegalStateError(
+            f"transactional producer {self.transactional_id!r}: cannot send while the transaction is "
+            f"{state.value}"
+        )
+
+    def require_transactional(self, operation: str) -> None:
+        if not self.is_transactional:
+            raise IllegalStateError(f"{operation}() needs a transactional producer (transactional_id)")
+
+    def begin_initializing(self) -> None:
+        self.require_transactional("init_transactions")
+        if self.fatal_error is not None:
+            raise self.fatal_error
+        if self.state not in (TransactionState.UNINITIALIZED, TransactionState.INITIALIZING):
+            raise IllegalStateError(
+                f"transactional producer {self.transactional_id!r}: init_transactions() when "
+                f"{self.state.value}"
+            )
+        self._transition(TransactionState.INITIALIZING)
+
+    def initialized(self, producer_id: int, producer_epoch: int) -> None:
+        self.set_producer_id(producer_id, producer_epoch)
+        self._transition(TransactionState.READY)
+
+    def begin_transaction(self) -> None:
+        self.require_transactional("begin_transaction")
+        self.raise_if_failed()
+        state = self.state
+        if state == TransactionState.IN_TRANSACTION:
+            raise IllegalStateError(
+                f"transactional producer {self.transactional_id!r}: a transaction is already in "
+                "progress (commit or abort it first)"
+            )
+        if state != TransactionState.READY:
+            raise IllegalStateError(
+                f"transactional producer {self.transactional_id!r}: begin_transaction() when "
+                f"{state.value}" + (
+                    "; call init_transactions() first" if state == TransactionState.UNINITIALIZED else ""
+                )
+            )
+        self._transition(TransactionState.IN_TRANSACTION)
+
+    def require_in_transaction(self, operation: str) -> None:
+        """For operations only valid inside a healthy transaction (send_offsets_to_transaction)."""
+        self.require_transactional(operation)
+        self.raise_if_failed()
+        if self.state != TransactionState.IN_TRANSACTION:
+            raise IllegalStateError(
+                f"transactional producer {self.transactional_id!r}: {operation}() outside a "
+                f"transaction (state: {self.state.value}); call begin_transaction() first"
+            )
+
+    def begin_commit(self) -> None:
+        self.require_transactional("commit_transaction")
+        self.raise_if_failed()
+        if self.state not in (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING):
+            raise IllegalStateError(
+                f"transactional producer {self.transactional_id!r}: commit_transaction() without a "
+                f"transaction (state: {self.state.value})"
+            )
+        self._transition(TransactionState.COMMITTING)
+
+    def begin_abort(self) -> None:
+        self.require_transactional("abort_transaction")
+        if self.fatal_error is not None:
+            raise self.fatal_error
+        if self.state not in _VALID_SOURCES[TransactionState.ABORTING]:
+            raise IllegalStateError(
+                f"transactional producer {self.transactional_id!r}: abort_transaction() without a "
+                f"transaction (state: {self.state.value})"
+            )
+        self.new_partitions.clear()
+        self._transition(TransactionState.ABORTING)
+
+    def complete_transaction(self) -> None:
+        """EndTxn done (or not needed): ready for the next transaction."""
+        self.partitions_in_transaction.clear()
+        self.new_partitions.clear()
+        self.pending_partitions.clear()
+        self.transaction_started = False
+        self.last_error = None
+        self._transition(TransactionState.READY)
+
+    def fail_abortable(self, error: BaseException) -> None:
+        """Something in the transaction failed: only an abort is possible now."""
+        if self.state == TransactionState.ABORTING or self.fatal_error is not None:
+            return  # an abort is already under way, or nothing is possible any more
+        if self.state in (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING):
+            log.info("transactional id %r: transaction abortable: %r", self.transactional_id, error)
+            self._transition(TransactionState.ABORTABLE_ERROR, error)
+
+    def fail_fatal(self, error: KafkaError) -> None:
+        if self.fatal_error is None:
+            log.error("transactional id %r: fatal error: %r", self.transactional_id, error)
+            self._transition(TransactionState.FATAL_ERROR, error)
+
+    def on_transaction_error(self, error: BaseException) -> None:
+        """Classify an error met inside the transaction: fatal, or abortable."""
+        if isinstance(error, FATAL_TRANSACTION_ERRORS):
+            self.fail_fatal(error)
+        else:
+            self.fail_abortable(error)
+
+    # -- partitions in the transaction ----------------------------------------------------------
+
+    def partition_ready(self, key: TopicPartitionKey) -> bool:
+        """Whether the partition is in the transaction; if not, it is queued to be added."""
+        if key in self.partitions_in_transaction:
+            return True
+        if (
+            self.state in (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING)
+            and key not in self.pending_partitions
+            and key not in self.new_partitions
+        ):
+            self.new_partitions.add(key)
+            if self.on_change is not None:
+                self.on_change()
+        return False
+
+    def take_new_partitions(self) -> list[TopicPartitionKey]:
+        """The partitions to put in the next AddPartitionsToTxn (now pending)."""
+        taken = sorted(self.new_partitions)
+        self.pending_partitions.update(taken)
+        self.new_partitions.clear()
+        return taken
+
+    def partitions_added(self, added: list[TopicPartitionKey]) -> None:
+        self.pending_partitions.difference_update(added)
+        self.partitions_in_transaction.update(added)
+        self.transaction_started = True
+
+    def partitions_not_added(self, keys: list[TopicPartitionKey], retry: bool) -> None:
+        self.pending_partitions.difference_update(keys)
+        if retry and self.state in (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING):
+            self.new_partitions.update(keys)
+
     # -- InitProducerId -------------------------------------------------------------------------
 
     def needs_init(self, nothing_on_the_wire: bool) -> bool:
@@ -105,6 +372,8 @@ class TransactionManager:
         """
         if self.fatal_error is not None or self.init_in_progress:
             return False
+        if self.is_transactional:
+            return False  # init_transactions() and abort_transaction() get the id and epoch
         if self.producer_id < 0:
             return True
         return self.bump_required and nothing_on_the_wire
@@ -164,6 +433,8 @@ class TransactionManager:
         ``shouldStopDrainBatchesForPartition``, inverted)."""
         if not self.has_producer_id:
             return False
+        if self.transactional_id is not None and not self.partition_ready((batch.topic, batch.partition)):
+            return False
         state = self._partitions.get((batch.topic, batch.partition))
         if state is None:
             return True
@@ -186,6 +457,8 @@ class TransactionManager:
             state.producer_id != self.producer_id or state.producer_epoch != self.producer_epoch
         ):
             state.reset(self.producer_id, self.producer_epoch)
+        if self.transactional_id is not None:
+            batch.builder.set_transactional()
         batch.set_producer_state(state.producer_id, state.producer_epoch, state.next_sequence)
         state.next_sequence = increment_sequence(state.next_sequence, batch.record_count)
         state.in_flight.append(batch)
@@ -212,7 +485,10 @@ class TransactionManager:
             state.last_acked = max(state.last_acked, batch.last_sequence)
 
     def on_failure(self, batch: ProducerBatch, error: BaseException) -> None:
-        """A batch failed for good. Its sequence numbers now leave a gap unless it was written."""
+        """A batch failed for good. Its sequence numbers now leave a gap unless it was written.
+        Inside a transaction, the transaction can then only be aborted (or is fatal)."""
+        if self.transactional_id is not None and not isinstance(error, TransactionAbortedError):
+            self.on_transaction_error(error)
         if not batch.has_sequence:
             return
         state = self._partitions.get((batch.topic, batch.partition))
@@ -236,12 +512,10 @@ class TransactionManager:
         state = self._state_of(batch)
         if code == UNKNOWN_PRODUCER_ID:
             # The broker lost our state for this partition (e.g. it was truncated or deleted).
-            self.request_epoch_bump(batch.topic, batch.partition)
-            return True
+            return self._bump_or_fail(batch)
         if code == OUT_OF_ORDER_SEQUENCE_NUMBER:
             if state is None:
-                self.request_epoch_bump(batch.topic, batch.partition)
-                return True
+                return self._bump_or_fail(batch)
             next_in_line = (
                 batch.base_sequence == increment_sequence(state.last_acked, 1)
                 if (state.last_acked != NO_LAST_ACKED)
@@ -252,12 +526,23 @@ class TransactionManager:
                 return True
             if state.unresolved is None or batch.base_sequence == increment_sequence(state.unresolved, 1):
                 # A real gap: the broker does not have what we think it acknowledged.
-                self.request_epoch_bump(batch.topic, batch.partition)
+                return self._bump_or_fail(batch)
             return True
         return error.retriable
 
+    def _bump_or_fail(self, batch: ProducerBatch) -> bool:
+        """The partition needs a new epoch. The idempotent producer bumps now and retries the
+        batch; a transactional one fails it (the transaction becomes abortable) and bumps when
+        the transaction is aborted, as Java's producer does."""
+        self.request_epoch_bump(batch.topic, batch.partition)
+        return self.transactional_id is None
+
     def replace_split(self, batch: ProducerBatch, halves: list[ProducerBatch]) -> None:
         """``batch`` was split: its halves take its place (and its sequence numbers)."""
+        if self.transactional_id is not None:
+            for half in halves:
+                half.builder.set_transactional()
+                half.payload = None
         state = self._partitions.get((batch.topic, batch.partition))
         if state is None:
             return
@@ -283,14 +568,6 @@ class TransactionManager:
         if state is None:
             return None
         return state.next_sequence, state.last_acked, len(state.in_flight)
-
-    # -- transactions (a later issue) -----------------------------------------------------------
-
-    def require_transactions(self, operation: str) -> None:
-        raise TransactionsNotImplementedError(
-            f"{operation}() is not implemented yet: transactional_id={self.transactional_id!r} is "
-            "stored, and records are sent idempotently, but transactions come with a later release"
-        )
 
 
 def _remove(batches: list[ProducerBatch], batch: ProducerBatch) -> None:

@@ -145,6 +145,10 @@ class RecordBatchBuilder:
         self._producer_epoch = producer_epoch
         self._base_sequence = base_sequence
 
+    def set_transactional(self) -> None:
+        """Mark the batch transactional late, as the producer state is (when it is drained)."""
+        self._attributes |= ATTR_TRANSACTIONAL
+
     def append(
         self,
         timestamp_ms: int | None,

@@ -1,16 +1,22 @@
-"""The idempotence rules of TransactionManager, on real batches (no broker needed)."""
+"""The idempotence and transaction rules of TransactionManager, on real batches (no broker needed)."""
 
 from __future__ import annotations
 
+import pytest
+
 from sdk.errors import (
     DeliveryTimeoutError,
+    IllegalStateError,
     InvalidRecordError,
     NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionAbortedError,
     UnknownProducerIdError,
 )
 from sdk.producer.batch import ProducerBatch, increment_sequence
-from sdk.producer.transaction_manager import TransactionManager
+from sdk.producer.transaction_manager import FATAL_TRANSACTION_ERRORS, TransactionManager, TransactionState
 from sdk.records import Compression, RecordBatch, RecordBatchBuilder
 
 
@@ -145,3 +151,114 @@ def test_sequence_wraps_like_kafka():
     assert increment_sequence(2**31 - 2, 1) == 2**31 - 1
     assert increment_sequence(2**31 - 1, 1) == 0
     assert increment_sequence(2**31 - 2, 5) == 3
+
+
+# -- transactions: the state machine, partitions and the error model --------------------------
+
+
+def _transactional() -> TransactionManager:
+    txn = TransactionManager("tx")
+    assert not txn.needs_init(True)  # init_transactions() gets the id, not the sender
+    txn.begin_initializing()
+    txn.initialized(11, 3)
+    assert txn.state == TransactionState.READY
+    return txn
+
+
+def test_wrong_state_calls_raise_illegal_state():
+    txn = TransactionManager("tx")
+    with pytest.raises(IllegalStateError, match="init_transactions"):
+        txn.begin_transaction()
+    with pytest.raises(IllegalStateError, match="init_transactions"):
+        txn.check_can_send()
+    txn.begin_initializing()
+    txn.initialized(11, 3)
+    with pytest.raises(IllegalStateError, match="begin_transaction"):
+        txn.check_can_send()
+    with pytest.raises(IllegalStateError, match="without a transaction"):
+        txn.begin_commit()
+    with pytest.raises(IllegalStateError, match="without a transaction"):
+        txn.begin_abort()
+    with pytest.raises(IllegalStateError, match="outside a transaction"):
+        txn.require_in_transaction("send_offsets_to_transaction")
+    with pytest.raises(IllegalStateError, match="init_transactions"):
+        txn.begin_initializing()
+    txn.begin_transaction()
+    with pytest.raises(IllegalStateError, match="already in progress"):
+        txn.begin_transaction()
+    txn.check_can_send()
+    txn.begin_commit()
+    with pytest.raises(IllegalStateError, match="committing"):
+        txn.check_can_send()
+    txn.complete_transaction()
+    assert txn.state == TransactionState.READY
+
+
+def test_idempotent_manager_refuses_transactional_calls():
+    txn = _manager()
+    txn.check_can_send()  # not transactional: always allowed
+    with pytest.raises(IllegalStateError, match="transactional_id"):
+        txn.begin_transaction()
+
+
+def test_batches_wait_until_their_partition_is_added_and_are_marked_transactional():
+    txn = _transactional()
+    changes = []
+    txn.on_change = lambda: changes.append(txn.state)
+    txn.begin_transaction()
+    b0, b1 = _batch(partition=0), _batch(partition=1)
+    assert not txn.can_drain(b0) and not txn.can_drain(b1)
+    assert txn.new_partitions == {("t", 0), ("t", 1)}
+    taken = txn.take_new_partitions()
+    assert taken == [("t", 0), ("t", 1)] and not txn.new_partitions
+    assert not txn.can_drain(b0)  # pending: not asked for twice
+    assert not txn.new_partitions
+    txn.partitions_added(taken)
+    assert txn.transaction_started
+    drained = _drain(txn, b0)
+    header = RecordBatch(drained.close())
+    assert header.is_transactional and (header.producer_id, header.producer_epoch) == (11, 3)
+    txn.begin_commit()
+    txn.complete_transaction()
+    assert not txn.partitions_in_transaction and not txn.transaction_started
+    assert changes  # the producer hears of every state change
+
+
+def test_failed_send_makes_the_transaction_abortable_and_abort_bumps_the_epoch():
+    txn = _transactional()
+    txn.begin_transaction()
+    batch = _batch()
+    txn.can_drain(batch)
+    txn.partitions_added(txn.take_new_partitions())
+    _drain(txn, batch)
+    # A real sequence gap is not retried inside a transaction: the batch fails instead.
+    assert not txn.can_retry(batch, UnknownProducerIdError())
+    txn.on_failure(batch, UnknownProducerIdError())
+    assert txn.state == TransactionState.ABORTABLE_ERROR and txn.bump_required
+    for call in (txn.check_can_send, txn.begin_commit, lambda: txn.require_in_transaction("x")):
+        with pytest.raises(TransactionAbortableError) as info:
+            call()
+        assert isinstance(info.value.__cause__, UnknownProducerIdError)
+    txn.begin_abort()
+    assert txn.state == TransactionState.ABORTING
+    txn.set_producer_id(11, 4)  # the bump after EndTxn(abort)
+    txn.complete_transaction()
+    assert txn.state == TransactionState.READY and not txn.bump_required and txn.has_producer_id
+    txn.begin_transaction()
+    again = _batch()
+    txn.can_drain(again)
+    txn.partitions_added(txn.take_new_partitions())
+    assert (_drain(txn, again).producer_epoch, again.base_sequence) == (4, 0)
+
+
+def test_fencing_is_fatal_and_aborted_batches_are_not_errors():
+    txn = _transactional()
+    txn.begin_transaction()
+    txn.on_failure(_batch(), TransactionAbortedError("aborted"))
+    assert txn.state == TransactionState.IN_TRANSACTION
+    txn.on_failure(_batch(), ProducerFencedError("fenced"))
+    assert txn.state == TransactionState.FATAL_ERROR
+    for call in (txn.check_can_send, txn.begin_commit, txn.begin_abort, txn.begin_transaction):
+        with pytest.raises(ProducerFencedError):
+            call()
+    assert isinstance(ProducerFencedError(), FATAL_TRANSACTION_ERRORS)

@@ -1,0 +1,732 @@
+"""The transactional producer's requests and operations (Kafka's transactions, KIP-98/360/447).
+
+``TransactionCoordinatorChannel`` sends the transactional requests: InitProducerId,
+AddPartitionsToTxn, AddOffsetsToTxn and EndTxn to the transaction coordinator of the
+transactional id, TxnOffsetCommit to the consumer group's coordinator. Each is retried, with the
+coordinator looked up again where the answer says it moved, on the errors Kafka's Java client
+retries (coordinator moving or loading, CONCURRENT_TRANSACTIONS while the previous transaction
+is still completing, a topic not known yet); other errors are raised for the caller to classify.
+
+``Transactions`` is the producer's side of a transaction, the state kept in the
+``TransactionManager``:
+
+* ``init_transactions`` gets the producer id and epoch for the transactional id (fencing any
+  older producer with the same id, whose open transaction the coordinator aborts).
+* While a transaction is open, a partition is added to it (AddPartitionsToTxn, the partitions
+  waiting at that moment in one request) before its first batch is drained: ``poll`` runs at
+  every pass of the sender and starts that request, which runs beside the produce requests.
+* ``commit_transaction`` flushes, then ends the transaction with EndTxn(commit) once every batch
+  is acknowledged; a failed batch makes the commit raise ``TransactionAbortableError``.
+* ``abort_transaction`` fails the batches not sent yet with ``TransactionAbortedError``, waits
+  for those on the wire, sends EndTxn(abort), and bumps the epoch (KIP-360, InitProducerId with
+  the current producer id and epoch) when a failure left the sequence numbers in doubt, so the
+  next transaction works without a restart.
+* ``send_offsets_to_transaction`` adds the group to the transaction (AddOffsetsToTxn) and
+  commits the offsets through the group coordinator (TxnOffsetCommit, with the consumer's
+  generation, member id and group instance id for KIP-447's zombie fencing): they become visible
+  only if the transaction commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from sdk.client.client import KafkaClient
+from sdk.client.connection import pick_version
+from sdk.client.coordinators import COORDINATOR_ERRORS, CoordinatorLookup, CoordinatorType
+from sdk.errors import (
+    ErrorCode,
+    IllegalStateError,
+    InvalidProducerIdMappingError,
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerFencedError,
+    TransactionAbortedError,
+    make_error,
+)
+from sdk.producer.transaction_manager import FATAL_TRANSACTION_ERRORS, TransactionManager, TransactionState
+from sdk.protocol.messages import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    TxnOffsetCommitRequest,
+)
+
+if TYPE_CHECKING:
+    from sdk.producer.accumulator import RecordAccumulator
+    from sdk.producer.sender import Sender
+
+__all__ = [
+    "FATAL_TRANSACTION_ERRORS",
+    "GroupIdentity",
+    "TransactionCoordinatorChannel",
+    "TransactionalMixin",
+    "Transactions",
+    "group_identity",
+    "offsets_by_topic",
+]
+
+log = logging.getLogger(__name__)
+
+#: Highest versions sent. AddPartitionsToTxn v4+ is the brokers' batched form; EndTxn v5 and
+#: TxnOffsetCommit v5 belong to transaction protocol v2 (KIP-890), which this producer does not
+#: speak: it adds partitions explicitly and keeps its epoch across transactions.
+MAX_VERSIONS = {
+    InitProducerIdRequest.API_KEY: 5,
+    AddPartitionsToTxnRequest.API_KEY: 3,
+    AddOffsetsToTxnRequest.API_KEY: 4,
+    TxnOffsetCommitRequest.API_KEY: 4,
+    EndTxnRequest.API_KEY: 4,
+}
+#: First InitProducerId version that bumps the epoch of a given producer id and epoch (KIP-360).
+INIT_BUMP_VERSION = 3
+
+#: Answers retried as they are (besides the coordinator errors, which also re-find it).
+_RETRIED = frozenset(
+    {
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.OPERATION_NOT_ATTEMPTED,
+        ErrorCode.UNSTABLE_OFFSET_COMMIT,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    }
+)
+#: Coordinator answers after which this producer cannot go on (besides FATAL_TRANSACTION_ERRORS).
+_FATAL_CODES = frozenset(
+    {
+        ErrorCode.PRODUCER_FENCED,
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        ErrorCode.INVALID_TXN_STATE,
+        ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+        ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+        ErrorCode.UNSUPPORTED_VERSION,
+        ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+    }
+)
+#: Abortable answers that also leave the producer id unknown to the coordinator or the partition
+#: leaders: the abort then gets a new epoch.
+_BUMP_CODES = frozenset({ErrorCode.INVALID_PRODUCER_ID_MAPPING, ErrorCode.UNKNOWN_PRODUCER_ID})
+#: Backoff for CONCURRENT_TRANSACTIONS: the previous EndTxn completes in milliseconds (Java's
+#: producer uses 20 ms for the first AddPartitionsToTxn of a transaction).
+_CONCURRENT_BACKOFF_MS = 20
+
+
+def _error(code: int, what: str, message: str | None = None) -> KafkaError:
+    """The exception for a coordinator's answer; an old epoch means a newer producer took over."""
+    text = f"{what}: {message}" if message else what
+    if code in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED):
+        fenced = ProducerFencedError(
+            f"{text}: a newer producer with the same transactional id has fenced this one "
+            f"({ErrorCode(code).name})"
+        )
+        return fenced
+    return make_error(code, text)
+
+
+def is_fatal(error: BaseException) -> bool:
+    """Whether ``error``, met by a transactional request, leaves the producer unusable."""
+    if isinstance(error, FATAL_TRANSACTION_ERRORS):
+        return True
+    return isinstance(error, KafkaError) and error.code in _FATAL_CODES
+
+
+def needs_bump(error: BaseException) -> bool:
+    return isinstance(error, KafkaError) and error.code in _BUMP_CODES
+
+
+class TransactionCoordinatorChannel:
+    """Requests to the transaction coordinator of one transactional id (and TxnOffsetCommit to a
+    group coordinator), with Kafka's retries; see the module docstring."""
+
+    def __init__(self, client: KafkaClient, transactional_id: str, *, timeout_ms: float) -> None:
+        self.client = client
+        self.transactional_id = transactional_id
+        self.timeout_ms = timeout_ms
+        self.lookup = CoordinatorLookup(client)
+        #: One transactional request at a time, as Java's producer sends them.
+        self.lock = asyncio.Lock()
+
+    async def _send(
+        self,
+        key_type: CoordinatorType,
+        key: str,
+        api_key: int,
+        build: Callable[[int], Any],
+        codes_of: Callable[[Any], list[int]],
+        what: str,
+        *,
+        deadline: float | None,
+        wanted: Callable[[], bool] = lambda: True,
+    ) -> tuple[Any, int]:
+        """``build(version)`` to ``key``'s coordinator until ``codes_of(response)`` has no error
+        (returns the response and its version) or a non-retriable one (raised)."""
+        client = self.client
+        attempt = 0
+        last: BaseException | None = None
+        while True:
+            node: int | None = None
+            backoff_ms = client.retry_backoff.backoff_ms(attempt)
+            try:
+                node = await self.lookup.coordinator(key_type, key)
+                conn = await client.get_connection(node)
+                version = pick_version(
+                    api_key, conn.broker_versions.get(api_key), max_version=MAX_VERSIONS[api_key]
+                )
+                response = await conn.request(build(version), version)
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                if node is not None:
+                    self.lookup.invalidate(key_type, key, node)
+                last = exc
+            else:
+                codes = [code for code in codes_of(response) if code]
+                if not codes:
+                    return response, version
+                retried = [code for code in codes if code in COORDINATOR_ERRORS or code in _RETRIED]
+                if len(retried) < len(codes):
+                    code = next(
+                        c for c in codes if c not in retried and c != ErrorCode.OPERATION_NOT_ATTEMPTED
+                    )
+                    raise _error(code, what, getattr(response, "error_message", None))
+                if any(code in COORDINATOR_ERRORS for code in codes):
+                    self.lookup.invalidate(key_type, key, node)
+                if ErrorCode.CONCURRENT_TRANSACTIONS in codes and attempt < 5:
+                    backoff_ms = _CONCURRENT_BACKOFF_MS
+                last = make_error(codes[0], what)
+            if not wanted():
+                raise IllegalStateError(f"{what}: no longer needed (the transaction moved on)") from last
+            if deadline is not None and time.monotonic() + backoff_ms / 1000 >= deadline:
+                raise KafkaTimeoutError(
+                    f"{what}: no answer within {self.timeout_ms:.0f} ms (last error: {last})"
+                ) from last
+            log.debug("%s: retrying after %r", what, last)
+            await asyncio.sleep(backoff_ms / 1000)
+            attempt += 1
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.timeout_ms / 1000
+
+    async def init_producer_id(
+        self, transaction_timeout_ms: float, producer_id: int = -1, producer_epoch: int = -1
+    ) -> tuple[int, int]:
+        """InitProducerId for the transactional id; with the current id and epoch (KIP-360) when
+        given and the coordinator supports it. Returns the producer id and epoch."""
+        bump = producer_id >= 0
+
+        def build(version: int) -> InitProducerIdRequest:
+            keep = bump and version >= INIT_BUMP_VERSION
+            return InitProducerIdRequest(
+                transactional_id=self.transactional_id,
+                transaction_timeout_ms=int(transaction_timeout_ms),
+                producer_id=producer_id if keep else -1,
+                producer_epoch=producer_epoch if keep else -1,
+            )
+
+        async with self.lock:
+            response, _ = await self._send(
+                CoordinatorType.TRANSACTION,
+                self.transactional_id,
+                InitProducerIdRequest.API_KEY,
+                build,
+                lambda r: [r.error_code],
+                f"InitProducerId for transactional id {self.transactional_id!r}",
+                deadline=self._deadline(),
+            )
+        return response.producer_id, response.producer_epoch
+
+    async def add_partitions(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[tuple[str, int]],
+        wanted: Callable[[], bool],
+    ) -> None:
+        """AddPartitionsToTxn (v0-3 form), retried while ``wanted()``."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        topics = [
+            AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=parts)
+            for topic, parts in by_topic.items()
+        ]
+
+        def build(version: int) -> AddPartitionsToTxnRequest:
+            return AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=self.transactional_id,
+                v3_and_below_producer_id=producer_id,
+                v3_and_below_producer_epoch=producer_epoch,
+                v3_and_below_topics=topics,
+            )
+
+        def codes(response: Any) -> list[int]:
+            found = [
+                part.partition_error_code
+                for topic in response.results_by_topic_v3_and_below
+                for part in topic.results_by_partition
+            ]
+            return [response.error_code, *found]
+
+        async with self.lock:
+            await self._send(
+                CoordinatorType.TRANSACTION,
+                self.transactional_id,
+                AddPartitionsToTxnRequest.API_KEY,
+                build,
+                codes,
+                f"AddPartitionsToTxn {sorted(by_topic)} for transactional id {self.transactional_id!r}",
+                deadline=None,
+                wanted=wanted,
+            )
+
+    async def add_offsets(self, producer_id: int, producer_epoch: int, group_id: str) -> None:
+        request = AddOffsetsToTxnRequest(
+            transactional_id=self.transactional_id,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            group_id=group_id,
+        )
+        async with self.lock:
+            await self._send(
+                CoordinatorType.TRANSACTION,
+                self.transactional_id,
+                AddOffsetsToTxnRequest.API_KEY,
+                lambda version: request,
+                lambda r: [r.error_code],
+                f"AddOffsetsToTxn group {group_id!r} for transactional id {self.transactional_id!r}",
+                deadline=self._deadline(),
+            )
+
+    async def txn_offset_commit(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        group: GroupIdentity,
+        offsets: dict[str, list[tuple[int, int, str | None, int]]],
+    ) -> None:
+        """TxnOffsetCommit to the group's coordinator; ``offsets`` maps a topic to its
+        ``(partition, offset, metadata, leader_epoch)``."""
+        Topic = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+        Partition = TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition
+        topics = [
+            Topic(
+                name=topic,
+                partitions=[
+                    Partition(
+                        partition_index=partition,
+                        committed_offset=offset,
+                        committed_leader_epoch=leader_epoch,
+                        committed_metadata=metadata,
+                    )
+                    for partition, offset, metadata, leader_epoch in parts
+                ],
+            )
+            for topic, parts in offsets.items()
+        ]
+        request = TxnOffsetCommitRequest(
+            transactional_id=self.transactional_id,
+            group_id=group.group_id,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            generation_id=group.generation_id,
+            member_id=group.member_id,
+            group_instance_id=group.group_instance_id,
+            topics=topics,
+        )
+        await self._send(
+            CoordinatorType.GROUP,
+            group.group_id,
+            TxnOffsetCommitRequest.API_KEY,
+            lambda version: request,
+            lambda r: [part.error_code for topic in r.topics for part in topic.partitions],
+            f"TxnOffsetCommit group {group.group_id!r} for transactional id {self.transactional_id!r}",
+            deadline=self._deadline(),
+        )
+
+    async def end_txn(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        request = EndTxnRequest(
+            transactional_id=self.transactional_id,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            committed=commit,
+        )
+        async with self.lock:
+            await self._send(
+                CoordinatorType.TRANSACTION,
+                self.transactional_id,
+                EndTxnRequest.API_KEY,
+                lambda version: request,
+                lambda r: [r.error_code],
+                f"EndTxn({'commit' if commit else 'abort'}) for transactional id {self.transactional_id!r}",
+                deadline=self._deadline(),
+            )
+
+
+class GroupIdentity:
+    """The group fields of TxnOffsetCommit (KIP-447): what ``ConsumerGroupMetadata`` carries."""
+
+    __slots__ = ("generation_id", "group_id", "group_instance_id", "member_id")
+
+    def __init__(
+        self,
+        group_id: str,
+        generation_id: int = -1,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+
+    def __repr__(self) -> str:
+        return (
+            f"GroupIdentity({self.group_id!r}, generation={self.generation_id}, "
+            f"member={self.member_id!r}, instance={self.group_instance_id!r})"
+        )
+
+
+def group_identity(group: Any) -> GroupIdentity:
+    """A group id (no generation checks, as before KIP-447) or a consumer's ``group_metadata()``."""
+    if isinstance(group, str):
+        if not group:
+            raise ValueError("send_offsets_to_transaction needs a non-empty group id")
+        return GroupIdentity(group)
+    group_id = getattr(group, "group_id", None)
+    if not isinstance(group_id, str) or not group_id:
+        raise TypeError(
+            f"send_offsets_to_transaction takes a group id or a consumer's group_metadata(), not {group!r}"
+        )
+    return GroupIdentity(
+        group_id,
+        int(getattr(group, "generation_id", -1)),
+        getattr(group, "member_id", "") or "",
+        getattr(group, "group_instance_id", None),
+    )
+
+
+def offsets_by_topic(
+    offsets: Mapping[Any, Any] | Iterable[Any],
+) -> dict[str, list[tuple[int, int, str | None, int]]]:
+    """``{TopicPartition or (topic, partition): OffsetAndMetadata or offset}`` (a list of
+    confluent-style ``TopicPartition`` objects with ``.offset`` also works) as TxnOffsetCommit's
+    ``topic -> [(partition, offset, metadata, leader_epoch)]``. The offset is the next record to
+    read, as in every Kafka commit."""
+    items: list[tuple[Any, Any]]
+    if isinstance(offsets, Mapping):
+        items = list(offsets.items())
+    else:
+        items = [(tp, getattr(tp, "offset", None)) for tp in offsets]
+    result: dict[str, list[tuple[int, int, str | None, int]]] = {}
+    for key, value in items:
+        if isinstance(key, tuple) and len(key) == 2 and not hasattr(key, "topic"):
+            topic, partition = key
+        else:
+            topic, partition = getattr(key, "topic", None), getattr(key, "partition", None)
+        if not isinstance(topic, str) or not isinstance(partition, int):
+            raise TypeError(f"offsets keys are TopicPartition or (topic, partition), not {key!r}")
+        if isinstance(value, int) and not isinstance(value, bool):
+            offset, metadata, leader_epoch = value, "", -1
+        elif hasattr(value, "offset"):
+            offset = value.offset
+            metadata = getattr(value, "metadata", "") or ""
+            leader_epoch = getattr(value, "leader_epoch", -1)
+            if not isinstance(leader_epoch, int) or leader_epoch is None:
+                leader_epoch = -1
+        else:
+            raise TypeError(
+                f"offset for {topic}-{partition} must be an int or OffsetAndMetadata, not {value!r}"
+            )
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset for {topic}-{partition} must be >= 0, not {offset!r}")
+        result.setdefault(topic, []).append((partition, offset, metadata, leader_epoch))
+    return result
+
+
+class Transactions:
+    """The producer's transactional operations (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: KafkaClient,
+        txn: TransactionManager,
+        accumulator: RecordAccumulator,
+        sender: Sender,
+        *,
+        max_block_ms: float,
+    ) -> None:
+        assert txn.transactional_id is not None
+        self.txn = txn
+        self.channel = TransactionCoordinatorChannel(client, txn.transactional_id, timeout_ms=max_block_ms)
+        self._acc = accumulator
+        self._sender = sender
+        self._add_task: asyncio.Task[None] | None = None
+        #: One user operation (init, commit, abort, send_offsets) at a time.
+        self._operation = asyncio.Lock()
+
+    # -- the sender's hook ----------------------------------------------------------------------
+
+    def poll(self) -> None:
+        """At every sender pass: drop what an abort makes pointless, and add partitions."""
+        txn = self.txn
+        state = txn.state
+        if state in (TransactionState.ABORTABLE_ERROR, TransactionState.ABORTING):
+            if self._acc.has_undrained():
+                error = TransactionAbortedError(
+                    f"transaction of {txn.transactional_id!r} "
+                    + ("aborted" if state == TransactionState.ABORTING else f"failed: {txn.last_error!r}")
+                )
+                error.__cause__ = txn.last_error
+                self._sender.abort_undrained(error)
+        elif txn.new_partitions and (self._add_task is None or self._add_task.done()):
+            self._add_task = asyncio.get_running_loop().create_task(
+                self._add_partitions(), name="kafka-add-partitions-to-txn"
+            )
+
+    def _adding(self) -> bool:
+        return self.txn.state in (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING)
+
+    async def _add_partitions(self) -> None:
+        txn = self.txn
+        while txn.new_partitions and self._adding():
+            keys = txn.take_new_partitions()
+            try:
+                await self.channel.add_partitions(txn.producer_id, txn.producer_epoch, keys, self._adding)
+            except asyncio.CancelledError:
+                txn.partitions_not_added(keys, retry=False)
+                raise
+            except IllegalStateError:
+                txn.partitions_not_added(keys, retry=False)  # the transaction is being aborted
+            except KafkaError as exc:
+                txn.partitions_not_added(keys, retry=False)
+                self._record_error(exc)
+            else:
+                log.debug("partitions %s added to the transaction of %r", keys, txn.transactional_id)
+                txn.partitions_added(keys)
+            self._sender.wake()
+
+    def _record_error(self, error: BaseException) -> None:
+        txn = self.txn
+        if is_fatal(error):
+            assert isinstance(error, KafkaError)
+            txn.fail_fatal(error)
+        else:
+            if needs_bump(error):
+                txn.bump_required = True
+            txn.fail_abortable(error)
+        self._sender.wake()
+
+    async def _wait_for_add(self) -> None:
+        task = self._add_task
+        if task is not None and not task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+
+    # -- operations -----------------------------------------------------------------------------
+
+    async def init_transactions(self) -> None:
+        txn = self.txn
+        async with self._operation:
+            if txn.state == TransactionState.READY:
+                return  # start() did it already
+            txn.begin_initializing()
+            try:
+                producer_id, epoch = await self.channel.init_producer_id(txn.transaction_timeout_ms)
+            except KafkaTimeoutError:
+                raise  # still initializing: init_transactions() may be called again
+            except KafkaError as exc:
+                txn.fail_fatal(exc)
+                raise
+            txn.initialized(producer_id, epoch)
+            log.info("transactional id %r: producer id %d epoch %d", txn.transactional_id, producer_id, epoch)
+        self._sender.wake()
+
+    def begin_transaction(self) -> None:
+        self.txn.begin_transaction()
+
+    async def send_offsets_to_transaction(self, offsets: Any, group: Any) -> None:
+        txn = self.txn
+        txn.require_in_transaction("send_offsets_to_transaction")
+        by_topic = offsets_by_topic(offsets)
+        identity = group_identity(group)
+        async with self._operation:
+            txn.require_in_transaction("send_offsets_to_transaction")
+            if not by_topic:
+                return
+            try:
+                await self.channel.add_offsets(txn.producer_id, txn.producer_epoch, identity.group_id)
+                txn.transaction_started = True
+                await self.channel.txn_offset_commit(txn.producer_id, txn.producer_epoch, identity, by_topic)
+            except KafkaTimeoutError:
+                raise  # nothing known to have failed: the caller may retry or abort
+            except KafkaError as exc:
+                self._record_error(exc)
+                if not is_fatal(exc):
+                    raise txn.abortable_error() from exc
+                raise
+
+    async def commit_transaction(self) -> None:
+        txn = self.txn
+        async with self._operation:
+            txn.begin_commit()
+            acc = self._acc
+            acc.begin_flush()
+            try:
+                await acc.wait_for_incomplete()
+            finally:
+                acc.end_flush()
+            await self._wait_for_add()
+            txn.raise_if_failed()
+            if txn.transaction_started:
+                try:
+                    await self.channel.end_txn(txn.producer_id, txn.producer_epoch, True)
+                except KafkaTimeoutError:
+                    raise  # still committing: commit_transaction() may be called again
+                except KafkaError as exc:
+                    self._record_error(exc)
+                    if not is_fatal(exc):
+                        raise txn.abortable_error() from exc
+                    raise
+            txn.complete_transaction()
+
+    async def abort_transaction(self) -> None:
+        txn = self.txn
+        async with self._operation:
+            txn.begin_abort()
+            self.poll()  # fail the batches not sent yet
+            await self._acc.wait_for_incomplete()
+            await self._wait_for_add()
+            try:
+                if txn.transaction_started and not isinstance(txn.last_error, InvalidProducerIdMappingError):
+                    await self.channel.end_txn(txn.producer_id, txn.producer_epoch, False)
+                if txn.bump_required:
+                    await self._bump_epoch()
+            except KafkaTimeoutError:
+                raise  # still aborting: abort_transaction() may be called again
+            except KafkaError as exc:
+                if is_fatal(exc):
+                    txn.fail_fatal(exc)
+                raise
+            txn.complete_transaction()
+        self._sender.wake()
+
+    async def _bump_epoch(self) -> None:
+        """KIP-360: a new epoch for the same producer id, so the sequence numbers a failed batch
+        left in doubt start again from 0."""
+        txn = self.txn
+        producer_id, epoch = await self.channel.init_producer_id(
+            txn.transaction_timeout_ms, txn.producer_id, txn.producer_epoch
+        )
+        txn.set_producer_id(producer_id, epoch)
+        log.info("transactional id %r: epoch bumped to %d", txn.transactional_id, epoch)
+
+
+class TransactionContext:
+    """``async with producer.transaction():`` begins a transaction, commits it when the block
+    ends normally and aborts it when the block raises (the exception then propagates). A commit
+    that fails with ``TransactionAbortableError`` is aborted before the error is raised, so the
+    producer is ready for the next transaction."""
+
+    def __init__(self, producer: TransactionalMixin) -> None:
+        self._producer = producer
+
+    async def __aenter__(self) -> TransactionContext:
+        await self._producer.begin_transaction()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        producer = self._producer
+        txn = producer._transactions_or_raise("transaction").txn
+        if exc_type is None:
+            try:
+                await producer.commit_transaction()
+            except KafkaError as error:
+                if txn.fatal_error is None and not isinstance(error, KafkaTimeoutError):
+                    await producer.abort_transaction()
+                raise
+            return
+        if txn.fatal_error is None and txn.state in (
+            TransactionState.IN_TRANSACTION,
+            TransactionState.ABORTABLE_ERROR,
+            TransactionState.ABORTING,
+        ):
+            await producer.abort_transaction()
+
+
+class _Done:
+    """An already-finished awaitable: ``begin_transaction()`` works with and without ``await``."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Any:
+        return iter(())
+
+
+class TransactionalMixin:
+    """The Producer's transactional methods (they delegate to ``Transactions``)."""
+
+    _transactions: Transactions | None
+
+    def _transactions_or_raise(self, operation: str) -> Transactions:
+        transactions = self._transactions
+        if transactions is None:
+            config = getattr(self, "config", None)
+            if config is None or config.transactional_id is None:
+                raise IllegalStateError(f"{operation}() needs a transactional producer: set transactional_id")
+            raise IllegalStateError(f"{operation}(): the producer is not started (await producer.start())")
+        return transactions
+
+    async def init_transactions(self) -> None:
+        """Get the producer id and epoch of ``transactional_id`` from its transaction coordinator,
+        fencing older producers with the same id (their open transaction is aborted). ``start()``
+        does this already, so calling it again is a no-op. Raises ``KafkaTimeoutError`` after
+        ``max_block_ms`` (may be called again), or a fatal error (``ProducerFencedError``,
+        ``TransactionalIdAuthorizationFailedError``, ...)."""
+        await self._transactions_or_raise("init_transactions").init_transactions()
+
+    def begin_transaction(self) -> Awaitable[None]:
+        """Start a transaction: records sent from now on belong to it. Raises ``IllegalStateError``
+        if one is already open or ``init_transactions`` did not complete. Works with and without
+        ``await`` (aiokafka's is a plain method)."""
+        self._transactions_or_raise("begin_transaction").begin_transaction()
+        return _Done()
+
+    async def send_offsets_to_transaction(self, offsets: Any, group_id: Any) -> None:
+        """Commit consumer offsets as part of the transaction: visible only if it commits.
+
+        ``offsets``: ``{TopicPartition or (topic, partition): OffsetAndMetadata or int}``, the
+        next offset to read per partition. ``group_id``: the group id, or better the consumer's
+        ``group_metadata()``, whose generation and member id let the coordinator reject a
+        zombie's commit (KIP-447)."""
+        await self._transactions_or_raise("send_offsets_to_transaction").send_offsets_to_transaction(
+            offsets, group_id
+        )
+
+    async def commit_transaction(self) -> None:
+        """Flush, then commit. Raises ``TransactionAbortableError`` (cause: what failed) if any
+        record of the transaction failed: call ``abort_transaction()`` then; a fatal error
+        (``ProducerFencedError``, ...) if the producer can no longer work."""
+        await self._transactions_or_raise("commit_transaction").commit_transaction()
+
+    async def abort_transaction(self) -> None:
+        """Abort: records not sent yet fail with ``TransactionAbortedError``, the rest is marked
+        aborted, and a new transaction may begin."""
+        await self._transactions_or_raise("abort_transaction").abort_transaction()
+
+    def transaction(self) -> TransactionContext:
+        """``async with producer.transaction(): ...`` commits on success, aborts on an exception."""
+        self._transactions_or_raise("transaction")
+        return TransactionContext(self)
