@@ -1,12 +1,30 @@
-"""Running the reference broker from tests: as a subprocess, in-process, and as pytest fixtures.
+"""An embedded Kafka for tests: the reference broker as a subprocess or in-process (public API).
 
-``BrokerProcess`` is the form every suite should prefer: a real process can be SIGKILLed mid-write
-and restarted on the same data dir and port, which is what crash-recovery tests need, and a broker
-bug cannot corrupt the test's own interpreter. ``run_in_process`` is for quick unit-level tests
-that want to poke at broker internals.
+Point any Kafka client (this SDK, confluent-kafka, aiokafka, kafka-python, kcat) at the broker's
+``bootstrap`` address; nothing else is needed, no JVM, no ZooKeeper, no container.
 
-Everything started here is stopped and every temporary directory removed, even when a test fails;
-ports are free loopback ports picked by the OS (``--port 0``) and kept across restarts.
+* :class:`BrokerProcess`: ``python -m reference_broker`` in a child process. The form every suite
+  should prefer: a real process can be SIGKILLed mid-write and restarted on the same data dir and
+  port (``kill()``, ``restart(kill=True)``), which is what crash-recovery tests need, and a broker
+  bug cannot corrupt the test's own interpreter. ``config`` takes Kafka's property names
+  (``{"num.partitions": 3, "auto.create.topics.enable": False}``); ``stderr()`` returns what the
+  broker logged, for failure messages. A context manager::
+
+      with BrokerProcess(config={"num.partitions": 3}) as broker:
+          producer = Producer(bootstrap_servers=broker.bootstrap)
+
+* :func:`run_in_process` / :class:`InProcessBroker`: a ``Broker`` on an event loop in a background
+  thread of this process, for quick tests that want to look at broker internals
+  (``runner.call(fn, *args)`` runs ``fn`` on the broker's loop).
+* :class:`BrokerFactory`: makes ``BrokerProcess``es and stops them all with ``stop_all()``.
+* The pytest fixtures ``broker`` (one broker per session) and ``broker_factory`` come from
+  :mod:`reference_broker.pytest_plugin`, which installing the distribution registers as a pytest
+  plugin; this module needs no pytest, so scripts and examples can use it too.
+
+Everything started here is stopped and every temporary directory removed, even when a test fails
+(and at interpreter exit for anything left running); ports are free loopback ports picked by the
+OS (``--port 0``) and kept across restarts. Failing to start raises :class:`BrokerStartError` with
+the broker's log.
 """
 
 from __future__ import annotations
@@ -17,14 +35,11 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -33,6 +48,15 @@ from typing import Any
 from reference_broker.__main__ import LISTENING_PREFIX
 from reference_broker._event_loop import loop_factory
 from reference_broker.config import BrokerConfig
+
+__all__ = [
+    "LISTENING_PREFIX",
+    "BrokerFactory",
+    "BrokerProcess",
+    "BrokerStartError",
+    "InProcessBroker",
+    "run_in_process",
+]
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
@@ -220,125 +244,6 @@ class BrokerProcess:
         return f"BrokerProcess({self.bootstrap}, data_dir={self.data_dir}, pid={self.pid})"
 
 
-def fetch_request(
-    topic: str,
-    partition: int = 0,
-    offset: int = 0,
-    *,
-    max_wait_ms: int = 0,
-    min_bytes: int = 0,
-    max_bytes: int = 1 << 20,
-    partition_max_bytes: int | None = None,
-    isolation_level: int = 0,
-    topic_id: uuid.UUID | None = None,
-) -> Any:
-    """A sessionless FetchRequest for one partition of one topic from ``offset``, as the tests
-    send them; the partition's byte limit is ``max_bytes`` unless given."""
-    from sdk.protocol.messages import FetchRequest
-
-    wanted = FetchRequest.FetchPartition(
-        partition=partition,
-        fetch_offset=offset,
-        partition_max_bytes=max_bytes if partition_max_bytes is None else partition_max_bytes,
-    )
-    return FetchRequest(
-        max_wait_ms=max_wait_ms,
-        min_bytes=min_bytes,
-        max_bytes=max_bytes,
-        isolation_level=isolation_level,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            FetchRequest.FetchTopic(topic=topic, topic_id=topic_id or uuid.UUID(int=0), partitions=[wanted])
-        ],
-    )
-
-
-class WireClient:
-    """A blocking raw-protocol connection for tests: any request, any version, any bytes.
-
-    Real clients hide what a broker answers; tests of the broker itself need to see it exactly,
-    and to send things no client would (wrong versions, garbage, huge size prefixes).
-    """
-
-    def __init__(self, bootstrap: str, timeout: float = 10.0, client_id: str | None = "wire-test"):
-        host, _, port = bootstrap.rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.client_id = client_id
-        self._next_correlation_id = 1
-
-    def send(self, request: Any, version: int, correlation_id: int | None = None) -> int:
-        """Send one request; returns its correlation id."""
-        from sdk.protocol.codec import encode_request
-
-        if correlation_id is None:
-            correlation_id = self._next_correlation_id
-            self._next_correlation_id += 1
-        payload = encode_request(request, version, correlation_id, self.client_id)
-        self.send_raw(struct.pack(">i", len(payload)) + payload)
-        return correlation_id
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def read_frame(self) -> bytes:
-        """The next response frame's payload; raises ConnectionError if the broker closed."""
-        head = self._read_exactly(4)
-        (size,) = struct.unpack(">i", head)
-        return self._read_exactly(size)
-
-    def _read_exactly(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("connection closed by the broker")
-            buf += chunk
-        return bytes(buf)
-
-    def receive(self, api_key: int, version: int) -> tuple[int, Any]:
-        from sdk.protocol.codec import decode_response
-
-        return decode_response(api_key, version, self.read_frame())
-
-    def request(self, request: Any, version: int) -> Any:
-        """Send and wait for the matching response body."""
-        cid = self.send(request, version)
-        got, response = self.receive(type(request).API_KEY, version)
-        if got != cid:
-            raise AssertionError(f"correlation id {got} does not match request {cid}")
-        return response
-
-    def fetch_all(self, topic: str, partition: int = 0) -> bytes:
-        """Every stored batch of ``topic``/``partition`` from offset 0 (up to 64 MiB), as the
-        broker sends it; fails unless the partition answers without error."""
-        request = fetch_request(topic, partition, max_bytes=64 << 20)
-        data = self.request(request, 12).responses[0].partitions[0]
-        if data.error_code != 0:
-            raise AssertionError(f"fetch from {topic}-{partition} failed with error {data.error_code}")
-        return bytes(data.records)
-
-    def closed_by_peer(self, timeout: float = 5.0) -> bool:
-        """True if the broker closes the connection within ``timeout`` without sending anything."""
-        self.sock.settimeout(timeout)
-        try:
-            return self.sock.recv(1) == b""
-        except TimeoutError:
-            return False
-        except ConnectionResetError:
-            return True
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> WireClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
 class InProcessBroker:
     """A ``Broker`` on its own event loop in a background thread (see ``run_in_process``)."""
 
@@ -471,29 +376,3 @@ class BrokerFactory:
         self.brokers.clear()
         if errors:
             raise errors[0]
-
-
-def _broker() -> Iterator[BrokerProcess]:
-    """One broker shared by the whole session; tests must use unique topic names."""
-    with BrokerProcess(config={"num.partitions": 1}) as proc:
-        yield proc
-
-
-def _broker_factory() -> Iterator[BrokerFactory]:
-    """Fresh brokers with custom config for one test, all stopped at teardown."""
-    factory = BrokerFactory()
-    try:
-        yield factory
-    finally:
-        factory.stop_all()
-
-
-# The fixtures exist only where pytest does: the runners above are also for scripts and examples,
-# which should not need a test dependency to start an embedded broker.
-try:
-    import pytest
-except ImportError:  # pragma: no cover
-    pass
-else:
-    broker = pytest.fixture(scope="session", name="broker")(_broker)
-    broker_factory = pytest.fixture(name="broker_factory")(_broker_factory)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from reference_broker.testing import BrokerProcess, WireClient, fetch_request
+from reference_broker.testing import BrokerProcess
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
     CreatePartitionsRequest,
@@ -26,6 +26,7 @@ from sdk.protocol.messages import (
     ProduceRequest,
 )
 from sdk.records import RecordBatchBuilder, iter_batches
+from tests.reference_broker.wire import WireClient, fetch_request
 
 
 def unique(prefix: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from reference_broker.config import BrokerConfig, ConfigError, read_properties
-from reference_broker.testing import BrokerFactory, BrokerProcess, WireClient
+from reference_broker.testing import BrokerFactory, BrokerProcess
 from sdk.protocol.messages import (
     AlterConfigsRequest,
     DescribeConfigsRequest,
@@ -23,6 +23,7 @@ from sdk.protocol.messages import (
     ProduceRequest,
 )
 from sdk.records import RecordBatchBuilder
+from tests.reference_broker.wire import WireClient
 
 
 def run_cli(*args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:

@@ -19,9 +19,10 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from reference_broker.testing import BrokerFactory, BrokerProcess, WireClient, fetch_request  # noqa: E402
+from reference_broker.testing import BrokerFactory, BrokerProcess  # noqa: E402
 from sdk.protocol.errors import ErrorCode  # noqa: E402
 from sdk.records import iter_batches  # noqa: E402
+from tests.reference_broker.wire import WireClient, fetch_request  # noqa: E402
 
 
 def create_topic(broker: BrokerProcess, topic: str, partitions: int, config: dict | None = None) -> None:

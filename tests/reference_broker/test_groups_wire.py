@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from reference_broker.testing import BrokerFactory, BrokerProcess, WireClient
+from reference_broker.testing import BrokerFactory, BrokerProcess
 from sdk.protocol.codec import encode
 from sdk.protocol.errors import ErrorCode as E
 from sdk.protocol.messages import (
@@ -29,6 +29,7 @@ from sdk.protocol.messages import (
     SyncGroupRequest,
 )
 from sdk.records import RecordBatchBuilder
+from tests.reference_broker.wire import WireClient
 
 CONFIG = {"num.partitions": 2, "group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 3}
 EXPECTED_VERSIONS = {

@@ -11,10 +11,11 @@ import pytest
 
 from reference_broker.broker import Broker
 from reference_broker.config import BrokerConfig
-from reference_broker.testing import WireClient, run_in_process
+from reference_broker.testing import run_in_process
 from sdk.protocol.codec import decode_response, encode_request
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import ApiVersionsRequest, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest
+from tests.reference_broker.wire import WireClient
 
 
 async def roundtrip(host: str, port: int, request: object, version: int, correlation_id: int = 1) -> object:

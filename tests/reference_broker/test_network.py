@@ -13,10 +13,11 @@ import uuid
 
 import pytest
 
-from reference_broker.testing import BrokerProcess, WireClient, fetch_request
+from reference_broker.testing import BrokerProcess
 from sdk.protocol.codec import decode_response, encode_request
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, ProduceRequest
+from tests.reference_broker.wire import WireClient, fetch_request
 
 
 def assert_still_serving(broker: BrokerProcess) -> None:

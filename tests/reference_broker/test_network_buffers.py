@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 
 from reference_broker.network import server as server_module
-from reference_broker.testing import InProcessBroker, WireClient, run_in_process
+from reference_broker.testing import InProcessBroker, run_in_process
 from sdk.protocol.codec import encode_request
 from sdk.protocol.messages import MetadataRequest, ProduceRequest
 from sdk.records import RecordBatch, RecordBatchBuilder, iter_batches
+from tests.reference_broker.wire import WireClient
 
 PRODUCE = 0
 

@@ -13,7 +13,7 @@ import struct
 import time
 import uuid
 
-from reference_broker.testing import BrokerProcess, WireClient
+from reference_broker.testing import BrokerProcess
 from sdk.protocol.codec import encode_request
 from sdk.protocol.messages import (
     ApiVersionsRequest,
@@ -21,6 +21,7 @@ from sdk.protocol.messages import (
     ProduceRequest,
 )
 from sdk.records import RecordBatchBuilder, iter_batches
+from tests.reference_broker.wire import WireClient
 
 
 def _topic(client: WireClient) -> str:
