@@ -472,12 +472,30 @@ class GroupCoordinator:
             return
         group.protocol_name = group.select_protocol()
         group.transition(GroupState.COMPLETING_REBALANCE, self.clock.now_ms())
+        group.pending_sync = set(group.members)
+        generation = group.generation
+        self.clock.call_later(
+            group.max_rebalance_timeout_ms(), lambda: self._pending_sync_expired(group, generation)
+        )
         for member in group.members.values():
             callback, member.join_callback = member.join_callback, None
             member.is_new = False
             self._schedule_heartbeat(group, member)
             if callback is not None:
                 callback(self._join_result(group, member))
+
+    def _pending_sync_expired(self, group: Group, generation: int) -> None:
+        """Members that got their JoinGroup answer but sent no SyncGroup within the rebalance
+        timeout are removed and the group rebalances (Kafka's pending-sync expiry, KAFKA-13419)."""
+        if group.generation != generation or not group.is_(
+            GroupState.COMPLETING_REBALANCE, GroupState.STABLE
+        ):
+            return
+        missing = [group.members[m] for m in group.pending_sync if m in group.members]
+        group.pending_sync.clear()
+        for member in missing:
+            log.info("member %s of group %s sent no SyncGroup in time", member.member_id, group.group_id)
+            self._remove_member_and_update(group, member)
 
     def _reset_and_propagate_sync(self, group: Group, error: int) -> None:
         for member in group.members.values():
@@ -522,6 +540,7 @@ class GroupCoordinator:
         if group.is_(GroupState.PREPARING_REBALANCE):
             return respond(SyncResult(E.REBALANCE_IN_PROGRESS))
         self._schedule_heartbeat(group, member)
+        group.pending_sync.discard(member_id)
         if group.is_(GroupState.STABLE):
             return respond(self._sync_result(group, member))
         # CompletingRebalance: wait for the leader's assignment.

@@ -109,6 +109,8 @@ class Group:
         #: Member ids handed out with MEMBER_ID_REQUIRED, not joined yet (JoinGroup v4+).
         self.pending_members: set[str] = set()
         self.new_member_added = False
+        #: Members of this generation that have not sent SyncGroup yet.
+        self.pending_sync: set[str] = set()
         self.join_timer: TimerHandle | None = None
         #: The first join window of an empty group (group.initial.rebalance.delay.ms) runs to its end.
         self.initial_delay_active = False

@@ -384,3 +384,21 @@ def test_shutdown_answers_waiting_requests_not_coordinator() -> None:
     assert coord.groups == {}
     clock.advance(10 * SESSION_MS)  # no timer of the old groups fires into the empty coordinator
     assert coord.groups == {}
+
+
+def test_a_member_that_never_syncs_is_removed_after_the_rebalance_timeout() -> None:
+    coord, clock, _ = make()
+    a = join_dynamic(coord).result
+    sync(coord, a.member_id, 1, {})
+    b = join_dynamic(coord)
+    a2 = join(coord, a.member_id).result
+    assert a2.generation == b.result.generation == 2
+    leader = sync(coord, a.member_id, 2, {})  # b joined but never syncs, while heartbeating
+    for _ in range(4):
+        clock.advance(1000)
+        assert coord.heartbeat("g", 2, b.result.member_id, None) == 0
+        assert coord.heartbeat("g", 2, a.member_id, None) == 0
+    clock.advance(REBALANCE_MS - 4000)
+    group = coord.groups["g"]
+    assert b.result.member_id not in group.members and leader[0].error == 0
+    assert group.state is GroupState.PREPARING_REBALANCE
