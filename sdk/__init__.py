@@ -1,48 +1,130 @@
 """Asyncio Kafka client SDK built on a sans-IO protocol core (``sdk.protocol``, ``sdk.records``).
 
-``sdk.Producer`` is the asyncio producer; ``sdk.sync.Producer`` its blocking facade. Every error
-the SDK raises is in ``sdk.errors`` and derives from ``sdk.errors.KafkaError``.
+``sdk.Producer`` is the asyncio producer (``sdk.AIOKafkaProducer`` for code written for
+aiokafka), ``sdk.Consumer`` the asyncio consumer; ``sdk.sync`` has their blocking facades. Every
+error the SDK raises is in ``sdk.errors`` and derives from ``sdk.errors.KafkaError``.
+
+Names are resolved lazily (PEP 562): importing ``sdk.protocol`` or ``sdk.records`` (as the
+reference broker does) loads no client code.
 """
 
-from sdk import errors
-from sdk.client import KafkaClient, TopicPartition
-from sdk.errors import (
-    BufferExhaustedError,
-    ConfigError,
-    DeliveryTimeoutError,
-    IllegalStateError,
-    InvalidPartitionError,
-    KafkaConnectionError,
-    KafkaError,
-    KafkaTimeoutError,
-    MetadataTimeoutError,
-    NoBrokersAvailableError,
-    ProducerClosedError,
-    RecordTooLargeError,
-    SerializationError,
-    TransactionsNotImplementedError,
-)
-from sdk.producer import (
-    BatchMetadata,
-    CallablePartitioner,
-    DefaultPartitioner,
-    Murmur2RandomPartitioner,
-    OffsetRange,
-    Partitioner,
-    Producer,
-    ProducerInterceptor,
-    ProducerRecord,
-    RecordMetadata,
-    RoundRobinPartitioner,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sdk import errors
+    from sdk.client import KafkaClient, TopicPartition
+    from sdk.client.config import ClientConfig
+    from sdk.consumer import (
+        Consumer,
+        ConsumerGroupMetadata,
+        ConsumerRebalanceListener,
+        ConsumerRecord,
+        OffsetAndMetadata,
+    )
+    from sdk.consumer import Consumer as AIOKafkaConsumer
+    from sdk.errors import (
+        BufferExhaustedError,
+        ConfigError,
+        DeliveryTimeoutError,
+        IllegalStateError,
+        InvalidPartitionError,
+        KafkaConnectionError,
+        KafkaError,
+        KafkaTimeoutError,
+        MetadataTimeoutError,
+        NoBrokersAvailableError,
+        ProducerClosedError,
+        RecordTooLargeError,
+        SerializationError,
+        TransactionsNotImplementedError,
+    )
+    from sdk.producer import (
+        BatchMetadata,
+        CallablePartitioner,
+        DefaultPartitioner,
+        Murmur2RandomPartitioner,
+        OffsetRange,
+        Partitioner,
+        Producer,
+        ProducerInterceptor,
+        ProducerRecord,
+        RecordMetadata,
+        RoundRobinPartitioner,
+    )
+    from sdk.producer import Producer as AIOKafkaProducer
 
 __version__ = "0.1.0"
 
+#: Public name -> (module, attribute in it).
+_LAZY: dict[str, tuple[str, str]] = {
+    "errors": ("sdk.errors", ""),
+    "KafkaClient": ("sdk.client", "KafkaClient"),
+    "TopicPartition": ("sdk.client", "TopicPartition"),
+    "ClientConfig": ("sdk.client.config", "ClientConfig"),
+    **{
+        name: ("sdk.errors", name)
+        for name in (
+            "BufferExhaustedError",
+            "ConfigError",
+            "DeliveryTimeoutError",
+            "IllegalStateError",
+            "InvalidPartitionError",
+            "KafkaConnectionError",
+            "KafkaError",
+            "KafkaTimeoutError",
+            "MetadataTimeoutError",
+            "NoBrokersAvailableError",
+            "ProducerClosedError",
+            "RecordTooLargeError",
+            "SerializationError",
+            "TransactionsNotImplementedError",
+        )
+    },
+    **{
+        name: ("sdk.producer", name)
+        for name in (
+            "BatchMetadata",
+            "CallablePartitioner",
+            "DefaultPartitioner",
+            "Murmur2RandomPartitioner",
+            "OffsetRange",
+            "Partitioner",
+            "Producer",
+            "ProducerInterceptor",
+            "ProducerRecord",
+            "RecordMetadata",
+            "RoundRobinPartitioner",
+        )
+    },
+    "AIOKafkaProducer": ("sdk.producer", "Producer"),
+    **{
+        name: ("sdk.consumer", name)
+        for name in (
+            "Consumer",
+            "ConsumerGroupMetadata",
+            "ConsumerRebalanceListener",
+            "ConsumerRecord",
+            "OffsetAndMetadata",
+        )
+    },
+    "AIOKafkaConsumer": ("sdk.consumer", "Consumer"),
+}
+
 __all__ = [
+    "AIOKafkaConsumer",
+    "AIOKafkaProducer",
     "BatchMetadata",
     "BufferExhaustedError",
     "CallablePartitioner",
+    "ClientConfig",
     "ConfigError",
+    "Consumer",
+    "ConsumerGroupMetadata",
+    "ConsumerRebalanceListener",
+    "ConsumerRecord",
     "DefaultPartitioner",
     "DeliveryTimeoutError",
     "IllegalStateError",
@@ -54,6 +136,7 @@ __all__ = [
     "MetadataTimeoutError",
     "Murmur2RandomPartitioner",
     "NoBrokersAvailableError",
+    "OffsetAndMetadata",
     "OffsetRange",
     "Partitioner",
     "Producer",
@@ -68,3 +151,18 @@ __all__ = [
     "TransactionsNotImplementedError",
     "errors",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'sdk' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name)
+    value = getattr(module, attribute) if attribute else module
+    globals()[name] = value  # resolved once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

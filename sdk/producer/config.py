@@ -7,6 +7,7 @@ naming the offending option, at construction, so a typo fails fast instead of at
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
@@ -30,6 +31,25 @@ _ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
 #: aiokafka spellings accepted for the same setting.
 _ALIASES = {"max_batch_size": "batch_size"}
 MAX_IN_FLIGHT_FOR_IDEMPOTENCE = 5
+#: aiokafka options with no meaning here, and why: accepted (with a warning) so code written
+#: for aiokafka runs after changing the import.
+_AIOKAFKA_IGNORED = {
+    "loop": "the running event loop is always used (aiokafka deprecated this option too)",
+    "api_version": "API versions are negotiated with each broker (ApiVersions)",
+    "connections_max_idle_ms": "connections are kept until the producer stops",
+    "sasl_kerberos_service_name": "GSSAPI (Kerberos) is not supported",
+    "sasl_kerberos_domain_name": "GSSAPI (Kerberos) is not supported",
+}
+
+
+def _warn_ignored(option: str, value: Any) -> None:
+    if option == "loop":
+        category: type[Warning] = DeprecationWarning
+    else:
+        category = UserWarning
+    warnings.warn(
+        f"producer option {option}={value!r} is ignored: {_AIOKAFKA_IGNORED[option]}", category, stacklevel=4
+    )
 
 
 @dataclass
@@ -62,9 +82,14 @@ class ProducerConfig(ClientConfig):
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> ProducerConfig:
+        """Validated settings from keyword arguments; aiokafka's spellings are accepted (see
+        ``_ALIASES``) and its options without a meaning here are dropped with a warning."""
         names = {f.name for f in fields(cls) if f.init}
         given: dict[str, Any] = {}
         for key, value in kwargs.items():
+            if key in _AIOKAFKA_IGNORED:
+                _warn_ignored(key, value)
+                continue
             key = _ALIASES.get(key, key)
             if key not in names:
                 raise ConfigError(key, "unknown producer option")

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import ssl
+from collections.abc import AsyncIterator, Callable, Iterable
 from time import time_ns as _time_ns
 from typing import Any
 
 from sdk.client.client import KafkaClient
+from sdk.client.sasl import SaslMechanism
 from sdk.errors import (
     IllegalStateError,
     InvalidPartitionError,
@@ -16,14 +20,15 @@ from sdk.errors import (
     ProducerClosedError,
     RecordTooLargeError,
     SerializationError,
+    TransactionsNotImplementedError,
 )
 from sdk.producer.accumulator import RecordAccumulator, now_ms
 from sdk.producer.batch import ProducerBatch
 from sdk.producer.batch_api import BatchSendMixin, Headers
 from sdk.producer.config import ProducerConfig
 from sdk.producer.futures import LazyRecordFuture, RecordFuture
-from sdk.producer.interceptors import InterceptorChain, ProducerRecord
-from sdk.producer.partitioner import DefaultPartitioner, make_partitioner
+from sdk.producer.interceptors import InterceptorChain, ProducerInterceptor, ProducerRecord
+from sdk.producer.partitioner import DefaultPartitioner, Partitioner, make_partitioner
 from sdk.producer.record_metadata import RecordMetadata
 from sdk.producer.sender import Sender
 from sdk.producer.transaction_manager import TransactionManager
@@ -70,38 +75,10 @@ class Producer(BatchSendMixin):
         async with Producer(bootstrap_servers="localhost:9092") as producer:
             metadata = await producer.send_and_wait("events", b"payload", key=b"user-1")
 
-    Settings (aiokafka's names where aiokafka has the setting):
-
-    - ``bootstrap_servers``: ``"host:port,host:port"`` or a list.  ``client_id``.
-    - ``acks``: ``0`` (no answer), ``1`` (leader wrote it) or ``'all'``/``-1`` (all in-sync replicas;
-      default, as in Kafka 3+).
-    - ``enable_idempotence``: default on whenever ``acks='all'`` and at most 5 requests in flight
-      (Kafka 3+ behaviour): no duplicates from retries, per-partition order kept. Setting it to True
-      with ``acks`` other than ``'all'`` is a ``ConfigError``.
-    - ``compression_type``: None, ``'gzip'``, ``'snappy'``, ``'lz4'``, ``'zstd'``.
-    - ``batch_size`` (16384; aiokafka's ``max_batch_size`` is accepted too): uncompressed bytes per
-      partition batch. ``linger_ms`` (default 5, Kafka 4's default; aiokafka's is 0): how long a
-      batch waits for more records. 5 ms makes batches under moderate load and costs little latency;
-      set 0 for lowest latency at low volume.
-    - ``max_request_size`` (1 MiB): bound of one Produce request, and so of one record.
-    - ``buffer_memory`` (32 MiB): bytes of records waiting to be acknowledged. When it is full,
-      ``send`` waits up to ``max_block_ms`` (60000) for room, then raises ``BufferExhaustedError``.
-      ``max_block_ms`` also bounds the wait for a topic's metadata.
-    - ``request_timeout_ms`` (30000), ``delivery_timeout_ms`` (120000: a batch's whole budget,
-      retries included), ``retry_backoff_ms``/``retry_backoff_max_ms`` (100/1000, exponential),
-      ``reconnect_backoff_ms``/``reconnect_backoff_max_ms`` (50/1000), ``connect_timeout_ms``.
-    - ``max_in_flight_requests_per_connection`` (5).
-    - ``partitioner``: None/``'default'`` (Java's: murmur2 for keys, sticky without), ``'round_robin'``,
-      ``'murmur2_random'`` (librdkafka's), a ``Partitioner``, or a callable
-      ``(key_bytes, all_partitions, available_partitions) -> int``. An explicit partition wins.
-    - ``interceptors``: ``ProducerInterceptor`` instances.
-    - ``key_serializer``/``value_serializer``: callables to bytes; without them keys and values must
-      be bytes-like or None.
-    - ``metadata_max_age_ms`` (300000).
-    - ``security_protocol`` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), ``ssl_context``,
-      ``sasl_mechanism`` (``'PLAIN'`` or a ``SaslMechanism``), ``sasl_plain_username``/``_password``.
-    - ``transactional_id``, ``transaction_timeout_ms``: stored; the transactional methods raise
-      ``TransactionsNotImplementedError`` until transactions are added. Records are sent idempotently.
+    Settings are keyword arguments (aiokafka's names where aiokafka has the setting, the Java
+    client's otherwise); ``help(Producer.__init__)`` lists them with their defaults. aiokafka's
+    options that mean nothing here (``api_version``, ``loop``, ``connections_max_idle_ms``,
+    ``sasl_kerberos_*``) are accepted with a warning, ``max_batch_size`` as ``batch_size``.
 
     Errors (all subclasses of ``sdk.errors.KafkaError``):
 
@@ -126,8 +103,87 @@ class Producer(BatchSendMixin):
     - ``TransactionsNotImplementedError``: the transactional methods, for now.
     """
 
-    def __init__(self, **config: Any):
-        self.config = ProducerConfig.from_kwargs(**config)
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str | list[str] = "localhost:9092",
+        client_id: str | None = None,
+        acks: int | str = "all",
+        enable_idempotence: bool | None = None,
+        compression_type: str | None = None,
+        batch_size: int = 16384,
+        linger_ms: float = 5,
+        max_request_size: int = 1048576,
+        buffer_memory: int = 32 * 1024 * 1024,
+        max_block_ms: float = 60000,
+        request_timeout_ms: float = 30000,
+        delivery_timeout_ms: float = 120000,
+        retry_backoff_ms: float = 100,
+        retry_backoff_max_ms: float = 1000,
+        reconnect_backoff_ms: float = 50,
+        reconnect_backoff_max_ms: float = 1000,
+        connect_timeout_ms: float = 10000,
+        max_in_flight_requests_per_connection: int = 5,
+        partitioner: Partitioner | str | Callable[..., int] | None = None,
+        interceptors: Iterable[ProducerInterceptor] = (),
+        key_serializer: Callable[[Any], bytes | None] | None = None,
+        value_serializer: Callable[[Any], bytes | None] | None = None,
+        metadata_max_age_ms: float = 300000,
+        security_protocol: str = "PLAINTEXT",
+        ssl_context: ssl.SSLContext | None = None,
+        sasl_mechanism: str | SaslMechanism | None = None,
+        sasl_plain_username: str | None = None,
+        sasl_plain_password: str | None = None,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: float = 60000,
+        **aiokafka_options: Any,
+    ):
+        """Validate the settings (``ConfigError`` naming the first bad one); connect in ``start()``.
+
+        :param bootstrap_servers: ``"host:port,host:port"`` or a list: where to fetch metadata first.
+        :param client_id: sent with every request (broker logs, quotas); default ``"sdk-producer"``.
+        :param acks: ``0`` (no answer), ``1`` (the leader wrote it) or ``'all'``/``-1`` (every
+            in-sync replica; the default, as in Kafka 3+).
+        :param enable_idempotence: no duplicates from retries, per-partition order kept; None (the
+            default) turns it on whenever ``acks='all'`` and at most 5 requests are in flight.
+            True with other ``acks`` is a ``ConfigError``.
+        :param compression_type: None, ``'gzip'``, ``'snappy'``, ``'lz4'`` or ``'zstd'``.
+        :param batch_size: uncompressed bytes per partition batch (aiokafka: ``max_batch_size``).
+        :param linger_ms: how long a batch waits for more records (5, Kafka 4's default; 0 for the
+            lowest latency at low volume).
+        :param max_request_size: bound of one Produce request, and so of one record.
+        :param buffer_memory: bytes of records waiting to be acknowledged; when full, ``send``
+            waits up to ``max_block_ms`` for room, then raises ``BufferExhaustedError``.
+        :param max_block_ms: how long ``send`` may wait for room or for a topic's metadata.
+        :param request_timeout_ms: how long to wait for a broker's answer before retrying.
+        :param delivery_timeout_ms: a batch's whole budget from creation, retries included.
+        :param retry_backoff_ms: first wait before retrying a failed request (exponential).
+        :param retry_backoff_max_ms: the longest wait before a retry.
+        :param reconnect_backoff_ms: first wait before reconnecting to a broker (exponential).
+        :param reconnect_backoff_max_ms: the longest wait before reconnecting.
+        :param connect_timeout_ms: how long a connection attempt (TCP, TLS, SASL) may take.
+        :param max_in_flight_requests_per_connection: unanswered Produce requests per broker.
+        :param partitioner: None/``'default'`` (Java's: murmur2 for keys, sticky without),
+            ``'round_robin'``, ``'murmur2_random'`` (librdkafka's), a ``Partitioner``, or a callable
+            ``(key_bytes, all_partitions, available_partitions) -> int``. An explicit partition wins.
+        :param interceptors: ``ProducerInterceptor`` instances (``on_send``, ``on_acknowledgement``).
+        :param key_serializer: callable turning a key into bytes; without it keys must be bytes.
+        :param value_serializer: callable turning a value into bytes; without it values must be bytes.
+        :param metadata_max_age_ms: metadata is refreshed at least this often.
+        :param security_protocol: ``PLAINTEXT``, ``SSL``, ``SASL_PLAINTEXT`` or ``SASL_SSL``.
+        :param ssl_context: TLS settings for ``SSL``/``SASL_SSL``.
+        :param sasl_mechanism: ``'PLAIN'`` or a ``SaslMechanism`` instance.
+        :param sasl_plain_username: user name for ``PLAIN``.
+        :param sasl_plain_password: password for ``PLAIN``.
+        :param transactional_id: stored; the transactional methods raise
+            ``TransactionsNotImplementedError`` until transactions are added.
+        :param transaction_timeout_ms: stored with ``transactional_id``.
+        :param aiokafka_options: aiokafka's options without a meaning here, accepted with a warning.
+        """
+        options = {
+            name: value for name, value in locals().items() if name not in ("self", "aiokafka_options")
+        }
+        self.config = ProducerConfig.from_kwargs(**options, **aiokafka_options)
         cfg = self.config
         self._state = _NEW
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -681,8 +737,10 @@ class Producer(BatchSendMixin):
     # -- transactions (a later issue) -----------------------------------------------------------
 
     def _transactions(self, operation: str) -> None:
-        txn = self._txn or TransactionManager(self.config.transactional_id)
-        txn.require_transactions(operation)
+        raise TransactionsNotImplementedError(
+            f"{operation}() is not implemented yet: transactional_id={self.config.transactional_id!r} is "
+            "stored, and records are sent idempotently, but transactions come with a later release"
+        )
 
     async def begin_transaction(self) -> None:
         """Not implemented yet: raises ``TransactionsNotImplementedError``."""
@@ -700,9 +758,19 @@ class Producer(BatchSendMixin):
         """Not implemented yet: raises ``TransactionsNotImplementedError``."""
         self._transactions("send_offsets_to_transaction")
 
-    def transaction(self) -> Any:
-        """Not implemented yet: raises ``TransactionsNotImplementedError``."""
-        self._transactions("transaction")
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """``async with producer.transaction():`` (aiokafka's form): begins a transaction, commits
+        it when the block ends normally, aborts it when the block raises (and re-raises).
+
+        Transactions are not implemented yet: entering raises ``TransactionsNotImplementedError``."""
+        await self.begin_transaction()
+        try:
+            yield
+        except BaseException:
+            await self.abort_transaction()
+            raise
+        await self.commit_transaction()
 
     def __repr__(self) -> str:
         return f"<Producer {self._state} bootstrap={self.config.bootstrap_servers!r}>"
