@@ -1,4 +1,12 @@
-"""DescribeCluster (key 60): this one node is the whole cluster and its controller."""
+"""DescribeCluster (key 60): this one node is the whole cluster and its controller.
+
+Versions served and per-version notes:
+
+- v0-2, flexible from v0. v1+ endpoint_type (KIP-919): brokers (1) are described; controller
+  endpoints (2) are served only by KRaft controllers' own listeners, so they get
+  UNSUPPORTED_ENDPOINT_TYPE. v2's include_fenced_brokers (KIP-1073) changes nothing: this node is
+  never fenced.
+"""
 
 from __future__ import annotations
 

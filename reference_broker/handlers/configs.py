@@ -1,5 +1,14 @@
 """DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44).
 
+Versions served and per-version notes:
+
+- DescribeConfigs v1-4 (v0 is gone since Kafka 4.0): v1+ include_synonyms; v3+
+  include_documentation and each config's type; v4+ flexible. Resources: topics, this broker
+  (name "" or its id) and its loggers (BROKER_LOGGER); any other type gets INVALID_REQUEST.
+- AlterConfigs v0-2 (replaces a topic's whole set of overrides): v2+ flexible.
+- IncrementalAlterConfigs v0-1 (SET, DELETE, APPEND, SUBTRACT on list-valued keys): v1+
+  flexible. Both alter calls honour validate_only.
+
 Topic configs are the log's overrides (persisted by the storage layer) on top of the broker's
 ``log.*`` settings, reported with Kafka's names, sources and synonyms: an override is
 DYNAMIC_TOPIC_CONFIG, a value from the broker's config file STATIC_BROKER_CONFIG, anything else

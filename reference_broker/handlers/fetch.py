@@ -1,14 +1,30 @@
 """Fetch (key 1): read whole batches from the log, long-polling until ``min_bytes`` or ``max_wait``.
 
+Versions served and per-version notes:
+
+- v4-18 (v0-3 are gone since Kafka 4.0; the codec knows no older ones). v4+ isolation_level:
+  read_committed reads up to the last stable offset and gets the aborted transactions. v5+ log
+  start offset in each partition.
+- v7+ fetch sessions (KIP-227, ``reference_broker.fetch_sessions``): which partitions a request
+  covers, and which of them its response lists, is decided by the session: everything requested
+  for sessionless and full requests, the whole session with only the changed partitions reported
+  for incremental ones. Before v7 the whole request is the fetch.
+- v9+ current_leader_epoch is checked (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH; the one leader
+  here stays in epoch 0). v11 rack_id is accepted and preferred_read_replica is always -1 (no
+  followers to read from).
+- v12+ flexible. last_fetched_epoch is accepted and never diverges: there is one epoch.
+- v13+ topics by id (KIP-516): an unknown id answers UNKNOWN_TOPIC_ID, where names answer
+  UNKNOWN_TOPIC_OR_PARTITION. v14-18 change nothing here: no tiered storage (v14), replica state
+  is for followers (v15), no leader moves to report in node_endpoints (v16), directory ids (v17)
+  and v18's high watermark are for replicas.
+
 The records in the response are the log's bytes as read, never decoded. Byte limits follow
 Kafka's ``ReplicaManager.readFromLog``: each partition reads at most ``min(partition_max_bytes,
 what is left of max_bytes)``, except that the first partition with data returns at least one
 whole batch however large, so a consumer can always make progress. The wait ends early on an
-error, as Kafka's DelayedFetch does, and is woken by appends to any partition being fetched.
-
-Which partitions a request covers, and which of them its response lists, is decided by the fetch
-session (``fetch_sessions``): everything requested for sessionless and full requests, the whole
-session with only the changed partitions reported for incremental ones.
+error, as Kafka's DelayedFetch does, and is woken by appends to any partition being fetched and by
+the deletion of a topic being fetched; the topics are looked up again after each wait, so a topic
+deleted meanwhile answers as unknown for its partitions while the others are served.
 """
 
 from __future__ import annotations

@@ -1,10 +1,21 @@
 """ListOffsets (key 2): offsets by special timestamp or by time.
 
-Special timestamps (Kafka's ``ListOffsetsRequest``): -1 latest (the high watermark, or the last
-stable offset for read_committed), -2 earliest, -3 the record with the largest timestamp (v7+),
--4 earliest local (v8+; everything is local here, so the log start), -5 latest tiered (v9+) and
--6 earliest pending upload (v11): nothing is tiered, so "not found" (-1). Other values find the
-first offset whose timestamp is at least the target, within what a consumer may read.
+Versions served and per-version notes:
+
+- v1-11 (v0, with max_num_offsets, is gone since Kafka 4.0): one offset per partition.
+- v2+ isolation_level: read_committed answers up to the last stable offset. v4+
+  current_leader_epoch is checked, and the answer carries the leader epoch (0: one leader, never
+  replaced). v6+ flexible.
+- The special timestamps each need a version (an older request asking for one gets
+  UNSUPPORTED_VERSION for that partition): -1 latest (the high watermark, or the last stable
+  offset for read_committed) and -2 earliest always; -3 the record with the largest timestamp
+  v7+ (KIP-734); -4 earliest local v8+ (KIP-405; everything is local here, so the log start);
+  -5 latest tiered v9+ (KIP-1005) and -6 earliest pending upload v11 (KIP-1023): nothing is
+  tiered, so "not found" (-1). v10 (KIP-1075, remote lookups answered asynchronously) changes
+  nothing: every lookup is local and immediate.
+
+Other values find the first offset whose timestamp is at least the target, within what a consumer
+may read.
 """
 
 from __future__ import annotations

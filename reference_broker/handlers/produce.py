@@ -1,8 +1,21 @@
 """Produce (key 0): validate each partition's batch, append it, wake waiting fetches.
 
+Versions served and per-version notes:
+
+- v3-13 (v0-2 are gone since Kafka 4.0). v3+ carries transactional_id and magic v2 batches only.
+- v7+ may use ZStandard; before v7 a ZStandard batch gets UNSUPPORTED_COMPRESSION_TYPE.
+- v8+ responses carry error_message and record_errors (KIP-467): a batch refused for some of its
+  records (keyless records on a compacted topic, timestamps out of range) lists each of them with
+  its index and reason, so a client can fail those records and retry the others; an error about
+  the batch or the request as a whole lists none. Older versions get the error code alone.
+- v9+ flexible. v10 (KIP-951 leader hints) and v11 (TRANSACTION_ABORTABLE) change nothing for a
+  single node that never moves leadership; v12 is v11 (the producer's implicit AddPartitions of
+  transactions v2 is the transaction coordinator's matter).
+- v13+ topics by id (KIP-516): an unknown id answers UNKNOWN_TOPIC_ID.
+
 The request-level rules of Kafka's ``ProduceRequest.validateRecords`` (one magic v2 batch per
 partition, no ZStandard before v7) are checked here; everything about the batch itself (size,
-CRC, record count, offsets, timestamps) is the log's validator's job, as it is Kafka's
+CRC, record count, offsets, timestamps, keys) is the log's validator's job, as it is Kafka's
 ``LogValidator``'s. Everything up to the append runs without an ``await``, so requests pipelined
 on one connection append in the order they were sent (idempotent producers with several in
 flight depend on it).

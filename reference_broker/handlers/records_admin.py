@@ -1,5 +1,10 @@
 """DeleteRecords (key 21): move a partition's log start offset forward.
 
+Versions served and per-version notes:
+
+- v0-2, all alike in what they ask and answer; v2+ flexible. timeout_ms is not waited on: the
+  new log start is in place before the answer (one replica, nothing to wait for).
+
 An offset of -1 means "up to the high watermark", as in Kafka; offsets past the high watermark
 get OFFSET_OUT_OF_RANGE. The storage layer deletes whole segments below the new start lazily;
 readers see the new start at once.

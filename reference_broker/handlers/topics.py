@@ -1,9 +1,22 @@
 """CreateTopics (19), DeleteTopics (20), CreatePartitions (37).
 
+Versions served and per-version notes:
+
+- CreateTopics v2-7 (v0-1 are gone since Kafka 4.0): validate_only runs every check and creates
+  nothing. v4+ num_partitions and replication_factor may be -1 (the broker's
+  ``num.partitions``, and 1). v5+ flexible, and each created topic's configs come back in the
+  response (KIP-525), with its topic id (v7). v6's THROTTLING_QUOTA_EXCEEDED is never sent: there
+  are no quotas.
+- DeleteTopics v1-6: v4+ flexible; v5+ error_message per topic; v6+ topics by name or by id
+  (KIP-516; an unknown id answers UNKNOWN_TOPIC_ID). With ``delete.topic.enable=false`` the
+  answer is TOPIC_DELETION_DISABLED. Fetches waiting on a deleted topic are woken and answer it
+  as unknown.
+- CreatePartitions v0-3: v2+ flexible; v3's THROTTLING_QUOTA_EXCEEDED is never sent.
+
 One node means one replica: replication factor 1 or -1 (the broker default) is accepted, any
 other value gets INVALID_REPLICATION_FACTOR, and manual assignments must name only this node,
 once per partition. Validation mirrors Kafka's order so clients see the same error for the
-same mistake; ``validate_only`` runs every check and creates nothing.
+same mistake.
 """
 
 from __future__ import annotations
