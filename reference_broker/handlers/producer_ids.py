@@ -33,7 +33,7 @@ def handle(broker: Broker, ctx: RequestContext, request: InitProducerIdRequest) 
     coordinator = broker.transaction_coordinator
     if coordinator is None:
         return InitProducerIdResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    if ctx.api_version >= 6 and (request.enable_2pc or request.keep_prepared_txn):
+    if ctx.api_version >= 6 and (request.enable2_pc or request.keep_prepared_txn):
         return InitProducerIdResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     expected = (request.producer_id, request.producer_epoch) if ctx.api_version >= 3 else (-1, -1)
     result = coordinator.init_producer_id(request.transactional_id, request.transaction_timeout_ms, *expected)
