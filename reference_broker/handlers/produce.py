@@ -136,7 +136,13 @@ def _append(
     if attributes & _TRANSACTIONAL and broker.transaction_coordinator is not None:
         # Only into a partition of the producer's ongoing transaction, with its current epoch.
         producer_id, epoch = _PRODUCER.unpack_from(records, _PRODUCER_ID_OFFSET)
-        code = broker.transaction_coordinator.verify_produce(producer_id, epoch, (name, index))
+        # As Kafka's ReplicaManager, only batches with a producer id are verified: one without is
+        # malformed, and the log's validator answers it INVALID_RECORD.
+        code = (
+            broker.transaction_coordinator.verify_produce(producer_id, epoch, (name, index))
+            if producer_id >= 0
+            else 0
+        )
         if code:
             log.info("transactional produce to %s-%d of %d refused: %d", name, index, producer_id, code)
             return _failed(index, code, "The partition is not part of the producer's ongoing transaction")
