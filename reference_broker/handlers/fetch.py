@@ -54,7 +54,7 @@ Aborted = FetchResponse.AbortedTransaction
 
 @dataclass
 class _Wanted:
-    """One partition to read, resolved against the topic table once per request."""
+    """One partition to read, resolved against the topic table at the start and after each wait."""
 
     target: SessionPartition
     info: TopicMetadata | None
@@ -97,8 +97,8 @@ def _resolve_again(broker: Broker, wanted: list[_Wanted], by_id: bool) -> None:
     for w in wanted:
         if w.info is None:
             continue
-        current = broker.logs.topic_by_id(w.info.topic_id)
-        if current is None:
+        current = broker.logs.topic(w.info.name)
+        if current is None or current.topic_id != w.info.topic_id:
             w.info = None
             by_topic_id = by_id and w.target.topic_id != ZERO_UUID
             w.missing_code = (
