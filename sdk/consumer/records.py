@@ -8,13 +8,17 @@ because the fetcher makes one per record on the hot path: it creates them withou
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 __all__ = ["ConsumerGroupMetadata", "ConsumerRecord", "OffsetAndMetadata", "OffsetAndTimestamp"]
 
+KT = TypeVar("KT")
+VT = TypeVar("VT")
 
-class ConsumerRecord:
-    """One record as the application sees it (aiokafka's ``ConsumerRecord`` fields).
+
+class ConsumerRecord(Generic[KT, VT]):
+    """One record as the application sees it (aiokafka's ``ConsumerRecord`` fields; generic in
+    the key and value types like aiokafka's, so ``ConsumerRecord[str, bytes]`` annotates).
 
     ``timestamp_type`` is 0 for CreateTime, 1 for LogAppendTime. ``checksum`` is None: magic v2
     batches carry one CRC per batch, not per record (aiokafka also reports None). The serialized
@@ -42,8 +46,8 @@ class ConsumerRecord:
         offset: int,
         timestamp: int,
         timestamp_type: int,
-        key: Any,
-        value: Any,
+        key: KT | None,
+        value: VT | None,
         checksum: int | None,
         serialized_key_size: int,
         serialized_value_size: int,

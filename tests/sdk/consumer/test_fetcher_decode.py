@@ -95,3 +95,13 @@ def test_the_consumer_path_uses_the_c_decoder_for_compressed_batches_too():
     assert [(r.offset, r.value, r.headers) for r in records] == [
         (o, b"v%d" % (o - 3), (("h", b"1"),)) for o in range(4, 8)
     ]
+
+
+def test_consumer_record_annotates_like_aiokafkas_and_compares_by_value():
+    from sdk.consumer import ConsumerRecord
+
+    assert ConsumerRecord[str, bytes] is not None
+    fields = ("t", 1, 5, 1000, 0, b"k", b"v", None, 1, 1, (("h", b"x"),))
+    assert ConsumerRecord(*fields) == ConsumerRecord(*fields[:-1], [("h", b"x")])
+    assert ConsumerRecord(*fields) != ConsumerRecord(*fields[:2], 6, *fields[3:])
+    assert "offset=5" in repr(ConsumerRecord(*fields))
