@@ -9,7 +9,37 @@ drops, a deadline that passes, a bad setting) as subclasses of the same ``KafkaE
 
 from __future__ import annotations
 
-from sdk.protocol import errors as _protocol_errors
+from sdk.protocol import _generated_errors
+from sdk.protocol._generated_errors import *  # noqa: F403  (one class per broker error code, ErrorCode)
+from sdk.protocol._generated_errors import (
+    ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    CorruptMessageError,
+    DuplicateSequenceNumberError,
+    FetchSessionIdNotFoundError,
+    GroupIdNotFoundError,
+    InvalidConfigError,
+    InvalidFetchSessionEpochError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    MemberIdRequiredError,
+    NonEmptyGroupError,
+    NotCoordinatorError,
+    NotLeaderOrFollowerError,
+    OperationNotAttemptedError,
+    OutOfOrderSequenceNumberError,
+    ProducerFencedError,
+    ReassignmentInProgressError,
+    SaslAuthenticationFailedError,
+    SecurityDisabledError,
+    TransactionalIdAuthorizationFailedError,
+    TransactionCoordinatorFencedError,
+    UnknownProducerIdError,
+    UnknownServerError,
+)
 from sdk.protocol.errors import (
     DecodeError,
     EncodeError,
@@ -51,11 +81,9 @@ __all__ = [
     "raise_for_code",
 ]
 
-# One class per broker error code (NotLeaderOrFollowerError, OutOfOrderSequenceNumberError, ...).
-for _name in _protocol_errors.__all__:
-    if _name not in globals():
-        globals()[_name] = getattr(_protocol_errors, _name)
-        __all__.append(_name)
+# One class per broker error code (NotLeaderOrFollowerError, OutOfOrderSequenceNumberError, ...),
+# generated as static definitions (``sdk.protocol._generated_errors``).
+__all__ += [name for name in _generated_errors.__all__ if name not in __all__]
 
 
 class ClientError(KafkaError):
@@ -183,3 +211,80 @@ class TransactionAbortedError(ClientError):
     ``__cause__``). Java's ``TransactionAbortedException``."""
 
     name = "TRANSACTION_ABORTED"
+
+
+# -- aiokafka's names ---------------------------------------------------------------------------
+# Code written for aiokafka catches these; where our name differs, its name is the same class.
+# (Names aiokafka shares with us, e.g. KafkaTimeoutError, UnknownTopicOrPartitionError,
+# KafkaConnectionError, IllegalStateError, RecordTooLargeError, need no alias.)
+
+NoBrokersAvailable = NoBrokersAvailableError
+ProducerClosed = ProducerClosedError
+ProducerFenced = ProducerFencedError
+KafkaConfigurationError = ConfigError
+UnknownError = UnknownServerError
+MessageSizeTooLargeError = MessageTooLargeError
+NotLeaderForPartitionError = NotLeaderOrFollowerError
+NotCoordinatorForGroupError = NotCoordinatorError
+GroupCoordinatorNotAvailableError = CoordinatorNotAvailableError
+GroupLoadInProgressError = CoordinatorLoadInProgressError
+CorruptRecordException = CorruptMessageError
+InvalidMessageError = CorruptMessageError
+InvalidConfigurationError = InvalidConfigError
+AuthenticationFailedError = SaslAuthenticationFailedError
+SaslAuthenticationFailed = SaslAuthenticationFailedError
+OutOfOrderSequenceNumber = OutOfOrderSequenceNumberError
+DuplicateSequenceNumber = DuplicateSequenceNumberError
+InvalidProducerEpoch = InvalidProducerEpochError
+UnknownProducerId = UnknownProducerIdError
+InvalidProducerIdMapping = InvalidProducerIdMappingError
+InvalidTransactionTimeout = InvalidTransactionTimeoutError
+InvalidTxnState = InvalidTxnStateError
+ConcurrentTransactions = ConcurrentTransactionsError
+TransactionCoordinatorFenced = TransactionCoordinatorFencedError
+TransactionalIdAuthorizationFailed = TransactionalIdAuthorizationFailedError
+MemberIdRequired = MemberIdRequiredError
+GroupIdNotFound = GroupIdNotFoundError
+NonEmptyGroup = NonEmptyGroupError
+FetchSessionIdNotFound = FetchSessionIdNotFoundError
+InvalidFetchSessionEpoch = InvalidFetchSessionEpochError
+OperationNotAttempted = OperationNotAttemptedError
+SecurityDisabled = SecurityDisabledError
+ReassignmentInProgress = ReassignmentInProgressError
+
+AIOKAFKA_ALIASES = [
+    "AuthenticationFailedError",
+    "ConcurrentTransactions",
+    "CorruptRecordException",
+    "DuplicateSequenceNumber",
+    "FetchSessionIdNotFound",
+    "GroupCoordinatorNotAvailableError",
+    "GroupIdNotFound",
+    "GroupLoadInProgressError",
+    "InvalidConfigurationError",
+    "InvalidFetchSessionEpoch",
+    "InvalidMessageError",
+    "InvalidProducerEpoch",
+    "InvalidProducerIdMapping",
+    "InvalidTransactionTimeout",
+    "InvalidTxnState",
+    "KafkaConfigurationError",
+    "MemberIdRequired",
+    "MessageSizeTooLargeError",
+    "NoBrokersAvailable",
+    "NonEmptyGroup",
+    "NotCoordinatorForGroupError",
+    "NotLeaderForPartitionError",
+    "OperationNotAttempted",
+    "OutOfOrderSequenceNumber",
+    "ProducerClosed",
+    "ProducerFenced",
+    "ReassignmentInProgress",
+    "SaslAuthenticationFailed",
+    "SecurityDisabled",
+    "TransactionCoordinatorFenced",
+    "TransactionalIdAuthorizationFailed",
+    "UnknownError",
+    "UnknownProducerId",
+]
+__all__ += AIOKAFKA_ALIASES

@@ -197,9 +197,55 @@ def write_schemas(
     path.write_text(f"{HEADER}\nMESSAGES = {body}\n")
 
 
+def error_class_name(error_name: str) -> str:
+    """``NOT_LEADER_OR_FOLLOWER`` -> ``NotLeaderOrFollowerError`` (``..._EXCEPTION`` loses the suffix)."""
+    name = "".join(part.capitalize() for part in error_name.lower().split("_"))
+    name = name.removesuffix("Exception").removesuffix("Error")
+    return name + "Error"
+
+
 def write_errors(rows: list[tuple[int, str, str, bool]], path: Path = OUT_ERRORS) -> None:
+    """The table, the ``ErrorCode`` enum and one exception class per code, written out as static
+    definitions so that type checkers and editors see every class (``sdk.protocol.errors``
+    re-exports them)."""
     body = pprint.pformat(rows, width=120)
-    path.write_text(f"{HEADER}\n# (code, name, java exception class, retriable)\nERRORS = {body}\n")
+    out = [
+        HEADER,
+        "from __future__ import annotations\n",
+        "import enum\n",
+        "from sdk.protocol._error_base import KafkaError\n",
+        "# (code, name, java exception class, retriable)",
+        f"ERRORS = {body}\n\n",
+        "class ErrorCode(enum.IntEnum):",
+        '    """Every Kafka error code by its protocol name: ``ErrorCode.NOT_LEADER_OR_FOLLOWER == 6``."""\n',
+    ]
+    out += [f"    {name} = {code}" for code, name, _, _ in rows]
+    classes: dict[int, str] = {}
+    for code, name, java_class, retriable in rows:
+        if code == 0:
+            continue
+        class_name = error_class_name(name)
+        if class_name in classes.values():
+            raise SystemExit(f"errors.tsv: two codes map to the class name {class_name}")
+        classes[code] = class_name
+        java = f" Java: ``{java_class}``." if java_class else ""
+        kind = "Retriable" if retriable else "Not retriable"
+        out += [
+            "\n",
+            f"class {class_name}(KafkaError):",
+            f'    """Kafka error {code} ({name}). {kind}.{java}"""\n',
+            f"    code = {code}",
+            f"    name = {name!r}",
+            f"    retriable = {retriable}",
+            f"    java_class = {java_class!r}",
+        ]
+    out += ["\n", "#: The class for each error code (``sdk.protocol.errors.error_for_code`` reads it)."]
+    out.append("ERROR_CLASSES: dict[int, type[KafkaError]] = {")
+    out += [f"    {code}: {class_name}," for code, class_name in classes.items()]
+    out += ["}\n", "__all__ = ["]
+    out += [f"    {name!r}," for name in ["ErrorCode", *sorted(classes.values())]]
+    out.append("]\n")
+    path.write_text("\n".join(out))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,8 +39,6 @@ __all__ = ["KafkaClient", "parse_bootstrap_servers"]
 
 log = logging.getLogger(__name__)
 
-METADATA = 3
-
 
 def _now_ms() -> float:
     return time.monotonic() * 1000
@@ -481,7 +479,7 @@ class KafkaClient:
 
     async def _refresh_from(self, node_id: int) -> None:
         conn = await self.get_connection(node_id)
-        version = conn.version_for(METADATA)
+        version = conn.version_for(messages.MetadataRequest.API_KEY)
         topics = sorted(self._topics)
         request = messages.MetadataRequest(
             topics=[messages.MetadataRequest.MetadataRequestTopic(name=t) for t in topics],

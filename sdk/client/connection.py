@@ -24,11 +24,12 @@ from typing import Any
 from sdk.client.sasl import SaslMechanism
 from sdk.errors import (
     DecodeError,
-    IllegalSaslStateError,  # type: ignore[attr-defined]
+    ErrorCode,
+    IllegalSaslStateError,
     KafkaConnectionError,
     KafkaError,
     ResponseTimeoutError,
-    SaslAuthenticationFailedError,  # type: ignore[attr-defined]
+    SaslAuthenticationFailedError,
     UnsupportedVersionError,
     make_error,
 )
@@ -54,14 +55,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-API_VERSIONS = 18
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
-UNSUPPORTED_VERSION = 35
+API_VERSIONS = messages.ApiVersionsRequest.API_KEY
 
 #: Newest versions this client speaks where the codec knows newer ones: Produce v13 names topics
 #: by id only (KIP-516), which the producer does not track yet.
-CLIENT_MAX_VERSIONS: dict[int, int] = {0: 12}
+CLIENT_MAX_VERSIONS: dict[int, int] = {messages.ProduceRequest.API_KEY: 12}
 
 CLIENT_SOFTWARE_NAME = "pykafka-home-sdk"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
@@ -287,7 +285,7 @@ class Connection:
             raw = await self._send_raw(request, version)
             # The error code is the first body field in every version, right after the v0 header.
             (error_code,) = _ERROR_CODE.unpack_from(raw, 4)
-            if error_code == UNSUPPORTED_VERSION:
+            if error_code == ErrorCode.UNSUPPORTED_VERSION:
                 version = self._fallback_version(raw, version)
                 continue
             response = decode(messages.ApiVersionsResponse, memoryview(raw)[4:], version)
@@ -336,7 +334,8 @@ class Connection:
         if mechanism is None:
             raise IllegalSaslStateError(f"{self.security_protocol} needs a SASL mechanism")
         handshake = await self._request_now(
-            messages.SaslHandshakeRequest(mechanism=mechanism.name), self.version_for(SASL_HANDSHAKE)
+            messages.SaslHandshakeRequest(mechanism=mechanism.name),
+            self.version_for(messages.SaslHandshakeRequest.API_KEY),
         )
         if handshake.error_code:
             enabled = ", ".join(handshake.mechanisms or [])
@@ -345,7 +344,7 @@ class Connection:
                 f"{self.describe()} does not enable SASL mechanism {mechanism.name} (enabled: {enabled})",
             )
             raise err
-        version = self.version_for(SASL_AUTHENTICATE)
+        version = self.version_for(messages.SaslAuthenticateRequest.API_KEY)
         token: bytes | None = mechanism.initial_response()
         while token is not None:
             response = await self._request_now(messages.SaslAuthenticateRequest(auth_bytes=token), version)

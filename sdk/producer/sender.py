@@ -23,6 +23,7 @@ from typing import Any
 from sdk.client.client import KafkaClient
 from sdk.errors import (
     DeliveryTimeoutError,
+    ErrorCode,
     KafkaConnectionError,
     KafkaError,
     ProducerClosedError,
@@ -38,12 +39,20 @@ __all__ = ["Sender"]
 
 log = logging.getLogger(__name__)
 
-PRODUCE = 0
-INIT_PRODUCER_ID = 22
-DUPLICATE_SEQUENCE_NUMBER = 46
-MESSAGE_TOO_LARGE = 10
 #: Errors meaning the client's metadata is stale (Java's InvalidMetadataException family).
-METADATA_ERRORS = frozenset({3, 5, 6, 13, 56, 74, 75, 100, 103})
+METADATA_ERRORS = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.INCONSISTENT_TOPIC_ID,
+    }
+)
 _IDLE_POLL_MS = 1000.0
 _SOCKET_POLL_MS = 2.0
 
@@ -294,7 +303,7 @@ class Sender:
                 )
                 continue
             code = part.error_code
-            if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
+            if code == ErrorCode.NONE or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
                 self._complete(batch, part.base_offset, part.log_append_time_ms, part.log_start_offset)
             else:
                 message = part.error_message
@@ -322,7 +331,7 @@ class Sender:
             self._fail(batch, timeout)
             return
         txn = self._txn
-        if error.code == MESSAGE_TOO_LARGE and batch.record_count > 1:
+        if error.code == ErrorCode.MESSAGE_TOO_LARGE and batch.record_count > 1:
             # The broker's limit is below ours: halve the batch rather than fail every record in it.
             halves = self._acc.split_and_reenqueue(batch)
             if txn is not None and batch.has_sequence:
@@ -374,7 +383,7 @@ class Sender:
             try:
                 node_id = await client.wait_for_node()
                 conn = await client.get_connection(node_id)
-                version = conn.version_for(INIT_PRODUCER_ID)
+                version = conn.version_for(messages.InitProducerIdRequest.API_KEY)
                 producer_id, epoch = txn.begin_init(version >= 3)
                 request = messages.InitProducerIdRequest(
                     transactional_id=None,

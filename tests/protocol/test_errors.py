@@ -109,3 +109,21 @@ def test_decode_error_carries_reason_and_offset() -> None:
     assert (err.reason, err.offset) == ("truncated", 12)
     assert str(err) == "truncated at byte 12"
     assert str(DecodeError("bad")) == "bad"
+
+
+def test_every_error_class_is_a_static_definition() -> None:
+    """Type checkers and editors see the classes only if they are written out, not built at run time."""
+    import ast
+    from pathlib import Path
+
+    from sdk.protocol import _generated_errors
+
+    tree = ast.parse(Path(_generated_errors.__file__).read_text())
+    defined = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    assert set(_generated_errors.__all__) <= defined
+    for code, _name, _, _ in ERRORS:
+        if code:
+            assert error_for_code(code).__name__ in defined
+    assert set(_generated_errors.__all__) <= set(errors.__all__)
+    sdk_errors_source = Path(errors.__file__).parent.parent.joinpath("errors.py").read_text()
+    assert "globals()" not in sdk_errors_source

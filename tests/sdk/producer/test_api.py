@@ -17,9 +17,7 @@ from sdk.producer.config import ProducerConfig
 def test_every_setting_is_an_explicit_keyword_with_the_config_default():
     parameters = inspect.signature(Producer.__init__).parameters
     fields = {f.name: f.default for f in dataclasses.fields(ProducerConfig) if f.init}
-    explicit = {
-        name: p.default for name, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
-    }
+    explicit = {name: p.default for name, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
     assert explicit == fields  # one default per setting, the same in the signature and the config
     doc = Producer.__init__.__doc__ or ""
     for name in explicit:
@@ -61,3 +59,28 @@ async def test_transaction_is_an_async_context_manager_that_says_it_is_not_imple
     with pytest.raises(TransactionsNotImplementedError, match="begin_transaction"):
         async with context:
             pytest.fail("the transaction block must not run")
+
+
+def test_aiokafka_exception_names_are_importable_from_sdk_errors():
+    import aiokafka.errors
+
+    import sdk.errors
+
+    for name in sdk.errors.AIOKAFKA_ALIASES:
+        ours = getattr(sdk.errors, name)
+        theirs = getattr(aiokafka.errors, name)
+        assert issubclass(ours, sdk.errors.KafkaError), name
+        errno = getattr(theirs, "errno", None)
+        if isinstance(errno, int) and errno > -1:
+            assert ours.code == errno, name  # the same broker error code
+    assert sdk.errors.ProducerClosed is sdk.errors.ProducerClosedError
+    assert sdk.errors.ProducerFenced is sdk.errors.ProducerFencedError
+    assert sdk.errors.NoBrokersAvailable is sdk.errors.NoBrokersAvailableError
+    # Names aiokafka shares with us are our own classes.
+    for name in (
+        "KafkaTimeoutError",
+        "KafkaConnectionError",
+        "UnknownTopicOrPartitionError",
+        "IllegalStateError",
+    ):
+        assert hasattr(aiokafka.errors, name) and issubclass(getattr(sdk.errors, name), sdk.errors.KafkaError)
