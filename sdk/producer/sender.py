@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -35,7 +36,7 @@ from sdk.producer.interceptors import InterceptorChain
 from sdk.producer.transaction_manager import TransactionManager
 from sdk.protocol import messages
 
-__all__ = ["Sender"]
+__all__ = ["Sender", "TransactionalRequest"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,30 @@ _SOCKET_POLL_MS = 2.0
 
 ProduceData = messages.ProduceRequest.TopicProduceData
 PartitionData = messages.ProduceRequest.PartitionProduceData
+
+
+class TransactionalRequest:
+    """A request the sender puts on the wire ahead of produce requests (Java's
+    ``TxnRequestHandler``): InitProducerId now; AddPartitionsToTxn, AddOffsetsToTxn and EndTxn
+    with transactions.
+
+    ``build(version)`` makes the request for the version negotiated with the target broker;
+    ``node()`` names that broker (e.g. the transaction coordinator), or None for any ready one.
+    ``future`` gets the response, or the connection's error; retrying is the caller's decision.
+    """
+
+    __slots__ = ("api_key", "build", "future", "node")
+
+    def __init__(
+        self,
+        api_key: int,
+        build: Callable[[int], messages.Message],
+        node: Callable[[], int | None] | None = None,
+    ):
+        self.api_key = api_key
+        self.build = build
+        self.node = node
+        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
 
 class Sender:
@@ -87,6 +112,9 @@ class Sender:
         self._on_wire: set[ProducerBatch] = set()
         self._task: asyncio.Task[None] | None = None
         self._init_task: asyncio.Task[None] | None = None
+        #: Transactional requests waiting to be sent, oldest first, and the one on the wire.
+        self._txn_queue: deque[TransactionalRequest] = deque()
+        self._txn_in_flight: TransactionalRequest | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._woken = False
@@ -110,6 +138,19 @@ class Sender:
         waiter = self._wakeup
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def enqueue_transactional(self, request: TransactionalRequest) -> asyncio.Future[Any]:
+        """Queue ``request`` to be sent before the next produce request; the future gets the
+        response. While one is queued or on the wire, no produce request is sent (as in Java's
+        ``Sender.maybeSendAndPollTransactionalRequest``), so a transaction's AddPartitionsToTxn or
+        EndTxn is never overtaken by the produce requests that depend on it."""
+        self._txn_queue.append(request)
+        self.wake()
+        return request.future
+
+    async def send_transactional(self, request: TransactionalRequest) -> Any:
+        """``enqueue_transactional`` and wait for the response."""
+        return await self.enqueue_transactional(request)
 
     @property
     def fatal_error(self) -> BaseException | None:
@@ -138,6 +179,12 @@ class Sender:
             self._client.remove_listener(self.wake)
             if self._init_task is not None:
                 self._init_task.cancel()
+            while self._txn_queue:
+                request = self._txn_queue.popleft()
+                if not request.future.done():
+                    request.future.set_exception(
+                        ProducerClosedError("producer closed before this request was sent")
+                    )
 
     def force_close(self, error: BaseException) -> None:
         """Stop now: fail queued batches, and in-flight ones when their answer comes."""
@@ -206,6 +253,11 @@ class Sender:
                 return _IDLE_POLL_MS
             if txn.needs_init(not self._on_wire):
                 self._start_init_producer_id()
+        if self._txn_in_flight is not None or self._txn_queue:
+            delay = self._maybe_send_transactional()
+            if delay is not None:
+                # A transactional request goes first: produce requests wait for its answer.
+                return min(delay, acc.next_expiry_delay(now))
         cluster = self._client.cluster
         ready, next_delay, unknown_leaders = acc.ready(cluster, now)
         if unknown_leaders:
@@ -230,6 +282,52 @@ class Sender:
             )
             self._fail(batch, error)
         return min(next_delay, acc.next_expiry_delay(now))
+
+    # -- transactional requests -----------------------------------------------------------------
+
+    def _maybe_send_transactional(self) -> float | None:
+        """Send the oldest queued transactional request if its broker is ready. Returns how long
+        to wait before the next pass while a transactional request is queued or on the wire (no
+        produce request this pass), None when there is none."""
+        if self._txn_in_flight is not None:
+            return _IDLE_POLL_MS  # its answer wakes the sender
+        queue = self._txn_queue
+        while queue and queue[0].future.done():
+            queue.popleft()  # the caller gave up (cancelled)
+        if not queue:
+            return None
+        request = queue[0]
+        client = self._client
+        node_id = request.node() if request.node is not None else client.least_loaded_node()
+        if node_id is None:
+            client.request_metadata_update()
+            return float(client.retry_backoff.backoff_ms(0))
+        if not client.ready(node_id):  # starts connecting; the client's listener wakes us
+            return float(client.retry_backoff.backoff_ms(0))
+        conn = client.connection(node_id)
+        assert conn is not None
+        queue.popleft()
+        try:
+            version = conn.version_for(request.api_key)
+            response = conn.send(request.build(version), version)
+        except Exception as exc:
+            request.future.set_exception(exc)
+            return 0.0
+        assert response is not None
+        self._txn_in_flight = request
+        response.add_done_callback(lambda done: self._transactional_done(request, done))
+        return _IDLE_POLL_MS
+
+    def _transactional_done(self, request: TransactionalRequest, response: asyncio.Future[Any]) -> None:
+        self._txn_in_flight = None
+        if not request.future.done():
+            if response.cancelled():
+                request.future.cancel()
+            elif response.exception() is not None:
+                request.future.set_exception(response.exception())  # type: ignore[arg-type]
+            else:
+                request.future.set_result(response.result())
+        self.wake()
 
     # -- produce --------------------------------------------------------------------------------
 
@@ -374,6 +472,19 @@ class Sender:
         self._txn.init_in_progress = True
         self._init_task = self._loop.create_task(self._init_producer_id(), name="kafka-init-producer-id")
 
+    def _init_producer_id_request(self, sent: list[int], version: int) -> messages.InitProducerIdRequest:
+        """InitProducerId for ``version``: a new id, or (v3+, KIP-360) a bump of the current epoch."""
+        txn = self._txn
+        assert txn is not None
+        producer_id, epoch = txn.begin_init(version >= 3)
+        sent.append(producer_id)
+        return messages.InitProducerIdRequest(
+            transactional_id=None,
+            transaction_timeout_ms=int(txn.transaction_timeout_ms),
+            producer_id=producer_id,
+            producer_epoch=epoch,
+        )
+
     async def _init_producer_id(self) -> None:
         txn = self._txn
         assert txn is not None
@@ -381,17 +492,13 @@ class Sender:
         client = self._client
         while True:
             try:
-                node_id = await client.wait_for_node()
-                conn = await client.get_connection(node_id)
-                version = conn.version_for(messages.InitProducerIdRequest.API_KEY)
-                producer_id, epoch = txn.begin_init(version >= 3)
-                request = messages.InitProducerIdRequest(
-                    transactional_id=None,
-                    transaction_timeout_ms=int(txn.transaction_timeout_ms),
-                    producer_id=producer_id,
-                    producer_epoch=epoch,
+                await client.wait_for_node()
+                sent: list[int] = []  # the producer id the request carried (-1: a new one)
+                build = partial(self._init_producer_id_request, sent)
+                response = await self.send_transactional(
+                    TransactionalRequest(messages.InitProducerIdRequest.API_KEY, build)
                 )
-                response = await conn.request(request, version)
+                producer_id = sent[-1]
                 if response.error_code:
                     error = make_error(response.error_code, "InitProducerId")
                     if producer_id >= 0 and not error.retriable:
