@@ -16,7 +16,7 @@ pytest.importorskip("sdk.consumer.assignors", reason="the assignors are not ther
 from reference_broker.testing import BrokerProcess
 from sdk import Producer
 from sdk.client import KafkaClient
-from sdk.consumer import Consumer, TopicPartition
+from sdk.consumer import Consumer
 from sdk.consumer.listener import ConsumerRebalanceListener
 from sdk.protocol import messages
 
@@ -152,5 +152,35 @@ async def _until(condition: Any, what: str, timeout: float = 30) -> None:
         await asyncio.sleep(0.02)
 
 
-def _tp(topic: str, partition: int) -> TopicPartition:
-    return TopicPartition(topic, partition)
+async def test_a_fenced_static_consumer_gets_a_clear_error_from_getmany(group_broker: BrokerProcess) -> None:
+    from sdk.errors import FencedInstanceIdError  # type: ignore[attr-defined]
+
+    bootstrap = group_broker.bootstrap
+    topic, group = f"fence-{uuid.uuid4().hex[:8]}", f"group-{uuid.uuid4().hex[:8]}"
+    await fill(bootstrap, topic)
+    settings = {**SETTINGS, "group_instance_id": "the-one", "enable_auto_commit": False}
+    older = Consumer(topic, bootstrap_servers=bootstrap, group_id=group, **settings)
+    newer = Consumer(topic, bootstrap_servers=bootstrap, group_id=group, **settings)
+    await older.start()
+    try:
+        await _until_async(lambda: _polled(older), "the first instance has partitions")
+        await newer.start()
+        await _until_async(lambda: _polled(newer), "the second instance has partitions")
+        with pytest.raises(FencedInstanceIdError, match="the-one"):
+            async with asyncio.timeout(10):
+                while True:
+                    await older.getmany(timeout_ms=100)
+    finally:
+        await older.stop()
+        await newer.stop()
+
+
+async def _polled(consumer: Consumer) -> bool:
+    await consumer.getmany(timeout_ms=50)
+    return bool(consumer.assignment())
+
+
+async def _until_async(condition: Any, what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
