@@ -437,10 +437,15 @@ class GroupCoordinator:
             self.member_id, "leader" if self.leader_id == self.member_id else "follower", self.protocol_name,
         )
         assignments: dict[str, bytes] = {}
-        if self.leader_id == self.member_id and not getattr(response, "skip_assignment", False):
-            assignments = await self._assign(response.protocol_name, response.members)
-        else:
+        if self.leader_id != self.member_id:
             self._assigned_counts = {}
+        elif getattr(response, "skip_assignment", False):
+            # A static leader rejoining a stable group (KIP-814): the assignment stands; keep
+            # watching our topics so a later change still rebalances the group.
+            counts = await self._partition_counts(sorted(topics))
+            self._assigned_counts = {t: counts.get(t, 0) for t in topics}
+        else:
+            assignments = await self._assign(response.protocol_name, response.members)
         sync_version = self._channel.version(conn, SyncGroupRequest.API_KEY)
         sync = SyncGroupRequest(
             group_id=self.group_id,
