@@ -2,37 +2,58 @@
 
 Names and defaults follow aiokafka's ``AIOKafkaConsumer`` (so code written for it keeps its
 meaning), with the Java client's names for what aiokafka lacks (``retry_backoff_max_ms``,
-``allow_auto_create_topics``). Every problem raises ``ConfigError`` naming the offending option,
-at construction, so a typo fails fast instead of at the first fetch.
+``allow_auto_create_topics``). The connection settings are ``ClientConfig``'s, shared with the
+producer. Every problem raises ``ConfigError`` naming the offending option, at construction, so
+a typo fails fast instead of at the first fetch.
 """
 
 from __future__ import annotations
 
 import re
-import ssl
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from sdk.client.connection import SECURITY_PROTOCOLS
+from sdk.client.config import ClientConfig
 from sdk.errors import ConfigError
 
-__all__ = ["AUTO_OFFSET_RESETS", "ISOLATION_LEVELS", "ConsumerConfig"]
+__all__ = ["AIOKAFKA_IGNORED", "AUTO_OFFSET_RESETS", "ISOLATION_LEVELS", "ConsumerConfig", "warn_ignored"]
 
 AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
 #: isolation_level name -> the FetchRequest/ListOffsetsRequest int8.
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 _GROUP_ID = re.compile(r"\S")
+#: aiokafka consumer options with no meaning here, and why: accepted with a warning so code
+#: written for aiokafka runs after changing the import (as the producer does).
+AIOKAFKA_IGNORED = {
+    "loop": "the running event loop is always used (aiokafka deprecated this option too)",
+    "api_version": "API versions are negotiated with each broker (ApiVersions)",
+    "connections_max_idle_ms": "connections are kept until the consumer stops",
+    "sasl_kerberos_service_name": "GSSAPI (Kerberos) is not supported",
+    "sasl_kerberos_domain_name": "GSSAPI (Kerberos) is not supported",
+    "sasl_oauth_token_provider": "OAUTHBEARER is not supported",
+}
+
+
+def warn_ignored(option: str, value: Any) -> None:
+    """The warning for an aiokafka option accepted without effect."""
+    category: type[Warning] = DeprecationWarning if option == "loop" else UserWarning
+    warnings.warn(
+        f"consumer option {option}={value!r} is ignored: {AIOKAFKA_IGNORED[option]}", category, stacklevel=3
+    )
 
 
 @dataclass
-class ConsumerConfig:
-    """Validated consumer settings (see ``Consumer`` for what each one means)."""
+class ConsumerConfig(ClientConfig):
+    """Validated consumer settings (see ``Consumer`` for what each one means); the connection
+    settings are ``ClientConfig``'s (with aiokafka's consumer default ``request_timeout_ms``)."""
 
-    bootstrap_servers: str | list[str] = "localhost:9092"
+    default_client_id: ClassVar[str] = "sdk-consumer"
+
+    request_timeout_ms: float = 40000
     group_id: str | None = None
     group_instance_id: str | None = None
-    client_id: str | None = None
     key_deserializer: Callable[[bytes | None], Any] | None = None
     value_deserializer: Callable[[bytes | None], Any] | None = None
     auto_offset_reset: str = "latest"
@@ -53,25 +74,12 @@ class ConsumerConfig:
     exclude_internal_topics: bool = True
     allow_auto_create_topics: bool = True
     consumer_timeout_ms: float = 200
-    request_timeout_ms: float = 40000
-    retry_backoff_ms: float = 100
-    retry_backoff_max_ms: float = 1000
-    reconnect_backoff_ms: float = 50
-    reconnect_backoff_max_ms: float = 1000
-    connect_timeout_ms: float = 10000
-    metadata_max_age_ms: float = 300000
-    security_protocol: str = "PLAINTEXT"
-    ssl_context: ssl.SSLContext | None = None
-    sasl_mechanism: Any = None
-    sasl_plain_username: str | None = None
-    sasl_plain_password: str | None = None
     # Derived by validate():
     isolation: int = field(default=0, init=False)
 
     def validate(self) -> None:
         """Raise ``ConfigError`` for the first bad or conflicting setting; fill derived fields."""
-        if not self.bootstrap_servers:
-            raise ConfigError("bootstrap_servers", "at least one host:port is needed")
+        super().validate()
         for name in ("group_id", "group_instance_id", "client_id"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not _GROUP_ID.search(value)):
@@ -96,23 +104,13 @@ class ConsumerConfig:
             _positive_int(name, getattr(self, name))
         if self.max_poll_records is not None:
             _positive_int("max_poll_records", self.max_poll_records)
-        for name in (
-            "fetch_max_wait_ms",
-            "retry_backoff_ms",
-            "retry_backoff_max_ms",
-            "reconnect_backoff_ms",
-            "reconnect_backoff_max_ms",
-            "consumer_timeout_ms",
-        ):
+        for name in ("fetch_max_wait_ms", "consumer_timeout_ms"):
             _number(name, getattr(self, name), minimum_exclusive=False)
         for name in (
             "auto_commit_interval_ms",
             "max_poll_interval_ms",
             "session_timeout_ms",
             "heartbeat_interval_ms",
-            "request_timeout_ms",
-            "connect_timeout_ms",
-            "metadata_max_age_ms",
         ):
             _number(name, getattr(self, name), minimum_exclusive=True)
         if self.rebalance_timeout_ms is None:
@@ -134,10 +132,6 @@ class ConsumerConfig:
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise ConfigError(name, f"must be callable, not {value!r}")
-        if self.security_protocol not in SECURITY_PROTOCOLS:
-            raise ConfigError("security_protocol", f"must be one of {SECURITY_PROTOCOLS}")
-        if self.ssl_context is not None and not isinstance(self.ssl_context, ssl.SSLContext):
-            raise ConfigError("ssl_context", f"must be an ssl.SSLContext, not {self.ssl_context!r}")
         if self.partition_assignment_strategy is None or self.partition_assignment_strategy in ("", (), []):
             raise ConfigError("partition_assignment_strategy", "at least one assignor is needed")
 

@@ -12,7 +12,7 @@ from typing import Any
 from sdk.client.client import KafkaClient
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.assignors import ConsumerPartitionAssignor, resolve_assignors
-from sdk.consumer.config import ConsumerConfig
+from sdk.consumer.config import AIOKAFKA_IGNORED, ConsumerConfig, warn_ignored
 from sdk.consumer.errors import ConsumerStoppedError, NoGroupIdError, NoOffsetForPartitionError
 from sdk.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Fetcher
 from sdk.consumer.group_coordinator import GroupCoordinator
@@ -115,6 +115,7 @@ class Consumer:
         sasl_mechanism: Any = None,
         sasl_plain_username: str | None = None,
         sasl_plain_password: str | None = None,
+        **aiokafka_options: Any,
     ) -> None:
         """Settings (aiokafka's names and defaults; times in milliseconds):
 
@@ -160,7 +161,14 @@ class Consumer:
         :param sasl_mechanism: 'PLAIN' or a ``SaslMechanism``.
         :param sasl_plain_username: PLAIN user name.
         :param sasl_plain_password: PLAIN password.
+        :param aiokafka_options: aiokafka's options without a meaning here (``api_version``,
+            ``loop``, ``connections_max_idle_ms``, ``sasl_kerberos_*``, ``sasl_oauth_token_provider``),
+            accepted with a warning; any other name is a ``ConfigError``.
         """
+        for option, value in aiokafka_options.items():
+            if option not in AIOKAFKA_IGNORED:
+                raise ConfigError(option, "unknown consumer option")
+            warn_ignored(option, value)
         self.config = ConsumerConfig(
             bootstrap_servers=bootstrap_servers,
             client_id=client_id,
@@ -227,23 +235,7 @@ class Consumer:
         if self._state != _NEW:
             raise IllegalStateError(f"consumer already {self._state}")
         cfg = self.config
-        client = KafkaClient(
-            cfg.bootstrap_servers,
-            client_id=cfg.client_id or "sdk-consumer",
-            request_timeout_ms=cfg.request_timeout_ms,
-            connect_timeout_ms=cfg.connect_timeout_ms,
-            metadata_max_age_ms=cfg.metadata_max_age_ms,
-            retry_backoff_ms=cfg.retry_backoff_ms,
-            retry_backoff_max_ms=cfg.retry_backoff_max_ms,
-            reconnect_backoff_ms=cfg.reconnect_backoff_ms,
-            reconnect_backoff_max_ms=cfg.reconnect_backoff_max_ms,
-            security_protocol=cfg.security_protocol,
-            ssl_context=cfg.ssl_context,
-            sasl_mechanism=cfg.sasl_mechanism,
-            sasl_plain_username=cfg.sasl_plain_username,
-            sasl_plain_password=cfg.sasl_plain_password,
-            allow_auto_topic_creation=cfg.allow_auto_create_topics,
-        )
+        client = KafkaClient.from_config(cfg, allow_auto_topic_creation=cfg.allow_auto_create_topics)
         await client.start()
         self._client = client
         try:

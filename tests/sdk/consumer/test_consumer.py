@@ -422,3 +422,20 @@ async def test_log_append_time_topics_report_the_broker_timestamp(broker, unique
         got = await read_n(consumer, 5)
     assert {r.timestamp_type for r in got} == {1}
     assert all(before <= r.timestamp <= int(time.time() * 1000) for r in got)
+
+
+def test_aiokafka_options_without_meaning_warn_and_unknown_ones_are_config_errors():
+    with pytest.warns(UserWarning, match="api_version"):
+        consumer = Consumer(bootstrap_servers="127.0.0.1:1", api_version="auto")
+    assert consumer.config.request_timeout_ms == 40000  # aiokafka's consumer default
+    with pytest.warns(DeprecationWarning, match="loop"):
+        Consumer(bootstrap_servers="127.0.0.1:1", loop=None)
+    with pytest.raises(ConfigError) as info:
+        Consumer(bootstrap_servers="127.0.0.1:1", fetch_max_wait=10)
+    assert info.value.option == "fetch_max_wait"
+
+
+async def test_aiokafka_consumer_alias():
+    import sdk
+
+    assert sdk.AIOKafkaConsumer is Consumer
