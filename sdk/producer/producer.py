@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from time import time_ns as _time_ns
 from typing import Any
 
@@ -20,7 +19,6 @@ from sdk.errors import (
     ProducerClosedError,
     RecordTooLargeError,
     SerializationError,
-    TransactionsNotImplementedError,
 )
 from sdk.producer.accumulator import RecordAccumulator, now_ms
 from sdk.producer.batch import ProducerBatch
@@ -32,6 +30,7 @@ from sdk.producer.partitioner import DefaultPartitioner, Partitioner, make_parti
 from sdk.producer.record_metadata import RecordMetadata
 from sdk.producer.sender import Sender
 from sdk.producer.transaction_manager import TransactionManager
+from sdk.producer.transactions import TransactionalMixin, Transactions
 from sdk.records import BATCH_OVERHEAD, RECORD_OVERHEAD, headers_size, record_size_bound
 
 __all__ = ["PreparedRecord", "Producer"]
@@ -67,7 +66,7 @@ class _StickyRoute:
         self.version = -1
 
 
-class Producer(BatchSendMixin):
+class Producer(BatchSendMixin, TransactionalMixin):
     """Send records to Kafka from asyncio code.
 
     ::
@@ -100,7 +99,12 @@ class Producer(BatchSendMixin):
       acknowledged within ``delivery_timeout_ms``; the last broker error is ``__cause__``), or the
       broker's non-retriable error (e.g. ``TopicAuthorizationFailedError``,
       ``MessageTooLargeError``, ``InvalidRecordError``).
-    - ``TransactionsNotImplementedError``: the transactional methods, for now.
+    - Transactions: ``IllegalStateError`` for a call in the wrong state (``send`` or
+      ``commit_transaction`` outside a transaction, ``begin_transaction`` twice);
+      ``TransactionAbortableError`` (cause: what failed) once a send or offset commit of the
+      transaction failed, until ``abort_transaction()``; records dropped by an abort fail with
+      ``TransactionAbortedError``; fatal errors (``FATAL_TRANSACTION_ERRORS``: ``ProducerFencedError``,
+      ``TransactionalIdAuthorizationFailedError``, ...) leave only ``stop()``.
     """
 
     def __init__(
@@ -175,9 +179,13 @@ class Producer(BatchSendMixin):
         :param sasl_mechanism: ``'PLAIN'`` or a ``SaslMechanism`` instance.
         :param sasl_plain_username: user name for ``PLAIN``.
         :param sasl_plain_password: password for ``PLAIN``.
-        :param transactional_id: stored; the transactional methods raise
-            ``TransactionsNotImplementedError`` until transactions are added.
-        :param transaction_timeout_ms: stored with ``transactional_id``.
+        :param transactional_id: makes the producer transactional (``sdk.producer.transactions``):
+            ``start()`` runs ``init_transactions()``, records are sent only inside a transaction
+            (``begin_transaction()`` ... ``commit_transaction()``/``abort_transaction()``, or
+            ``async with producer.transaction():``), offsets join it with
+            ``send_offsets_to_transaction``.
+        :param transaction_timeout_ms: how long the coordinator lets a transaction stay open before
+            aborting it (sent with InitProducerId).
         :param aiokafka_options: aiokafka's options without a meaning here, accepted with a warning.
         """
         options = {
@@ -191,6 +199,7 @@ class Producer(BatchSendMixin):
         self._accumulator: RecordAccumulator | None = None
         self._sender: Sender | None = None
         self._txn: TransactionManager | None = None
+        self._transactions: Transactions | None = None
         self._partitioner = make_partitioner(cfg.partitioner, cfg.batch_size)
         self._interceptors = InterceptorChain(cfg.interceptors) if cfg.interceptors else None
         self._key_serializer = cfg.key_serializer
@@ -248,10 +257,33 @@ class Producer(BatchSendMixin):
             interceptors=self._interceptors,
         )
         self._accumulator.on_ready = self._sender.wake
+        if cfg.transactional_id is not None:
+            assert self._txn is not None
+            self._transactions = Transactions(
+                client, self._txn, self._accumulator, self._sender, max_block_ms=cfg.max_block_ms
+            )
+            self._txn.on_change = self._on_transaction_change
+            self._sender.before_drain = self._transactions.poll
         self._sender.start()
         self._sender.on_fatal = self._stop_accepting
         self._state = _RUNNING
         self._accepting = True
+        if self._transactions is not None:
+            # As aiokafka does: a transactional producer is ready for begin_transaction() once started.
+            self._on_transaction_change()
+            try:
+                await self._transactions.init_transactions()
+            except BaseException:
+                await self.stop()
+                raise
+
+    def _on_transaction_change(self) -> None:
+        """``send`` takes records only inside a transaction (``_check_running`` says why not)."""
+        txn = self._txn
+        assert txn is not None
+        self._accepting = self._state == _RUNNING and txn.accepts_sends and txn.fatal_error is None
+        if self._sender is not None:
+            self._sender.wake()
 
     def _stop_accepting(self) -> None:
         self._accepting = False
@@ -307,7 +339,7 @@ class Producer(BatchSendMixin):
     def transaction_manager(self) -> TransactionManager | None:
         return self._txn
 
-    def _check_running(self) -> None:
+    def _check_running(self, sending: bool = True) -> None:
         if self._state != _RUNNING:
             if self._state == _NEW:
                 raise IllegalStateError("producer not started: call await producer.start() first")
@@ -315,12 +347,14 @@ class Producer(BatchSendMixin):
         sender = self._sender
         if sender is not None and sender.fatal_error is not None:
             raise sender.fatal_error
+        if sending and self._transactions is not None:
+            self._transactions.txn.check_can_send()
 
     # -- metadata -------------------------------------------------------------------------------
 
     async def partitions_for(self, topic: str) -> set[int]:
         """The topic's partition ids (waits up to ``max_block_ms`` for its metadata)."""
-        self._check_running()
+        self._check_running(sending=False)
         meta = await self._wait_for_topic(topic, None, now_ms() + self._max_block_ms)
         return set(meta.partition_ids)
 
@@ -733,44 +767,6 @@ class Producer(BatchSendMixin):
             assert self._accumulator is not None
             self._accumulator.release(reserved)
             raise
-
-    # -- transactions (a later issue) -----------------------------------------------------------
-
-    def _transactions(self, operation: str) -> None:
-        raise TransactionsNotImplementedError(
-            f"{operation}() is not implemented yet: transactional_id={self.config.transactional_id!r} is "
-            "stored, and records are sent idempotently, but transactions come with a later release"
-        )
-
-    async def begin_transaction(self) -> None:
-        """Not implemented yet: raises ``TransactionsNotImplementedError``."""
-        self._transactions("begin_transaction")
-
-    async def commit_transaction(self) -> None:
-        """Not implemented yet: raises ``TransactionsNotImplementedError``."""
-        self._transactions("commit_transaction")
-
-    async def abort_transaction(self) -> None:
-        """Not implemented yet: raises ``TransactionsNotImplementedError``."""
-        self._transactions("abort_transaction")
-
-    async def send_offsets_to_transaction(self, offsets: Any, group_id: str) -> None:
-        """Not implemented yet: raises ``TransactionsNotImplementedError``."""
-        self._transactions("send_offsets_to_transaction")
-
-    @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
-        """``async with producer.transaction():`` (aiokafka's form): begins a transaction, commits
-        it when the block ends normally, aborts it when the block raises (and re-raises).
-
-        Transactions are not implemented yet: entering raises ``TransactionsNotImplementedError``."""
-        await self.begin_transaction()
-        try:
-            yield
-        except BaseException:
-            await self.abort_transaction()
-            raise
-        await self.commit_transaction()
 
     def __repr__(self) -> str:
         return f"<Producer {self._state} bootstrap={self.config.bootstrap_servers!r}>"

@@ -71,17 +71,20 @@ class TransactionalRequest:
     ``future`` gets the response, or the connection's error; retrying is the caller's decision.
     """
 
-    __slots__ = ("api_key", "build", "future", "node")
+    __slots__ = ("api_key", "build", "future", "max_version", "node")
 
     def __init__(
         self,
         api_key: int,
         build: Callable[[int], messages.Message],
         node: Callable[[], int | None] | None = None,
+        max_version: int | None = None,
     ):
         self.api_key = api_key
         self.build = build
         self.node = node
+        #: Highest version to send (e.g. AddPartitionsToTxn v4+ is for brokers only).
+        self.max_version = max_version
         self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
 
@@ -124,6 +127,10 @@ class Sender:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Called once when the producer can no longer send (a fatal InitProducerId error).
         self.on_fatal: Callable[[], None] | None = None
+        #: Run at every pass once the producer id is known: the transactional producer adds
+        #: partitions to its transaction and drops batches of an aborted one there.
+        self.before_drain: Callable[[], None] | None = None
+        self._transactional_id = txn.transactional_id if txn is not None else None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -185,6 +192,11 @@ class Sender:
                     request.future.set_exception(
                         ProducerClosedError("producer closed before this request was sent")
                     )
+
+    def abort_undrained(self, error: BaseException) -> None:
+        """Fail every batch not sent yet with ``error`` (its transaction is being aborted)."""
+        for batch in self._acc.abort_undrained():
+            self._fail(batch, error)
 
     def force_close(self, error: BaseException) -> None:
         """Stop now: fail queued batches, and in-flight ones when their answer comes."""
@@ -253,6 +265,8 @@ class Sender:
                 return _IDLE_POLL_MS
             if txn.needs_init(not self._on_wire):
                 self._start_init_producer_id()
+            if self.before_drain is not None:
+                self.before_drain()
         if self._txn_in_flight is not None or self._txn_queue:
             delay = self._maybe_send_transactional()
             if delay is not None:
@@ -309,6 +323,8 @@ class Sender:
         queue.popleft()
         try:
             version = conn.version_for(request.api_key)
+            if request.max_version is not None:
+                version = min(version, request.max_version)
             response = conn.send(request.build(version), version)
         except Exception as exc:
             request.future.set_exception(exc)
@@ -341,7 +357,7 @@ class Sender:
             else:
                 entries.append(data)
         request = messages.ProduceRequest(
-            transactional_id=None,
+            transactional_id=self._transactional_id,
             acks=self._acks,
             timeout_ms=self._request_timeout_ms,
             topic_data=[ProduceData(name=topic, partition_data=parts) for topic, parts in by_topic.items()],

@@ -49,6 +49,7 @@ from sdk.errors import (
     TransactionAbortedError,
     make_error,
 )
+from sdk.producer.sender import Sender, TransactionalRequest
 from sdk.producer.transaction_manager import FATAL_TRANSACTION_ERRORS, TransactionManager, TransactionState
 from sdk.protocol.messages import (
     AddOffsetsToTxnRequest,
@@ -60,7 +61,6 @@ from sdk.protocol.messages import (
 
 if TYPE_CHECKING:
     from sdk.producer.accumulator import RecordAccumulator
-    from sdk.producer.sender import Sender
 
 __all__ = [
     "FATAL_TRANSACTION_ERRORS",
@@ -149,13 +149,41 @@ class TransactionCoordinatorChannel:
     """Requests to the transaction coordinator of one transactional id (and TxnOffsetCommit to a
     group coordinator), with Kafka's retries; see the module docstring."""
 
-    def __init__(self, client: KafkaClient, transactional_id: str, *, timeout_ms: float) -> None:
+    def __init__(
+        self,
+        client: KafkaClient,
+        transactional_id: str,
+        *,
+        timeout_ms: float,
+        sender: Sender | None = None,
+        fatal_error: Callable[[], BaseException | None] = lambda: None,
+    ) -> None:
         self.client = client
         self.transactional_id = transactional_id
         self.timeout_ms = timeout_ms
         self.lookup = CoordinatorLookup(client)
+        #: With a sender, requests go through its queue of transactional requests, ahead of (and
+        #: holding back) produce requests, as Java's producer sends them.
+        self.sender = sender
+        self._fatal_error = fatal_error
         #: One transactional request at a time, as Java's producer sends them.
         self.lock = asyncio.Lock()
+
+    async def _request(self, node: int, api_key: int, build: Callable[[int], Any]) -> Any:
+        cap = MAX_VERSIONS[api_key]
+        sender = self.sender
+        if sender is None:
+            conn = await self.client.get_connection(node)
+            version = pick_version(api_key, conn.broker_versions.get(api_key), max_version=cap)
+            return await conn.request(build(version), version)
+        request = TransactionalRequest(api_key, build, node=lambda: node, max_version=cap)
+        # Bounded: a request queued for a coordinator that cannot be reached is given up (the
+        # sender drops it) and retried after a new lookup.
+        timeout_s = self.client.request_timeout_ms / 1000 + 1
+        try:
+            return await asyncio.wait_for(sender.send_transactional(request), timeout_s)
+        except TimeoutError:
+            raise KafkaTimeoutError(f"no answer from broker {node} within {timeout_s:.0f} s") from None
 
     async def _send(
         self,
@@ -168,22 +196,21 @@ class TransactionCoordinatorChannel:
         *,
         deadline: float | None,
         wanted: Callable[[], bool] = lambda: True,
-    ) -> tuple[Any, int]:
+    ) -> Any:
         """``build(version)`` to ``key``'s coordinator until ``codes_of(response)`` has no error
-        (returns the response and its version) or a non-retriable one (raised)."""
+        (returns the response) or a non-retriable one (raised)."""
         client = self.client
         attempt = 0
         last: BaseException | None = None
         while True:
+            fatal = self._fatal_error()
+            if fatal is not None:
+                raise fatal
             node: int | None = None
             backoff_ms = client.retry_backoff.backoff_ms(attempt)
             try:
                 node = await self.lookup.coordinator(key_type, key)
-                conn = await client.get_connection(node)
-                version = pick_version(
-                    api_key, conn.broker_versions.get(api_key), max_version=MAX_VERSIONS[api_key]
-                )
-                response = await conn.request(build(version), version)
+                response = await self._request(node, api_key, build)
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
@@ -193,7 +220,7 @@ class TransactionCoordinatorChannel:
             else:
                 codes = [code for code in codes_of(response) if code]
                 if not codes:
-                    return response, version
+                    return response
                 retried = [code for code in codes if code in COORDINATOR_ERRORS or code in _RETRIED]
                 if len(retried) < len(codes):
                     code = next(
@@ -235,7 +262,7 @@ class TransactionCoordinatorChannel:
             )
 
         async with self.lock:
-            response, _ = await self._send(
+            response = await self._send(
                 CoordinatorType.TRANSACTION,
                 self.transactional_id,
                 InitProducerIdRequest.API_KEY,
@@ -468,7 +495,13 @@ class Transactions:
     ) -> None:
         assert txn.transactional_id is not None
         self.txn = txn
-        self.channel = TransactionCoordinatorChannel(client, txn.transactional_id, timeout_ms=max_block_ms)
+        self.channel = TransactionCoordinatorChannel(
+            client,
+            txn.transactional_id,
+            timeout_ms=max_block_ms,
+            sender=sender,
+            fatal_error=lambda: txn.fatal_error,
+        )
         self._acc = accumulator
         self._sender = sender
         self._add_task: asyncio.Task[None] | None = None
@@ -727,6 +760,6 @@ class TransactionalMixin:
         await self._transactions_or_raise("abort_transaction").abort_transaction()
 
     def transaction(self) -> TransactionContext:
-        """``async with producer.transaction(): ...`` commits on success, aborts on an exception."""
-        self._transactions_or_raise("transaction")
+        """``async with producer.transaction(): ...`` commits on success, aborts on an exception
+        (entering it is ``begin_transaction()``, with its errors)."""
         return TransactionContext(self)

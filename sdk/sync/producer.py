@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from sdk.errors import BufferExhaustedError, KafkaTimeoutError, ProducerClosedError
@@ -372,16 +373,61 @@ class Producer:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    # -- transactions (a later issue) -----------------------------------------------------------
+    # -- transactions (sdk.producer.transactions) ----------------------------------------------
+
+    def init_transactions(self) -> None:
+        """See ``sdk.Producer.init_transactions`` (the constructor already did it)."""
+        self._runner.run(self._producer.init_transactions())
 
     def begin_transaction(self) -> None:
-        self._runner.run(self._producer.begin_transaction())
+        """Records sent from now on belong to a new transaction (``IllegalStateError`` if one is
+        open)."""
+
+        async def begin() -> None:
+            await self._producer.begin_transaction()
+
+        self._runner.run(begin())
+
+    def send_offsets_to_transaction(self, offsets: Any, group_id: Any) -> None:
+        """Consumer offsets committed with the transaction (see ``sdk.Producer``); ``group_id``
+        is the group id or the consumer's ``group_metadata()``."""
+        self._runner.run(self._producer.send_offsets_to_transaction(offsets, group_id))
 
     def commit_transaction(self) -> None:
-        self._runner.run(self._producer.commit_transaction())
+        """Flush the records handed over so far, then commit (``TransactionAbortableError`` if
+        one failed: abort then)."""
+
+        async def commit() -> None:
+            await self._drain_handover()
+            await self._producer.commit_transaction()
+
+        self._runner.run(commit())
 
     def abort_transaction(self) -> None:
-        self._runner.run(self._producer.abort_transaction())
+        """Abort: records not sent yet fail with ``TransactionAbortedError``."""
+
+        async def abort() -> None:
+            await self._drain_handover()
+            await self._producer.abort_transaction()
+
+        self._runner.run(abort())
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """``with producer.transaction():`` commits when the block ends normally, aborts when it
+        raises (``sdk.Producer.transaction`` run on the loop thread)."""
+        context = self._producer.transaction()
+        self._runner.run(context.__aenter__())
+        try:
+            yield
+        except BaseException as exc:
+            self._runner.run(self._end_transaction(context, exc))
+            raise
+        self._runner.run(self._end_transaction(context, None))
+
+    async def _end_transaction(self, context: Any, exc: BaseException | None) -> None:
+        await self._drain_handover()
+        await context.__aexit__(None if exc is None else type(exc), exc, None)
 
     # -- hand-over, on the loop thread ----------------------------------------------------------
 

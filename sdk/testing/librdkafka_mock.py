@@ -49,6 +49,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.rd_kafka_mock_cluster_bootstraps.argtypes = [vp]
     lib.rd_kafka_mock_topic_create.restype = i
     lib.rd_kafka_mock_topic_create.argtypes = [vp, cp, i, i]
+    lib.rd_kafka_mock_push_request_errors_array.restype = None
+    lib.rd_kafka_mock_push_request_errors_array.argtypes = [
+        vp, ctypes.c_int16, ctypes.c_size_t, ctypes.POINTER(i)
+    ]
 
 
 class LibrdkafkaMockCluster:
@@ -80,6 +84,13 @@ class LibrdkafkaMockCluster:
         )
         if err:
             raise RuntimeError(f"rd_kafka_mock_topic_create({name!r}) failed with error {err}")
+
+    def push_request_errors(self, api_key: int, *errors: int) -> None:
+        """The next ``len(errors)`` requests with ``api_key`` get these error codes in turn (0 lets
+        one through), whichever broker they reach: librdkafka's error injection, for testing a
+        client's error handling against a broker nobody here wrote."""
+        array = (ctypes.c_int * len(errors))(*errors)
+        self._lib.rd_kafka_mock_push_request_errors_array(self._cluster, api_key, len(errors), array)
 
     def close(self) -> None:
         if self._cluster:

@@ -10,7 +10,7 @@ import pytest
 
 import sdk
 from sdk import Producer
-from sdk.errors import ConfigError, TransactionsNotImplementedError
+from sdk.errors import ConfigError, IllegalStateError
 from sdk.producer.config import ProducerConfig
 
 
@@ -52,11 +52,11 @@ def test_unknown_and_bad_options_still_fail_with_config_error():
     assert info.value.option == "acks"
 
 
-async def test_transaction_is_an_async_context_manager_that_says_it_is_not_implemented():
+async def test_transaction_is_an_async_context_manager_that_needs_a_started_producer():
     producer = Producer(bootstrap_servers="h:1", transactional_id="tx")
     context = producer.transaction()
     assert hasattr(context, "__aenter__") and hasattr(context, "__aexit__")
-    with pytest.raises(TransactionsNotImplementedError, match="begin_transaction"):
+    with pytest.raises(IllegalStateError, match="not started"):
         async with context:
             pytest.fail("the transaction block must not run")
 

@@ -20,7 +20,6 @@ from sdk import (
     ProducerClosedError,
     RecordTooLargeError,
     SerializationError,
-    TransactionsNotImplementedError,
 )
 from sdk.errors import MessageTooLargeError, UnknownTopicOrPartitionError
 
@@ -177,18 +176,3 @@ async def test_delivery_timeout(mock_cluster, proxy_factory, topic_name):
         assert time.monotonic() - started < 3
         assert isinstance(info.value, KafkaError)
         proxy.resume()
-
-
-async def test_transactional_methods_are_not_implemented_yet(mock_cluster, topic_name):
-    async with Producer(bootstrap_servers=mock_cluster.bootstrap, transactional_id="tx-1") as producer:
-        assert producer.config.transactional_id == "tx-1"
-        assert producer.config.idempotent
-        for method in (producer.begin_transaction, producer.commit_transaction, producer.abort_transaction):
-            with pytest.raises(TransactionsNotImplementedError, match="not implemented"):
-                await method()
-        # aiokafka's form: entering the block begins the transaction, which says clearly why not.
-        with pytest.raises(TransactionsNotImplementedError, match="begin_transaction"):
-            async with producer.transaction():
-                pytest.fail("the transaction block must not run")
-        md = await producer.send_and_wait(topic_name, b"still idempotent")
-        assert md.offset >= 0

@@ -1,0 +1,308 @@
+"""The SDK's transactional producer against the reference broker's transaction coordinator.
+
+What the mock cluster cannot show: read_committed readers (ours and confluent-kafka's) see a
+committed transaction and never an aborted one, nor an open one; offsets sent to a transaction
+are visible to the group only once it commits, and the group coordinator checks the consumer's
+generation (KIP-447); a second producer with the same transactional id fences the first; a
+record the broker refuses makes the transaction abortable, and after the abort (with its epoch
+bump) the next transaction works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+
+import confluent_kafka
+import pytest
+
+from reference_broker.testing import BrokerProcess
+from sdk import Producer, TopicPartition
+from sdk.client import KafkaClient
+from sdk.consumer import Consumer
+from sdk.consumer.records import ConsumerGroupMetadata, OffsetAndMetadata
+from sdk.errors import (
+    IllegalGenerationError,
+    InvalidRecordError,
+    ProducerFencedError,
+    TransactionAbortableError,
+)
+from sdk.protocol import messages
+
+pytestmark = pytest.mark.asyncio
+
+TXN_BROKER = {
+    "num.partitions": 2,
+    "group.initial.rebalance.delay.ms": 0,
+    "offsets.topic.num.partitions": 3,
+    "transaction.state.log.num.partitions": 3,
+}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="module")
+def txn_broker() -> Iterator[BrokerProcess]:
+    with BrokerProcess(config=TXN_BROKER) as proc:
+        yield proc
+
+
+def _producer(bootstrap: str, transactional_id: str, **kwargs: object) -> Producer:
+    return Producer(
+        bootstrap_servers=bootstrap,
+        transactional_id=transactional_id,
+        request_timeout_ms=5000,
+        max_block_ms=15000,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+async def _create_topic(bootstrap: str, name: str, partitions: int = 2, **configs: str) -> str:
+    client = KafkaClient(bootstrap)
+    await client.start()
+    try:
+        Topic = messages.CreateTopicsRequest.CreatableTopic
+        request = messages.CreateTopicsRequest(
+            topics=[
+                Topic(
+                    name=name,
+                    num_partitions=partitions,
+                    replication_factor=1,
+                    configs=[
+                        Topic.CreatableTopicConfig(name=key.replace("_", "."), value=value)
+                        for key, value in configs.items()
+                    ],
+                )
+            ],
+            timeout_ms=10000,
+        )
+        response = await client.send_to_any(request)
+        assert response.topics[0].error_code == 0, response
+    finally:
+        await client.close()
+    return name
+
+
+def _confluent_read(
+    bootstrap: str, topic: str, expected: int, committed: bool, timeout: float = 15
+) -> list[bytes]:
+    """Values of both partitions from the beginning until ``expected`` arrived and both ends are
+    reached (read_committed: the ends are the last stable offsets)."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("reader"),
+            "isolation.level": "read_committed" if committed else "read_uncommitted",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "log_level": 0,
+        }
+    )
+    consumer.assign(
+        [confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in (0, 1)]
+    )
+    got: list[bytes] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and (len(got) < expected or len(at_end) < 2):
+            msg = consumer.poll(0.1)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, msg.error()
+                at_end.add(msg.partition())
+                continue
+            at_end.discard(msg.partition())
+            got.append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+async def _sdk_read(bootstrap: str, topic: str, expected: int, timeout: float = 15) -> list[bytes]:
+    """Values read by our consumer under read_committed, until ``expected`` arrived and nothing
+    more came for a moment."""
+    got: list[bytes] = []
+    async with Consumer(
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        fetch_max_wait_ms=100,
+    ) as consumer:
+        consumer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        deadline = time.monotonic() + timeout
+        quiet_since = None
+        while time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=200)
+            records = [r for rs in batches.values() for r in rs]
+            got.extend(r.value for r in records)
+            if records:
+                quiet_since = None
+            elif len(got) >= expected:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > 0.5:
+                    break
+    return got
+
+
+async def test_commit_visible_abort_and_open_invisible_to_read_committed(txn_broker):
+    bootstrap = txn_broker.bootstrap
+    topic = await _create_topic(bootstrap, unique("txn"))
+    async with _producer(bootstrap, unique("tid")) as producer:
+        async with producer.transaction():
+            for i in range(10):
+                await producer.send(topic, b"committed-%d" % i, partition=i % 2)
+        await producer.begin_transaction()
+        for i in range(10):
+            await producer.send(topic, b"aborted-%d" % i, partition=i % 2)
+        await producer.flush()  # written to the log, then aborted
+        await producer.abort_transaction()
+        await producer.begin_transaction()
+        await producer.send_and_wait(topic, b"open", partition=0)
+        # The open transaction holds read_committed readers back: they see the first one only.
+        expected_before = sorted(b"committed-%d" % i for i in range(10))
+        assert sorted(await asyncio.to_thread(_confluent_read, bootstrap, topic, 10, True)) == expected_before
+        assert sorted(await _sdk_read(bootstrap, topic, 10)) == expected_before
+        await producer.send(topic, b"end", partition=1)
+        await producer.commit_transaction()
+    expected = sorted([b"committed-%d" % i for i in range(10)] + [b"open", b"end"])
+    assert sorted(await asyncio.to_thread(_confluent_read, bootstrap, topic, 12, True)) == expected
+    assert sorted(await _sdk_read(bootstrap, topic, 12)) == expected
+    everything = await asyncio.to_thread(_confluent_read, bootstrap, topic, 22, False)
+    assert sum(v.startswith(b"aborted") for v in everything) == 10
+
+
+async def _committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, tuple[int, str | None]]:
+    """What OffsetFetch (not requiring stable offsets) says the group committed: partition ->
+    (offset, metadata)."""
+    client = KafkaClient(bootstrap)
+    await client.start()
+    try:
+        Topic = messages.OffsetFetchRequest.OffsetFetchRequestTopic
+        request = messages.OffsetFetchRequest(
+            group_id=group, topics=[Topic(name=topic, partition_indexes=[0, 1])], require_stable=False
+        )
+        find = messages.FindCoordinatorRequest(key=group, key_type=0)
+        coordinator = (await client.send_to_any(find, 1)).node_id
+        conn = await client.get_connection(coordinator)
+        response = await conn.request(request, 6)
+        assert response.error_code == 0, response
+        return {
+            p.partition_index: (p.committed_offset, p.metadata) for t in response.topics for p in t.partitions
+        }
+    finally:
+        await client.close()
+
+
+async def test_offsets_sent_to_a_transaction_are_visible_only_after_commit(txn_broker):
+    bootstrap = txn_broker.bootstrap
+    topic = await _create_topic(bootstrap, unique("offsets"))
+    group = unique("group")
+    async with _producer(bootstrap, unique("tid")) as producer:
+        await producer.begin_transaction()
+        await producer.send(topic, b"x", partition=0)
+        await producer.send_offsets_to_transaction(
+            {TopicPartition(topic, 0): OffsetAndMetadata(5, "meta"), (topic, 1): 7}, group
+        )
+        pending = await _committed_offsets(bootstrap, group, topic)
+        assert {p: offset for p, (offset, _) in pending.items()} == {0: -1, 1: -1}
+        await producer.commit_transaction()
+        assert await _committed_offsets(bootstrap, group, topic) == {0: (5, "meta"), 1: (7, "")}
+        await producer.begin_transaction()
+        await producer.send_offsets_to_transaction({(topic, 0): 9}, group)
+        await producer.abort_transaction()
+        assert await _committed_offsets(bootstrap, group, topic) == {0: (5, "meta"), 1: (7, "")}
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0})
+    try:
+        found = await asyncio.to_thread(
+            consumer.committed, [confluent_kafka.TopicPartition(topic, p) for p in (0, 1)], 10
+        )
+        assert [tp.offset for tp in found] == [5, 7]
+    finally:
+        consumer.close()
+
+
+async def test_group_metadata_of_a_member_is_checked(txn_broker):
+    """KIP-447: offsets carry the consumer's generation and member id; a stale generation is
+    refused (the transaction becomes abortable), the current one accepted."""
+    bootstrap = txn_broker.bootstrap
+    topic = await _create_topic(bootstrap, unique("kip447"))
+    group = unique("group")
+    async with Consumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+        enable_auto_commit=False,
+    ) as consumer:
+        deadline = time.monotonic() + 15
+        while not consumer.assignment() and time.monotonic() < deadline:
+            await consumer.getmany(timeout_ms=100)
+        metadata = consumer.group_metadata()
+        assert metadata.generation_id >= 0 and metadata.member_id
+        async with _producer(bootstrap, unique("tid")) as producer:
+            await producer.begin_transaction()
+            stale = ConsumerGroupMetadata(group, metadata.generation_id + 7, metadata.member_id, None)
+            with pytest.raises(TransactionAbortableError) as info:
+                await producer.send_offsets_to_transaction({(topic, 0): 3}, stale)
+            assert isinstance(info.value.__cause__, IllegalGenerationError)
+            await producer.abort_transaction()
+            async with producer.transaction():
+                await producer.send_offsets_to_transaction({(topic, 0): 3, (topic, 1): 4}, metadata)
+        assert await consumer.committed(TopicPartition(topic, 0)) == 3
+        assert await consumer.committed(TopicPartition(topic, 1)) == 4
+
+
+async def test_a_second_producer_fences_the_first(txn_broker):
+    bootstrap = txn_broker.bootstrap
+    topic = await _create_topic(bootstrap, unique("fence"))
+    transactional_id = unique("tid")
+    async with _producer(bootstrap, transactional_id) as first:
+        await first.begin_transaction()
+        await first.send_and_wait(topic, b"zombie", partition=0)
+        async with _producer(bootstrap, transactional_id) as second:
+            assert second.transaction_manager.producer_epoch > first.transaction_manager.producer_epoch  # type: ignore[union-attr]
+            with pytest.raises(ProducerFencedError):
+                await first.commit_transaction()
+            with pytest.raises(ProducerFencedError):
+                await first.send(topic, b"more")
+            async with second.transaction():
+                await second.send(topic, b"new owner", partition=1)
+        # confluent-kafka's producer with the same id fences ours too.
+        other = confluent_kafka.Producer(
+            {"bootstrap.servers": bootstrap, "transactional.id": transactional_id}
+        )
+        await asyncio.to_thread(other.init_transactions, 15)
+    got = await asyncio.to_thread(_confluent_read, bootstrap, topic, 1, True)
+    assert got == [b"new owner"]
+
+
+async def test_a_refused_record_makes_the_transaction_abortable_then_the_next_one_works(txn_broker):
+    bootstrap = txn_broker.bootstrap
+    topic = await _create_topic(bootstrap, unique("compact"), cleanup_policy="compact")
+    async with _producer(bootstrap, unique("tid")) as producer:
+        txn = producer.transaction_manager
+        assert txn is not None
+        await producer.begin_transaction()
+        kept = await producer.send(topic, b"keyed", key=b"k", partition=0)
+        refused = await producer.send(topic, b"keyless", partition=1)  # a compacted topic needs keys
+        with pytest.raises(InvalidRecordError):
+            await refused
+        await kept
+        with pytest.raises(TransactionAbortableError) as info:
+            await producer.commit_transaction()
+        assert isinstance(info.value.__cause__, InvalidRecordError)
+        epoch = txn.producer_epoch
+        await producer.abort_transaction()
+        assert txn.producer_epoch == epoch + 1  # KIP-360 bump with the same producer id
+        async with producer.transaction():
+            await producer.send(topic, b"after", key=b"k", partition=1)
+    got = await asyncio.to_thread(_confluent_read, bootstrap, topic, 1, True)
+    assert got == [b"after"]
