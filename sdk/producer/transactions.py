@@ -514,15 +514,25 @@ class Transactions:
         """At every sender pass: drop what an abort makes pointless, and add partitions."""
         txn = self.txn
         state = txn.state
-        if state in (TransactionState.ABORTABLE_ERROR, TransactionState.ABORTING):
-            if self._acc.has_undrained():
-                error = TransactionAbortedError(
-                    f"transaction of {txn.transactional_id!r} "
-                    + ("aborted" if state == TransactionState.ABORTING else f"failed: {txn.last_error!r}")
-                )
-                error.__cause__ = txn.last_error
-                self._sender.abort_undrained(error)
-        elif txn.new_partitions and (self._add_task is None or self._add_task.done()):
+        if (
+            state in (TransactionState.ABORTABLE_ERROR, TransactionState.ABORTING)
+            and self._acc.has_undrained()
+        ):
+            error = TransactionAbortedError(
+                f"transaction of {txn.transactional_id!r} "
+                + ("aborted" if state == TransactionState.ABORTING else f"failed: {txn.last_error!r}")
+            )
+            error.__cause__ = txn.last_error
+            self._sender.abort_undrained(error)
+        if state == TransactionState.IN_TRANSACTION:
+            # A partition joins the transaction as soon as it has a batch (as Java adds it at
+            # send), so AddPartitionsToTxn overlaps the linger instead of following it.
+            in_transaction = txn.partitions_in_transaction
+            for topic, parts in self._acc.open.items():
+                for partition in parts:
+                    if (topic, partition) not in in_transaction:
+                        txn.partition_ready((topic, partition))
+        if txn.new_partitions and (self._add_task is None or self._add_task.done()):
             self._add_task = asyncio.get_running_loop().create_task(
                 self._add_partitions(), name="kafka-add-partitions-to-txn"
             )

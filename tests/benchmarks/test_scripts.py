@@ -95,3 +95,16 @@ def test_bench_consumer_compares_every_client() -> None:
     out = run_script("bench_consumer.py", "--messages", "3000", "--runs", "1")
     for client in ("sdk", "sdk-sync", "aiokafka", "kafka-python", "confluent-kafka"):
         assert_line(out, rf"^\| {client} +\| +{NUMBER} ")
+
+
+def test_bench_transactions_compares_sdk_and_confluent_on_both_targets() -> None:
+    out = run_script("bench_transactions.py", "--sizes", "1,10", "--transactions", "3", "--runs", "1")
+    for target in ("reference", "mock"):
+        for client in ("sdk", "confluent-kafka"):
+            for size in (1, 10):
+                for mode in ("txn", "idem"):
+                    assert_line(
+                        out,
+                        rf"^\| {target} +\| {client} +\| +{size} \| {mode} +\| +{NUMBER} \| +{NUMBER} "
+                        rf"\| +{NUMBER} \| +{NUMBER} \|$",
+                    )
