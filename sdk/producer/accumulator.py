@@ -22,6 +22,7 @@ from sdk.client.backoff import ExponentialBackoff
 from sdk.client.cluster import ClusterMetadata
 from sdk.errors import BufferExhaustedError
 from sdk.producer.batch import BatchSink, ProducerBatch
+from sdk.producer.futures import LazyRecordFuture
 from sdk.records import BATCH_OVERHEAD, RECORD_OVERHEAD, Compression, RecordBatchBuilder
 
 if TYPE_CHECKING:
@@ -176,10 +177,13 @@ class RecordAccumulator:
         key: bytes | None,
         value: bytes | None,
         headers: Any,
-        sink: Any,
+        future: LazyRecordFuture,
         reserved: int,
     ) -> bool:
-        """Add one record (memory already reserved); True if this append filled a batch."""
+        """Add one record (its ``reserved`` bytes of memory taken already) to the partition's open
+        batch, or to a new one, and attach its future; True if this append filled a batch."""
+        key_size = -1 if key is None else len(key)
+        value_size = -1 if value is None else len(value)
         parts = self._batches.get(topic)
         dq = parts.get(partition) if parts is not None else None
         if dq is None:
@@ -190,24 +194,14 @@ class RecordAccumulator:
             if not batch.full:
                 delta = batch.builder.append(timestamp, key, value, headers)
                 if delta is not None:
-                    batch.add_sink(
-                        sink,
-                        delta,
-                        timestamp,
-                        -1 if key is None else len(key),
-                        -1 if value is None else len(value),
-                    )
-                    batch.reserved += reserved
+                    batch.attach(future, delta, timestamp, key_size, value_size, reserved)
                     return False
                 self._seal(batch)
                 filled = True
         batch = self._new_batch(topic, partition, dq)
         delta = batch.builder.append(timestamp, key, value, headers)
         assert delta is not None
-        batch.add_sink(
-            sink, delta, timestamp, -1 if key is None else len(key), -1 if value is None else len(value)
-        )
-        batch.reserved += reserved
+        batch.attach(future, delta, timestamp, key_size, value_size, reserved)
         self.on_ready()
         return filled
 

@@ -7,9 +7,7 @@ per record.
 
 Records from ``Producer.send`` and the synchronous facade have lazy futures
 (``sdk.producer.futures``): each knows the batch's shared ``outcome`` and its offset delta, so
-completing the batch updates the outcome once instead of resolving every future. Other sinks
-(anything with ``done()``, ``set_result()`` and ``set_exception()``, given to
-``RecordAccumulator.append``) are kept with their metadata in ``entries`` and resolved one by one.
+completing the batch updates the outcome once instead of resolving every future.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ from sdk.records import RecordBatch, RecordBatchBuilder
 __all__ = ["BatchSink", "ProducerBatch", "increment_sequence"]
 
 NO_SEQUENCE = -1
-_new_tuple = tuple.__new__
 _MAX_SEQUENCE = 2**31 - 1
 
 
@@ -90,7 +87,6 @@ class ProducerBatch:
         "builder",
         "created_ms",
         "done_waiters",
-        "entries",
         "full",
         "futures",
         "last_attempt_ms",
@@ -121,8 +117,6 @@ class ProducerBatch:
         self.outcome = BatchOutcome(topic, partition, loop)
         #: The lazy futures of this batch's records (their outcome is ``self.outcome``).
         self.futures: list[LazyRecordFuture] = []
-        #: (sink, offset_delta, timestamp, key_size, value_size) per record with another sink.
-        self.entries: list[tuple[Any, int, int, int, int]] = []
         #: [sink, first_delta, count] per run of ``send_many`` records.
         self.runs: list[list[Any]] = []
         self.reserved = 0  # bytes of the producer's memory bound this batch holds
@@ -154,20 +148,20 @@ class ProducerBatch:
     def has_sequence(self) -> bool:
         return self.base_sequence != NO_SEQUENCE
 
-    def add_sink(self, sink: Any, delta: int, timestamp: int, key_size: int, value_size: int) -> None:
-        """Remember how to resolve the record just appended at ``delta``: a lazy future is attached
-        to the batch's outcome, any other sink is kept with the record's metadata."""
-        if isinstance(sink, LazyRecordFuture):
-            if type(sink) is not RecordFuture:
-                self.outcome.scan = True
-            sink._outcome = self.outcome
-            sink._delta = delta
-            sink._timestamp = timestamp
-            sink._key_size = key_size
-            sink._value_size = value_size
-            self.futures.append(sink)
-        else:
-            self.entries.append((sink, delta, timestamp, key_size, value_size))
+    def attach(
+        self, future: LazyRecordFuture, delta: int, timestamp: int, key_size: int, value_size: int, size: int
+    ) -> None:
+        """Attach the future of the record just appended at ``delta`` to the batch's outcome, and
+        count the ``size`` bytes of memory it holds."""
+        if type(future) is not RecordFuture:
+            self.outcome.scan = True
+        future._outcome = self.outcome
+        future._delta = delta
+        future._timestamp = timestamp
+        future._key_size = key_size
+        future._value_size = value_size
+        self.futures.append(future)
+        self.reserved += size
 
     def estimated_size(self) -> int:
         return len(self.payload) if self.payload is not None else self.builder.estimated_size()
@@ -218,11 +212,6 @@ class ProducerBatch:
                     half.outcome.watchers.append(future)
             future._delta = delta if delta < middle else delta - middle
             half.futures.append(future)
-        for sink, delta, timestamp, key_size, value_size in self.entries:
-            if delta < middle:
-                first.entries.append((sink, delta, timestamp, key_size, value_size))
-            else:
-                second.entries.append((sink, delta - middle, timestamp, key_size, value_size))
         for sink, start, count in self.runs:
             end = start + count
             if end <= middle:
@@ -242,7 +231,7 @@ class ProducerBatch:
                 self.producer_id, self.producer_epoch, increment_sequence(self.base_sequence, middle)
             )
         second.done_waiters, self.done_waiters = self.done_waiters, None
-        self.entries, self.runs, self.futures = [], [], []
+        self.runs, self.futures = [], []
         return halves
 
     # -- completion -----------------------------------------------------------------------------
@@ -254,13 +243,10 @@ class ProducerBatch:
         log_start_offset: int,
         interceptors: InterceptorChain | None,
     ) -> None:
-        """Resolve every record's future or sink with its metadata."""
-        topic, partition = self.topic, self.partition
+        """Resolve every record's future, and the runs' sinks, with their metadata."""
+        partition = self.partition
         known = base_offset >= 0
-        if log_append_time is not None and log_append_time >= 0:
-            ts_type, append_time = LOG_APPEND_TIME, log_append_time
-        else:
-            ts_type, append_time = CREATE_TIME, None
+        append_time = log_append_time if log_append_time is not None and log_append_time >= 0 else None
         outcome = self.outcome
         outcome.base_offset = base_offset if known else -1
         outcome.log_append_time = -1 if append_time is None else append_time
@@ -268,28 +254,6 @@ class ProducerBatch:
         futures = self.futures
         # One update for all lazy futures; only those someone waits on are touched.
         resolve_futures(outcome, futures, None)
-        if self.entries:
-            make = _new_tuple
-            cls = RecordMetadata
-            for sink, delta, timestamp, key_size, value_size in self.entries:
-                # tuple.__new__ skips NamedTuple's Python-level __new__.
-                metadata = make(
-                    cls,
-                    (
-                        topic,
-                        partition,
-                        base_offset + delta if known else -1,
-                        timestamp if append_time is None else append_time,
-                        ts_type,
-                        log_start_offset,
-                        key_size,
-                        value_size,
-                    ),
-                )
-                if not sink.done():
-                    sink.set_result(metadata)
-                if interceptors is not None:
-                    interceptors.on_acknowledgement(metadata, None)
         if interceptors is not None:
             for future in futures:
                 interceptors.on_acknowledgement(future._metadata(outcome), None)
@@ -300,16 +264,8 @@ class ProducerBatch:
         self._finish()
 
     def fail(self, error: BaseException, interceptors: InterceptorChain | None) -> None:
-        """Fail every record's future or sink with ``error``."""
+        """Fail every record's future, and the runs' sinks, with ``error``."""
         resolve_futures(self.outcome, self.futures, error)
-        for sink, _delta, timestamp, key_size, value_size in self.entries:
-            if not sink.done():
-                sink.set_exception(error)
-            if interceptors is not None:
-                metadata = RecordMetadata(
-                    self.topic, self.partition, -1, timestamp, CREATE_TIME, -1, key_size, value_size
-                )
-                interceptors.on_acknowledgement(metadata, error)
         if interceptors is not None:
             for future in self.futures:
                 metadata = RecordMetadata(
@@ -345,7 +301,6 @@ class ProducerBatch:
             interceptors.on_acknowledgement(metadata, error)
 
     def _finish(self) -> None:
-        self.entries = []
         self.futures = []
         self.runs = []
         waiters, self.done_waiters = self.done_waiters, None

@@ -47,23 +47,80 @@ _NEW, _RUNNING, _CLOSING, _CLOSED = "new", "running", "closing", "closed"
 
 
 class _StickyRoute:
-    """Where a topic's keyless records go while nothing changes (``Producer._update_route``).
+    """Where a topic's keyless records go while nothing changes (``Producer._update_route``),
+    and the one place such a record is appended (``append``).
 
     ``sticky`` is the DefaultPartitioner's state for the topic and ``batch`` the open batch of its
     partition; the route holds while ``cluster.version == version``, ``sticky.used_up`` is false
-    and ``batch.full`` is false. ``cluster``, ``accumulator`` and ``batch_size`` are constants kept
-    here so the fast path reads one object.
+    and ``batch.full`` is false. ``cluster``, ``accumulator``, ``batch_size`` and the size bounds
+    are constants kept here so the fast path reads one object.
     """
 
-    __slots__ = ("accumulator", "batch", "batch_size", "cluster", "sticky", "version")
+    __slots__ = (
+        "accumulator",
+        "batch",
+        "batch_size",
+        "buffer_memory",
+        "cluster",
+        "max_record_size",
+        "sticky",
+        "version",
+    )
 
-    def __init__(self, cluster: Any, accumulator: Any, batch_size: int) -> None:
+    def __init__(
+        self, cluster: Any, accumulator: Any, batch_size: int, max_record_size: int, buffer_memory: int
+    ) -> None:
         self.cluster = cluster
         self.accumulator = accumulator
         self.batch_size = batch_size
+        self.max_record_size = max_record_size
+        self.buffer_memory = buffer_memory
         self.sticky: Any = None
         self.batch: Any = None
         self.version = -1
+
+    def append(
+        self, value: bytes, timestamp_ms: int | None, future: LazyRecordFuture | None
+    ) -> LazyRecordFuture | None:
+        """Append a keyless record of bytes without headers to the route's batch and return its
+        future (``future`` attached, or a new ``RecordFuture`` when None); None, with nothing
+        changed, when the route no longer holds or memory is short: the caller then takes the
+        general path. The per-record hot path: every test comes before any side effect, and the
+        bookkeeping of the accumulator (memory), the batch (its futures and reserved bytes) and
+        the DefaultPartitioner (sticky accounting, as ``partition_keyless`` does it) is written
+        out here rather than called, which is a third of the cost of a record."""
+        sticky = self.sticky
+        batch = self.batch
+        if sticky.used_up or batch.full or self.version != self.cluster.version:
+            return None
+        size = RECORD_OVERHEAD + len(value)
+        acc = self.accumulator
+        if size > self.max_record_size or acc.waiters or acc.used + size > self.buffer_memory:
+            return None
+        if timestamp_ms is None:
+            timestamp_ms = _time_ns() // 1_000_000
+        delta = batch.builder.append(timestamp_ms, None, value)
+        if delta is None:
+            return None
+        acc.used += size
+        batch.reserved += size
+        produced = sticky.produced + size
+        sticky.produced = produced
+        if produced >= self.batch_size:
+            sticky.used_up = True
+        if future is None:
+            # RecordFuture(), its fields set here: cheaper than calling its constructor.
+            future = _new_object(RecordFuture)
+            future._callbacks = None
+        else:
+            batch.outcome.scan = True  # a DeliveryFuture (see BatchOutcome.scan)
+        future._outcome = batch.outcome
+        future._delta = delta
+        future._timestamp = timestamp_ms
+        future._key_size = -1
+        future._value_size = size - RECORD_OVERHEAD
+        batch.futures.append(future)
+        return future
 
 
 class Producer(BatchSendMixin, TransactionalMixin):
@@ -418,42 +475,14 @@ class Producer(BatchSendMixin, TransactionalMixin):
         """
         if not self._accepting:
             self._check_running()
-        # The fast path (_try_append's first step, inlined: this runs once per record): a
-        # keyless record of bytes, nothing to serialize or intercept, onto the topic's sticky
-        # route. Every test comes before any side effect; anything else takes the general path.
+        # The fast path: a keyless record of bytes, nothing to serialize or intercept, onto the
+        # topic's sticky route. Anything else (or a route that no longer holds) takes the
+        # general path.
         route = self._routes.get(topic) if self._plain else None
         if route is not None and key is None and partition is None and not headers and type(value) is bytes:
-            sticky = route.sticky
-            batch = route.batch
-            if not sticky.used_up and not batch.full and route.version == route.cluster.version:
-                size = RECORD_OVERHEAD + len(value)
-                acc = route.accumulator
-                if (
-                    size <= self._max_record_size
-                    and not acc.waiters
-                    and acc.used + size <= self._buffer_memory
-                ):
-                    if timestamp_ms is None:
-                        timestamp_ms = _time_ns() // 1_000_000
-                    delta = batch.builder.append(timestamp_ms, None, value)
-                    if delta is not None:
-                        acc.used += size
-                        batch.reserved += size
-                        # DefaultPartitioner.partition_keyless's accounting for the sticky partition.
-                        produced = sticky.produced + size
-                        sticky.produced = produced
-                        if produced >= route.batch_size:
-                            sticky.used_up = True
-                        # RecordFuture's fields set here: cheaper than calling its constructor.
-                        future = _new_object(RecordFuture)
-                        future._outcome = batch.outcome
-                        future._delta = delta
-                        future._timestamp = timestamp_ms
-                        future._key_size = -1
-                        future._value_size = size - RECORD_OVERHEAD
-                        future._callbacks = None
-                        batch.futures.append(future)
-                        return future
+            future = route.append(value, timestamp_ms, None)
+            if future is not None:
+                return future  # type: ignore[return-value]
         interceptors = self._interceptors
         if interceptors is not None:
             record = interceptors.on_send(ProducerRecord(topic, value, key, partition, timestamp_ms, headers))
@@ -463,7 +492,7 @@ class Producer(BatchSendMixin, TransactionalMixin):
                 key = self._serialize_key(topic, key)
             if self._value_serializer is not None or (value is not None and type(value) is not bytes):
                 value = self._serialize_value(topic, value)
-            future = self._try_append(topic, key, value, partition, timestamp_ms, headers, None)
+            future = self.append_nowait((topic, key, value, partition, timestamp_ms, headers), None)
             if future is None:
                 future = RecordFuture.detached()
                 await self._append_blocking(topic, key, value, partition, timestamp_ms, headers, future)
@@ -527,13 +556,7 @@ class Producer(BatchSendMixin, TransactionalMixin):
 
     def _record_size(self, key: bytes | None, value: bytes | None, headers: Headers | None) -> int:
         """Bytes a record can take in a batch (Kafka's upper bound); raises if it can never fit."""
-        size = RECORD_OVERHEAD
-        if key is not None:
-            size += len(key)
-        if value is not None:
-            size += len(value)
-        if headers:
-            size += headers_size(headers)
+        size = record_size_bound(key, value, headers)
         if size > self._max_record_size:
             self._too_large(size)
         return size
@@ -548,7 +571,37 @@ class Producer(BatchSendMixin, TransactionalMixin):
             f"the record is {size} bytes serialized, larger than buffer_memory ({self._buffer_memory})"
         )
 
-    def _try_append(
+    def append_nowait(
+        self, record: PreparedRecord, future: LazyRecordFuture | None
+    ) -> LazyRecordFuture | None:
+        """Append a prepared record (``prepare_record``) if that needs no waiting, and return its
+        future: ``future`` attached to its batch, or a new ``RecordFuture`` when None. None, with
+        nothing done, when the topic's metadata or room in ``buffer_memory`` is missing (then
+        ``append`` waits for them). Loop thread only; facades call it once per record."""
+        topic, key, value, partition, timestamp_ms, headers = record
+        route = self._routes.get(topic)
+        if route is not None and key is None and partition is None and not headers and type(value) is bytes:
+            appended = route.append(value, timestamp_ms, future)
+            if appended is not None:
+                return appended
+        meta = self._cluster.topics.get(topic)
+        if meta is None or not meta.partition_ids:
+            return None
+        size = record_size_bound(key, value, headers)
+        if size > self._max_record_size:
+            self._too_large(size)
+        if partition is not None and partition not in meta.partitions:
+            if partition < 0:
+                raise InvalidPartitionError(f"partition {partition} is negative")
+            return None
+        if not self._accumulator.try_reserve(size):  # type: ignore[union-attr]
+            return None
+        if future is None:
+            future = RecordFuture.detached()
+        self._append_reserved(topic, key, value, partition, timestamp_ms, headers, future, size, meta)
+        return future
+
+    def _append_reserved(
         self,
         topic: str,
         key: bytes | None,
@@ -556,72 +609,13 @@ class Producer(BatchSendMixin, TransactionalMixin):
         partition: int | None,
         timestamp_ms: int | None,
         headers: Headers | None,
-        future: LazyRecordFuture | None,
-    ) -> LazyRecordFuture | None:
-        """Append without waiting and return the record's future (``future`` attached to its
-        batch, or a new ``RecordFuture`` when None); None (nothing done) when metadata or memory
-        is missing. ``send`` inlines the first step, the sticky route."""
-        route = self._routes.get(topic)
-        if route is not None and key is None and partition is None and not headers and type(value) is bytes:
-            sticky = route.sticky
-            batch = route.batch
-            if not sticky.used_up and not batch.full and route.version == route.cluster.version:
-                size = RECORD_OVERHEAD + len(value)
-                acc = route.accumulator
-                if (
-                    size <= self._max_record_size
-                    and not acc.waiters
-                    and acc.used + size <= self._buffer_memory
-                ):
-                    if timestamp_ms is None:
-                        timestamp_ms = _time_ns() // 1_000_000
-                    delta = batch.builder.append(timestamp_ms, None, value)
-                    if delta is not None:
-                        acc.used += size
-                        batch.reserved += size
-                        produced = sticky.produced + size
-                        sticky.produced = produced
-                        if produced >= route.batch_size:
-                            sticky.used_up = True
-                        if future is None:
-                            future = _new_object(RecordFuture)
-                            future._callbacks = None
-                        else:
-                            batch.outcome.scan = True  # a DeliveryFuture (see BatchOutcome.scan)
-                        future._outcome = batch.outcome
-                        future._delta = delta
-                        future._timestamp = timestamp_ms
-                        future._key_size = -1
-                        future._value_size = size - RECORD_OVERHEAD
-                        batch.futures.append(future)
-                        return future
-        meta = self._cluster.topics.get(topic)
-        if meta is None or not meta.partition_ids:
-            return None
-        size = RECORD_OVERHEAD
-        if key is None:
-            key_size = -1
-        else:
-            key_size = len(key)
-            size += key_size
-        if value is None:
-            value_size = -1
-        else:
-            value_size = len(value)
-            size += value_size
-        if headers:
-            size += headers_size(headers)
-        if size > self._max_record_size:
-            self._too_large(size)
-        if partition is not None and partition not in meta.partitions:
-            if partition < 0:
-                raise InvalidPartitionError(f"partition {partition} is negative")
-            return None
-        acc: Any = self._accumulator
-        # RecordAccumulator.try_reserve, inlined.
-        if acc.waiters or acc.used + size > self._buffer_memory:
-            return None
-        acc.used += size
+        future: LazyRecordFuture,
+        size: int,
+        meta: Any,
+    ) -> None:
+        """The general path's last step, for a record whose memory is reserved: pick its
+        partition, append it (the accumulator keeps the books), and remember the sticky route
+        that the next keyless records of the topic can take."""
         keyless = False
         if partition is None:
             if key is None:
@@ -633,35 +627,12 @@ class Producer(BatchSendMixin, TransactionalMixin):
                 partition = self._partitioner.partition(topic, key, meta.partition_ids, meta.available)
         if timestamp_ms is None:
             timestamp_ms = _time_ns() // 1_000_000
-        # The common case: the partition's open batch takes the record.
-        open_parts = acc.open.get(topic)
-        if open_parts is not None:
-            batch = open_parts.get(partition)
-            if batch is not None:
-                delta = batch.builder.append(timestamp_ms, key, value, headers)
-                if delta is not None:
-                    if future is None:
-                        future = _new_object(RecordFuture)
-                        future._callbacks = None
-                    else:
-                        batch.outcome.scan = True  # a DeliveryFuture (see BatchOutcome.scan)
-                    future._outcome = batch.outcome
-                    future._delta = delta
-                    future._timestamp = timestamp_ms
-                    future._key_size = key_size
-                    future._value_size = value_size
-                    batch.futures.append(future)
-                    batch.reserved += size
-                    if keyless and self._sticky is not None and not headers and type(value) is bytes:
-                        self._update_route(topic, partition, batch)
-                    return future
-        if future is None:
-            future = RecordFuture.detached()
+        acc = self._accumulator
+        assert acc is not None
         if acc.append(topic, partition, timestamp_ms, key, value, headers, future, size):
             self._yield_pending = True
         if keyless and self._sticky is not None and not headers and type(value) is bytes:
             self._update_route(topic, partition, acc.open.get(topic, {}).get(partition))
-        return future
 
     # -- the entry point for facades (sdk.sync) ------------------------------------------------
 
@@ -692,23 +663,22 @@ class Producer(BatchSendMixin, TransactionalMixin):
             or (value is not None and type(value) is not bytes)
         ):
             key, value = self._serialize(topic, key, value)
-        size = record_size_bound(key, value, headers)
+        # record_size_bound, inlined (once per record).
+        size = RECORD_OVERHEAD
+        if key is not None:
+            size += len(key)
+        if value is not None:
+            size += len(value)
+        if headers:
+            size += headers_size(headers)
         if size > self._max_record_size:
             self._too_large(size)
         return (topic, key, value, partition, timestamp_ms, headers)
 
-    def append_nowait(self, record: PreparedRecord, future: LazyRecordFuture) -> bool:
-        """Append a prepared record and attach ``future`` to its batch, if that needs no waiting;
-        False (nothing done) when the topic's metadata or room in ``buffer_memory`` is missing.
-        Loop thread only."""
-        topic, key, value, partition, timestamp_ms, headers = record
-        return self._try_append(topic, key, value, partition, timestamp_ms, headers, future) is not None
-
     async def append(self, record: PreparedRecord, future: LazyRecordFuture) -> None:
         """Append a prepared record, waiting (up to ``max_block_ms``) for metadata and memory."""
-        topic, key, value, partition, timestamp_ms, headers = record
-        if self._try_append(topic, key, value, partition, timestamp_ms, headers, future) is None:
-            await self._append_blocking(topic, key, value, partition, timestamp_ms, headers, future)
+        if self.append_nowait(record, future) is None:
+            await self._append_blocking(*record, future)
 
     def _update_route(self, topic: str, partition: int, batch: ProducerBatch | None) -> None:
         """Remember (or forget) the topic's sticky route after a keyless record went through the
@@ -723,7 +693,9 @@ class Producer(BatchSendMixin, TransactionalMixin):
         route = self._routes.get(topic)
         if route is None:
             batch_size = self._sticky.batch_size  # type: ignore[union-attr]
-            route = self._routes[topic] = _StickyRoute(self._cluster, self._accumulator, batch_size)
+            route = self._routes[topic] = _StickyRoute(
+                self._cluster, self._accumulator, batch_size, self._max_record_size, self._buffer_memory
+            )
         route.sticky = sticky
         route.batch = batch
         route.version = self._cluster.version
@@ -747,18 +719,9 @@ class Producer(BatchSendMixin, TransactionalMixin):
         assert acc is not None
         await acc.reserve(size, max(0.0, deadline - now_ms()))
         self._check_running_after_wait(size)
-        meta = self._cluster.topics[topic]
-        if partition is None:
-            if key is None:
-                partition = self._partitioner.partition_keyless(
-                    topic, meta.partition_ids, meta.available, size
-                )
-            else:
-                partition = self._partitioner.partition(topic, key, meta.partition_ids, meta.available)
-        if timestamp_ms is None:
-            timestamp_ms = _time_ns() // 1_000_000
-        if acc.append(topic, partition, timestamp_ms, key, value, headers, future, size):
-            self._yield_pending = True
+        self._append_reserved(
+            topic, key, value, partition, timestamp_ms, headers, future, size, self._cluster.topics[topic]
+        )
 
     def _check_running_after_wait(self, reserved: int) -> None:
         try:

@@ -445,7 +445,7 @@ class Producer:
         for _ in range(min(len(queue), self.PUMP_ROUND)):
             future = popleft()
             try:
-                if not append_nowait(future._record, future):  # type: ignore[arg-type]
+                if append_nowait(future._record, future) is None:  # type: ignore[arg-type]
                     # Back at the head (callers only append at the tail): the task takes it.
                     queue.appendleft(future)
                     self._slow_task = self._runner.loop.create_task(self._drain_handover_task())

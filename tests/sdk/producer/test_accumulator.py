@@ -11,6 +11,7 @@ from sdk.client.cluster import ClusterMetadata
 from sdk.errors import BufferExhaustedError
 from sdk.producer.accumulator import RecordAccumulator, now_ms
 from sdk.producer.batch import BatchSink
+from sdk.producer.futures import RecordFuture
 from sdk.producer.record_metadata import OffsetRange
 from sdk.protocol import messages
 from sdk.records import Compression, RecordBatch
@@ -52,23 +53,9 @@ def _accumulator(**overrides) -> RecordAccumulator:
     return RecordAccumulator(**options)
 
 
-class Sink:
-    def __init__(self):
-        self.result = self.error = None
-
-    def done(self):
-        return self.result is not None or self.error is not None
-
-    def set_result(self, value):
-        self.result = value
-
-    def set_exception(self, error):
-        self.error = error
-
-
 def test_batches_fill_to_batch_size_then_a_new_one_starts():
     acc = _accumulator()
-    filled = [acc.append("t", 0, 1, None, b"x" * 100, None, Sink(), 121) for _ in range(20)]
+    filled = [acc.append("t", 0, 1, None, b"x" * 100, None, RecordFuture.detached(), 121) for _ in range(20)]
     dq = acc._batches["t"][0]
     assert len(dq) == 3
     assert all(b.builder.estimated_size() <= 1000 for b in dq)
@@ -79,14 +66,14 @@ def test_batches_fill_to_batch_size_then_a_new_one_starts():
 def test_ready_waits_for_linger_unless_full_or_flushing():
     acc = _accumulator()
     cluster = _cluster({0: 1, 1: 2})
-    acc.append("t", 0, 1, None, b"x", None, Sink(), 30)
+    acc.append("t", 0, 1, None, b"x", None, RecordFuture.detached(), 30)
     now = now_ms()
     ready, delay, unknown = acc.ready(cluster, now)
     assert ready == {} and 0 < delay <= 50 and not unknown
     ready, _, _ = acc.ready(cluster, now + 60)
     assert set(ready) == {1}
     acc.begin_flush()
-    acc.append("t", 1, 1, None, b"x", None, Sink(), 30)
+    acc.append("t", 1, 1, None, b"x", None, RecordFuture.detached(), 30)
     ready, _, _ = acc.ready(cluster, now)
     assert set(ready) == {1, 2}
     acc.end_flush()
@@ -94,7 +81,7 @@ def test_ready_waits_for_linger_unless_full_or_flushing():
 
 def test_unknown_leader_is_reported():
     acc = _accumulator(linger_ms=0)
-    acc.append("t", 0, 1, None, b"x", None, Sink(), 30)
+    acc.append("t", 0, 1, None, b"x", None, RecordFuture.detached(), 30)
     ready, _, unknown = acc.ready(_cluster({0: -1}), now_ms())
     assert ready == {} and unknown == {"t"}
 
@@ -104,7 +91,7 @@ def test_drain_takes_one_batch_per_partition_within_max_request_size():
     cluster = _cluster({0: 1, 1: 1, 2: 1})
     for partition in range(3):
         for _ in range(12):
-            acc.append("t", partition, 1, None, b"x" * 100, None, Sink(), 121)
+            acc.append("t", partition, 1, None, b"x" * 100, None, RecordFuture.detached(), 121)
     ready, _, _ = acc.ready(cluster, now_ms())
     batches = acc.drain(1, ready[1], 2500, now_ms(), None)
     assert len(batches) == 2  # two ~1 KB batches fit in 2.5 KB, the third does not
@@ -132,7 +119,7 @@ async def test_memory_bound_blocks_then_fails():
 def test_expired_batches_and_reenqueue_order():
     acc = _accumulator(linger_ms=0)
     for _ in range(5):  # two per batch: three batches
-        acc.append("t", 0, 1, None, b"x" * 400, None, Sink(), 421)
+        acc.append("t", 0, 1, None, b"x" * 400, None, RecordFuture.detached(), 421)
     dq = acc._batches["t"][0]
     first, second = dq.popleft(), dq.popleft()
     first.base_sequence, second.base_sequence = 0, 5
@@ -146,7 +133,7 @@ def test_expired_batches_and_reenqueue_order():
 
 def test_batches_complete_with_metadata_and_give_memory_back():
     acc = _accumulator(linger_ms=0)
-    sinks = [Sink() for _ in range(3)]
+    sinks = [RecordFuture.detached() for _ in range(3)]
     for i, sink in enumerate(sinks):
         assert acc.try_reserve(50)
         acc.append("t", 0, 1000 + i, b"k", b"v" * i, None, sink, 50)
@@ -154,15 +141,15 @@ def test_batches_complete_with_metadata_and_give_memory_back():
     batch.close()
     acc.done(batch)
     batch.complete(40, -1, 0, None)
-    assert [s.result.offset for s in sinks] == [40, 41, 42]
-    assert [s.result.timestamp for s in sinks] == [1000, 1001, 1002]
-    assert sinks[2].result.serialized_value_size == 2
+    assert [s.result().offset for s in sinks] == [40, 41, 42]
+    assert [s.result().timestamp for s in sinks] == [1000, 1001, 1002]
+    assert sinks[2].result().serialized_value_size == 2
     assert acc.memory_used == 0
 
 
 def test_split_keeps_records_sinks_runs_and_sequences():
     acc = _accumulator(linger_ms=0, batch_size=100_000)
-    sinks = [Sink() for _ in range(3)]
+    sinks = [RecordFuture.detached() for _ in range(3)]
     for i, sink in enumerate(sinks):
         acc.append("t", 0, 1000 + i, b"k%d" % i, b"v%d" % i, [("h", b"x")], sink, 30)
     many = BatchSink(FakeFuture(), "t")
@@ -181,7 +168,7 @@ def test_split_keeps_records_sinks_runs_and_sequences():
     assert [r.value for r in RecordBatch(second.close())] == [b"m1", b"m2", b"m3", b"m4"]
     assert list(acc._batches["t"][0])[:2] == [first, second]
     first.complete(10, -1, 0, None)
-    assert [s.result.offset for s in sinks] == [10, 11, 12]
+    assert [s.result().offset for s in sinks] == [10, 11, 12]
     assert not many.future.done()
     second.complete(14, -1, 0, None)
     assert many.future.result().ranges == (OffsetRange(0, 13, 1), OffsetRange(0, 14, 4))

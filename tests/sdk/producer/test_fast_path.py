@@ -161,7 +161,7 @@ async def test_no_memory_no_fast_path() -> None:
     assert accumulator.memory_used == 3 * SIZE == sticky.produced
     # Full: the route declines without a trace, and so does the general path (send would now
     # wait for memory in _append_blocking).
-    assert producer._try_append("t", None, VALUE, None, None, None, None) is None
+    assert producer.append_nowait(("t", None, VALUE, None, None, None), None) is None
     assert accumulator.memory_used == 3 * SIZE == sticky.produced
     assert batch.record_count == 3 and len(batch.futures) == 3
 

@@ -167,9 +167,9 @@ def test_delivery_future_resolved_by_its_batch_wakes_waiting_threads() -> None:
     futures[2].add_done_callback(
         lambda f: called.append((threading.current_thread().name, f.result().offset))
     )
-    for future in futures:  # what the loop thread's pump does, via Producer._try_append
+    for future in futures:  # what the loop thread's pump does, via Producer.append_nowait
         delta = batch.builder.append(1000, None, b"x")
-        batch.add_sink(future, delta, 1000, -1, 1)
+        batch.attach(future, delta, 1000, -1, 1, 22)
     results: list[object] = []
     waiting = threading.Thread(target=lambda: results.append(futures[1].get(5)))
     waiting.start()
@@ -197,6 +197,6 @@ def test_delivery_future_set_directly_cancelled_or_timed_out() -> None:
         pending.get(0.01)
     assert pending.cancel() and pending.cancelled() and "cancelled" in repr(pending)
     batch = ProducerBatch("t", 0, RecordBatchBuilder(), 0.0, None)
-    batch.add_sink(pending, batch.builder.append(1, None, b"x"), 1, -1, 1)
+    batch.attach(pending, batch.builder.append(1, None, b"x"), 1, -1, 1, 22)
     batch.fail(ValueError("late"), None)
     assert pending.cancelled()  # cancelled first: the batch's outcome does not change that
