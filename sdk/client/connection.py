@@ -61,7 +61,7 @@ API_VERSIONS = messages.ApiVersionsRequest.API_KEY
 #: by id only (KIP-516), which the producer does not track yet.
 CLIENT_MAX_VERSIONS: dict[int, int] = {messages.ProduceRequest.API_KEY: 12}
 
-CLIENT_SOFTWARE_NAME = "pykafka-home-sdk"
+CLIENT_SOFTWARE_NAME = "topicwright-sdk"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
 
 _SIZE = struct.Struct(">i")
