@@ -9,6 +9,7 @@ reference broker once it serves groups (without that delay). The group protocol 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -164,15 +165,24 @@ def test_an_unknown_assignor_name_is_a_config_error():
 async def test_unsubscribe_hands_the_partitions_to_the_other_member(group_broker, unique):
     bootstrap = group_broker.bootstrap
     topic, group = unique("unsubscribe"), unique("group")
+    everything = {TopicPartition(topic, p) for p in range(4)}
     await fill(bootstrap, topic, 2)
     async with Consumer(topic, bootstrap_servers=bootstrap, group_id=group, **GROUP_SETTINGS) as first, \
             Consumer(topic, bootstrap_servers=bootstrap, group_id=group, **GROUP_SETTINGS) as second:
+
+        async def poll_until(consumer: Consumer, done) -> None:  # each member polls on its own
+            while not done():
+                await consumer.getmany(timeout_ms=100)
+
+        def shared() -> bool:
+            mine, theirs = first.assignment(), second.assignment()
+            return bool(mine) and bool(theirs) and mine | theirs == everything and not mine & theirs
+
         async with asyncio.timeout(20):
-            while not (first.assignment() and second.assignment()):
-                await asyncio.gather(first.getmany(timeout_ms=100), second.getmany(timeout_ms=100))
+            await asyncio.gather(poll_until(first, shared), poll_until(second, shared))
             first.unsubscribe()
+            left_at = time.monotonic()
             assert first.assignment() == set()
-            while len(second.assignment()) < 4:
-                await second.getmany(timeout_ms=100)
-        # Well within the session timeout: the first member left rather than timed out.
-        assert second.assignment() == {TopicPartition(topic, p) for p in range(4)}
+            await poll_until(second, lambda: second.assignment() == everything)
+            # Well within the 6 s session timeout: the first member left rather than timed out.
+            assert time.monotonic() - left_at < 4
