@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import logging
 import threading
 from collections import deque
@@ -203,6 +204,8 @@ class Producer:
     PUMP_ROUND = 2000
 
     def __init__(self, **config: Any):
+        """Takes ``sdk.Producer``'s keyword arguments (``help(sdk.Producer.__init__)``), and
+        starts it on the shared loop thread."""
         self._runner = shared_loop()
         self._producer = AsyncProducer(**config)
         self._max_block_s = self._producer.config.max_block_ms / 1000
@@ -482,3 +485,7 @@ class Producer:
             future._record = None
             queue.popleft()
             self._notify_room()
+
+
+# help() and inspect show the async producer's keyword arguments, which the facade takes as they are.
+Producer.__init__.__signature__ = inspect.signature(AsyncProducer.__init__)  # type: ignore[attr-defined]

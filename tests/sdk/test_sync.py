@@ -75,3 +75,13 @@ def test_errors_arrive_through_the_future_or_are_raised(broker_factory, topic_na
 def test_loop_thread_is_shared():
     assert shared_loop() is shared_loop()
     assert shared_loop().thread.daemon
+
+
+def test_the_facade_shows_the_async_producers_settings():
+    import inspect
+
+    from sdk.producer import Producer as AsyncProducer
+
+    parameters = inspect.signature(Producer.__init__).parameters
+    assert parameters["linger_ms"].default == 5 and "buffer_memory" in parameters
+    assert parameters == inspect.signature(AsyncProducer.__init__).parameters
