@@ -24,6 +24,7 @@ from reference_broker.testing import BrokerProcess
 from sdk import Producer, TopicPartition
 from sdk.consumer import Consumer
 from sdk.errors import KafkaError, KafkaTimeoutError
+from sdk.producer.transaction_manager import TransactionState
 from sdk.producer.transactions import is_fatal
 
 pytestmark = pytest.mark.asyncio
@@ -63,13 +64,16 @@ async def _seed(bootstrap: str, topic: str) -> None:
 class Copier:
     """read_committed consumer -> transform -> transactional producer, offsets in the transaction."""
 
-    def __init__(self, bootstrap: str, source: str, target: str, group: str) -> None:
+    def __init__(
+        self, bootstrap: str, source: str, target: str, group: str, transactional_id: str, progress: list[int]
+    ) -> None:
         self.bootstrap = bootstrap
         self.source = source
         self.target = target
         self.group = group
-        self.transactional_id = unique("copier")
-        self.committed_records = 0
+        self.transactional_id = transactional_id
+        #: Records in committed transactions, shared by the copiers that take over one another.
+        self.progress = progress
         self.aborts = 0
         self.consumer = Consumer(
             source,
@@ -105,7 +109,7 @@ class Copier:
     async def run(self) -> None:
         await self.consumer.start()
         try:
-            while not await self._done():
+            while True:
                 if self.producer is None:
                     self.producer = await self._new_producer()
                 try:
@@ -116,14 +120,15 @@ class Copier:
                     continue
                 if batches:
                     await self._copy(self.producer, batches)
+                elif await self._done():
+                    return
         finally:
             if self.producer is not None:
                 await self.producer.stop()
             await self.consumer.stop()
 
     async def _done(self) -> bool:
-        if self.committed_records < RECORDS:
-            return False
+        """Whether the group committed the end of every input partition."""
         try:
             for p in range(PARTITIONS):
                 if await self.consumer.committed(TopicPartition(self.source, p)) != PER_PARTITION:
@@ -149,7 +154,7 @@ class Copier:
                     break
                 except KafkaTimeoutError:
                     log.info("copier: commit timed out, again")  # the outcome is not known: retry
-            self.committed_records += count
+            self.progress[0] += count
         except KafkaError as exc:
             log.info("copier: transaction failed: %r", exc)
             await self._recover(producer, exc)
@@ -207,36 +212,95 @@ async def _read_committed(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
     return got
 
 
-async def test_exactly_once_copy_survives_a_broker_kill(eos_broker):
+async def _watch(bootstrap: str, topic: str, seen: dict[int, list[bytes]], stop: asyncio.Event) -> None:
+    """A read_committed reader running during the copy: what it sees must never include an
+    aborted or uncommitted record."""
+    async with Consumer(
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        fetch_max_wait_ms=100,
+        request_timeout_ms=3000,
+    ) as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        while not stop.is_set():
+            try:
+                batches = await consumer.getmany(timeout_ms=100)
+            except KafkaError:
+                await asyncio.sleep(0.1)
+                continue
+            for tp, records in batches.items():
+                seen[tp.partition].extend(r.value for r in records)
+
+
+def _in_transaction(copier: Copier) -> bool:
+    txn = copier.producer.transaction_manager if copier.producer is not None else None
+    if txn is None or txn.state != TransactionState.IN_TRANSACTION:
+        return False
+    return bool(txn.new_partitions or txn.pending_partitions or txn.partitions_in_transaction)
+
+
+async def _wait_for(progress: list[int], records: int, task: asyncio.Task[None]) -> None:
+    deadline = time.monotonic() + 60
+    while progress[0] < records and time.monotonic() < deadline:
+        assert not task.done(), task
+        await asyncio.sleep(0.005)
+
+
+async def test_exactly_once_copy_survives_copier_and_broker_kills(eos_broker):
     bootstrap = eos_broker.bootstrap
-    source, target = unique("eos-in"), unique("eos-out")
+    source, target, group = unique("eos-in"), unique("eos-out"), unique("eos-group")
+    transactional_id = unique("copier")
     await _seed(bootstrap, source)
-    copier = Copier(bootstrap, source, target, unique("eos-group"))
-    copying = asyncio.create_task(copier.run())
+    progress = [0]
+    seen: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+    stop_watching = asyncio.Event()
+    watching = asyncio.create_task(_watch(bootstrap, target, seen, stop_watching))
+    first = Copier(bootstrap, source, target, group, transactional_id, progress)
+    copying = asyncio.create_task(first.run())
+    second: Copier | None = None
     try:
-        deadline = time.monotonic() + 60
-        while copier.committed_records < RECORDS // 2 and time.monotonic() < deadline:
-            assert not copying.done(), copying
-            await asyncio.sleep(0.01)
-        killed_at = copier.committed_records
+        # The copier dies mid-transaction; its successor (same transactional id) fences it and
+        # the coordinator aborts what it left open.
+        await _wait_for(progress, RECORDS // 4, copying)
+        spin_deadline = time.monotonic() + 10
+        while not _in_transaction(first):
+            assert time.monotonic() < spin_deadline, "the copier never seen inside a transaction"
+            await asyncio.sleep(0)
+        bounced_at = progress[0]
+        copying.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await copying
+        second = Copier(bootstrap, source, target, group, transactional_id, progress)
+        copying = asyncio.create_task(second.run())
+        # Then the broker is killed with SIGKILL and restarted.
+        await _wait_for(progress, RECORDS // 2, copying)
+        killed_at = progress[0]
         await asyncio.to_thread(eos_broker.restart, kill=True)
-        restarted_at = copier.committed_records
+        restarted_at = progress[0]
         await asyncio.wait_for(asyncio.shield(copying), 90)
     finally:
-        if not copying.done():
-            copying.cancel()
+        stop_watching.set()
+        for task in (copying, watching):
+            if not task.done() and task is copying:
+                task.cancel()
             with contextlib.suppress(BaseException):
-                await copying
+                await task
     log.info(
-        "killed at %d committed records, back at %d; %d transactions failed",
+        "copier bounced at %d committed records, broker killed at %d and back at %d; %d transactions failed",
+        bounced_at,
         killed_at,
         restarted_at,
-        copier.aborts,
+        first.aborts + second.aborts,
     )
-    assert 0 < killed_at <= restarted_at < RECORDS, "the broker was killed and back midway"
+    assert 0 < bounced_at < killed_at <= restarted_at < RECORDS, "the kills happened midway"
+    assert sum(len(v) for v in seen.values()) > 0
     output = await _read_committed(bootstrap, target)
     for p in range(PARTITIONS):
         expected = [b"copied-%d" % i for i in range(p, RECORDS, PARTITIONS)]
         got = output[p]
         assert len(got) == len(set(got)), f"partition {p}: {len(got) - len(set(got))} duplicates"
         assert got == expected, f"partition {p}: {len(set(expected) - set(got))} missing, or out of order"
+        # The concurrent reader saw a prefix of the output: nothing aborted, nothing twice.
+        assert seen[p] == expected[: len(seen[p])], f"partition {p}: the concurrent reader saw aborted data"
