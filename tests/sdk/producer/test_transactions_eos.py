@@ -1,12 +1,14 @@
-"""Exactly-once copy with our SDK, with the broker killed (SIGKILL) and restarted midway.
+"""Exactly-once copy with our SDK, with the copier and the broker killed midway.
 
 As Kafka's own transactions system test does: an input topic is seeded with numbered records
 over 4 partitions; a copier (a read_committed group consumer, a transactional producer and the
 consumer's offsets sent to each transaction with its group metadata) transforms and copies them
-to an output topic in transactions of up to 100 records; meanwhile the broker is killed with
-SIGKILL and restarted. Whatever failed is aborted and the consumer rewound to the committed
-offsets. A read_committed reader then finds the output to be exactly the transformed input:
-0 duplicates, 0 missing, order kept per partition.
+to an output topic in transactions of up to 100 records. Meanwhile the copier is killed inside a
+transaction and replaced by a new one with the same transactional id (which fences it; the
+coordinator aborts what it left open), then the broker is killed with SIGKILL and restarted.
+Whatever failed is aborted and the consumer rewound to the committed offsets. A read_committed
+reader then finds the output to be exactly the transformed input (0 duplicates, 0 missing, order
+kept per partition), and one reading during the copy saw only a prefix of it.
 """
 
 from __future__ import annotations
