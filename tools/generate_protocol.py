@@ -6,11 +6,11 @@ Usage::
     python tools/generate_protocol.py ../shared/kafka-protocol [--out-dir DIR]
 
 Reads ``message/*.json`` and ``errors.tsv`` from that folder and rewrites
-``sdk/protocol/_generated_schemas.py`` and ``sdk/protocol/_generated_errors.py`` (or writes them
-into ``--out-dir``, which is how the test suite checks that the committed files are current). The
-output keeps only what the codec needs (names, types, version ranges, defaults, tags) and none of
-the prose, so that the project carries its own compact definitions and re-generating against a
-newer Kafka is one command.
+``sdk/protocol/_generated_schemas.py``, ``sdk/protocol/_generated_errors.py`` and the type stub
+``sdk/protocol/_generated_messages.pyi`` (or writes them into ``--out-dir``, which is how the test
+suite checks that the committed files are current). The output keeps only what the codec needs
+(names, types, version ranges, defaults, tags) and none of the prose, so that the project carries
+its own compact definitions and re-generating against a newer Kafka is one command.
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "sdk" / "protocol"
 SCHEMAS_FILE = "_generated_schemas.py"
 ERRORS_FILE = "_generated_errors.py"
+STUBS_FILE = "_generated_messages.pyi"
 OUT_SCHEMAS = OUT_DIR / SCHEMAS_FILE
 OUT_ERRORS = OUT_DIR / ERRORS_FILE
+OUT_STUBS = OUT_DIR / STUBS_FILE
 
 OPEN_END = 0x7FFF
 PRIMITIVES = {
@@ -248,6 +250,115 @@ def write_errors(rows: list[tuple[int, str, str, bool]], path: Path = OUT_ERRORS
     path.write_text("\n".join(out))
 
 
+#: Python types of Kafka's primitive field types, as the decoder hands them back.
+STUB_TYPES = {
+    "bool": "bool", "int8": "int", "int16": "int", "uint16": "int", "int32": "int", "uint32": "int",
+    "int64": "int", "float64": "float", "string": "str", "bytes": "bytes", "uuid": "_uuid.UUID",
+    # Records stay a zero-copy view of the request buffer when decoded.
+    "records": "memoryview | bytes",
+}
+
+
+class StubWriter:
+    """Writes the type stub of the message classes that ``sdk.protocol.messages`` builds at import.
+
+    The classes are made from the tables at run time, so a type checker cannot see their fields;
+    this stub declares the same classes with the same nesting. It walks the tables exactly as
+    ``messages._build_struct`` does (a struct seen before with the same definition is the same
+    class; every struct of a message is also an attribute of the top-level class), so that an
+    annotation like ``JoinGroupRequest.JoinGroupRequestProtocol`` names the class the runtime has.
+    """
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def field_type(self, f: dict[str, Any], struct_qualname: str | None) -> str:
+        base = struct_qualname if struct_qualname is not None else STUB_TYPES[f["type"]]
+        text = f"list[{base}]" if f["array"] else base
+        if f.get("nullable") or (f["type"] == "records" and not f["array"]):
+            text += " | None"
+        return text
+
+    def struct(
+        self,
+        name: str,
+        qualname: str,
+        fields: list[dict[str, Any]],
+        registry: dict[str, tuple[list[dict[str, Any]], str]],
+        indent: str,
+        extra: tuple[str, ...] = (),
+    ) -> set[str]:
+        """Writes the class; returns the names of the structs that are attributes of it."""
+        inner = indent + "    "
+        self.lines.append(f"{indent}class {name}(Message):")
+        self.lines += [inner + line for line in extra]
+        children: dict[str, str] = {}
+        typed: list[tuple[str, str]] = []
+        for f in fields:
+            struct_qualname = None
+            if "fields" in f:
+                child = f["struct"]
+                known = registry.get(child)
+                if known is not None and known[0] == f["fields"]:
+                    struct_qualname = known[1]
+                else:
+                    struct_qualname = f"{qualname}.{child}"
+                    self.struct(child, struct_qualname, f["fields"], registry, inner)
+                    registry.setdefault(child, (f["fields"], struct_qualname))
+                children[child] = struct_qualname
+            typed.append((f["name"], self.field_type(f, struct_qualname)))
+        # A struct this class shares with another part of the message is an alias here.
+        for child, child_qualname in children.items():
+            if child_qualname != f"{qualname}.{child}":
+                self.lines.append(f"{inner}{child} = {child_qualname}")
+        self.lines += [f"{inner}{field}: {annotation}" for field, annotation in typed]
+        params = ", ".join(f"{field}: {annotation} = ..." for field, annotation in typed)
+        signature = f"self, *, {params}" if params else "self"
+        self.lines.append(f"{inner}def __init__({signature}) -> None: ...")
+        return set(children)
+
+    def message(self, m: dict[str, Any]) -> None:
+        registry: dict[str, tuple[list[dict[str, Any]], str]] = {}
+        api_key = "int" if m["api_key"] is not None else "None"
+        flexible = "int" if m["flexible"] else "None"
+        header = (
+            f"API_KEY: ClassVar[{api_key}]",
+            "VALID_VERSIONS: ClassVar[tuple[int, int]]",
+            f"FLEXIBLE_FROM: ClassVar[{flexible}]",
+        )
+        start = len(self.lines)
+        top_level = self.struct(m["name"], m["name"], m["fields"], registry, "", header)
+        # Structs nested deeper are attributes of the top-level class too (``messages`` does the same).
+        aliases = [
+            f"    {child} = {qualname}" for child, (_, qualname) in registry.items() if child not in top_level
+        ]
+        self.lines[start + 1 : start + 1] = aliases
+
+
+def write_message_stubs(messages: list[dict[str, Any]], path: Path = OUT_STUBS) -> None:
+    """The type stub ``sdk.protocol.messages`` re-exports for type checkers (see ``StubWriter``)."""
+    writer = StubWriter()
+    for m in messages:
+        writer.lines.append("")
+        writer.message(m)
+    header = [
+        '"""Generated by tools/generate_protocol.py from Kafka\'s message definitions. Do not edit.',
+        "",
+        "Type declarations of the message classes ``sdk.protocol.messages`` builds at import time.",
+        '"""',
+        "",
+        "import uuid as _uuid",
+        "from typing import ClassVar",
+        "",
+        "from sdk.protocol.messages import Message",
+        "",
+        "__all__ = [",
+        *[f"    {m['name']!r}," for m in messages],
+        "]",
+    ]
+    path.write_text("\n".join(header + writer.lines) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", type=Path, help="folder with message/*.json and errors.tsv")
@@ -264,8 +375,10 @@ def main(argv: list[str] | None = None) -> int:
     messages = load_messages(args.source)
     write_schemas(messages, api_release(args.source), out_dir / SCHEMAS_FILE)
     write_errors(load_errors(args.source), out_dir / ERRORS_FILE)
+    write_message_stubs(messages, out_dir / STUBS_FILE)
     print(f"wrote {len(messages)} message definitions to {out_dir / SCHEMAS_FILE}")
     print(f"wrote errors to {out_dir / ERRORS_FILE}")
+    print(f"wrote message type stubs to {out_dir / STUBS_FILE}")
     return 0
 
 

@@ -12,9 +12,14 @@ from __future__ import annotations
 import operator
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sdk.protocol._generated_schemas import MESSAGES
+
+if TYPE_CHECKING:
+    # The classes below are made at run time; the generated stub declares each of them, its
+    # nested structs and their typed fields for type checkers and editors.
+    from sdk.protocol._generated_messages import *  # noqa: F403
 
 OPEN_END = 0x7FFF
 ZERO_UUID = uuid.UUID(int=0)
@@ -80,12 +85,12 @@ class Message:
     """Base of every generated message and struct class."""
 
     __slots__ = ("unknown_tags",)
-    FIELDS: tuple[FieldSpec, ...] = ()
-    NAME: str = ""
-    API_KEY: int | None = None
-    KIND: str = "struct"
-    VALID_VERSIONS: tuple[int, int] = (0, 0)
-    FLEXIBLE_FROM: int | None = None
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = ()
+    NAME: ClassVar[str] = ""
+    API_KEY: ClassVar[int | None] = None
+    KIND: ClassVar[str] = "struct"
+    VALID_VERSIONS: ClassVar[tuple[int, int]] = (0, 0)
+    FLEXIBLE_FROM: ClassVar[int | None] = None
     unknown_tags: dict[int, bytes] | None
 
     def __eq__(self, other: object) -> bool:

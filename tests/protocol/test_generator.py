@@ -8,6 +8,7 @@ definitions are only read by the generator run in a subprocess, never imported b
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import subprocess
 import sys
@@ -16,10 +17,13 @@ from types import ModuleType
 
 import pytest
 
+from sdk.protocol import messages
+from sdk.protocol.messages import MESSAGE_CLASSES, Message
+
 ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = ROOT / "tools" / "generate_protocol.py"
 DEFINITIONS = ROOT.parent / "shared" / "kafka-protocol"
-GENERATED = ("_generated_schemas.py", "_generated_errors.py")
+GENERATED = ("_generated_schemas.py", "_generated_errors.py", "_generated_messages.pyi")
 
 
 def _load_generator() -> ModuleType:
@@ -104,3 +108,58 @@ def test_out_dir_leaves_the_package_alone(tmp_path: Path) -> None:
     assert (hint["tag"], hint["tagged"]) == (0, (1, 0x7FFF))
     exec((out / "_generated_errors.py").read_text(), namespace)
     assert namespace["ERRORS"] == [(7, "SLOW", "SlowException", True)]
+
+
+def _stub_classes(body: list[ast.stmt], prefix: str, out: dict[str, dict[str, object]]) -> None:
+    """Every class of the stub by qualified name: its annotated fields, nested classes and aliases."""
+    for node in body:
+        if isinstance(node, ast.ClassDef):
+            qualname = f"{prefix}{node.name}"
+            members: dict[str, object] = {}
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    members[item.target.id] = ast.unparse(item.annotation)
+                elif isinstance(item, ast.Assign) and isinstance(item.targets[0], ast.Name):
+                    members[item.targets[0].id] = ("alias", ast.unparse(item.value))
+                elif isinstance(item, ast.ClassDef):
+                    members[item.name] = ("class", f"{qualname}.{item.name}")
+                elif isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    members["__init__"] = [a.arg for a in item.args.kwonlyargs]
+            out[qualname] = members
+            _stub_classes(node.body, f"{qualname}.", out)
+
+
+def test_stub_declares_every_runtime_class_and_field() -> None:
+    """The type stub names each message class, nested struct and field that ``messages`` builds,
+    with the same nesting, so type-checked code means the classes the runtime has."""
+    stub = ast.parse((ROOT / "sdk" / "protocol" / "_generated_messages.pyi").read_text())
+    declared: dict[str, dict[str, object]] = {}
+    _stub_classes(stub.body, "", declared)
+    assert {q for q in declared if "." not in q} == set(MESSAGE_CLASSES)
+
+    seen: set[str] = set()
+
+    def check(cls: type[Message], qualname: str) -> None:
+        members = declared[qualname]
+        field_names = [f.name for f in cls.FIELDS]
+        assert members["__init__"] == field_names, qualname
+        for f in cls.FIELDS:
+            annotation = members[f.name]
+            assert isinstance(annotation, str), (qualname, f.name)
+            if f.struct is not None:
+                assert f.struct.__qualname__ in annotation, (qualname, f.name, annotation)
+        nested = {name: value for name, value in vars(cls).items() if isinstance(value, type)}
+        for name, child in nested.items():
+            kind, target = members[name]  # type: ignore[misc]  # a (kind, qualname) pair by construction
+            assert target == child.__qualname__, (qualname, name, target)
+            if kind == "class" and target not in seen:
+                seen.add(target)
+                check(child, target)
+        if cls.API_KEY is not None:
+            assert members["API_KEY"] == "ClassVar[int]"
+
+    for name, cls in MESSAGE_CLASSES.items():
+        assert getattr(messages, name) is cls
+        check(cls, name)
+    # Every class the stub declares exists at run time.
+    assert set(declared) == seen | set(MESSAGE_CLASSES)
