@@ -347,7 +347,8 @@ class Producer(BatchSendMixin, TransactionalMixin):
 
     async def stop(self, timeout: float | None = None) -> None:
         """Deliver what is buffered, then close. With ``timeout`` (seconds), records still unsent
-        then fail with ``ProducerClosedError``. Safe to call twice."""
+        then fail with ``ProducerClosedError``. Safe to call twice. A transactional producer
+        aborts its open transaction first (as Java's producer does at close)."""
         if self._state in (_CLOSING, _CLOSED):
             return
         if self._state == _NEW:
@@ -357,6 +358,8 @@ class Producer(BatchSendMixin, TransactionalMixin):
         self._accepting = False
         try:
             assert self._sender is not None and self._client is not None
+            if self._transactions is not None:
+                await self._transactions.abort_open_transaction(timeout)
             await self._sender.close(timeout)
         finally:
             if self._client is not None:

@@ -664,6 +664,26 @@ class Transactions:
             txn.complete_transaction()
         self._sender.wake()
 
+    async def abort_open_transaction(self, timeout: float | None) -> None:
+        """At close, abort a transaction still open (as Java's sender does at shutdown) rather
+        than leave it to the coordinator's timeout, which would hold read_committed readers back
+        until then. Best effort within ``timeout`` seconds: a failure is only logged."""
+        txn = self.txn
+        open_states = (
+            TransactionState.IN_TRANSACTION,
+            TransactionState.ABORTABLE_ERROR,
+            TransactionState.ABORTING,
+        )
+        if txn.fatal_error is not None or txn.state not in open_states:
+            return
+        log.info("transactional id %r: aborting the open transaction at close", txn.transactional_id)
+        try:
+            await asyncio.wait_for(self.abort_transaction(), timeout)
+        except (KafkaError, TimeoutError) as exc:
+            log.warning(
+                "transactional id %r: open transaction not aborted at close: %r", txn.transactional_id, exc
+            )
+
     async def _bump_epoch(self) -> None:
         """KIP-360: a new epoch for the same producer id, so the sequence numbers a failed batch
         left in doubt start again from 0."""

@@ -306,3 +306,17 @@ async def test_a_refused_record_makes_the_transaction_abortable_then_the_next_on
             await producer.send(topic, b"after", key=b"k", partition=1)
     got = await asyncio.to_thread(_confluent_read, bootstrap, topic, 1, True)
     assert got == [b"after"]
+
+
+async def test_closing_mid_transaction_aborts_it_so_readers_are_not_held_back(txn_broker):
+    """Left open, the transaction would hold read_committed readers for transaction_timeout_ms
+    (60 s here); stop() aborts it, so the next commit is readable at once."""
+    bootstrap = txn_broker.bootstrap
+    topic = await _create_topic(bootstrap, unique("close"))
+    async with _producer(bootstrap, unique("tid"), transaction_timeout_ms=60000) as producer:
+        await producer.begin_transaction()
+        await producer.send_and_wait(topic, b"left open", partition=0)
+    async with _producer(bootstrap, unique("tid")) as other, other.transaction():
+        await other.send(topic, b"after", partition=0)
+    got = await asyncio.to_thread(_confluent_read, bootstrap, topic, 1, True, 5)
+    assert got == [b"after"]

@@ -124,6 +124,12 @@ class Copier:
                     await self._copy(self.producer, batches)
                 elif await self._done():
                     return
+        except asyncio.CancelledError:
+            # Killed: nothing is finished cleanly (stop(0) gives the open transaction no time).
+            if self.producer is not None:
+                await self.producer.stop(0)
+                self.producer = None
+            raise
         finally:
             if self.producer is not None:
                 await self.producer.stop()
