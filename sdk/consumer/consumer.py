@@ -258,13 +258,13 @@ class Consumer:
             self._subscription,
             group_id=cfg.group_id,
             group_instance_id=cfg.group_instance_id,
-            session_timeout_ms=cfg.session_timeout_ms,
-            heartbeat_interval_ms=cfg.heartbeat_interval_ms,
-            rebalance_timeout_ms=cfg.rebalance_timeout_ms,
-            max_poll_interval_ms=cfg.max_poll_interval_ms,
-            retry_backoff_ms=cfg.retry_backoff_ms,
+            session_timeout_ms=int(cfg.session_timeout_ms),
+            heartbeat_interval_ms=int(cfg.heartbeat_interval_ms),
+            rebalance_timeout_ms=int(cfg.rebalance_timeout_ms or cfg.session_timeout_ms),
+            max_poll_interval_ms=int(cfg.max_poll_interval_ms),
+            retry_backoff_ms=int(cfg.retry_backoff_ms),
             enable_auto_commit=cfg.enable_auto_commit,
-            auto_commit_interval_ms=cfg.auto_commit_interval_ms,
+            auto_commit_interval_ms=int(cfg.auto_commit_interval_ms),
             assignors=self._assignors,
             exclude_internal_topics=cfg.exclude_internal_topics,
         )
@@ -690,7 +690,11 @@ class Consumer:
                 raise ValueError(f"timestamp for {tp} must be an integer >= 0, not {ts!r}")
             query[_as_tp(tp)] = ts
         found = await fetcher.list_offsets(query, self.config.request_timeout_ms)
-        return {tp: (OffsetAndTimestamp(*found[tp]) if found.get(tp) else None) for tp in query}
+        result: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        for tp in query:
+            answer = found.get(tp)
+            result[tp] = OffsetAndTimestamp(*answer) if answer is not None else None
+        return result
 
     async def _end_offsets(
         self, partitions: tuple[TopicPartition, ...], timestamp: int

@@ -11,9 +11,9 @@ from typing import Any
 
 from sdk.errors import (
     ClientError,
-    CorruptMessageError,  # type: ignore[attr-defined]
+    CorruptMessageError,
     IllegalStateError,
-    OffsetOutOfRangeError,  # type: ignore[attr-defined]
+    OffsetOutOfRangeError,
     RecordTooLargeError,
 )
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterable
@@ -244,9 +245,8 @@ class Fetcher:
             assert future is not None
             self._in_flight.add(node_id)
             offsets = dict(partitions)
-            future.add_done_callback(
-                lambda f, n=node_id, o=offsets, v=version, i=id_names: self._on_fetch_done(n, o, v, i, f)
-            )
+            done = functools.partial(self._on_fetch_done, node_id, offsets, version, id_names)
+            future.add_done_callback(done)
 
     def _fetch_request(
         self, version: int, partitions: list[tuple[TopicPartition, int]]

@@ -58,7 +58,7 @@ class Consumer:
         async def call() -> T:
             return fn(*args)
 
-        return self._run(call())  # type: ignore[no-any-return]
+        return self._run(call())
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -120,7 +120,7 @@ class Consumer:
     def getone(self, *partitions: TopicPartition, timeout_ms: float | None = None) -> ConsumerRecord | None:
         """The next record, waiting at most ``timeout_ms`` (forever if None); None on timeout."""
         if timeout_ms is None:
-            return self._run(self._consumer.getone(*partitions))  # type: ignore[no-any-return]
+            return self._run(self._consumer.getone(*partitions))
         batch = self.getmany(*partitions, timeout_ms=timeout_ms, max_records=1)
         for records in batch.values():
             return records[0]
@@ -154,18 +154,18 @@ class Consumer:
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> bool:
         self._drop_buffered(*partitions)
-        return self._run(self._consumer.seek_to_beginning(*partitions))  # type: ignore[no-any-return]
+        return self._run(self._consumer.seek_to_beginning(*partitions))
 
     def seek_to_end(self, *partitions: TopicPartition) -> bool:
         self._drop_buffered(*partitions)
-        return self._run(self._consumer.seek_to_end(*partitions))  # type: ignore[no-any-return]
+        return self._run(self._consumer.seek_to_end(*partitions))
 
     def seek_to_committed(self, *partitions: TopicPartition) -> dict[TopicPartition, int | None]:
         self._drop_buffered(*partitions)
-        return self._run(self._consumer.seek_to_committed(*partitions))  # type: ignore[no-any-return]
+        return self._run(self._consumer.seek_to_committed(*partitions))
 
     def position(self, partition: TopicPartition) -> int:
-        return self._run(self._consumer.position(partition))  # type: ignore[no-any-return]
+        return self._run(self._consumer.position(partition))
 
     def highwater(self, partition: TopicPartition) -> int | None:
         return self._call(self._consumer.highwater, partition)
@@ -196,21 +196,21 @@ class Consumer:
         self._run(self._consumer.commit(offsets))
 
     def committed(self, partition: TopicPartition) -> int | None:
-        return self._run(self._consumer.committed(partition))  # type: ignore[no-any-return]
+        return self._run(self._consumer.committed(partition))
 
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        return self._run(self._consumer.offsets_for_times(timestamps))  # type: ignore[no-any-return]
+        return self._run(self._consumer.offsets_for_times(timestamps))
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return self._run(self._consumer.beginning_offsets(list(partitions)))  # type: ignore[no-any-return]
+        return self._run(self._consumer.beginning_offsets(list(partitions)))
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return self._run(self._consumer.end_offsets(list(partitions)))  # type: ignore[no-any-return]
+        return self._run(self._consumer.end_offsets(list(partitions)))
 
     def topics(self) -> set[str]:
-        return self._run(self._consumer.topics())  # type: ignore[no-any-return]
+        return self._run(self._consumer.topics())
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
         return self._call(self._consumer.partitions_for_topic, topic)
