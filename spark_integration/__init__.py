@@ -1,5 +1,19 @@
-"""PySpark helpers for exactly-once consume-transform-produce pipelines.
+"""PySpark helpers: read Kafka topics with Spark and write to them exactly once.
 
-Nothing lives here yet: the helpers arrive with the Spark issue, after the consumer and
-transactions exist in the SDK.
+``register(spark)`` makes the data source available as ``spark.read.format(FORMAT)`` (and
+``readStream``, ``write``, ``writeStream``); it is built on PySpark 4's Python Data Source API and
+on the SDK's blocking clients, which run in Spark's Python workers.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+from spark_integration.source import FORMAT, KafkaDataSource
+
+__all__ = ["FORMAT", "KafkaDataSource", "register"]
+
+
+def register(spark: Any) -> None:
+    """Register the data source with ``spark`` (a ``SparkSession``) under ``FORMAT``."""
+    spark.dataSource.register(KafkaDataSource)
