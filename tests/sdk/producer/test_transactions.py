@@ -114,7 +114,11 @@ async def test_calls_in_the_wrong_state_raise(mock_cluster, topic_name, unique):
         with pytest.raises(IllegalStateError, match="init_transactions"):
             await producer.init_transactions()
         await producer.send_and_wait(topic_name, b"inside")
+        many = await producer.send_many(topic_name, [(None, b"a"), (None, b"b")], partition=0)
         await producer.commit_transaction()
+        assert many.done() and many.exception() is None
+        with pytest.raises(IllegalStateError, match="begin_transaction"):
+            await producer.send_many(topic_name, [(None, b"outside")])
         assert await producer.partitions_for(topic_name)  # metadata needs no transaction
     async with Producer(bootstrap_servers=mock_cluster.bootstrap) as plain:
         for call in (plain.begin_transaction, plain.commit_transaction, plain.abort_transaction):

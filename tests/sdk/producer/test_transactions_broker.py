@@ -124,6 +124,31 @@ def _confluent_read(
     return got
 
 
+async def _aiokafka_read(bootstrap: str, topic: str, expected: int, timeout: float = 15) -> list[bytes]:
+    """Values read by aiokafka's consumer under read_committed."""
+    import aiokafka
+
+    got: list[bytes] = []
+    consumer = aiokafka.AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        consumer.assign([aiokafka.TopicPartition(topic, 0), aiokafka.TopicPartition(topic, 1)])
+        deadline = time.monotonic() + timeout
+        while len(got) < expected and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=200)
+            got.extend(r.value for rs in batches.values() for r in rs)
+        batches = await consumer.getmany(timeout_ms=300)  # nothing more may come
+        got.extend(r.value for rs in batches.values() for r in rs)
+    finally:
+        await consumer.stop()
+    return got
+
+
 async def _sdk_read(bootstrap: str, topic: str, expected: int, timeout: float = 15) -> list[bytes]:
     """Values read by our consumer under read_committed, until ``expected`` arrived and nothing
     more came for a moment."""
@@ -174,6 +199,7 @@ async def test_commit_visible_abort_and_open_invisible_to_read_committed(txn_bro
     expected = sorted([b"committed-%d" % i for i in range(10)] + [b"open", b"end"])
     assert sorted(await asyncio.to_thread(_confluent_read, bootstrap, topic, 12, True)) == expected
     assert sorted(await _sdk_read(bootstrap, topic, 12)) == expected
+    assert sorted(await _aiokafka_read(bootstrap, topic, 12)) == expected
     everything = await asyncio.to_thread(_confluent_read, bootstrap, topic, 22, False)
     assert sum(v.startswith(b"aborted") for v in everything) == 10
 
