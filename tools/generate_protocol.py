@@ -196,7 +196,7 @@ def write_schemas(
         base = m["name"].removesuffix("Request").removesuffix("Response")
         m["current"] = not releases.get(base, "").endswith("-dev")
     body = pprint.pformat(messages, width=120, sort_dicts=False)
-    path.write_text(f"{HEADER}\nMESSAGES = {body}\n")
+    path.write_text(f"{HEADER}\nfrom typing import Any\n\nMESSAGES: list[dict[str, Any]] = {body}\n")
 
 
 def error_class_name(error_name: str) -> str:
@@ -204,6 +204,12 @@ def error_class_name(error_name: str) -> str:
     name = "".join(part.capitalize() for part in error_name.lower().split("_"))
     name = name.removesuffix("Exception").removesuffix("Error")
     return name + "Error"
+
+
+#: Generated classes that ``sdk.protocol.errors`` extends under the same name (the codec's
+#: UnsupportedVersionError carries the request's key and version); the star imports of this module
+#: must not bring in the plain class, or a type checker sees two definitions of one name.
+EXTENDED_IN_ERRORS_MODULE = {"UnsupportedVersionError"}
 
 
 def write_errors(rows: list[tuple[int, str, str, bool]], path: Path = OUT_ERRORS) -> None:
@@ -245,7 +251,8 @@ def write_errors(rows: list[tuple[int, str, str, bool]], path: Path = OUT_ERRORS
     out.append("ERROR_CLASSES: dict[int, type[KafkaError]] = {")
     out += [f"    {code}: {class_name}," for code, class_name in classes.items()]
     out += ["}\n", "__all__ = ["]
-    out += [f"    {name!r}," for name in ["ErrorCode", *sorted(classes.values())]]
+    exported = sorted(set(classes.values()) - EXTENDED_IN_ERRORS_MODULE)
+    out += [f"    {name!r}," for name in ["ErrorCode", *exported]]
     out.append("]\n")
     path.write_text("\n".join(out))
 
@@ -310,7 +317,7 @@ class StubWriter:
         # A struct this class shares with another part of the message is an alias here.
         for child, child_qualname in children.items():
             if child_qualname != f"{qualname}.{child}":
-                self.lines.append(f"{inner}{child} = {child_qualname}")
+                self.lines.append(f"{inner}{child}: TypeAlias = {child_qualname}")
         self.lines += [f"{inner}{field}: {annotation}" for field, annotation in typed]
         params = ", ".join(f"{field}: {annotation} = ..." for field, annotation in typed)
         signature = f"self, *, {params}" if params else "self"
@@ -326,13 +333,14 @@ class StubWriter:
             "VALID_VERSIONS: ClassVar[tuple[int, int]]",
             f"FLEXIBLE_FROM: ClassVar[{flexible}]",
         )
-        start = len(self.lines)
         top_level = self.struct(m["name"], m["name"], m["fields"], registry, "", header)
-        # Structs nested deeper are attributes of the top-level class too (``messages`` does the same).
-        aliases = [
-            f"    {child} = {qualname}" for child, (_, qualname) in registry.items() if child not in top_level
+        # Structs nested deeper are attributes of the top-level class too (``messages`` does the same);
+        # the aliases come last, as mypy resolves a class-level alias only after the class it names.
+        self.lines += [
+            f"    {child}: TypeAlias = {qualname}"
+            for child, (_, qualname) in registry.items()
+            if child not in top_level
         ]
-        self.lines[start + 1 : start + 1] = aliases
 
 
 def write_message_stubs(messages: list[dict[str, Any]], path: Path = OUT_STUBS) -> None:
@@ -346,9 +354,10 @@ def write_message_stubs(messages: list[dict[str, Any]], path: Path = OUT_STUBS) 
         "",
         "Type declarations of the message classes ``sdk.protocol.messages`` builds at import time.",
         '"""',
+        "# ruff: noqa",
         "",
         "import uuid as _uuid",
-        "from typing import ClassVar",
+        "from typing import ClassVar, TypeAlias",
         "",
         "from sdk.protocol.messages import Message",
         "",

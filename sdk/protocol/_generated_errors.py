@@ -1685,6 +1685,5 @@ __all__ = [
     'UnsupportedEndpointTypeError',
     'UnsupportedForMessageFormatError',
     'UnsupportedSaslMechanismError',
-    'UnsupportedVersionError',
     'VoterNotFoundError',
 ]

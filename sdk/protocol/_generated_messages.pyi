@@ -2,9 +2,10 @@
 
 Type declarations of the message classes ``sdk.protocol.messages`` builds at import time.
 """
+# ruff: noqa
 
 import uuid as _uuid
-from typing import ClassVar
+from typing import ClassVar, TypeAlias
 
 from sdk.protocol.messages import Message
 
@@ -232,7 +233,7 @@ class AddPartitionsToTxnRequest(Message):
         verify_only: bool
         topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.AddPartitionsToTxnTopic]
         def __init__(self, *, transactional_id: str = ..., producer_id: int = ..., producer_epoch: int = ..., verify_only: bool = ..., topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.AddPartitionsToTxnTopic] = ...) -> None: ...
-    AddPartitionsToTxnTopic = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.AddPartitionsToTxnTopic
+    AddPartitionsToTxnTopic: TypeAlias = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.AddPartitionsToTxnTopic
     transactions: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction]
     v3_and_below_transactional_id: str
     v3_and_below_producer_id: int
@@ -241,7 +242,6 @@ class AddPartitionsToTxnRequest(Message):
     def __init__(self, *, transactions: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction] = ..., v3_and_below_transactional_id: str = ..., v3_and_below_producer_id: int = ..., v3_and_below_producer_epoch: int = ..., v3_and_below_topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction.AddPartitionsToTxnTopic] = ...) -> None: ...
 
 class AddPartitionsToTxnResponse(Message):
-    AddPartitionsToTxnPartitionResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult.AddPartitionsToTxnTopicResult.AddPartitionsToTxnPartitionResult
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -257,12 +257,13 @@ class AddPartitionsToTxnResponse(Message):
         transactional_id: str
         topic_results: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult.AddPartitionsToTxnTopicResult]
         def __init__(self, *, transactional_id: str = ..., topic_results: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult.AddPartitionsToTxnTopicResult] = ...) -> None: ...
-    AddPartitionsToTxnTopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnResult.AddPartitionsToTxnTopicResult
+    AddPartitionsToTxnTopicResult: TypeAlias = AddPartitionsToTxnResponse.AddPartitionsToTxnResult.AddPartitionsToTxnTopicResult
     throttle_time_ms: int
     error_code: int
     results_by_transaction: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult]
     results_by_topic_v3_and_below: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult.AddPartitionsToTxnTopicResult]
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., results_by_transaction: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult] = ..., results_by_topic_v3_and_below: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult.AddPartitionsToTxnTopicResult] = ...) -> None: ...
+    AddPartitionsToTxnPartitionResult: TypeAlias = AddPartitionsToTxnResponse.AddPartitionsToTxnResult.AddPartitionsToTxnTopicResult.AddPartitionsToTxnPartitionResult
 
 class AddRaftVoterRequest(Message):
     API_KEY: ClassVar[int]
@@ -308,8 +309,6 @@ class AllocateProducerIdsResponse(Message):
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., producer_id_start: int = ..., producer_id_len: int = ...) -> None: ...
 
 class AlterClientQuotasRequest(Message):
-    EntityData = AlterClientQuotasRequest.EntryData.EntityData
-    OpData = AlterClientQuotasRequest.EntryData.OpData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -329,9 +328,10 @@ class AlterClientQuotasRequest(Message):
     entries: list[AlterClientQuotasRequest.EntryData]
     validate_only: bool
     def __init__(self, *, entries: list[AlterClientQuotasRequest.EntryData] = ..., validate_only: bool = ...) -> None: ...
+    EntityData: TypeAlias = AlterClientQuotasRequest.EntryData.EntityData
+    OpData: TypeAlias = AlterClientQuotasRequest.EntryData.OpData
 
 class AlterClientQuotasResponse(Message):
-    EntityData = AlterClientQuotasResponse.EntryData.EntityData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -347,9 +347,9 @@ class AlterClientQuotasResponse(Message):
     throttle_time_ms: int
     entries: list[AlterClientQuotasResponse.EntryData]
     def __init__(self, *, throttle_time_ms: int = ..., entries: list[AlterClientQuotasResponse.EntryData] = ...) -> None: ...
+    EntityData: TypeAlias = AlterClientQuotasResponse.EntryData.EntityData
 
 class AlterConfigsRequest(Message):
-    AlterableConfig = AlterConfigsRequest.AlterConfigsResource.AlterableConfig
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -365,6 +365,7 @@ class AlterConfigsRequest(Message):
     resources: list[AlterConfigsRequest.AlterConfigsResource]
     validate_only: bool
     def __init__(self, *, resources: list[AlterConfigsRequest.AlterConfigsResource] = ..., validate_only: bool = ...) -> None: ...
+    AlterableConfig: TypeAlias = AlterConfigsRequest.AlterConfigsResource.AlterableConfig
 
 class AlterConfigsResponse(Message):
     API_KEY: ClassVar[int]
@@ -381,7 +382,6 @@ class AlterConfigsResponse(Message):
     def __init__(self, *, throttle_time_ms: int = ..., responses: list[AlterConfigsResponse.AlterConfigsResourceResponse] = ...) -> None: ...
 
 class AlterPartitionReassignmentsRequest(Message):
-    ReassignablePartition = AlterPartitionReassignmentsRequest.ReassignableTopic.ReassignablePartition
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -397,9 +397,9 @@ class AlterPartitionReassignmentsRequest(Message):
     allow_replication_factor_change: bool
     topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic]
     def __init__(self, *, timeout_ms: int = ..., allow_replication_factor_change: bool = ..., topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic] = ...) -> None: ...
+    ReassignablePartition: TypeAlias = AlterPartitionReassignmentsRequest.ReassignableTopic.ReassignablePartition
 
 class AlterPartitionReassignmentsResponse(Message):
-    ReassignablePartitionResponse = AlterPartitionReassignmentsResponse.ReassignableTopicResponse.ReassignablePartitionResponse
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -418,10 +418,9 @@ class AlterPartitionReassignmentsResponse(Message):
     error_message: str | None
     responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse]
     def __init__(self, *, throttle_time_ms: int = ..., allow_replication_factor_change: bool = ..., error_code: int = ..., error_message: str | None = ..., responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = ...) -> None: ...
+    ReassignablePartitionResponse: TypeAlias = AlterPartitionReassignmentsResponse.ReassignableTopicResponse.ReassignablePartitionResponse
 
 class AlterPartitionRequest(Message):
-    BrokerState = AlterPartitionRequest.TopicData.PartitionData.BrokerState
-    PartitionData = AlterPartitionRequest.TopicData.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -446,9 +445,10 @@ class AlterPartitionRequest(Message):
     broker_epoch: int
     topics: list[AlterPartitionRequest.TopicData]
     def __init__(self, *, broker_id: int = ..., broker_epoch: int = ..., topics: list[AlterPartitionRequest.TopicData] = ...) -> None: ...
+    BrokerState: TypeAlias = AlterPartitionRequest.TopicData.PartitionData.BrokerState
+    PartitionData: TypeAlias = AlterPartitionRequest.TopicData.PartitionData
 
 class AlterPartitionResponse(Message):
-    PartitionData = AlterPartitionResponse.TopicData.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -470,9 +470,9 @@ class AlterPartitionResponse(Message):
     error_code: int
     topics: list[AlterPartitionResponse.TopicData]
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., topics: list[AlterPartitionResponse.TopicData] = ...) -> None: ...
+    PartitionData: TypeAlias = AlterPartitionResponse.TopicData.PartitionData
 
 class AlterReplicaLogDirsRequest(Message):
-    AlterReplicaLogDirTopic = AlterReplicaLogDirsRequest.AlterReplicaLogDir.AlterReplicaLogDirTopic
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -486,9 +486,9 @@ class AlterReplicaLogDirsRequest(Message):
         def __init__(self, *, path: str = ..., topics: list[AlterReplicaLogDirsRequest.AlterReplicaLogDir.AlterReplicaLogDirTopic] = ...) -> None: ...
     dirs: list[AlterReplicaLogDirsRequest.AlterReplicaLogDir]
     def __init__(self, *, dirs: list[AlterReplicaLogDirsRequest.AlterReplicaLogDir] = ...) -> None: ...
+    AlterReplicaLogDirTopic: TypeAlias = AlterReplicaLogDirsRequest.AlterReplicaLogDir.AlterReplicaLogDirTopic
 
 class AlterReplicaLogDirsResponse(Message):
-    AlterReplicaLogDirPartitionResult = AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult.AlterReplicaLogDirPartitionResult
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -503,6 +503,7 @@ class AlterReplicaLogDirsResponse(Message):
     throttle_time_ms: int
     results: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult]
     def __init__(self, *, throttle_time_ms: int = ..., results: list[AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult] = ...) -> None: ...
+    AlterReplicaLogDirPartitionResult: TypeAlias = AlterReplicaLogDirsResponse.AlterReplicaLogDirTopicResult.AlterReplicaLogDirPartitionResult
 
 class AlterUserScramCredentialsRequest(Message):
     API_KEY: ClassVar[int]
@@ -573,8 +574,6 @@ class ApiVersionsResponse(Message):
     def __init__(self, *, error_code: int = ..., api_keys: list[ApiVersionsResponse.ApiVersion] = ..., throttle_time_ms: int = ..., supported_features: list[ApiVersionsResponse.SupportedFeatureKey] = ..., finalized_features_epoch: int = ..., finalized_features: list[ApiVersionsResponse.FinalizedFeatureKey] = ..., zk_migration_ready: bool = ...) -> None: ...
 
 class AssignReplicasToDirsRequest(Message):
-    PartitionData = AssignReplicasToDirsRequest.DirectoryData.TopicData.PartitionData
-    TopicData = AssignReplicasToDirsRequest.DirectoryData.TopicData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -593,10 +592,10 @@ class AssignReplicasToDirsRequest(Message):
     broker_epoch: int
     directories: list[AssignReplicasToDirsRequest.DirectoryData]
     def __init__(self, *, broker_id: int = ..., broker_epoch: int = ..., directories: list[AssignReplicasToDirsRequest.DirectoryData] = ...) -> None: ...
+    PartitionData: TypeAlias = AssignReplicasToDirsRequest.DirectoryData.TopicData.PartitionData
+    TopicData: TypeAlias = AssignReplicasToDirsRequest.DirectoryData.TopicData
 
 class AssignReplicasToDirsResponse(Message):
-    PartitionData = AssignReplicasToDirsResponse.DirectoryData.TopicData.PartitionData
-    TopicData = AssignReplicasToDirsResponse.DirectoryData.TopicData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -616,9 +615,10 @@ class AssignReplicasToDirsResponse(Message):
     error_code: int
     directories: list[AssignReplicasToDirsResponse.DirectoryData]
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., directories: list[AssignReplicasToDirsResponse.DirectoryData] = ...) -> None: ...
+    PartitionData: TypeAlias = AssignReplicasToDirsResponse.DirectoryData.TopicData.PartitionData
+    TopicData: TypeAlias = AssignReplicasToDirsResponse.DirectoryData.TopicData
 
 class BeginQuorumEpochRequest(Message):
-    PartitionData = BeginQuorumEpochRequest.TopicData.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -642,9 +642,9 @@ class BeginQuorumEpochRequest(Message):
     topics: list[BeginQuorumEpochRequest.TopicData]
     leader_endpoints: list[BeginQuorumEpochRequest.LeaderEndpoint]
     def __init__(self, *, cluster_id: str | None = ..., voter_id: int = ..., topics: list[BeginQuorumEpochRequest.TopicData] = ..., leader_endpoints: list[BeginQuorumEpochRequest.LeaderEndpoint] = ...) -> None: ...
+    PartitionData: TypeAlias = BeginQuorumEpochRequest.TopicData.PartitionData
 
 class BeginQuorumEpochResponse(Message):
-    PartitionData = BeginQuorumEpochResponse.TopicData.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -667,6 +667,7 @@ class BeginQuorumEpochResponse(Message):
     topics: list[BeginQuorumEpochResponse.TopicData]
     node_endpoints: list[BeginQuorumEpochResponse.NodeEndpoint]
     def __init__(self, *, error_code: int = ..., topics: list[BeginQuorumEpochResponse.TopicData] = ..., node_endpoints: list[BeginQuorumEpochResponse.NodeEndpoint] = ...) -> None: ...
+    PartitionData: TypeAlias = BeginQuorumEpochResponse.TopicData.PartitionData
 
 class BrokerHeartbeatRequest(Message):
     API_KEY: ClassVar[int]
@@ -735,9 +736,6 @@ class ConsumerGroupDescribeRequest(Message):
     def __init__(self, *, group_ids: list[str] = ..., include_authorized_operations: bool = ...) -> None: ...
 
 class ConsumerGroupDescribeResponse(Message):
-    TopicPartitions = ConsumerGroupDescribeResponse.DescribedGroup.Member.Assignment.TopicPartitions
-    Assignment = ConsumerGroupDescribeResponse.DescribedGroup.Member.Assignment
-    Member = ConsumerGroupDescribeResponse.DescribedGroup.Member
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -775,6 +773,9 @@ class ConsumerGroupDescribeResponse(Message):
     throttle_time_ms: int
     groups: list[ConsumerGroupDescribeResponse.DescribedGroup]
     def __init__(self, *, throttle_time_ms: int = ..., groups: list[ConsumerGroupDescribeResponse.DescribedGroup] = ...) -> None: ...
+    TopicPartitions: TypeAlias = ConsumerGroupDescribeResponse.DescribedGroup.Member.Assignment.TopicPartitions
+    Assignment: TypeAlias = ConsumerGroupDescribeResponse.DescribedGroup.Member.Assignment
+    Member: TypeAlias = ConsumerGroupDescribeResponse.DescribedGroup.Member
 
 class ConsumerGroupHeartbeatRequest(Message):
     API_KEY: ClassVar[int]
@@ -797,7 +798,6 @@ class ConsumerGroupHeartbeatRequest(Message):
     def __init__(self, *, group_id: str = ..., member_id: str = ..., member_epoch: int = ..., instance_id: str | None = ..., rack_id: str | None = ..., rebalance_timeout_ms: int = ..., subscribed_topic_names: list[str] | None = ..., subscribed_topic_regex: str | None = ..., server_assignor: str | None = ..., topic_partitions: list[ConsumerGroupHeartbeatRequest.TopicPartitions] | None = ...) -> None: ...
 
 class ConsumerGroupHeartbeatResponse(Message):
-    TopicPartitions = ConsumerGroupHeartbeatResponse.Assignment.TopicPartitions
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -816,6 +816,7 @@ class ConsumerGroupHeartbeatResponse(Message):
     heartbeat_interval_ms: int
     assignment: ConsumerGroupHeartbeatResponse.Assignment | None
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: str | None = ..., member_id: str | None = ..., member_epoch: int = ..., heartbeat_interval_ms: int = ..., assignment: ConsumerGroupHeartbeatResponse.Assignment | None = ...) -> None: ...
+    TopicPartitions: TypeAlias = ConsumerGroupHeartbeatResponse.Assignment.TopicPartitions
 
 class ConsumerProtocolAssignment(Message):
     API_KEY: ClassVar[None]
@@ -955,7 +956,6 @@ class CreateDelegationTokenResponse(Message):
     def __init__(self, *, error_code: int = ..., principal_type: str = ..., principal_name: str = ..., token_requester_principal_type: str = ..., token_requester_principal_name: str = ..., issue_timestamp_ms: int = ..., expiry_timestamp_ms: int = ..., max_timestamp_ms: int = ..., token_id: str = ..., hmac: bytes = ..., throttle_time_ms: int = ...) -> None: ...
 
 class CreatePartitionsRequest(Message):
-    CreatePartitionsAssignment = CreatePartitionsRequest.CreatePartitionsTopic.CreatePartitionsAssignment
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -971,6 +971,7 @@ class CreatePartitionsRequest(Message):
     timeout_ms: int
     validate_only: bool
     def __init__(self, *, topics: list[CreatePartitionsRequest.CreatePartitionsTopic] = ..., timeout_ms: int = ..., validate_only: bool = ...) -> None: ...
+    CreatePartitionsAssignment: TypeAlias = CreatePartitionsRequest.CreatePartitionsTopic.CreatePartitionsAssignment
 
 class CreatePartitionsResponse(Message):
     API_KEY: ClassVar[int]
@@ -986,8 +987,6 @@ class CreatePartitionsResponse(Message):
     def __init__(self, *, throttle_time_ms: int = ..., results: list[CreatePartitionsResponse.CreatePartitionsTopicResult] = ...) -> None: ...
 
 class CreateTopicsRequest(Message):
-    CreatableReplicaAssignment = CreateTopicsRequest.CreatableTopic.CreatableReplicaAssignment
-    CreatableTopicConfig = CreateTopicsRequest.CreatableTopic.CreatableTopicConfig
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1010,9 +1009,10 @@ class CreateTopicsRequest(Message):
     timeout_ms: int
     validate_only: bool
     def __init__(self, *, topics: list[CreateTopicsRequest.CreatableTopic] = ..., timeout_ms: int = ..., validate_only: bool = ...) -> None: ...
+    CreatableReplicaAssignment: TypeAlias = CreateTopicsRequest.CreatableTopic.CreatableReplicaAssignment
+    CreatableTopicConfig: TypeAlias = CreateTopicsRequest.CreatableTopic.CreatableTopicConfig
 
 class CreateTopicsResponse(Message):
-    CreatableTopicConfigs = CreateTopicsResponse.CreatableTopicResult.CreatableTopicConfigs
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1036,6 +1036,7 @@ class CreateTopicsResponse(Message):
     throttle_time_ms: int
     topics: list[CreateTopicsResponse.CreatableTopicResult]
     def __init__(self, *, throttle_time_ms: int = ..., topics: list[CreateTopicsResponse.CreatableTopicResult] = ...) -> None: ...
+    CreatableTopicConfigs: TypeAlias = CreateTopicsResponse.CreatableTopicResult.CreatableTopicConfigs
 
 class DefaultPrincipalData(Message):
     API_KEY: ClassVar[None]
@@ -1063,7 +1064,6 @@ class DeleteAclsRequest(Message):
     def __init__(self, *, filters: list[DeleteAclsRequest.DeleteAclsFilter] = ...) -> None: ...
 
 class DeleteAclsResponse(Message):
-    DeleteAclsMatchingAcl = DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1086,6 +1086,7 @@ class DeleteAclsResponse(Message):
     throttle_time_ms: int
     filter_results: list[DeleteAclsResponse.DeleteAclsFilterResult]
     def __init__(self, *, throttle_time_ms: int = ..., filter_results: list[DeleteAclsResponse.DeleteAclsFilterResult] = ...) -> None: ...
+    DeleteAclsMatchingAcl: TypeAlias = DeleteAclsResponse.DeleteAclsFilterResult.DeleteAclsMatchingAcl
 
 class DeleteGroupsRequest(Message):
     API_KEY: ClassVar[int]
@@ -1107,7 +1108,6 @@ class DeleteGroupsResponse(Message):
     def __init__(self, *, throttle_time_ms: int = ..., results: list[DeleteGroupsResponse.DeletableGroupResult] = ...) -> None: ...
 
 class DeleteRecordsRequest(Message):
-    DeleteRecordsPartition = DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1122,9 +1122,9 @@ class DeleteRecordsRequest(Message):
     topics: list[DeleteRecordsRequest.DeleteRecordsTopic]
     timeout_ms: int
     def __init__(self, *, topics: list[DeleteRecordsRequest.DeleteRecordsTopic] = ..., timeout_ms: int = ...) -> None: ...
+    DeleteRecordsPartition: TypeAlias = DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition
 
 class DeleteRecordsResponse(Message):
-    DeleteRecordsPartitionResult = DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1140,9 +1140,9 @@ class DeleteRecordsResponse(Message):
     throttle_time_ms: int
     topics: list[DeleteRecordsResponse.DeleteRecordsTopicResult]
     def __init__(self, *, throttle_time_ms: int = ..., topics: list[DeleteRecordsResponse.DeleteRecordsTopicResult] = ...) -> None: ...
+    DeleteRecordsPartitionResult: TypeAlias = DeleteRecordsResponse.DeleteRecordsTopicResult.DeleteRecordsPartitionResult
 
 class DeleteShareGroupStateRequest(Message):
-    PartitionData = DeleteShareGroupStateRequest.DeleteStateData.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1156,9 +1156,9 @@ class DeleteShareGroupStateRequest(Message):
     group_id: str
     topics: list[DeleteShareGroupStateRequest.DeleteStateData]
     def __init__(self, *, group_id: str = ..., topics: list[DeleteShareGroupStateRequest.DeleteStateData] = ...) -> None: ...
+    PartitionData: TypeAlias = DeleteShareGroupStateRequest.DeleteStateData.PartitionData
 
 class DeleteShareGroupStateResponse(Message):
-    PartitionResult = DeleteShareGroupStateResponse.DeleteStateResult.PartitionResult
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1173,6 +1173,7 @@ class DeleteShareGroupStateResponse(Message):
         def __init__(self, *, topic_id: _uuid.UUID = ..., partitions: list[DeleteShareGroupStateResponse.DeleteStateResult.PartitionResult] = ...) -> None: ...
     results: list[DeleteShareGroupStateResponse.DeleteStateResult]
     def __init__(self, *, results: list[DeleteShareGroupStateResponse.DeleteStateResult] = ...) -> None: ...
+    PartitionResult: TypeAlias = DeleteShareGroupStateResponse.DeleteStateResult.PartitionResult
 
 class DeleteTopicsRequest(Message):
     API_KEY: ClassVar[int]
@@ -1215,7 +1216,6 @@ class DescribeAclsRequest(Message):
     def __init__(self, *, resource_type_filter: int = ..., resource_name_filter: str | None = ..., pattern_type_filter: int = ..., principal_filter: str | None = ..., host_filter: str | None = ..., operation: int = ..., permission_type: int = ...) -> None: ...
 
 class DescribeAclsResponse(Message):
-    AclDescription = DescribeAclsResponse.DescribeAclsResource.AclDescription
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1236,6 +1236,7 @@ class DescribeAclsResponse(Message):
     error_message: str | None
     resources: list[DescribeAclsResponse.DescribeAclsResource]
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: str | None = ..., resources: list[DescribeAclsResponse.DescribeAclsResource] = ...) -> None: ...
+    AclDescription: TypeAlias = DescribeAclsResponse.DescribeAclsResource.AclDescription
 
 class DescribeClientQuotasRequest(Message):
     API_KEY: ClassVar[int]
@@ -1251,8 +1252,6 @@ class DescribeClientQuotasRequest(Message):
     def __init__(self, *, components: list[DescribeClientQuotasRequest.ComponentData] = ..., strict: bool = ...) -> None: ...
 
 class DescribeClientQuotasResponse(Message):
-    EntityData = DescribeClientQuotasResponse.EntryData.EntityData
-    ValueData = DescribeClientQuotasResponse.EntryData.ValueData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1273,6 +1272,8 @@ class DescribeClientQuotasResponse(Message):
     error_message: str | None
     entries: list[DescribeClientQuotasResponse.EntryData] | None
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: str | None = ..., entries: list[DescribeClientQuotasResponse.EntryData] | None = ...) -> None: ...
+    EntityData: TypeAlias = DescribeClientQuotasResponse.EntryData.EntityData
+    ValueData: TypeAlias = DescribeClientQuotasResponse.EntryData.ValueData
 
 class DescribeClusterRequest(Message):
     API_KEY: ClassVar[int]
@@ -1319,8 +1320,6 @@ class DescribeConfigsRequest(Message):
     def __init__(self, *, resources: list[DescribeConfigsRequest.DescribeConfigsResource] = ..., include_synonyms: bool = ..., include_documentation: bool = ...) -> None: ...
 
 class DescribeConfigsResponse(Message):
-    DescribeConfigsSynonym = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult.DescribeConfigsSynonym
-    DescribeConfigsResourceResult = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1350,6 +1349,8 @@ class DescribeConfigsResponse(Message):
     throttle_time_ms: int
     results: list[DescribeConfigsResponse.DescribeConfigsResult]
     def __init__(self, *, throttle_time_ms: int = ..., results: list[DescribeConfigsResponse.DescribeConfigsResult] = ...) -> None: ...
+    DescribeConfigsSynonym: TypeAlias = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult.DescribeConfigsSynonym
+    DescribeConfigsResourceResult: TypeAlias = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
 
 class DescribeDelegationTokenRequest(Message):
     API_KEY: ClassVar[int]
@@ -1363,7 +1364,6 @@ class DescribeDelegationTokenRequest(Message):
     def __init__(self, *, owners: list[DescribeDelegationTokenRequest.DescribeDelegationTokenOwner] | None = ...) -> None: ...
 
 class DescribeDelegationTokenResponse(Message):
-    DescribedDelegationTokenRenewer = DescribeDelegationTokenResponse.DescribedDelegationToken.DescribedDelegationTokenRenewer
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1387,6 +1387,7 @@ class DescribeDelegationTokenResponse(Message):
     tokens: list[DescribeDelegationTokenResponse.DescribedDelegationToken]
     throttle_time_ms: int
     def __init__(self, *, error_code: int = ..., tokens: list[DescribeDelegationTokenResponse.DescribedDelegationToken] = ..., throttle_time_ms: int = ...) -> None: ...
+    DescribedDelegationTokenRenewer: TypeAlias = DescribeDelegationTokenResponse.DescribedDelegationToken.DescribedDelegationTokenRenewer
 
 class DescribeGroupsRequest(Message):
     API_KEY: ClassVar[int]
@@ -1397,7 +1398,6 @@ class DescribeGroupsRequest(Message):
     def __init__(self, *, groups: list[str] = ..., include_authorized_operations: bool = ...) -> None: ...
 
 class DescribeGroupsResponse(Message):
-    DescribedGroupMember = DescribeGroupsResponse.DescribedGroup.DescribedGroupMember
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1422,6 +1422,7 @@ class DescribeGroupsResponse(Message):
     throttle_time_ms: int
     groups: list[DescribeGroupsResponse.DescribedGroup]
     def __init__(self, *, throttle_time_ms: int = ..., groups: list[DescribeGroupsResponse.DescribedGroup] = ...) -> None: ...
+    DescribedGroupMember: TypeAlias = DescribeGroupsResponse.DescribedGroup.DescribedGroupMember
 
 class DescribeLogDirsRequest(Message):
     API_KEY: ClassVar[int]
@@ -1435,8 +1436,6 @@ class DescribeLogDirsRequest(Message):
     def __init__(self, *, topics: list[DescribeLogDirsRequest.DescribableLogDirTopic] | None = ...) -> None: ...
 
 class DescribeLogDirsResponse(Message):
-    DescribeLogDirsPartition = DescribeLogDirsResponse.DescribeLogDirsResult.DescribeLogDirsTopic.DescribeLogDirsPartition
-    DescribeLogDirsTopic = DescribeLogDirsResponse.DescribeLogDirsResult.DescribeLogDirsTopic
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1462,6 +1461,8 @@ class DescribeLogDirsResponse(Message):
     error_code: int
     results: list[DescribeLogDirsResponse.DescribeLogDirsResult]
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., results: list[DescribeLogDirsResponse.DescribeLogDirsResult] = ...) -> None: ...
+    DescribeLogDirsPartition: TypeAlias = DescribeLogDirsResponse.DescribeLogDirsResult.DescribeLogDirsTopic.DescribeLogDirsPartition
+    DescribeLogDirsTopic: TypeAlias = DescribeLogDirsResponse.DescribeLogDirsResult.DescribeLogDirsTopic
 
 class DescribeProducersRequest(Message):
     API_KEY: ClassVar[int]
@@ -1475,8 +1476,6 @@ class DescribeProducersRequest(Message):
     def __init__(self, *, topics: list[DescribeProducersRequest.TopicRequest] = ...) -> None: ...
 
 class DescribeProducersResponse(Message):
-    ProducerState = DescribeProducersResponse.TopicResponse.PartitionResponse.ProducerState
-    PartitionResponse = DescribeProducersResponse.TopicResponse.PartitionResponse
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1501,9 +1500,10 @@ class DescribeProducersResponse(Message):
     throttle_time_ms: int
     topics: list[DescribeProducersResponse.TopicResponse]
     def __init__(self, *, throttle_time_ms: int = ..., topics: list[DescribeProducersResponse.TopicResponse] = ...) -> None: ...
+    ProducerState: TypeAlias = DescribeProducersResponse.TopicResponse.PartitionResponse.ProducerState
+    PartitionResponse: TypeAlias = DescribeProducersResponse.TopicResponse.PartitionResponse
 
 class DescribeQuorumRequest(Message):
-    PartitionData = DescribeQuorumRequest.TopicData.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1516,11 +1516,9 @@ class DescribeQuorumRequest(Message):
         def __init__(self, *, topic_name: str = ..., partitions: list[DescribeQuorumRequest.TopicData.PartitionData] = ...) -> None: ...
     topics: list[DescribeQuorumRequest.TopicData]
     def __init__(self, *, topics: list[DescribeQuorumRequest.TopicData] = ...) -> None: ...
+    PartitionData: TypeAlias = DescribeQuorumRequest.TopicData.PartitionData
 
 class DescribeQuorumResponse(Message):
-    ReplicaState = DescribeQuorumResponse.TopicData.PartitionData.ReplicaState
-    PartitionData = DescribeQuorumResponse.TopicData.PartitionData
-    Listener = DescribeQuorumResponse.Node.Listener
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1559,6 +1557,9 @@ class DescribeQuorumResponse(Message):
     topics: list[DescribeQuorumResponse.TopicData]
     nodes: list[DescribeQuorumResponse.Node]
     def __init__(self, *, error_code: int = ..., error_message: str | None = ..., topics: list[DescribeQuorumResponse.TopicData] = ..., nodes: list[DescribeQuorumResponse.Node] = ...) -> None: ...
+    ReplicaState: TypeAlias = DescribeQuorumResponse.TopicData.PartitionData.ReplicaState
+    PartitionData: TypeAlias = DescribeQuorumResponse.TopicData.PartitionData
+    Listener: TypeAlias = DescribeQuorumResponse.Node.Listener
 
 class DescribeTopicPartitionsRequest(Message):
     API_KEY: ClassVar[int]
@@ -1577,7 +1578,6 @@ class DescribeTopicPartitionsRequest(Message):
     def __init__(self, *, topics: list[DescribeTopicPartitionsRequest.TopicRequest] = ..., response_partition_limit: int = ..., cursor: DescribeTopicPartitionsRequest.Cursor | None = ...) -> None: ...
 
 class DescribeTopicPartitionsResponse(Message):
-    DescribeTopicPartitionsResponsePartition = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.DescribeTopicPartitionsResponsePartition
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1608,6 +1608,7 @@ class DescribeTopicPartitionsResponse(Message):
     topics: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic]
     next_cursor: DescribeTopicPartitionsResponse.Cursor | None
     def __init__(self, *, throttle_time_ms: int = ..., topics: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic] = ..., next_cursor: DescribeTopicPartitionsResponse.Cursor | None = ...) -> None: ...
+    DescribeTopicPartitionsResponsePartition: TypeAlias = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic.DescribeTopicPartitionsResponsePartition
 
 class DescribeTransactionsRequest(Message):
     API_KEY: ClassVar[int]
@@ -1617,7 +1618,6 @@ class DescribeTransactionsRequest(Message):
     def __init__(self, *, transactional_ids: list[str] = ...) -> None: ...
 
 class DescribeTransactionsResponse(Message):
-    TopicData = DescribeTransactionsResponse.TransactionState.TopicData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1638,6 +1638,7 @@ class DescribeTransactionsResponse(Message):
     throttle_time_ms: int
     transaction_states: list[DescribeTransactionsResponse.TransactionState]
     def __init__(self, *, throttle_time_ms: int = ..., transaction_states: list[DescribeTransactionsResponse.TransactionState] = ...) -> None: ...
+    TopicData: TypeAlias = DescribeTransactionsResponse.TransactionState.TopicData
 
 class DescribeUserScramCredentialsRequest(Message):
     API_KEY: ClassVar[int]
@@ -1650,7 +1651,6 @@ class DescribeUserScramCredentialsRequest(Message):
     def __init__(self, *, users: list[DescribeUserScramCredentialsRequest.UserName] | None = ...) -> None: ...
 
 class DescribeUserScramCredentialsResponse(Message):
-    CredentialInfo = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.CredentialInfo
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1669,6 +1669,7 @@ class DescribeUserScramCredentialsResponse(Message):
     error_message: str | None
     results: list[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult]
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: str | None = ..., results: list[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult] = ...) -> None: ...
+    CredentialInfo: TypeAlias = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult.CredentialInfo
 
 class ElectLeadersRequest(Message):
     API_KEY: ClassVar[int]
@@ -1684,7 +1685,6 @@ class ElectLeadersRequest(Message):
     def __init__(self, *, election_type: int = ..., topic_partitions: list[ElectLeadersRequest.TopicPartitions] | None = ..., timeout_ms: int = ...) -> None: ...
 
 class ElectLeadersResponse(Message):
-    PartitionResult = ElectLeadersResponse.ReplicaElectionResult.PartitionResult
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1701,10 +1701,9 @@ class ElectLeadersResponse(Message):
     error_code: int
     replica_election_results: list[ElectLeadersResponse.ReplicaElectionResult]
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., replica_election_results: list[ElectLeadersResponse.ReplicaElectionResult] = ...) -> None: ...
+    PartitionResult: TypeAlias = ElectLeadersResponse.ReplicaElectionResult.PartitionResult
 
 class EndQuorumEpochRequest(Message):
-    ReplicaInfo = EndQuorumEpochRequest.TopicData.PartitionData.ReplicaInfo
-    PartitionData = EndQuorumEpochRequest.TopicData.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1732,9 +1731,10 @@ class EndQuorumEpochRequest(Message):
     topics: list[EndQuorumEpochRequest.TopicData]
     leader_endpoints: list[EndQuorumEpochRequest.LeaderEndpoint]
     def __init__(self, *, cluster_id: str | None = ..., topics: list[EndQuorumEpochRequest.TopicData] = ..., leader_endpoints: list[EndQuorumEpochRequest.LeaderEndpoint] = ...) -> None: ...
+    ReplicaInfo: TypeAlias = EndQuorumEpochRequest.TopicData.PartitionData.ReplicaInfo
+    PartitionData: TypeAlias = EndQuorumEpochRequest.TopicData.PartitionData
 
 class EndQuorumEpochResponse(Message):
-    PartitionData = EndQuorumEpochResponse.TopicData.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1757,6 +1757,7 @@ class EndQuorumEpochResponse(Message):
     topics: list[EndQuorumEpochResponse.TopicData]
     node_endpoints: list[EndQuorumEpochResponse.NodeEndpoint]
     def __init__(self, *, error_code: int = ..., topics: list[EndQuorumEpochResponse.TopicData] = ..., node_endpoints: list[EndQuorumEpochResponse.NodeEndpoint] = ...) -> None: ...
+    PartitionData: TypeAlias = EndQuorumEpochResponse.TopicData.PartitionData
 
 class EndTxnRequest(Message):
     API_KEY: ClassVar[int]
@@ -1813,7 +1814,6 @@ class ExpireDelegationTokenResponse(Message):
     def __init__(self, *, error_code: int = ..., expiry_timestamp_ms: int = ..., throttle_time_ms: int = ...) -> None: ...
 
 class FetchRequest(Message):
-    FetchPartition = FetchRequest.FetchTopic.FetchPartition
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1854,13 +1854,9 @@ class FetchRequest(Message):
     forgotten_topics_data: list[FetchRequest.ForgottenTopic]
     rack_id: str
     def __init__(self, *, cluster_id: str | None = ..., replica_id: int = ..., replica_state: FetchRequest.ReplicaState = ..., max_wait_ms: int = ..., min_bytes: int = ..., max_bytes: int = ..., isolation_level: int = ..., session_id: int = ..., session_epoch: int = ..., topics: list[FetchRequest.FetchTopic] = ..., forgotten_topics_data: list[FetchRequest.ForgottenTopic] = ..., rack_id: str = ...) -> None: ...
+    FetchPartition: TypeAlias = FetchRequest.FetchTopic.FetchPartition
 
 class FetchResponse(Message):
-    EpochEndOffset = FetchResponse.FetchableTopicResponse.PartitionData.EpochEndOffset
-    LeaderIdAndEpoch = FetchResponse.FetchableTopicResponse.PartitionData.LeaderIdAndEpoch
-    SnapshotId = FetchResponse.FetchableTopicResponse.PartitionData.SnapshotId
-    AbortedTransaction = FetchResponse.FetchableTopicResponse.PartitionData.AbortedTransaction
-    PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1910,10 +1906,13 @@ class FetchResponse(Message):
     responses: list[FetchResponse.FetchableTopicResponse]
     node_endpoints: list[FetchResponse.NodeEndpoint]
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., session_id: int = ..., responses: list[FetchResponse.FetchableTopicResponse] = ..., node_endpoints: list[FetchResponse.NodeEndpoint] = ...) -> None: ...
+    EpochEndOffset: TypeAlias = FetchResponse.FetchableTopicResponse.PartitionData.EpochEndOffset
+    LeaderIdAndEpoch: TypeAlias = FetchResponse.FetchableTopicResponse.PartitionData.LeaderIdAndEpoch
+    SnapshotId: TypeAlias = FetchResponse.FetchableTopicResponse.PartitionData.SnapshotId
+    AbortedTransaction: TypeAlias = FetchResponse.FetchableTopicResponse.PartitionData.AbortedTransaction
+    PartitionData: TypeAlias = FetchResponse.FetchableTopicResponse.PartitionData
 
 class FetchSnapshotRequest(Message):
-    SnapshotId = FetchSnapshotRequest.TopicSnapshot.PartitionSnapshot.SnapshotId
-    PartitionSnapshot = FetchSnapshotRequest.TopicSnapshot.PartitionSnapshot
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1937,11 +1936,10 @@ class FetchSnapshotRequest(Message):
     max_bytes: int
     topics: list[FetchSnapshotRequest.TopicSnapshot]
     def __init__(self, *, cluster_id: str | None = ..., replica_id: int = ..., max_bytes: int = ..., topics: list[FetchSnapshotRequest.TopicSnapshot] = ...) -> None: ...
+    SnapshotId: TypeAlias = FetchSnapshotRequest.TopicSnapshot.PartitionSnapshot.SnapshotId
+    PartitionSnapshot: TypeAlias = FetchSnapshotRequest.TopicSnapshot.PartitionSnapshot
 
 class FetchSnapshotResponse(Message):
-    SnapshotId = FetchSnapshotResponse.TopicSnapshot.PartitionSnapshot.SnapshotId
-    LeaderIdAndEpoch = FetchSnapshotResponse.TopicSnapshot.PartitionSnapshot.LeaderIdAndEpoch
-    PartitionSnapshot = FetchSnapshotResponse.TopicSnapshot.PartitionSnapshot
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -1976,6 +1974,9 @@ class FetchSnapshotResponse(Message):
     topics: list[FetchSnapshotResponse.TopicSnapshot]
     node_endpoints: list[FetchSnapshotResponse.NodeEndpoint]
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., topics: list[FetchSnapshotResponse.TopicSnapshot] = ..., node_endpoints: list[FetchSnapshotResponse.NodeEndpoint] = ...) -> None: ...
+    SnapshotId: TypeAlias = FetchSnapshotResponse.TopicSnapshot.PartitionSnapshot.SnapshotId
+    LeaderIdAndEpoch: TypeAlias = FetchSnapshotResponse.TopicSnapshot.PartitionSnapshot.LeaderIdAndEpoch
+    PartitionSnapshot: TypeAlias = FetchSnapshotResponse.TopicSnapshot.PartitionSnapshot
 
 class FindCoordinatorRequest(Message):
     API_KEY: ClassVar[int]
@@ -2048,7 +2049,6 @@ class HeartbeatResponse(Message):
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ...) -> None: ...
 
 class IncrementalAlterConfigsRequest(Message):
-    AlterableConfig = IncrementalAlterConfigsRequest.AlterConfigsResource.AlterableConfig
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2065,6 +2065,7 @@ class IncrementalAlterConfigsRequest(Message):
     resources: list[IncrementalAlterConfigsRequest.AlterConfigsResource]
     validate_only: bool
     def __init__(self, *, resources: list[IncrementalAlterConfigsRequest.AlterConfigsResource] = ..., validate_only: bool = ...) -> None: ...
+    AlterableConfig: TypeAlias = IncrementalAlterConfigsRequest.AlterConfigsResource.AlterableConfig
 
 class IncrementalAlterConfigsResponse(Message):
     API_KEY: ClassVar[int]
@@ -2105,7 +2106,6 @@ class InitProducerIdResponse(Message):
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., producer_id: int = ..., producer_epoch: int = ..., ongoing_txn_producer_id: int = ..., ongoing_txn_producer_epoch: int = ...) -> None: ...
 
 class InitializeShareGroupStateRequest(Message):
-    PartitionData = InitializeShareGroupStateRequest.InitializeStateData.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2121,9 +2121,9 @@ class InitializeShareGroupStateRequest(Message):
     group_id: str
     topics: list[InitializeShareGroupStateRequest.InitializeStateData]
     def __init__(self, *, group_id: str = ..., topics: list[InitializeShareGroupStateRequest.InitializeStateData] = ...) -> None: ...
+    PartitionData: TypeAlias = InitializeShareGroupStateRequest.InitializeStateData.PartitionData
 
 class InitializeShareGroupStateResponse(Message):
-    PartitionResult = InitializeShareGroupStateResponse.InitializeStateResult.PartitionResult
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2138,6 +2138,7 @@ class InitializeShareGroupStateResponse(Message):
         def __init__(self, *, topic_id: _uuid.UUID = ..., partitions: list[InitializeShareGroupStateResponse.InitializeStateResult.PartitionResult] = ...) -> None: ...
     results: list[InitializeShareGroupStateResponse.InitializeStateResult]
     def __init__(self, *, results: list[InitializeShareGroupStateResponse.InitializeStateResult] = ...) -> None: ...
+    PartitionResult: TypeAlias = InitializeShareGroupStateResponse.InitializeStateResult.PartitionResult
 
 class JoinGroupRequest(Message):
     API_KEY: ClassVar[int]
@@ -2204,7 +2205,7 @@ class LeaderAndIsrRequest(Message):
         leader_recovery_state: int
         def __init__(self, *, topic_name: str = ..., partition_index: int = ..., controller_epoch: int = ..., leader: int = ..., leader_epoch: int = ..., isr: list[int] = ..., partition_epoch: int = ..., replicas: list[int] = ..., adding_replicas: list[int] = ..., removing_replicas: list[int] = ..., is_new: bool = ..., leader_recovery_state: int = ...) -> None: ...
     class LeaderAndIsrTopicState(Message):
-        LeaderAndIsrPartitionState = LeaderAndIsrRequest.LeaderAndIsrPartitionState
+        LeaderAndIsrPartitionState: TypeAlias = LeaderAndIsrRequest.LeaderAndIsrPartitionState
         topic_name: str
         topic_id: _uuid.UUID
         partition_states: list[LeaderAndIsrRequest.LeaderAndIsrPartitionState]
@@ -2234,7 +2235,7 @@ class LeaderAndIsrResponse(Message):
         error_code: int
         def __init__(self, *, topic_name: str = ..., partition_index: int = ..., error_code: int = ...) -> None: ...
     class LeaderAndIsrTopicError(Message):
-        LeaderAndIsrPartitionError = LeaderAndIsrResponse.LeaderAndIsrPartitionError
+        LeaderAndIsrPartitionError: TypeAlias = LeaderAndIsrResponse.LeaderAndIsrPartitionError
         topic_id: _uuid.UUID
         partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError]
         def __init__(self, *, topic_id: _uuid.UUID = ..., partition_errors: list[LeaderAndIsrResponse.LeaderAndIsrPartitionError] = ...) -> None: ...
@@ -2347,7 +2348,6 @@ class ListGroupsResponse(Message):
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., groups: list[ListGroupsResponse.ListedGroup] = ...) -> None: ...
 
 class ListOffsetsRequest(Message):
-    ListOffsetsPartition = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2366,9 +2366,9 @@ class ListOffsetsRequest(Message):
     topics: list[ListOffsetsRequest.ListOffsetsTopic]
     timeout_ms: int
     def __init__(self, *, replica_id: int = ..., isolation_level: int = ..., topics: list[ListOffsetsRequest.ListOffsetsTopic] = ..., timeout_ms: int = ...) -> None: ...
+    ListOffsetsPartition: TypeAlias = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
 
 class ListOffsetsResponse(Message):
-    ListOffsetsPartitionResponse = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2387,6 +2387,7 @@ class ListOffsetsResponse(Message):
     throttle_time_ms: int
     topics: list[ListOffsetsResponse.ListOffsetsTopicResponse]
     def __init__(self, *, throttle_time_ms: int = ..., topics: list[ListOffsetsResponse.ListOffsetsTopicResponse] = ...) -> None: ...
+    ListOffsetsPartitionResponse: TypeAlias = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
 
 class ListPartitionReassignmentsRequest(Message):
     API_KEY: ClassVar[int]
@@ -2401,7 +2402,6 @@ class ListPartitionReassignmentsRequest(Message):
     def __init__(self, *, timeout_ms: int = ..., topics: list[ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics] | None = ...) -> None: ...
 
 class ListPartitionReassignmentsResponse(Message):
-    OngoingPartitionReassignment = ListPartitionReassignmentsResponse.OngoingTopicReassignment.OngoingPartitionReassignment
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2420,6 +2420,7 @@ class ListPartitionReassignmentsResponse(Message):
     error_message: str | None
     topics: list[ListPartitionReassignmentsResponse.OngoingTopicReassignment]
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: str | None = ..., topics: list[ListPartitionReassignmentsResponse.OngoingTopicReassignment] = ...) -> None: ...
+    OngoingPartitionReassignment: TypeAlias = ListPartitionReassignmentsResponse.OngoingTopicReassignment.OngoingPartitionReassignment
 
 class ListTransactionsRequest(Message):
     API_KEY: ClassVar[int]
@@ -2461,7 +2462,6 @@ class MetadataRequest(Message):
     def __init__(self, *, topics: list[MetadataRequest.MetadataRequestTopic] | None = ..., allow_auto_topic_creation: bool = ..., include_cluster_authorized_operations: bool = ..., include_topic_authorized_operations: bool = ...) -> None: ...
 
 class MetadataResponse(Message):
-    MetadataResponsePartition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2496,9 +2496,9 @@ class MetadataResponse(Message):
     cluster_authorized_operations: int
     error_code: int
     def __init__(self, *, throttle_time_ms: int = ..., brokers: list[MetadataResponse.MetadataResponseBroker] = ..., cluster_id: str | None = ..., controller_id: int = ..., topics: list[MetadataResponse.MetadataResponseTopic] = ..., cluster_authorized_operations: int = ..., error_code: int = ...) -> None: ...
+    MetadataResponsePartition: TypeAlias = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
 
 class OffsetCommitRequest(Message):
-    OffsetCommitRequestPartition = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2521,9 +2521,9 @@ class OffsetCommitRequest(Message):
     retention_time_ms: int
     topics: list[OffsetCommitRequest.OffsetCommitRequestTopic]
     def __init__(self, *, group_id: str = ..., generation_id_or_member_epoch: int = ..., member_id: str = ..., group_instance_id: str | None = ..., retention_time_ms: int = ..., topics: list[OffsetCommitRequest.OffsetCommitRequestTopic] = ...) -> None: ...
+    OffsetCommitRequestPartition: TypeAlias = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
 
 class OffsetCommitResponse(Message):
-    OffsetCommitResponsePartition = OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2539,9 +2539,9 @@ class OffsetCommitResponse(Message):
     throttle_time_ms: int
     topics: list[OffsetCommitResponse.OffsetCommitResponseTopic]
     def __init__(self, *, throttle_time_ms: int = ..., topics: list[OffsetCommitResponse.OffsetCommitResponseTopic] = ...) -> None: ...
+    OffsetCommitResponsePartition: TypeAlias = OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition
 
 class OffsetDeleteRequest(Message):
-    OffsetDeleteRequestPartition = OffsetDeleteRequest.OffsetDeleteRequestTopic.OffsetDeleteRequestPartition
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[None]
@@ -2555,9 +2555,9 @@ class OffsetDeleteRequest(Message):
     group_id: str
     topics: list[OffsetDeleteRequest.OffsetDeleteRequestTopic]
     def __init__(self, *, group_id: str = ..., topics: list[OffsetDeleteRequest.OffsetDeleteRequestTopic] = ...) -> None: ...
+    OffsetDeleteRequestPartition: TypeAlias = OffsetDeleteRequest.OffsetDeleteRequestTopic.OffsetDeleteRequestPartition
 
 class OffsetDeleteResponse(Message):
-    OffsetDeleteResponsePartition = OffsetDeleteResponse.OffsetDeleteResponseTopic.OffsetDeleteResponsePartition
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[None]
@@ -2573,9 +2573,9 @@ class OffsetDeleteResponse(Message):
     throttle_time_ms: int
     topics: list[OffsetDeleteResponse.OffsetDeleteResponseTopic]
     def __init__(self, *, error_code: int = ..., throttle_time_ms: int = ..., topics: list[OffsetDeleteResponse.OffsetDeleteResponseTopic] = ...) -> None: ...
+    OffsetDeleteResponsePartition: TypeAlias = OffsetDeleteResponse.OffsetDeleteResponseTopic.OffsetDeleteResponsePartition
 
 class OffsetFetchRequest(Message):
-    OffsetFetchRequestTopics = OffsetFetchRequest.OffsetFetchRequestGroup.OffsetFetchRequestTopics
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2599,11 +2599,9 @@ class OffsetFetchRequest(Message):
     groups: list[OffsetFetchRequest.OffsetFetchRequestGroup]
     require_stable: bool
     def __init__(self, *, group_id: str = ..., topics: list[OffsetFetchRequest.OffsetFetchRequestTopic] | None = ..., groups: list[OffsetFetchRequest.OffsetFetchRequestGroup] = ..., require_stable: bool = ...) -> None: ...
+    OffsetFetchRequestTopics: TypeAlias = OffsetFetchRequest.OffsetFetchRequestGroup.OffsetFetchRequestTopics
 
 class OffsetFetchResponse(Message):
-    OffsetFetchResponsePartition = OffsetFetchResponse.OffsetFetchResponseTopic.OffsetFetchResponsePartition
-    OffsetFetchResponsePartitions = OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics.OffsetFetchResponsePartitions
-    OffsetFetchResponseTopics = OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2640,9 +2638,11 @@ class OffsetFetchResponse(Message):
     error_code: int
     groups: list[OffsetFetchResponse.OffsetFetchResponseGroup]
     def __init__(self, *, throttle_time_ms: int = ..., topics: list[OffsetFetchResponse.OffsetFetchResponseTopic] = ..., error_code: int = ..., groups: list[OffsetFetchResponse.OffsetFetchResponseGroup] = ...) -> None: ...
+    OffsetFetchResponsePartition: TypeAlias = OffsetFetchResponse.OffsetFetchResponseTopic.OffsetFetchResponsePartition
+    OffsetFetchResponsePartitions: TypeAlias = OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics.OffsetFetchResponsePartitions
+    OffsetFetchResponseTopics: TypeAlias = OffsetFetchResponse.OffsetFetchResponseGroup.OffsetFetchResponseTopics
 
 class OffsetForLeaderEpochRequest(Message):
-    OffsetForLeaderPartition = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2658,9 +2658,9 @@ class OffsetForLeaderEpochRequest(Message):
     replica_id: int
     topics: list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic]
     def __init__(self, *, replica_id: int = ..., topics: list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic] = ...) -> None: ...
+    OffsetForLeaderPartition: TypeAlias = OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition
 
 class OffsetForLeaderEpochResponse(Message):
-    EpochEndOffset = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.EpochEndOffset
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2677,9 +2677,9 @@ class OffsetForLeaderEpochResponse(Message):
     throttle_time_ms: int
     topics: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult]
     def __init__(self, *, throttle_time_ms: int = ..., topics: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] = ...) -> None: ...
+    EpochEndOffset: TypeAlias = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult.EpochEndOffset
 
 class ProduceRequest(Message):
-    PartitionProduceData = ProduceRequest.TopicProduceData.PartitionProduceData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2697,11 +2697,9 @@ class ProduceRequest(Message):
     timeout_ms: int
     topic_data: list[ProduceRequest.TopicProduceData]
     def __init__(self, *, transactional_id: str | None = ..., acks: int = ..., timeout_ms: int = ..., topic_data: list[ProduceRequest.TopicProduceData] = ...) -> None: ...
+    PartitionProduceData: TypeAlias = ProduceRequest.TopicProduceData.PartitionProduceData
 
 class ProduceResponse(Message):
-    BatchIndexAndErrorMessage = ProduceResponse.TopicProduceResponse.PartitionProduceResponse.BatchIndexAndErrorMessage
-    LeaderIdAndEpoch = ProduceResponse.TopicProduceResponse.PartitionProduceResponse.LeaderIdAndEpoch
-    PartitionProduceResponse = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2738,6 +2736,9 @@ class ProduceResponse(Message):
     throttle_time_ms: int
     node_endpoints: list[ProduceResponse.NodeEndpoint]
     def __init__(self, *, responses: list[ProduceResponse.TopicProduceResponse] = ..., throttle_time_ms: int = ..., node_endpoints: list[ProduceResponse.NodeEndpoint] = ...) -> None: ...
+    BatchIndexAndErrorMessage: TypeAlias = ProduceResponse.TopicProduceResponse.PartitionProduceResponse.BatchIndexAndErrorMessage
+    LeaderIdAndEpoch: TypeAlias = ProduceResponse.TopicProduceResponse.PartitionProduceResponse.LeaderIdAndEpoch
+    PartitionProduceResponse: TypeAlias = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
 
 class PushTelemetryRequest(Message):
     API_KEY: ClassVar[int]
@@ -2759,7 +2760,6 @@ class PushTelemetryResponse(Message):
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ...) -> None: ...
 
 class ReadShareGroupStateRequest(Message):
-    PartitionData = ReadShareGroupStateRequest.ReadStateData.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2774,10 +2774,9 @@ class ReadShareGroupStateRequest(Message):
     group_id: str
     topics: list[ReadShareGroupStateRequest.ReadStateData]
     def __init__(self, *, group_id: str = ..., topics: list[ReadShareGroupStateRequest.ReadStateData] = ...) -> None: ...
+    PartitionData: TypeAlias = ReadShareGroupStateRequest.ReadStateData.PartitionData
 
 class ReadShareGroupStateResponse(Message):
-    StateBatch = ReadShareGroupStateResponse.ReadStateResult.PartitionResult.StateBatch
-    PartitionResult = ReadShareGroupStateResponse.ReadStateResult.PartitionResult
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2801,9 +2800,10 @@ class ReadShareGroupStateResponse(Message):
         def __init__(self, *, topic_id: _uuid.UUID = ..., partitions: list[ReadShareGroupStateResponse.ReadStateResult.PartitionResult] = ...) -> None: ...
     results: list[ReadShareGroupStateResponse.ReadStateResult]
     def __init__(self, *, results: list[ReadShareGroupStateResponse.ReadStateResult] = ...) -> None: ...
+    StateBatch: TypeAlias = ReadShareGroupStateResponse.ReadStateResult.PartitionResult.StateBatch
+    PartitionResult: TypeAlias = ReadShareGroupStateResponse.ReadStateResult.PartitionResult
 
 class ReadShareGroupStateSummaryRequest(Message):
-    PartitionData = ReadShareGroupStateSummaryRequest.ReadStateSummaryData.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2818,9 +2818,9 @@ class ReadShareGroupStateSummaryRequest(Message):
     group_id: str
     topics: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData]
     def __init__(self, *, group_id: str = ..., topics: list[ReadShareGroupStateSummaryRequest.ReadStateSummaryData] = ...) -> None: ...
+    PartitionData: TypeAlias = ReadShareGroupStateSummaryRequest.ReadStateSummaryData.PartitionData
 
 class ReadShareGroupStateSummaryResponse(Message):
-    PartitionResult = ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.PartitionResult
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2837,6 +2837,7 @@ class ReadShareGroupStateSummaryResponse(Message):
         def __init__(self, *, topic_id: _uuid.UUID = ..., partitions: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.PartitionResult] = ...) -> None: ...
     results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult]
     def __init__(self, *, results: list[ReadShareGroupStateSummaryResponse.ReadStateSummaryResult] = ...) -> None: ...
+    PartitionResult: TypeAlias = ReadShareGroupStateSummaryResponse.ReadStateSummaryResult.PartitionResult
 
 class RemoveRaftVoterRequest(Message):
     API_KEY: ClassVar[int]
@@ -2923,8 +2924,6 @@ class SaslHandshakeResponse(Message):
     def __init__(self, *, error_code: int = ..., mechanisms: list[str] = ...) -> None: ...
 
 class ShareAcknowledgeRequest(Message):
-    AcknowledgementBatch = ShareAcknowledgeRequest.AcknowledgeTopic.AcknowledgePartition.AcknowledgementBatch
-    AcknowledgePartition = ShareAcknowledgeRequest.AcknowledgeTopic.AcknowledgePartition
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2946,10 +2945,10 @@ class ShareAcknowledgeRequest(Message):
     share_session_epoch: int
     topics: list[ShareAcknowledgeRequest.AcknowledgeTopic]
     def __init__(self, *, group_id: str | None = ..., member_id: str | None = ..., share_session_epoch: int = ..., topics: list[ShareAcknowledgeRequest.AcknowledgeTopic] = ...) -> None: ...
+    AcknowledgementBatch: TypeAlias = ShareAcknowledgeRequest.AcknowledgeTopic.AcknowledgePartition.AcknowledgementBatch
+    AcknowledgePartition: TypeAlias = ShareAcknowledgeRequest.AcknowledgeTopic.AcknowledgePartition
 
 class ShareAcknowledgeResponse(Message):
-    LeaderIdAndEpoch = ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.PartitionData.LeaderIdAndEpoch
-    PartitionData = ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -2979,10 +2978,10 @@ class ShareAcknowledgeResponse(Message):
     responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse]
     node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint]
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: str | None = ..., responses: list[ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse] = ..., node_endpoints: list[ShareAcknowledgeResponse.NodeEndpoint] = ...) -> None: ...
+    LeaderIdAndEpoch: TypeAlias = ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.PartitionData.LeaderIdAndEpoch
+    PartitionData: TypeAlias = ShareAcknowledgeResponse.ShareAcknowledgeTopicResponse.PartitionData
 
 class ShareFetchRequest(Message):
-    AcknowledgementBatch = ShareFetchRequest.FetchTopic.FetchPartition.AcknowledgementBatch
-    FetchPartition = ShareFetchRequest.FetchTopic.FetchPartition
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -3013,11 +3012,10 @@ class ShareFetchRequest(Message):
     topics: list[ShareFetchRequest.FetchTopic]
     forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic]
     def __init__(self, *, group_id: str | None = ..., member_id: str | None = ..., share_session_epoch: int = ..., max_wait_ms: int = ..., min_bytes: int = ..., max_bytes: int = ..., topics: list[ShareFetchRequest.FetchTopic] = ..., forgotten_topics_data: list[ShareFetchRequest.ForgottenTopic] = ...) -> None: ...
+    AcknowledgementBatch: TypeAlias = ShareFetchRequest.FetchTopic.FetchPartition.AcknowledgementBatch
+    FetchPartition: TypeAlias = ShareFetchRequest.FetchTopic.FetchPartition
 
 class ShareFetchResponse(Message):
-    LeaderIdAndEpoch = ShareFetchResponse.ShareFetchableTopicResponse.PartitionData.LeaderIdAndEpoch
-    AcquiredRecords = ShareFetchResponse.ShareFetchableTopicResponse.PartitionData.AcquiredRecords
-    PartitionData = ShareFetchResponse.ShareFetchableTopicResponse.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -3056,6 +3054,9 @@ class ShareFetchResponse(Message):
     responses: list[ShareFetchResponse.ShareFetchableTopicResponse]
     node_endpoints: list[ShareFetchResponse.NodeEndpoint]
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: str | None = ..., responses: list[ShareFetchResponse.ShareFetchableTopicResponse] = ..., node_endpoints: list[ShareFetchResponse.NodeEndpoint] = ...) -> None: ...
+    LeaderIdAndEpoch: TypeAlias = ShareFetchResponse.ShareFetchableTopicResponse.PartitionData.LeaderIdAndEpoch
+    AcquiredRecords: TypeAlias = ShareFetchResponse.ShareFetchableTopicResponse.PartitionData.AcquiredRecords
+    PartitionData: TypeAlias = ShareFetchResponse.ShareFetchableTopicResponse.PartitionData
 
 class ShareGroupDescribeRequest(Message):
     API_KEY: ClassVar[int]
@@ -3066,9 +3067,6 @@ class ShareGroupDescribeRequest(Message):
     def __init__(self, *, group_ids: list[str] = ..., include_authorized_operations: bool = ...) -> None: ...
 
 class ShareGroupDescribeResponse(Message):
-    TopicPartitions = ShareGroupDescribeResponse.DescribedGroup.Member.Assignment.TopicPartitions
-    Assignment = ShareGroupDescribeResponse.DescribedGroup.Member.Assignment
-    Member = ShareGroupDescribeResponse.DescribedGroup.Member
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -3103,6 +3101,9 @@ class ShareGroupDescribeResponse(Message):
     throttle_time_ms: int
     groups: list[ShareGroupDescribeResponse.DescribedGroup]
     def __init__(self, *, throttle_time_ms: int = ..., groups: list[ShareGroupDescribeResponse.DescribedGroup] = ...) -> None: ...
+    TopicPartitions: TypeAlias = ShareGroupDescribeResponse.DescribedGroup.Member.Assignment.TopicPartitions
+    Assignment: TypeAlias = ShareGroupDescribeResponse.DescribedGroup.Member.Assignment
+    Member: TypeAlias = ShareGroupDescribeResponse.DescribedGroup.Member
 
 class ShareGroupHeartbeatRequest(Message):
     API_KEY: ClassVar[int]
@@ -3116,7 +3117,6 @@ class ShareGroupHeartbeatRequest(Message):
     def __init__(self, *, group_id: str = ..., member_id: str = ..., member_epoch: int = ..., rack_id: str | None = ..., subscribed_topic_names: list[str] | None = ...) -> None: ...
 
 class ShareGroupHeartbeatResponse(Message):
-    TopicPartitions = ShareGroupHeartbeatResponse.Assignment.TopicPartitions
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -3135,6 +3135,7 @@ class ShareGroupHeartbeatResponse(Message):
     heartbeat_interval_ms: int
     assignment: ShareGroupHeartbeatResponse.Assignment | None
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: str | None = ..., member_id: str | None = ..., member_epoch: int = ..., heartbeat_interval_ms: int = ..., assignment: ShareGroupHeartbeatResponse.Assignment | None = ...) -> None: ...
+    TopicPartitions: TypeAlias = ShareGroupHeartbeatResponse.Assignment.TopicPartitions
 
 class SnapshotFooterRecord(Message):
     API_KEY: ClassVar[None]
@@ -3152,7 +3153,6 @@ class SnapshotHeaderRecord(Message):
     def __init__(self, *, version: int = ..., last_contained_log_timestamp: int = ...) -> None: ...
 
 class StopReplicaRequest(Message):
-    StopReplicaPartitionState = StopReplicaRequest.StopReplicaTopicState.StopReplicaPartitionState
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -3182,6 +3182,7 @@ class StopReplicaRequest(Message):
     topics: list[StopReplicaRequest.StopReplicaTopicV1]
     topic_states: list[StopReplicaRequest.StopReplicaTopicState]
     def __init__(self, *, controller_id: int = ..., is_k_raft_controller: bool = ..., controller_epoch: int = ..., broker_epoch: int = ..., delete_partitions: bool = ..., ungrouped_partitions: list[StopReplicaRequest.StopReplicaPartitionV0] = ..., topics: list[StopReplicaRequest.StopReplicaTopicV1] = ..., topic_states: list[StopReplicaRequest.StopReplicaTopicState] = ...) -> None: ...
+    StopReplicaPartitionState: TypeAlias = StopReplicaRequest.StopReplicaTopicState.StopReplicaPartitionState
 
 class StopReplicaResponse(Message):
     API_KEY: ClassVar[int]
@@ -3225,7 +3226,6 @@ class SyncGroupResponse(Message):
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., protocol_type: str | None = ..., protocol_name: str | None = ..., assignment: bytes = ...) -> None: ...
 
 class TxnOffsetCommitRequest(Message):
-    TxnOffsetCommitRequestPartition = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -3248,9 +3248,9 @@ class TxnOffsetCommitRequest(Message):
     group_instance_id: str | None
     topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic]
     def __init__(self, *, transactional_id: str = ..., group_id: str = ..., producer_id: int = ..., producer_epoch: int = ..., generation_id: int = ..., member_id: str = ..., group_instance_id: str | None = ..., topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = ...) -> None: ...
+    TxnOffsetCommitRequestPartition: TypeAlias = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition
 
 class TxnOffsetCommitResponse(Message):
-    TxnOffsetCommitResponsePartition = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -3265,6 +3265,7 @@ class TxnOffsetCommitResponse(Message):
     throttle_time_ms: int
     topics: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic]
     def __init__(self, *, throttle_time_ms: int = ..., topics: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = ...) -> None: ...
+    TxnOffsetCommitResponsePartition: TypeAlias = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition
 
 class UnregisterBrokerRequest(Message):
     API_KEY: ClassVar[int]
@@ -3313,7 +3314,6 @@ class UpdateFeaturesResponse(Message):
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., error_message: str | None = ..., results: list[UpdateFeaturesResponse.UpdatableFeatureResult] = ...) -> None: ...
 
 class UpdateMetadataRequest(Message):
-    UpdateMetadataEndpoint = UpdateMetadataRequest.UpdateMetadataBroker.UpdateMetadataEndpoint
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -3329,7 +3329,7 @@ class UpdateMetadataRequest(Message):
         offline_replicas: list[int]
         def __init__(self, *, topic_name: str = ..., partition_index: int = ..., controller_epoch: int = ..., leader: int = ..., leader_epoch: int = ..., isr: list[int] = ..., zk_version: int = ..., replicas: list[int] = ..., offline_replicas: list[int] = ...) -> None: ...
     class UpdateMetadataTopicState(Message):
-        UpdateMetadataPartitionState = UpdateMetadataRequest.UpdateMetadataPartitionState
+        UpdateMetadataPartitionState: TypeAlias = UpdateMetadataRequest.UpdateMetadataPartitionState
         topic_name: str
         topic_id: _uuid.UUID
         partition_states: list[UpdateMetadataRequest.UpdateMetadataPartitionState]
@@ -3356,6 +3356,7 @@ class UpdateMetadataRequest(Message):
     topic_states: list[UpdateMetadataRequest.UpdateMetadataTopicState]
     live_brokers: list[UpdateMetadataRequest.UpdateMetadataBroker]
     def __init__(self, *, controller_id: int = ..., is_k_raft_controller: bool = ..., type: int = ..., controller_epoch: int = ..., broker_epoch: int = ..., ungrouped_partition_states: list[UpdateMetadataRequest.UpdateMetadataPartitionState] = ..., topic_states: list[UpdateMetadataRequest.UpdateMetadataTopicState] = ..., live_brokers: list[UpdateMetadataRequest.UpdateMetadataBroker] = ...) -> None: ...
+    UpdateMetadataEndpoint: TypeAlias = UpdateMetadataRequest.UpdateMetadataBroker.UpdateMetadataEndpoint
 
 class UpdateMetadataResponse(Message):
     API_KEY: ClassVar[int]
@@ -3401,7 +3402,6 @@ class UpdateRaftVoterResponse(Message):
     def __init__(self, *, throttle_time_ms: int = ..., error_code: int = ..., current_leader: UpdateRaftVoterResponse.CurrentLeader = ...) -> None: ...
 
 class VoteRequest(Message):
-    PartitionData = VoteRequest.TopicData.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -3422,9 +3422,9 @@ class VoteRequest(Message):
     voter_id: int
     topics: list[VoteRequest.TopicData]
     def __init__(self, *, cluster_id: str | None = ..., voter_id: int = ..., topics: list[VoteRequest.TopicData] = ...) -> None: ...
+    PartitionData: TypeAlias = VoteRequest.TopicData.PartitionData
 
 class VoteResponse(Message):
-    PartitionData = VoteResponse.TopicData.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -3448,10 +3448,9 @@ class VoteResponse(Message):
     topics: list[VoteResponse.TopicData]
     node_endpoints: list[VoteResponse.NodeEndpoint]
     def __init__(self, *, error_code: int = ..., topics: list[VoteResponse.TopicData] = ..., node_endpoints: list[VoteResponse.NodeEndpoint] = ...) -> None: ...
+    PartitionData: TypeAlias = VoteResponse.TopicData.PartitionData
 
 class VotersRecord(Message):
-    Endpoint = VotersRecord.Voter.Endpoint
-    KRaftVersionFeature = VotersRecord.Voter.KRaftVersionFeature
     API_KEY: ClassVar[None]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -3473,10 +3472,10 @@ class VotersRecord(Message):
     version: int
     voters: list[VotersRecord.Voter]
     def __init__(self, *, version: int = ..., voters: list[VotersRecord.Voter] = ...) -> None: ...
+    Endpoint: TypeAlias = VotersRecord.Voter.Endpoint
+    KRaftVersionFeature: TypeAlias = VotersRecord.Voter.KRaftVersionFeature
 
 class WriteShareGroupStateRequest(Message):
-    StateBatch = WriteShareGroupStateRequest.WriteStateData.PartitionData.StateBatch
-    PartitionData = WriteShareGroupStateRequest.WriteStateData.PartitionData
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -3500,9 +3499,10 @@ class WriteShareGroupStateRequest(Message):
     group_id: str
     topics: list[WriteShareGroupStateRequest.WriteStateData]
     def __init__(self, *, group_id: str = ..., topics: list[WriteShareGroupStateRequest.WriteStateData] = ...) -> None: ...
+    StateBatch: TypeAlias = WriteShareGroupStateRequest.WriteStateData.PartitionData.StateBatch
+    PartitionData: TypeAlias = WriteShareGroupStateRequest.WriteStateData.PartitionData
 
 class WriteShareGroupStateResponse(Message):
-    PartitionResult = WriteShareGroupStateResponse.WriteStateResult.PartitionResult
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -3517,9 +3517,9 @@ class WriteShareGroupStateResponse(Message):
         def __init__(self, *, topic_id: _uuid.UUID = ..., partitions: list[WriteShareGroupStateResponse.WriteStateResult.PartitionResult] = ...) -> None: ...
     results: list[WriteShareGroupStateResponse.WriteStateResult]
     def __init__(self, *, results: list[WriteShareGroupStateResponse.WriteStateResult] = ...) -> None: ...
+    PartitionResult: TypeAlias = WriteShareGroupStateResponse.WriteStateResult.PartitionResult
 
 class WriteTxnMarkersRequest(Message):
-    WritableTxnMarkerTopic = WriteTxnMarkersRequest.WritableTxnMarker.WritableTxnMarkerTopic
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -3537,10 +3537,9 @@ class WriteTxnMarkersRequest(Message):
         def __init__(self, *, producer_id: int = ..., producer_epoch: int = ..., transaction_result: bool = ..., topics: list[WriteTxnMarkersRequest.WritableTxnMarker.WritableTxnMarkerTopic] = ..., coordinator_epoch: int = ..., transaction_version: int = ...) -> None: ...
     markers: list[WriteTxnMarkersRequest.WritableTxnMarker]
     def __init__(self, *, markers: list[WriteTxnMarkersRequest.WritableTxnMarker] = ...) -> None: ...
+    WritableTxnMarkerTopic: TypeAlias = WriteTxnMarkersRequest.WritableTxnMarker.WritableTxnMarkerTopic
 
 class WriteTxnMarkersResponse(Message):
-    WritableTxnMarkerPartitionResult = WriteTxnMarkersResponse.WritableTxnMarkerResult.WritableTxnMarkerTopicResult.WritableTxnMarkerPartitionResult
-    WritableTxnMarkerTopicResult = WriteTxnMarkersResponse.WritableTxnMarkerResult.WritableTxnMarkerTopicResult
     API_KEY: ClassVar[int]
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
@@ -3558,3 +3557,5 @@ class WriteTxnMarkersResponse(Message):
         def __init__(self, *, producer_id: int = ..., topics: list[WriteTxnMarkersResponse.WritableTxnMarkerResult.WritableTxnMarkerTopicResult] = ...) -> None: ...
     markers: list[WriteTxnMarkersResponse.WritableTxnMarkerResult]
     def __init__(self, *, markers: list[WriteTxnMarkersResponse.WritableTxnMarkerResult] = ...) -> None: ...
+    WritableTxnMarkerPartitionResult: TypeAlias = WriteTxnMarkersResponse.WritableTxnMarkerResult.WritableTxnMarkerTopicResult.WritableTxnMarkerPartitionResult
+    WritableTxnMarkerTopicResult: TypeAlias = WriteTxnMarkersResponse.WritableTxnMarkerResult.WritableTxnMarkerTopicResult

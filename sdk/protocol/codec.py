@@ -12,25 +12,27 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
 from sdk.protocol import primitives as p
 from sdk.protocol.errors import DecodeError, EncodeError, UnsupportedVersionError
 from sdk.protocol.messages import (
-    MESSAGE_CLASSES,
     REQUESTS,
     RESPONSES,
+    ApiVersionsRequest,
+    ControlledShutdownRequest,
     FieldSpec,
     Message,
+    RequestHeader,
+    ResponseHeader,
 )
 
 Decoder = Callable[[Any, int, int], tuple[Message, int]]
 Encoder = Callable[[Message, bytearray], None]
 
 _codecs: dict[tuple[type[Message], int, bool], tuple[Encoder, Decoder]] = {}
-RequestHeader = MESSAGE_CLASSES["RequestHeader"]
-ResponseHeader = MESSAGE_CLASSES["ResponseHeader"]
-API_VERSIONS_KEY = 18
+MessageT = TypeVar("MessageT", bound=Message)
+API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
 _HEAD = struct.Struct(">hhi")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -213,8 +215,8 @@ class _lazy:
 
     def __init__(self, cls: type[Message], version: int, flexible: bool):
         self._key = (cls, version, flexible)
-        self.decode = self._first_decode
-        self.encode = self._first_encode
+        self.decode: Decoder = self._first_decode
+        self.encode: Encoder = self._first_encode
 
     def _load(self) -> None:
         self.encode, self.decode = _codec(*self._key)
@@ -262,7 +264,7 @@ def _tagged_value_codec(f: FieldSpec, version: int) -> tuple[Encoder, Decoder, t
     key = (f, version)
     hit = _tag_codecs.get(key)
     if hit is None:
-        holder = type("TaggedValue", (Message,), {"__slots__": (f.name,)})
+        holder = cast(type[Message], type("TaggedValue", (Message,), {"__slots__": (f.name,)}))
         plain = FieldSpec.__new__(FieldSpec)
         for slot in FieldSpec.__slots__:
             setattr(plain, slot, getattr(f, slot))
@@ -362,17 +364,18 @@ def _view(data: bytes | bytearray | memoryview) -> memoryview:
     return view
 
 
-def decode(cls: type[Message], data: bytes | bytearray | memoryview, version: int) -> Message:
+def decode(cls: type[MessageT], data: bytes | bytearray | memoryview, version: int) -> MessageT:
     """Decode a whole message body; ``records`` fields are views into ``data``."""
     msg, _ = decode_at(cls, _view(data), 0, version)
     return msg
 
 
-def decode_at(cls: type[Message], buf: memoryview, pos: int, version: int) -> tuple[Message, int]:
+def decode_at(cls: type[MessageT], buf: memoryview, pos: int, version: int) -> tuple[MessageT, int]:
     _check_version(cls, version)
     _, dec = _codec(cls, version, _is_flexible(cls, version))
     try:
-        return dec(buf, pos, len(buf))
+        # The compiled decoder of ``cls`` makes instances of ``cls`` (``Decoder`` cannot say so).
+        return cast(tuple[MessageT, int], dec(buf, pos, len(buf)))
     except DecodeError:
         raise
     except (struct.error, IndexError, ValueError, OverflowError, TypeError) as exc:
@@ -399,7 +402,7 @@ def supported_versions(api_key: int) -> tuple[int, int]:
 
 def request_header_version(api_key: int, api_version: int) -> int:
     """Header v2 (tagged fields) for flexible request versions, v1 before."""
-    if api_key == 7 and api_version == 0:  # ControlledShutdown v0 predates client ids
+    if api_key == ControlledShutdownRequest.API_KEY and api_version == 0:  # v0 predates client ids
         return 0
     return 2 if _is_flexible(request_class(api_key), api_version) else 1
 
@@ -429,7 +432,7 @@ def encode_request(msg: Message, version: int, correlation_id: int, client_id: s
     return out.getvalue()
 
 
-def decode_request_header(data: bytes | bytearray | memoryview) -> tuple[Message, int]:
+def decode_request_header(data: bytes | bytearray | memoryview) -> tuple[RequestHeader, int]:
     """Parse a request header; unknown api keys or versions raise ``UnsupportedVersionError``.
 
     The key, version and correlation id are read first so that even a request this side cannot
@@ -439,7 +442,7 @@ def decode_request_header(data: bytes | bytearray | memoryview) -> tuple[Message
     return _decode_header(_plan_for(buf), buf)
 
 
-def decode_request(data: bytes | bytearray | memoryview) -> tuple[Message, Message]:
+def decode_request(data: bytes | bytearray | memoryview) -> tuple[RequestHeader, Message]:
     """Header and body of a request as the broker receives it (after the size prefix).
 
     The version checks and codec lookups for each (api key, version) are done once and
@@ -496,9 +499,10 @@ def _plan_for(buf: memoryview) -> _RequestPlan:
     return plan
 
 
-def _decode_header(plan: _RequestPlan, buf: memoryview) -> tuple[Message, int]:
+def _decode_header(plan: _RequestPlan, buf: memoryview) -> tuple[RequestHeader, int]:
     try:
-        return plan.decode_header(buf, 0, len(buf))
+        # The plan's header decoder is RequestHeader's (``_plan_for``).
+        return cast(tuple[RequestHeader, int], plan.decode_header(buf, 0, len(buf)))
     except DecodeError:
         raise
     except (struct.error, IndexError, ValueError, OverflowError, TypeError) as exc:

@@ -21,6 +21,8 @@ __all__ = [
     "EncodeError",
     "KafkaError",
     "UnknownKafkaError",
+    # The generated class of this name is extended here (not in ``_generated_errors.__all__``).
+    "UnsupportedVersionError",
     "error_for_code",
     "make_error",
     "raise_for_code",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 import uuid
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from sdk.protocol._generated_schemas import MESSAGES
 
@@ -163,7 +163,7 @@ def _make_init(cls: type[Message]) -> None:
     exec(src, namespace)
     init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
-    cls.__init__ = init  # type: ignore[misc]
+    cls.__init__ = init  # type: ignore[method-assign]  # the compiled keyword constructor, by design
 
 
 def _build_struct(
@@ -194,7 +194,8 @@ def _build_struct(
                 registry.setdefault(child_name, (table["fields"], struct))
             children[child_name] = struct
         specs.append(FieldSpec(table, struct))
-    cls = type(name, (Message,), {"__slots__": tuple(f.name for f in specs), "__module__": __name__})
+    namespace = {"__slots__": tuple(f.name for f in specs), "__module__": __name__}
+    cls = cast(type[Message], type(name, (Message,), namespace))  # a class made from the table
     cls.__qualname__ = qualname
     cls.FIELDS = tuple(specs)
     cls.NAME = name

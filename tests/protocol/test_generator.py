@@ -118,9 +118,10 @@ def _stub_classes(body: list[ast.stmt], prefix: str, out: dict[str, dict[str, ob
             members: dict[str, object] = {}
             for item in node.body:
                 if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-                    members[item.target.id] = ast.unparse(item.annotation)
-                elif isinstance(item, ast.Assign) and isinstance(item.targets[0], ast.Name):
-                    members[item.targets[0].id] = ("alias", ast.unparse(item.value))
+                    if item.value is not None:  # ``Name: TypeAlias = Outer.Inner.Name``
+                        members[item.target.id] = ("alias", ast.unparse(item.value))
+                    else:
+                        members[item.target.id] = ast.unparse(item.annotation)
                 elif isinstance(item, ast.ClassDef):
                     members[item.name] = ("class", f"{qualname}.{item.name}")
                 elif isinstance(item, ast.FunctionDef) and item.name == "__init__":
