@@ -28,10 +28,10 @@ except ImportError:  # pragma: no cover - older PySpark: batch reads work, strea
         """Stand-in: no limit."""
 
     class ReadMaxRows(ReadLimit):  # type: ignore[no-redef]
-        """Stand-in: at most ``maxRows`` offsets."""
+        """Stand-in: at most ``max_rows`` offsets."""
 
-        def __init__(self, maxRows: int) -> None:
-            self.maxRows = maxRows
+        def __init__(self, max_rows: int) -> None:
+            self.max_rows = max_rows
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """Stand-in mixin for PySpark 4.2's Trigger.AvailableNow support."""
@@ -134,7 +134,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp, offset in begin.items():
             latest.setdefault(tp, offset)
         if isinstance(limit, ReadMaxRows):
-            latest = _capped(begin, latest, limit.maxRows)
+            latest = _capped(begin, latest, limit.max_rows)
         return to_json(latest)
 
     def reportLatestOffset(self) -> Offsets | None:
