@@ -7,7 +7,8 @@ Point any Kafka client (this SDK, confluent-kafka, aiokafka, kafka-python, kcat)
   should prefer: a real process can be SIGKILLed mid-write and restarted on the same data dir and
   port (``kill()``, ``restart(kill=True)``), which is what crash-recovery tests need, and a broker
   bug cannot corrupt the test's own interpreter. ``config`` takes Kafka's property names
-  (``{"num.partitions": 3, "auto.create.topics.enable": False}``); ``stderr()`` returns what the
+  (``{"num.partitions": 3, "auto.create.topics.enable": False}``), over
+  :data:`EMBEDDED_DEFAULTS` (fast group settings for tests); ``stderr()`` returns what the
   broker logged, for failure messages. A context manager::
 
       with BrokerProcess(config={"num.partitions": 3}) as broker:
@@ -50,6 +51,7 @@ from reference_broker._event_loop import loop_factory
 from reference_broker.config import BrokerConfig
 
 __all__ = [
+    "EMBEDDED_DEFAULTS",
     "LISTENING_PREFIX",
     "BrokerFactory",
     "BrokerProcess",
@@ -72,6 +74,16 @@ def _stop_leftovers() -> None:
     for proc in list(_LIVE):
         with contextlib.suppress(Exception):
             proc.stop()
+
+
+#: What an embedded test broker runs with unless the test says otherwise: group settings short
+#: enough for tests, as Kafka's own integration-test harnesses set them (a 1 s minimum session
+#: timeout instead of 6 s, no initial rebalance delay instead of 3 s). A real deployment keeps
+#: Kafka's defaults.
+EMBEDDED_DEFAULTS: Mapping[str, Any] = {
+    "group.min.session.timeout.ms": 1000,
+    "group.initial.rebalance.delay.ms": 0,
+}
 
 
 class BrokerStartError(RuntimeError):
@@ -111,7 +123,7 @@ class BrokerProcess:
         self._scratch = Path(tempfile.mkdtemp(prefix="reference-broker-"))
         self._own_data_dir = data_dir is None
         self.data_dir = self._scratch / "data" if data_dir is None else Path(data_dir)
-        self.config = dict(config or {})
+        self.config = {**EMBEDDED_DEFAULTS, **(config or {})}
         self.host = host
         self.port = port
         self.log_level = log_level
@@ -333,7 +345,11 @@ def run_in_process(
         data_dir = scratch
     try:
         cfg = BrokerConfig.build(
-            data_dir, host=host, port=port, properties=dict(config or {}), event_loop=event_loop
+            data_dir,
+            host=host,
+            port=port,
+            properties={**EMBEDDED_DEFAULTS, **(config or {})},
+            event_loop=event_loop,
         )
         runner = InProcessBroker(cfg).start()
         try:
