@@ -11,6 +11,7 @@ bump) the next transaction works.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from sdk.consumer import Consumer
 from sdk.consumer.records import ConsumerGroupMetadata, OffsetAndMetadata
 from sdk.errors import (
     IllegalGenerationError,
+    InvalidProducerEpochError,
     InvalidRecordError,
     ProducerFencedError,
     TransactionAbortableError,
@@ -48,6 +50,14 @@ def unique(prefix: str) -> str:
 @pytest.fixture(scope="module")
 def txn_broker() -> Iterator[BrokerProcess]:
     with BrokerProcess(config=TXN_BROKER) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def txn_broker_timeouts() -> Iterator[BrokerProcess]:
+    """A broker that looks for timed-out transactions every 100 ms (Kafka's default: 10 s)."""
+    config = {**TXN_BROKER, "transaction.abort.timed.out.transaction.cleanup.interval.ms": 100}
+    with BrokerProcess(config=config) as proc:
         yield proc
 
 
@@ -346,3 +356,28 @@ async def test_closing_mid_transaction_aborts_it_so_readers_are_not_held_back(tx
         await other.send(topic, b"after", partition=0)
     got = await asyncio.to_thread(_confluent_read, bootstrap, topic, 1, True, 5)
     assert got == [b"after"]
+
+
+async def test_a_hung_transaction_is_aborted_by_the_coordinator_and_readers_move_past(txn_broker_timeouts):
+    """transaction_timeout_ms: the coordinator aborts the transaction of a producer that stalls and
+    bumps its epoch; read_committed readers move past it, and the stalled producer learns of it at
+    its next send (INVALID_PRODUCER_EPOCH makes the transaction abortable, KIP-588)."""
+    bootstrap = txn_broker_timeouts.bootstrap
+    topic = await _create_topic(bootstrap, unique("timeout"))
+    async with _producer(bootstrap, unique("tid"), transaction_timeout_ms=500) as hung:
+        await hung.begin_transaction()
+        await hung.send_and_wait(topic, b"hung", partition=0)
+        async with _producer(bootstrap, unique("tid")) as other, other.transaction():
+            await other.send(topic, b"after", partition=0)
+        # Readable once the coordinator has aborted the hung transaction (it held the LSO back).
+        got = await asyncio.to_thread(_confluent_read, bootstrap, topic, 1, True, 10)
+        assert got == [b"after"]
+        late = await hung.send(topic, b"late", partition=0)
+        with pytest.raises(InvalidProducerEpochError):
+            await late
+        with pytest.raises(TransactionAbortableError) as info:
+            await hung.commit_transaction()
+        assert isinstance(info.value.__cause__, InvalidProducerEpochError)
+        with contextlib.suppress(ProducerFencedError):  # the coordinator's answer to the old epoch
+            await hung.abort_transaction()
+    assert await asyncio.to_thread(_confluent_read, bootstrap, topic, 1, True, 5) == [b"after"]
