@@ -64,9 +64,12 @@ async def test_start_initializes_and_a_committed_transaction_arrives(
         await producer.commit_transaction()
         assert all(f.done() and f.exception() is None for f in futures)
         assert txn.state == TransactionState.READY and not txn.partitions_in_transaction
-        # A second transaction with the same producer continues the sequence numbers.
+        # A second transaction with the same producer continues the sequence numbers; offsets
+        # join it (the mock accepts AddOffsetsToTxn and TxnOffsetCommit, and then drops them).
         async with producer.transaction():
             await producer.send(topic_name, b"second", key=b"k0")
+            await producer.send_offsets_to_transaction({(topic_name, 0): 1}, unique("group"))
+            assert txn.transaction_started
     records = await consume(mock_cluster.bootstrap, topic_name, expected=21)
     assert sorted(r.value for r in records) == sorted([b"v%d" % i for i in range(20)] + [b"second"])
 
