@@ -10,8 +10,10 @@ from sdk.producer.partitioner import (
 )
 from sdk.producer.producer import Producer
 from sdk.producer.record_metadata import BatchMetadata, OffsetRange, RecordMetadata
+from sdk.producer.transaction_manager import FATAL_TRANSACTION_ERRORS, TransactionState
 
 __all__ = [
+    "FATAL_TRANSACTION_ERRORS",
     "BatchMetadata",
     "CallablePartitioner",
     "DefaultPartitioner",
@@ -23,4 +25,5 @@ __all__ = [
     "ProducerRecord",
     "RecordMetadata",
     "RoundRobinPartitioner",
+    "TransactionState",
 ]
