@@ -806,7 +806,7 @@ class GroupCoordinator:
         if require_stable and group is not None:
             for txn_offsets in group.pending_transactional_offsets.values():
                 pending.update(txn_offsets)
-        answer = {}
+        answer: dict[tuple[str, int], tuple[CommittedOffset | None, int]] = {}
         for tp in wanted:
             if tp in pending:
                 answer[tp] = (None, E.UNSTABLE_OFFSET_COMMIT)
@@ -913,13 +913,20 @@ class GroupCoordinator:
                 ):
                     expired.append(tp)
             if expired:
-                batch = [(records.offset_key(group.group_id, t, p), None) for t, p in expired]
+                batch: list[tuple[bytes, bytes | None]] = [
+                    (records.offset_key(group.group_id, t, p), None) for t, p in expired
+                ]
                 if self._write(group.group_id, batch):
                     continue
                 for tp in expired:
                     del group.offsets[tp]
                 expired_total += len(expired)
-            if group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_members:
+            if (
+                group.is_(GroupState.EMPTY)
+                and not group.offsets
+                and not group.pending_members
+                and not group.pending_transactional_offsets  # its transaction's marker will need it
+            ):
                 self._drop_group(group)  # Kafka's cleanupGroupMetadata: an empty group with no offsets
         return expired_total
 

@@ -355,3 +355,16 @@ async def test_failed_marker_is_retried_by_the_periodic_task(node: Node) -> None
     assert c.txns["tx"].state is TxnState.PREPARE_COMMIT
     assert c.init_producer_id("tx", TIMEOUT_MS).producer_epoch == 1  # completes first, then bumps
     assert node.committed_values("data", 0) == [b"x"]
+
+
+async def test_offset_expiry_keeps_a_group_whose_offsets_are_pending(node: Node, clock: ManualClock) -> None:
+    groups, c = node.groups.coordinator, node.coordinator
+    node.groups.store.ensure_topic()
+    offsets_tp = (CONSUMER_OFFSETS, groups.partition_for("fresh"))
+    pid = c.init_producer_id("tx", TIMEOUT_MS).producer_id
+    assert c.add_partitions("tx", pid, 0, [offsets_tp]) == 0
+    pending = {("data", 0): CommittedOffset(3, -1, "", clock.now_ms())}
+    assert groups.commit_transactional_offsets("fresh", pid, 0, -1, "", None, pending) == {("data", 0): 0}
+    groups.expire_offsets()  # an empty group without committed offsets, but with pending ones
+    assert c.end_transaction("tx", pid, 0, commit=True) == 0
+    assert groups.fetch_offsets("fresh", [("data", 0)])[1][("data", 0)][0].offset == 3
