@@ -9,6 +9,8 @@ drops, a deadline that passes, a bad setting) as subclasses of the same ``KafkaE
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from sdk.protocol import _generated_errors
 from sdk.protocol._generated_errors import *  # noqa: F403  (one class per broker error code, ErrorCode)
 from sdk.protocol._generated_errors import (
@@ -288,3 +290,35 @@ AIOKAFKA_ALIASES = [
     "UnknownProducerId",
 ]
 __all__ += AIOKAFKA_ALIASES
+
+#: The consumer's own errors (``sdk.consumer.errors``), importable from here under aiokafka's names
+#: too. Resolved on first use: ``sdk.consumer.errors`` imports this module.
+_CONSUMER_ERRORS = (
+    "CommitFailedError",
+    "ConsumerStoppedError",
+    "CorruptRecordInFetchError",
+    "NoGroupIdError",
+    "NoOffsetForPartitionError",
+    "OffsetResetOutOfRangeError",
+    "RecordTooLargeForFetchError",
+)
+__all__ += _CONSUMER_ERRORS
+
+if TYPE_CHECKING:  # what __getattr__ below resolves, for type checkers
+    from sdk.consumer.errors import (  # noqa: F401
+        CommitFailedError,
+        ConsumerStoppedError,
+        CorruptRecordInFetchError,
+        NoGroupIdError,
+        NoOffsetForPartitionError,
+        OffsetResetOutOfRangeError,
+        RecordTooLargeForFetchError,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CONSUMER_ERRORS:
+        from sdk.consumer import errors as consumer_errors
+
+        return getattr(consumer_errors, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

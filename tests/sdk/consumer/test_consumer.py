@@ -439,3 +439,18 @@ async def test_aiokafka_consumer_alias():
     import sdk
 
     assert sdk.AIOKafkaConsumer is Consumer
+
+
+def test_aiokafka_consumer_exception_names_are_importable_from_sdk_errors():
+    import aiokafka.errors
+
+    import sdk.errors
+    from sdk.consumer import errors as consumer_errors
+
+    for name in ("CommitFailedError", "ConsumerStoppedError", "NoOffsetForPartitionError"):
+        assert hasattr(aiokafka.errors, name), name
+        assert getattr(sdk.errors, name) is getattr(consumer_errors, name)
+        assert issubclass(getattr(sdk.errors, name), sdk.errors.KafkaError)
+        assert name in sdk.errors.__all__
+    with pytest.raises(AttributeError):
+        sdk.errors.NoSuchError  # noqa: B018
