@@ -25,7 +25,7 @@ class PeriodicTask:
 
     name: str
     interval_s: float
-    run: Callable[[], None]
+    run: Callable[[], object]
 
 
 class Service(Protocol):

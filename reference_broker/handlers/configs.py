@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from reference_broker.config import (
@@ -74,29 +75,30 @@ def describe_topic_configs(
     broker: Broker, topic: str | None, overrides: dict[str, str | None] | None = None
 ) -> list[ConfigEntry]:
     """Every topic config with its effective value; ``topic=None`` describes would-be overrides."""
+    current: Mapping[str, str | None]
     if topic is not None:
-        overrides = broker.logs.topic_overrides(topic)
+        current = broker.logs.topic_overrides(topic)
         effective = broker.logs.topic_config(topic).to_properties()
     else:
-        overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-        effective = broker.logs.check_topic_config(overrides).to_properties()
+        current = {k: v for k, v in (overrides or {}).items() if v is not None}
+        effective = broker.logs.check_topic_config(current).to_properties()
     config = broker.config
     names = sorted(set(effective) | set(TOPIC_TO_BROKER_KEY))
     entries = []
     for name in names:
         broker_key = TOPIC_TO_BROKER_KEY.get(name)
         spec = BROKER_KEYS.get(broker_key) if broker_key else None
-        if name in overrides:
-            value, source = overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG
+        if name in current:
+            value, source = current[name], ConfigSource.DYNAMIC_TOPIC_CONFIG
         elif name in effective:
             value = effective[name]
             source = config.topic_default_source(name) if broker_key else ConfigSource.DEFAULT_CONFIG
         else:
             value = render(config.get(broker_key)) if broker_key else None
             source = config.topic_default_source(name) if broker_key else ConfigSource.DEFAULT_CONFIG
-        synonyms = []
-        if name in overrides:
-            synonyms.append((name, overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
+        synonyms: list[tuple[str, str | None, int]] = []
+        if name in current:
+            synonyms.append((name, current[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
         if broker_key:
             synonyms.extend(broker_synonyms(broker, broker_key))
         entries.append(
@@ -252,14 +254,15 @@ def alter_configs(
     broker: Broker, ctx: RequestContext, request: AlterConfigsRequest
 ) -> AlterConfigsResponse:
     responses = []
+    code: int
+    message: str | None
     for res in request.resources:
         if res.resource_type == TOPIC:
             if any(c.value is None for c in res.configs):
                 code, message = ErrorCode.INVALID_REQUEST, "Null value not supported for topic configs"
             else:
-                code, message = _apply_topic(
-                    broker, res.resource_name, {c.name: c.value for c in res.configs}, request.validate_only
-                )
+                values = {c.name: c.value for c in res.configs if c.value is not None}  # none is, see above
+                code, message = _apply_topic(broker, res.resource_name, values, request.validate_only)
         elif res.resource_type in (BROKER, BROKER_LOGGER):
             code, message = _broker_alter_error(broker, res)
         else:
@@ -307,6 +310,8 @@ def incremental_alter_configs(
     broker: Broker, ctx: RequestContext, request: IncrementalAlterConfigsRequest
 ) -> IncrementalAlterConfigsResponse:
     responses = []
+    code: int
+    message: str | None
     for res in request.resources:
         duplicates = [k for k, n in Counter(c.name for c in res.configs).items() if n > 1]
         if duplicates:

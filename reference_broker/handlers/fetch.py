@@ -118,7 +118,7 @@ def _group(
         target = w.target
         news = target.must_report(
             data.error_code,
-            len(data.records),
+            len(data.records or ()),
             data.high_watermark,
             data.last_stable_offset,
             data.log_start_offset,

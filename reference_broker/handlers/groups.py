@@ -210,6 +210,7 @@ def heartbeat_error(request: HeartbeatRequest, version: int, code: int) -> Heart
 
 
 def handle_leave_group(broker: Broker, ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    leaving: list[tuple[str, str | None]]
     if ctx.api_version < 3:
         leaving = [(request.member_id, None)]
     else:

@@ -22,6 +22,7 @@ same mistake.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -157,7 +158,7 @@ def create_topics_error(request: CreateTopicsRequest, version: int, code: int) -
     )
 
 
-def _delete_targets(request: DeleteTopicsRequest, version: int) -> list[tuple[str | None, object]]:
+def _delete_targets(request: DeleteTopicsRequest, version: int) -> list[tuple[str | None, uuid.UUID | None]]:
     if version >= 6:
         return [(t.name, t.topic_id) for t in request.topics]
     return [(name, None) for name in request.topic_names]
@@ -168,7 +169,7 @@ def delete_topics(
 ) -> DeleteTopicsResponse:
     results = []
     for name, topic_id in _delete_targets(request, ctx.api_version):
-        info, missing = find_topic(broker, name, topic_id)  # type: ignore[arg-type]
+        info, missing = find_topic(broker, name, topic_id)
         result = DeletableResult(name=name, error_code=0)
         if topic_id is not None:
             result.topic_id = topic_id

@@ -45,6 +45,7 @@ from sdk.protocol.messages import (
     EndTxnResponse,
     ListTransactionsRequest,
     ListTransactionsResponse,
+    Message,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
     WriteTxnMarkersRequest,
@@ -55,7 +56,7 @@ from sdk.records import ControlType
 if TYPE_CHECKING:
     from reference_broker.broker import Broker
     from reference_broker.coordinator.txn.coordinator import TransactionCoordinator
-    from reference_broker.handlers.registry import HandlerRegistry
+    from reference_broker.handlers.registry import ErrorFunc, HandlerRegistry
     from reference_broker.network.server import RequestContext
 
 E = ErrorCode
@@ -184,6 +185,8 @@ def handle_txn_offset_commit(
     broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRequest
 ) -> TxnOffsetCommitResponse:
     groups = broker.groups
+    code: int
+    result: dict[tuple[str, int], int]
     if not request.group_id:
         code = E.INVALID_GROUP_ID
     else:
@@ -423,8 +426,8 @@ def handle_describe_producers(
     return R(topics=topics)
 
 
-def _simple_error(response_cls: type) -> object:
-    def error_response(request: object, version: int, code: int) -> object:
+def _simple_error(response_cls: type[Message]) -> ErrorFunc:
+    def error_response(request: object, version: int, code: int) -> Message:
         return response_cls(error_code=code)
 
     return error_response

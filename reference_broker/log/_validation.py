@@ -210,12 +210,12 @@ def _check_records(
     count = walk.count
     if count:
         base = batch.base_timestamp
-        max_ts = max(-1, base + walk.max_timestamp_delta)  # type: ignore[operator]
+        max_ts = max(-1, base + walk.max_timestamp_delta)
         before = config.message_timestamp_before_max_ms
         after = config.message_timestamp_after_max_ms
         ts_suspect = create_time and (
             (after < LONG_MAX and max_ts - now_ms > after)
-            or (before < LONG_MAX and now_ms - (base + walk.min_timestamp_delta) > before)  # type: ignore[operator]
+            or (before < LONG_MAX and now_ms - (base + walk.min_timestamp_delta) > before)
         )
         null_key = config.compacted and walk.first_null_key >= 0 and not batch.is_control
         if walk.first_offset_gap >= 0 or null_key or ts_suspect:
@@ -307,5 +307,5 @@ def _records_refused(refused: list[RecordError], timestamps: bool) -> KafkaError
             f"One or more records have been rejected due to {len(refused)} record errors in total,"
             f" and only showing the first three errors at most: [{shown}]"
         )
-    error.record_errors = tuple(refused)  # type: ignore[attr-defined]  # read by record_errors_of
+    error.record_errors = tuple(refused)  # type: ignore[union-attr]  # an extra attribute, read by record_errors_of
     return error

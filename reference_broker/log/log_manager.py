@@ -168,6 +168,7 @@ class LogManager:
     # -- discovery -------------------------------------------------------------------------
 
     def _load(self, now_ms: int) -> None:
+        meta: TopicMetadata | None
         for path in sorted((self.data_dir / TOPICS_DIR).glob("*.json")):
             try:
                 meta = TopicMetadata.from_json(path.read_bytes())

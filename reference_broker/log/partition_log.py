@@ -44,6 +44,7 @@ from its event loop.
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import os
 import shutil
@@ -531,8 +532,8 @@ class PartitionLog:
         for segment in self.segments:
             if segment.max_timestamp < timestamp or segment.next_offset <= self._log_start_offset:
                 continue
-            hit = self._guard(lambda s=segment: s.find_offset_by_timestamp(
-                timestamp, self._log_start_offset))
+            find = functools.partial(segment.find_offset_by_timestamp, timestamp, self._log_start_offset)
+            hit = self._guard(find)
             if hit is not None:
                 return hit
         return None

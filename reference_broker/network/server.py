@@ -27,7 +27,7 @@ import socket
 import struct
 import sys
 from collections.abc import Awaitable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from reference_broker.network.framing import SIZE_PREFIX
 from sdk.protocol.codec import decode_request, encode_response_parts
@@ -162,7 +162,7 @@ class Connection(asyncio.BufferedProtocol):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
         # Pause as soon as anything is left unsent, resume once all of it is: ``_write`` hands
         # over the next piece of a large response only then (see there).
-        transport.set_write_buffer_limits(high=0, low=0)
+        cast(asyncio.WriteTransport, transport).set_write_buffer_limits(high=0, low=0)  # a stream's
         self.server._connections.add(self)
         self._write_task = asyncio.get_running_loop().create_task(
             self._write_loop(), name=f"kafka-write-{self.peer}"
@@ -266,7 +266,7 @@ class Connection(asyncio.BufferedProtocol):
         size = self._frame_size
         frame = memoryview(buffer)[:size] if len(buffer) > size else buffer
         self._on_frame(frame)
-        if frame is not buffer:
+        if isinstance(frame, memoryview):  # a slice of ``buffer``
             try:
                 frame.release()
             except BufferError:  # exported by a view still alive somewhere: not reusable
@@ -295,7 +295,7 @@ class Connection(asyncio.BufferedProtocol):
             self._stop_reading()
             return
         ctx, answer = work
-        if type(answer) is list or answer is None:
+        if answer is None or isinstance(answer, list):
             # Answered already. With nothing queued before it and the transport keeping up, it
             # joins this read's direct write; otherwise it waits its turn in the queue.
             if not self._pending and self._writer_idle and not ctx.close_after:

@@ -211,7 +211,7 @@ class Connection:
                     self.host, self.port, ssl=ctx, limit=2**20
                 )
         except (OSError, TimeoutError, ssl.SSLError) as exc:
-            error = KafkaConnectionError(f"cannot connect to {self.describe()}: {exc!r}")
+            error: KafkaError = KafkaConnectionError(f"cannot connect to {self.describe()}: {exc!r}")
             self._close(error)
             raise error from exc
         self._reader_task = asyncio.get_running_loop().create_task(

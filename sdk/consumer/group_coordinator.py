@@ -61,7 +61,7 @@ from sdk.consumer.records import ConsumerGroupMetadata, OffsetAndMetadata
 from sdk.consumer.subscription import SubscriptionState
 from sdk.errors import (
     ErrorCode,
-    FencedInstanceIdError,  # type: ignore[attr-defined]
+    FencedInstanceIdError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,

@@ -228,6 +228,7 @@ class RecordAccumulator:
                 batch = self._new_batch(topic, partition, dq)
                 append = batch.builder.append
                 delta = append(timestamp, key, value, headers)
+                assert delta is not None, "an empty batch takes any record"
                 count = reserved = 0
             if not count:
                 first = delta

@@ -99,13 +99,17 @@ class LazyRecordFuture:
 
     _outcome: BatchOutcome | None
     _callbacks: list[Any] | None
+    _delta: int
+    _timestamp: int
+    _key_size: int
+    _value_size: int
 
     def _metadata(self, outcome: BatchOutcome) -> RecordMetadata:
         """This record's metadata from its (finished, successful) batch's outcome."""
         base = outcome.base_offset
         append_time = outcome.log_append_time
         # tuple.__new__ skips NamedTuple's Python-level __new__.
-        return _new_tuple(  # type: ignore[no-any-return]
+        return _new_tuple(
             RecordMetadata,
             (
                 outcome.topic,
@@ -231,7 +235,7 @@ class RecordFuture(LazyRecordFuture):
         outcome = self._outcome
         assert outcome is not None
         if outcome.state == FINISHED:
-            return outcome.error  # type: ignore[no-any-return]
+            return outcome.error
         if outcome.state == CANCELLED:
             raise self._make_cancelled_error()
         raise asyncio.InvalidStateError("Exception is not set.")

@@ -40,7 +40,7 @@ class OffsetRange(NamedTuple):
 
     partition: int
     base_offset: int
-    count: int
+    count: int  # type: ignore[assignment]  # a field named count shadows tuple.count, by design
 
 
 class BatchMetadata(NamedTuple):

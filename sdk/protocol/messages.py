@@ -93,6 +93,11 @@ class Message:
     FLEXIBLE_FROM: ClassVar[int | None] = None
     unknown_tags: dict[int, bytes] | None
 
+    if TYPE_CHECKING:
+        # Each class gets a compiled keyword-only constructor (``_make_init``); code that builds
+        # messages of a class it holds as ``type[Message]`` passes the fields as keywords.
+        def __init__(self, **fields: Any) -> None: ...
+
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented

@@ -58,7 +58,7 @@ from sdk.records.header import (
 from sdk.records.varint import BytesLike, decode_varint, decode_varlong, encode_varint
 
 try:
-    from sdk.records._walk import walk_records as _compiled_walk
+    from sdk.records._walk import walk_records as _compiled_walk  # type: ignore[import-not-found]  # C, no stub
 except ImportError:  # built without a compiler: the Python walk alone
     _compiled_walk = None
 
@@ -236,7 +236,7 @@ def _widened(lay: _Layout) -> _Layout | None:
     )
 
 
-def _agreeing(got: bytes, want: bytes) -> int:
+def _agreeing(got: bytes | bytearray, want: bytes) -> int:
     """How many leading bytes of two equally long, different columns agree.
 
     Halving by slice comparison (``memcmp``) narrows a long column to a window holding the first
@@ -254,13 +254,13 @@ def _agreeing(got: bytes, want: bytes) -> int:
     return bad - ((differ.bit_length() + 7) >> 3)
 
 
-def _first_bad(column: bytes, flags: bytes) -> int:
+def _first_bad(column: bytes | bytearray, flags: bytes) -> int:
     """Index of the first byte of ``column`` that ``flags`` maps to 1; its length if none does."""
     bad = column.translate(flags).find(1)
     return len(column) if bad < 0 else bad
 
 
-def _smallest(column: bytes) -> int:
+def _smallest(column: bytes | bytearray) -> int:
     """``min(column)``, cheaply when the first byte is the minimum (rising timestamps).
 
     ``min`` costs a Python int per byte; deleting every byte from the first one's value up is one
@@ -271,7 +271,7 @@ def _smallest(column: bytes) -> int:
     return min(below) if below else guess
 
 
-def _largest(column: bytes) -> int:
+def _largest(column: bytes | bytearray) -> int:
     """``max(column)``, cheaply when the last byte is the maximum (as :func:`_smallest`)."""
     guess = column[-1]
     above = column.translate(None, _UPTO[guess])
@@ -362,7 +362,7 @@ class RecordsWalk(NamedTuple):
     (-1 when all have one; compacted topics require keys).
     """
 
-    count: int
+    count: int  # type: ignore[assignment]  # a field named count shadows tuple.count, by design
     min_timestamp_delta: int | None
     max_timestamp_delta: int | None
     first_offset_gap: int

@@ -150,12 +150,12 @@ class DeliveryFuture(LazyRecordFuture):
         if state == _CANCELLED:
             raise concurrent.futures.CancelledError()
         if state == _ERROR:
-            return self._value  # type: ignore[no-any-return]
+            return self._value
         if state == _RESULT:
             return None
         outcome = self._outcome
         assert outcome is not None
-        return outcome.error  # type: ignore[no-any-return]
+        return outcome.error
 
     def get(self, timeout: float | None = None) -> Any:
         """The result; ``KafkaTimeoutError`` if it is not there within ``timeout`` seconds."""
@@ -300,7 +300,7 @@ class Producer:
         timeout: float | None = None,
     ) -> RecordMetadata:
         """``send`` and block until the record is acknowledged."""
-        return self.send(topic, value, key, partition, timestamp_ms, headers).get(timeout)  # type: ignore[no-any-return]
+        return self.send(topic, value, key, partition, timestamp_ms, headers).get(timeout)
 
     def send_many(
         self,

@@ -91,7 +91,9 @@ SCHEMAS: list[dict[str, Any]] = [
 ]
 
 
-def _build(table: dict[str, Any]) -> type[Message]:
+def _build(table: dict[str, Any]) -> Any:
+    """A message class made from ``table`` at import; it is ``Any`` to a type checker, which cannot
+    see fields that come from a table (Kafka's own messages have a generated stub instead)."""
     cls = messages._build_struct(table["name"], table["name"], table["fields"], {})
     cls.API_KEY = None
     cls.KIND = "data"
@@ -165,7 +167,7 @@ def parse_key(data: bytes) -> OffsetKey | GroupKey | None:
     return None
 
 
-def parse_offset_value(data: bytes) -> Message:
+def parse_offset_value(data: bytes) -> Any:
     (version,) = struct.unpack_from(">h", data)
     return decode(OffsetCommitValue, memoryview(data)[2:], version)
 

@@ -73,7 +73,9 @@ SCHEMAS: list[dict[str, Any]] = [
 ]
 
 
-def _build(table: dict[str, Any]) -> type[Message]:
+def _build(table: dict[str, Any]) -> Any:
+    """A message class made from ``table`` at import; it is ``Any`` to a type checker, which cannot
+    see fields that come from a table (Kafka's own messages have a generated stub instead)."""
     cls = messages._build_struct(table["name"], table["name"], table["fields"], {})
     cls.API_KEY = None
     cls.KIND = "data"
