@@ -187,3 +187,81 @@ def test_exactly_once_copy_with_copier_and_broker_bounces(
             len(expected),
             (tmp_path / "copier.log").read_text()[-2000:],
         )
+
+
+WRITER = textwrap.dedent(
+    """
+    import os
+    import sys
+    import uuid
+    from confluent_kafka import KafkaException, Producer
+
+    bootstrap, topic, transactional_id, partitions = sys.argv[1:5]
+    producer = Producer({
+        "bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 1,
+        "transaction.timeout.ms": 5000, "message.timeout.ms": 4000,
+    })
+    run = uuid.uuid4().hex[:8]
+    try:
+        producer.init_transactions(10)
+        for n in range(1_000_000):
+            producer.begin_transaction()
+            for p in range(int(partitions)):
+                producer.produce(topic, f"{run}-{n}".encode(), partition=p)
+            producer.commit_transaction(5)
+    except KafkaException as exc:
+        print("writer stops:", exc, file=sys.stderr, flush=True)
+        os._exit(3)
+    """
+)
+
+
+def test_transactions_stay_atomic_across_broker_kills(broker_factory: BrokerFactory, tmp_path: Path) -> None:
+    """Each transaction writes one record to every partition; whatever moment the broker is
+    killed, a read_committed reader finds each transaction on all partitions or on none."""
+    broker = broker_factory(BROKER)
+    topic, transactional_id = f"atomic-{uuid.uuid4().hex[:8]}", f"writer-{uuid.uuid4().hex[:8]}"
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    writer = Copier(
+        script, [broker.bootstrap, topic, transactional_id, str(PARTITIONS)], tmp_path / "writer.log"
+    )
+    try:
+        writer.ensure_running()
+        for _ in range(3):
+            time.sleep(1.0)
+            broker.restart(kill=True)
+            writer.ensure_running()
+        time.sleep(1.0)
+    finally:
+        writer.kill()
+    # A successor with the same transactional id aborts whatever the writer left open.
+    Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": transactional_id}).init_transactions(
+        15
+    )
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"check-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    seen: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+    at_end: set[int] = set()
+    deadline = time.monotonic() + 20
+    try:
+        while len(at_end) < PARTITIONS and time.monotonic() < deadline:
+            for m in consumer.consume(500, 0.2):
+                if m.error() is not None:
+                    assert m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF, m.error()
+                    at_end.add(m.partition())
+                else:
+                    seen[m.partition()].append(m.value())
+    finally:
+        consumer.close()
+    assert len(at_end) == PARTITIONS
+    assert seen[0], "nothing was committed"
+    for p in range(1, PARTITIONS):
+        assert seen[p] == seen[0], f"partition {p} differs: a transaction is half-visible"
