@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from spark_integration.kafka_ranges import SCHEMA
@@ -31,3 +37,13 @@ class KafkaDataSource(DataSource):
         from spark_integration.reader import KafkaStreamReader
 
         return KafkaStreamReader(self.options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from spark_integration.writer import KafkaBatchWriter
+
+        return KafkaBatchWriter(self.options, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from spark_integration.writer import KafkaStreamWriter
+
+        return KafkaStreamWriter(self.options, schema)

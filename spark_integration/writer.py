@@ -1,0 +1,239 @@
+"""The exactly-once Kafka sink: one transaction per task, fenced by a stable transactional id.
+
+Each task (one sink partition of one batch) writes its rows in one Kafka transaction whose
+transactional id is ``<prefix>-<partition id>``: never the attempt number, so a retried or
+speculative attempt's ``init_transactions`` fences the older attempt (whose commit then fails and
+whose open transaction the broker aborts). In the same transaction the task writes a marker
+record, keyed by the same id, to a small marker topic (compaction keeps one record per key):
+the last batch it committed. A task first reads its marker back (read_committed, after the
+fencing has resolved its previous transaction), and skips a batch already committed: Spark
+re-runs a batch with the same offsets after a crash between the sink's commits and its own
+commit log, and the transform is assumed deterministic and the sink's partitioning fixed, so the
+skipped rows are the ones already written.
+
+Batch writes (``df.write``) use a random write id instead of a batch id, so a task re-run within
+the same write (after its commit was lost with its executor) is skipped too.
+
+The driver-side ``commit`` only records progress: every task already committed its transaction,
+and Spark calls ``commit``/``abort`` in fresh processes, repeatedly, and with ``None`` messages
+for failed tasks (see issue 16), so no correctness may depend on them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from sdk.client.cluster import TopicPartition
+from sdk.producer.producer import Producer as AsyncProducer
+from sdk.sync import Consumer, Producer
+from spark_integration.options import OptionError, client_settings
+
+log = logging.getLogger(__name__)
+
+#: Where the sink keeps its per-(query, partition) markers unless ``marker.topic`` says otherwise.
+DEFAULT_MARKER_TOPIC = "topicwright-spark-sink-markers"
+#: Spark's local properties holding the micro-batch id and the (checkpointed) query id.
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+#: Producers of attempts that the test hook made "crash": kept open, never closed or aborted,
+#: as a crashed process would leave them; the next attempt fences them.
+_crashed_producers: list[Producer] = []
+
+
+class InjectedFailure(RuntimeError):
+    """The test hook's failure after producing and before committing (``testing.failBeforeCommit``)."""
+
+
+@dataclass(frozen=True)
+class SinkCommit(WriterCommitMessage):
+    """What a task reports to the driver: its partition, records written, whether it skipped."""
+
+    partition: int
+    records: int
+    skipped: bool
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    producer_settings: dict[str, Any]
+    consumer_settings: dict[str, Any]
+    topic: str | None
+    prefix: str | None
+    marker_topic: str
+    columns: tuple[str, ...]
+    fail_before_commit: tuple[int, int | None] | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
+        columns = tuple(schema.fieldNames())
+        if "value" not in columns:
+            raise OptionError("the sink needs a 'value' column")
+        topic = options.get("topic")
+        if topic is None and "topic" not in columns:
+            raise OptionError("the sink needs the option 'topic' or a 'topic' column")
+        servers = {"kafka.bootstrap.servers": options.get("kafka.bootstrap.servers", "")}
+        hook = options.get("testing.failbeforecommit")
+        fail_before_commit = None
+        if hook:
+            partition, _, batch = hook.partition(":")
+            fail_before_commit = (int(partition), int(batch) if batch else None)
+        return cls(
+            producer_settings=client_settings(options, AsyncProducer),
+            consumer_settings=client_settings(servers, Consumer),
+            topic=topic,
+            prefix=options.get("transactional.id.prefix"),
+            marker_topic=options.get("marker.topic") or DEFAULT_MARKER_TOPIC,
+            columns=columns,
+            fail_before_commit=fail_before_commit,
+        )
+
+
+def _as_bytes(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    return str(value).encode()
+
+
+def read_marker(options: SinkOptions, key: bytes) -> dict[str, Any] | None:
+    """The last committed marker for ``key``: read_committed, up to the high watermark seen now,
+    so a marker committed behind another task's still-open transaction is not missed."""
+    tp = TopicPartition(options.marker_topic, 0)
+    with Consumer(**options.consumer_settings, enable_auto_commit=False) as latest:
+        high_watermark = latest.end_offsets([tp])[tp]
+    if high_watermark == 0:
+        return None
+    marker = None
+    with Consumer(**options.consumer_settings, enable_auto_commit=False,
+                  isolation_level="read_committed", auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        deadline = time.monotonic() + 120
+        while consumer.position(tp) < high_watermark:
+            for record in consumer.getmany(tp, timeout_ms=500).get(tp, ()):
+                if record.key == key:
+                    marker = json.loads(record.value) if record.value is not None else None
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"marker topic {options.marker_topic!r} stuck below offset {high_watermark}")
+    return marker
+
+
+def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
+                    marker: dict[str, Any]) -> SinkCommit:
+    """Write this task's rows in one transaction with its marker, unless already committed."""
+    context = TaskContext.get()
+    partition = context.partitionId() if context is not None else 0
+    attempt = context.attemptNumber() if context is not None else 0
+    transactional_id = f"{prefix}-{partition}"
+    marker_key = transactional_id.encode()
+    # The constructor runs init_transactions: older attempts of this partition are fenced and
+    # their open transaction is aborted before the marker is read.
+    producer = Producer(**options.producer_settings, transactional_id=transactional_id)
+    crashed = False
+    try:
+        if _already_committed(read_marker(options, marker_key), marker):
+            for _ in rows:
+                pass
+            log.info("%s: batch %s already committed, skipped", transactional_id, marker)
+            return SinkCommit(partition, 0, True)
+        producer.begin_transaction()
+        count = 0
+        columns = options.columns
+        for row in rows:
+            fields = row.asDict() if hasattr(row, "asDict") else dict(zip(columns, row, strict=True))
+            headers = fields.get("headers")
+            producer.send(
+                options.topic or fields["topic"],
+                _as_bytes(fields["value"]),
+                key=_as_bytes(fields.get("key")),
+                partition=fields.get("partition"),
+                headers=[(h["key"], _as_bytes(h["value"])) for h in headers] if headers else None,
+            )
+            count += 1
+        producer.send(options.marker_topic, json.dumps(marker).encode(), key=marker_key, partition=0)
+        if options.fail_before_commit is not None and attempt == 0:
+            hook_partition, hook_batch = options.fail_before_commit
+            if hook_partition == partition and hook_batch in (None, marker.get("batch")):
+                producer.flush()
+                crashed = True
+                _crashed_producers.append(producer)
+                raise InjectedFailure(f"{transactional_id}: injected failure before commit of {marker}")
+        producer.commit_transaction()
+        return SinkCommit(partition, count, False)
+    except BaseException:
+        if not crashed:
+            try:
+                producer.abort_transaction()
+            except Exception:  # fenced or never begun: the broker ends it
+                log.debug("%s: abort failed", transactional_id, exc_info=True)
+        raise
+    finally:
+        if not crashed:
+            producer.close()
+
+
+def _already_committed(found: dict[str, Any] | None, marker: dict[str, Any]) -> bool:
+    if found is None:
+        return False
+    if "batch" in marker:
+        return found.get("batch", -1) >= marker["batch"]
+    return found.get("write") == marker.get("write")
+
+
+class KafkaBatchWriter(DataSourceWriter):
+    """``df.write.format(FORMAT)``: each task's rows in one transaction."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.options = SinkOptions.parse(options, schema)
+        self.write_id = uuid.uuid4().hex
+        self.prefix = self.options.prefix or f"topicwright-spark-{self.write_id}"
+
+    def write(self, iterator: Iterator[Any]) -> SinkCommit:
+        return write_partition(self.options, iterator, self.prefix, {"write": self.write_id})
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _record_progress("write", self.write_id, messages)
+
+
+class KafkaStreamWriter(DataSourceStreamWriter):
+    """``df.writeStream.format(FORMAT)``: each micro-batch task in one transaction, a re-run
+    batch skipped by its marker. The default transactional id prefix is the query's id, which
+    Spark keeps in the checkpoint, so it survives restarts."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.options = SinkOptions.parse(options, schema)
+
+    def write(self, iterator: Iterator[Any]) -> SinkCommit:
+        context = TaskContext.get()
+        batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+        query = context.getLocalProperty(QUERY_ID_PROPERTY) if context is not None else None
+        if batch is None:
+            raise RuntimeError(f"Spark did not pass the micro-batch id ({BATCH_ID_PROPERTY}) to the task")
+        prefix = self.options.prefix or f"topicwright-spark-{query}"
+        return write_partition(self.options, iterator, prefix, {"batch": int(batch)})
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        _record_progress("batch", batchId, messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log.warning("batch %s aborted by Spark; its committed tasks stay committed, a re-run skips them",
+                    batchId)
+
+
+def _record_progress(kind: str, ident: Any, messages: list[WriterCommitMessage | None]) -> None:
+    done = [m for m in messages if isinstance(m, SinkCommit)]
+    log.info("%s %s: %d tasks, %d records written, %d tasks skipped", kind, ident, len(done),
+             sum(m.records for m in done), sum(m.skipped for m in done))
