@@ -313,3 +313,17 @@ def test_write_txn_markers_api(wire: WireClient) -> None:
     assert response.markers[0].topics[0].partitions[0].error_code == E.INVALID_PRODUCER_EPOCH
     batches = list(iter_batches(wire.fetch_all(topic, 0)))
     assert [(b.is_control, b.producer_id) for b in batches] == [(True, 123456)]
+
+
+def test_bad_input_gets_kafkas_errors(wire: WireClient) -> None:
+    bad_regex = wire.request(ListTransactionsRequest(transactional_id_pattern="(unclosed"), 2)
+    assert bad_regex.error_code == E.INVALID_REGULAR_EXPRESSION
+    empty = wire.request(InitProducerIdRequest(transactional_id="", transaction_timeout_ms=1000), 4)
+    assert empty.error_code == E.INVALID_REQUEST
+    assert end(wire, "", 1, 0, commit=True) == E.INVALID_REQUEST
+    no_group = AddOffsetsToTxnRequest(transactional_id="t", producer_id=1, producer_epoch=0, group_id="")
+    assert wire.request(no_group, 3).error_code == E.INVALID_GROUP_ID
+    unknown = end(wire, unique("never-initialised"), 1, 0, commit=True)
+    assert unknown == E.INVALID_PRODUCER_ID_MAPPING
+    # The broker is still serving.
+    assert wire.request(ListTransactionsRequest(), 0).error_code == 0
