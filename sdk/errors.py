@@ -91,7 +91,7 @@ __all__ += [name for name in _generated_errors.__all__ if name not in __all__]
 class ClientError(KafkaError):
     """A condition the client detected itself; it has no broker error code (``code`` is None)."""
 
-    code = None  # type: ignore[assignment]
+    code = None  # type: ignore[assignment]  # no broker code; KafkaError.code is an int
     name = "CLIENT_ERROR"
 
     def __str__(self) -> str:

@@ -17,6 +17,7 @@ Versions served and per-version notes:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from reference_broker.coordinator.group.state import CommittedOffset
@@ -67,7 +68,9 @@ def handle_offset_commit(
     return _commit_response(request, lambda tp: errors.get(tp, 0))
 
 
-def _commit_response(request: OffsetCommitRequest, code_of: object) -> OffsetCommitResponse:
+def _commit_response(
+    request: OffsetCommitRequest, code_of: Callable[[tuple[str, int]], int]
+) -> OffsetCommitResponse:
     return OffsetCommitResponse(
         topics=[
             OffsetCommitResponse.OffsetCommitResponseTopic(
@@ -75,7 +78,7 @@ def _commit_response(request: OffsetCommitRequest, code_of: object) -> OffsetCom
                 partitions=[
                     OffsetCommitResponse.OffsetCommitResponsePartition(
                         partition_index=p.partition_index,
-                        error_code=code_of((t.name, p.partition_index)),  # type: ignore[operator]
+                        error_code=code_of((t.name, p.partition_index)),
                     )
                     for p in t.partitions
                 ],

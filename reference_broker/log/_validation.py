@@ -81,6 +81,7 @@ def validate_append(
         if found is not None:
             data, start = found
             try:
+                # Why the ignore below: ``records`` is the request's own bytearray here (``_request_buffer``).
                 return records, _validate(data, start, len(records), config, origin, now_ms)  # type: ignore[return-value]
             except KafkaError:
                 pass  # reported below, as for a copy

@@ -151,7 +151,7 @@ class Connection(asyncio.BufferedProtocol):
     # -- protocol callbacks ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream server hands a Transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         sock = transport.get_extra_info("socket")

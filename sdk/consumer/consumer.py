@@ -565,9 +565,9 @@ class Consumer:
         result: dict[TopicPartition, int | None] = {}
         for tp in tps:
             found = committed.get(tp)
-            result[tp] = found.offset if found is not None and found.offset >= 0 else None
-            if result[tp] is not None:
-                self.seek(tp, result[tp])  # type: ignore[arg-type]
+            result[tp] = offset = found.offset if found is not None and found.offset >= 0 else None
+            if offset is not None:
+                self.seek(tp, offset)
         return result
 
     async def _wait_for_positions(self, tps: list[TopicPartition]) -> None:
@@ -702,7 +702,7 @@ class Consumer:
         _, fetcher = self._running()
         query = {_as_tp(tp): timestamp for tp in partitions}
         found = await fetcher.list_offsets(query, self.config.request_timeout_ms)
-        return {tp: (found[tp][0] if found.get(tp) else 0) for tp in query}  # type: ignore[index]
+        return {tp: (found[tp][0] if found.get(tp) else 0) for tp in query}  # type: ignore[index]  # get() checked it
 
     async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The first offset still in each partition's log."""

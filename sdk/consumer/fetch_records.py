@@ -349,7 +349,7 @@ class PartitionRecords:
                 if self._key_deserializer is not None or self._value_deserializer is not None:
                     records = self._deserialize(records)
                 if self.error is not None:  # a deserializer failed: stop at that record
-                    next_offset = self.error.offset  # type: ignore[attr-defined]
+                    next_offset = self.error.offset  # type: ignore[attr-defined]  # set with the error below
                 if not records:
                     self.next_offset = next_offset
                     if self.error is not None:
@@ -416,6 +416,6 @@ class PartitionRecords:
                     f"failed: {exc!r}"
                 )
                 self.error.__cause__ = exc
-                self.error.offset = record.offset  # type: ignore[attr-defined]
+                self.error.offset = record.offset  # type: ignore[attr-defined]  # the failing record, read above
                 return records[:index]
         return records

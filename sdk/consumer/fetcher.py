@@ -276,7 +276,7 @@ class Fetcher:
                 id_names[meta.topic_id] = topic
         topics = []
         for topic, parts in by_topic.items():
-            topic_id = cluster.topic(topic).topic_id if id_names else None  # type: ignore[union-attr]
+            topic_id = cluster.topic(topic).topic_id if id_names else None  # type: ignore[union-attr]  # known: loop above
             if topic_id is not None:
                 topics.append(_FetchTopic(topic=topic, topic_id=topic_id, partitions=parts))
             else:

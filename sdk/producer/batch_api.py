@@ -76,7 +76,7 @@ class BatchSendMixin:
         by_partition, count, explicit, keyed = self._prepare_many(
             topic, records, partition, timestamp_ms, headers
         )
-        sink = BatchSink(self._loop.create_future(), topic)  # type: ignore[union-attr]
+        sink = BatchSink(self._loop.create_future(), topic)  # type: ignore[union-attr]  # set once started
         sink.count = count
         try:
             if count:

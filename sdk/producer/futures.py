@@ -208,15 +208,15 @@ class RecordFuture(LazyRecordFuture):
         return f"<RecordFuture {state}>"
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
-        loop = self._outcome.loop  # type: ignore[union-attr]
+        loop = self._outcome.loop  # type: ignore[union-attr]  # attached before it is handed out
         assert loop is not None
         return loop
 
     def done(self) -> bool:
-        return self._outcome.state != PENDING  # type: ignore[union-attr]
+        return self._outcome.state != PENDING  # type: ignore[union-attr]  # attached before it is handed out
 
     def cancelled(self) -> bool:
-        return self._outcome.state == CANCELLED  # type: ignore[union-attr]
+        return self._outcome.state == CANCELLED  # type: ignore[union-attr]  # attached before it is handed out
 
     def result(self) -> RecordMetadata:
         outcome = self._outcome

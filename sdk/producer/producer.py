@@ -485,7 +485,7 @@ class Producer(BatchSendMixin, TransactionalMixin):
         if route is not None and key is None and partition is None and not headers and type(value) is bytes:
             future = route.append(value, timestamp_ms, None)
             if future is not None:
-                return future  # type: ignore[return-value]
+                return future  # type: ignore[return-value]  # a LazyRecordFuture serves as a RecordFuture
         interceptors = self._interceptors
         if interceptors is not None:
             record = interceptors.on_send(ProducerRecord(topic, value, key, partition, timestamp_ms, headers))
@@ -508,7 +508,7 @@ class Producer(BatchSendMixin, TransactionalMixin):
             # A batch just filled up: let the sender put it on the wire while we keep producing.
             self._yield_pending = False
             await asyncio.sleep(0)
-        return future  # type: ignore[return-value]
+        return future  # type: ignore[return-value]  # a LazyRecordFuture serves as a RecordFuture
 
     async def send_and_wait(
         self,
@@ -597,7 +597,7 @@ class Producer(BatchSendMixin, TransactionalMixin):
             if partition < 0:
                 raise InvalidPartitionError(f"partition {partition} is negative")
             return None
-        if not self._accumulator.try_reserve(size):  # type: ignore[union-attr]
+        if not self._accumulator.try_reserve(size):  # type: ignore[union-attr]  # set once started
             return None
         if future is None:
             future = RecordFuture.detached()
@@ -689,13 +689,13 @@ class Producer(BatchSendMixin, TransactionalMixin):
         ``send`` then appends the next keyless records without asking the partitioner or the
         accumulator, for as long as the route holds: same metadata version, sticky partition
         not used up (a switch marks the old one used up), batch not sealed."""
-        sticky = self._sticky.sticky(topic)  # type: ignore[union-attr]
+        sticky = self._sticky.sticky(topic)  # type: ignore[union-attr]  # only called with a DefaultPartitioner
         if batch is None or batch.full or sticky is None or sticky.used_up or sticky.partition != partition:
             self._routes.pop(topic, None)
             return
         route = self._routes.get(topic)
         if route is None:
-            batch_size = self._sticky.batch_size  # type: ignore[union-attr]
+            batch_size = self._sticky.batch_size  # type: ignore[union-attr]  # as above
             route = self._routes[topic] = _StickyRoute(
                 self._cluster, self._accumulator, batch_size, self._max_record_size, self._buffer_memory
             )

@@ -339,8 +339,8 @@ class Sender:
         if not request.future.done():
             if response.cancelled():
                 request.future.cancel()
-            elif response.exception() is not None:
-                request.future.set_exception(response.exception())  # type: ignore[arg-type]
+            elif (error := response.exception()) is not None:
+                request.future.set_exception(error)
             else:
                 request.future.set_result(response.result())
         self.wake()

@@ -107,10 +107,10 @@ class Message:
         fields_of = cls.__dict__.get("_fields_of")
         if fields_of is None:
             fields_of = _fields_getter(cls)
-            cls._fields_of = fields_of  # type: ignore[attr-defined]
+            cls._fields_of = fields_of  # type: ignore[attr-defined]  # a per-class cache, made on first use
         return bool(fields_of(self) == fields_of(other))
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # mutable and compared by value: unhashable
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in self.FIELDS)

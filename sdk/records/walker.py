@@ -487,7 +487,7 @@ def walk_records_python(data: BytesLike, start: int, end: int, count: int) -> Re
             if data[pos] == 0:
                 pos += 1
             else:
-                _, pos = _read_headers(data, pos, record_end)  # type: ignore[arg-type]
+                _, pos = _read_headers(data, pos, record_end)  # type: ignore[arg-type]  # any BytesLike indexes alike
             if pos != record_end:
                 raise InvalidRecordError(
                     f"record length {length} disagrees with its fields ({pos - record_end + length} bytes)",
@@ -516,7 +516,7 @@ def walk_records_python(data: BytesLike, start: int, end: int, count: int) -> Re
                     m = 0
                     while index < limit:
                         n = min(n, limit - index, _MAX_RUN)
-                        m, low, high = _run(data, pos, n, index, lay)  # type: ignore[arg-type]
+                        m, low, high = _run(data, pos, n, index, lay)  # type: ignore[arg-type]  # BytesLike slices alike
                         if m:
                             if high > max_ts:
                                 max_ts = high

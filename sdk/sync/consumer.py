@@ -47,7 +47,7 @@ class Consumer:
         self._runner = shared_loop()
         self._buffer: deque[ConsumerRecord] = deque()
 
-    __init__.__signature__ = inspect.signature(AsyncConsumer.__init__)  # type: ignore[attr-defined]
+    __init__.__signature__ = inspect.signature(AsyncConsumer.__init__)  # type: ignore[attr-defined]  # for help()
 
     def _run(self, coro: Any, timeout: float | None = None) -> Any:
         return self._runner.run(coro, timeout)

@@ -448,7 +448,7 @@ class Producer:
         for _ in range(min(len(queue), self.PUMP_ROUND)):
             future = popleft()
             try:
-                if append_nowait(future._record, future) is None:  # type: ignore[arg-type]
+                if append_nowait(future._record, future) is None:  # type: ignore[arg-type]  # set when queued
                     # Back at the head (callers only append at the tail): the task takes it.
                     queue.appendleft(future)
                     self._slow_task = self._runner.loop.create_task(self._drain_handover_task())
@@ -479,7 +479,7 @@ class Producer:
         while queue:
             future = queue[0]
             try:
-                await producer.append(future._record, future)  # type: ignore[arg-type]
+                await producer.append(future._record, future)  # type: ignore[arg-type]  # set when queued
             except Exception as exc:
                 future.set_exception(exc)
             future._record = None
@@ -488,4 +488,4 @@ class Producer:
 
 
 # help() and inspect show the async producer's keyword arguments, which the facade takes as they are.
-Producer.__init__.__signature__ = inspect.signature(AsyncProducer.__init__)  # type: ignore[attr-defined]
+Producer.__init__.__signature__ = inspect.signature(AsyncProducer.__init__)  # type: ignore[attr-defined]  # help()

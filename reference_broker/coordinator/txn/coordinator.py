@@ -106,7 +106,7 @@ class TransactionCoordinator:
 
     def _persist(self, meta: TransactionMetadata, **changes: object) -> int:
         """Write ``meta`` with ``changes`` applied, then apply them; an error code (0 if stored)."""
-        target = dataclasses.replace(meta, **changes)  # type: ignore[arg-type]
+        target = dataclasses.replace(meta, **changes)  # type: ignore[arg-type]  # field names as keywords
         target.last_update_ms = self.clock.now_ms()
         if self.store is not None:
             try:

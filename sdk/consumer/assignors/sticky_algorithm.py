@@ -476,7 +476,7 @@ class _GeneralBuilder:
 
 def _balance_score(assignment: Mapping[str, Iterable[TopicPartition] | dict[TopicPartition, None]]) -> int:
     """Sum of the partition-count differences over all pairs of members (0: perfectly even)."""
-    sizes = sorted(len(tps) for tps in assignment.values())  # type: ignore[arg-type]
+    sizes = sorted(len(tps) for tps in assignment.values())  # type: ignore[arg-type]  # lists or dicts: sized
     # For sorted sizes, sum_{i<j} (s_j - s_i) = sum_j s_j * (2j - n + 1).
     n = len(sizes)
     return sum(size * (2 * j - n + 1) for j, size in enumerate(sizes))
