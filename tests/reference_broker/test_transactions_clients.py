@@ -291,3 +291,53 @@ def test_kafka_python_transactional_producer(txn_broker: BrokerProcess) -> None:
         producer.close(5)
     got = read(txn_broker.bootstrap, topic, has_all(b"end-0", b"end-1"))
     assert sorted(got) == sorted([b"kp-%d" % i for i in range(4)] + [b"end-0", b"end-1"])
+
+
+def _committed_and_aborted(bootstrap: str, topic: str) -> None:
+    producer = txn_producer(bootstrap, unique("tid"))
+    producer.begin_transaction()
+    producer.produce(topic, b"aborted", partition=0)
+    producer.flush(10)
+    producer.abort_transaction(15)
+    producer.begin_transaction()
+    producer.produce(topic, b"committed", partition=0)
+    producer.commit_transaction(15)
+
+
+async def test_aiokafka_read_committed_consumer(txn_broker: BrokerProcess) -> None:
+    aiokafka = pytest.importorskip("aiokafka")
+    topic = unique("aio-rc")
+    _committed_and_aborted(txn_broker.bootstrap, topic)
+    consumer = aiokafka.AIOKafkaConsumer(
+        bootstrap_servers=txn_broker.bootstrap, isolation_level="read_committed", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        partition = aiokafka.TopicPartition(topic, 0)
+        consumer.assign([partition])
+        await consumer.seek_to_beginning(partition)
+        batch = await consumer.getmany(partition, timeout_ms=5000)
+        assert [r.value for r in batch.get(partition, [])] == [b"committed"]
+        # The position is past the markers: the last stable offset (2 records + 2 markers).
+        assert await consumer.end_offsets([partition]) == {partition: 4}
+    finally:
+        await consumer.stop()
+
+
+def test_kafka_python_read_committed_consumer(txn_broker: BrokerProcess) -> None:
+    kafka = pytest.importorskip("kafka")
+    topic = unique("kp-rc")
+    _committed_and_aborted(txn_broker.bootstrap, topic)
+    consumer = kafka.KafkaConsumer(
+        bootstrap_servers=txn_broker.bootstrap,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        consumer_timeout_ms=3000,
+    )
+    try:
+        partition = kafka.TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek_to_beginning(partition)
+        assert [r.value for r in consumer] == [b"committed"]
+    finally:
+        consumer.close()
