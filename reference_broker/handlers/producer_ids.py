@@ -3,12 +3,14 @@
 Without a transactional id (idempotent producers) every request gets a fresh producer id with
 epoch 0, as Kafka's TransactionCoordinator does (any producer id/epoch it carries is ignored).
 With one, the transaction coordinator answers (``coordinator/txn``): the id's producer id with
-its epoch bumped (older producers fenced), an open transaction of the previous producer aborted
-first, KIP-360's bump with the current producer id and epoch (v3+), transaction.max.timeout.ms
-checked. PRODUCER_FENCED is sent as INVALID_PRODUCER_EPOCH before v4 (KIP-588). v6's two-phase
-commit (KIP-939, ``enable_2pc``) is not enabled on this broker: such a request gets
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers with transaction.two.phase.commit.enable
-off.
+its epoch bumped (older producers fenced); an open transaction of the previous producer aborted
+first, with a fencing epoch (the markers are written in-process, so the answer comes at once;
+only a failed marker append answers CONCURRENT_TRANSACTIONS until the retry succeeds, where Kafka
+always answers it and lets the client retry); KIP-360's bump with the current producer id and
+epoch (v3+); transaction.max.timeout.ms checked. PRODUCER_FENCED is sent as
+INVALID_PRODUCER_EPOCH before v4 (KIP-588). v6's two-phase commit (KIP-939, ``enable2_pc``) is
+not enabled on this broker: such a request gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka
+answers with transaction.two.phase.commit.enable off.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from reference_broker.handlers.registry import HandlerRegistry
     from reference_broker.network.server import RequestContext
 
-API_KEY = 22
+API_KEY = InitProducerIdRequest.API_KEY
 
 
 def handle(broker: Broker, ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
