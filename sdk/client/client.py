@@ -35,13 +35,32 @@ from sdk.errors import (
 from sdk.protocol import messages
 from sdk.protocol.messages import Message
 
-__all__ = ["KafkaClient", "parse_bootstrap_servers"]
+__all__ = ["KafkaClient", "broker_node_id", "coordinator_node_id", "parse_bootstrap_servers"]
 
 log = logging.getLogger(__name__)
 
 
 def _now_ms() -> float:
     return time.monotonic() * 1000
+
+
+#: Coordinator requests go over a connection of their own, named by a node id of its own as in
+#: Kafka's Java client (``Integer.MAX_VALUE - broker id``): a broker answers one connection's
+#: requests in order, so a JoinGroup or OffsetCommit sharing the consumer's fetch connection would
+#: wait out the Fetch long poll ahead of it (measured: every eager rebalance 500 ms longer).
+_COORDINATOR_NODE_BASE = 2**31 - 1
+#: Real broker ids are below this; the coordinator connections' ids above it.
+_COORDINATOR_NODE_MIN = 2**30
+
+
+def coordinator_node_id(node_id: int) -> int:
+    """The id of the dedicated coordinator connection to broker ``node_id``."""
+    return _COORDINATOR_NODE_BASE - node_id
+
+
+def broker_node_id(node_id: int) -> int:
+    """The broker a connection's node id names (the id itself unless it is a coordinator's)."""
+    return _COORDINATOR_NODE_BASE - node_id if node_id >= _COORDINATOR_NODE_MIN else node_id
 
 
 def parse_bootstrap_servers(servers: str | Iterable[str]) -> list[tuple[str, int]]:
@@ -230,6 +249,9 @@ class KafkaClient:
                 host, port = self._bootstrap[index]
                 return BrokerMetadata(node_id, host, port)
             return None
+        if node_id >= _COORDINATOR_NODE_MIN:
+            broker = self.cluster.brokers.get(broker_node_id(node_id))
+            return None if broker is None else broker._replace(node_id=node_id)
         return self.cluster.brokers.get(node_id)
 
     def connection(self, node_id: int) -> Connection | None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sdk.client.client import KafkaClient
+from sdk.client.client import KafkaClient, broker_node_id, coordinator_node_id
 from sdk.client.connection import Connection, pick_version
 from sdk.client.coordinators import COORDINATOR_ERRORS, CoordinatorLookup, CoordinatorType
 from sdk.errors import (
@@ -63,6 +63,11 @@ NON_FLEXIBLE_MAX = {
 LOAD_IN_PROGRESS = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 
 
+def _broker_of(conn: Connection) -> int | None:
+    """The broker behind ``conn`` (coordinator connections have node ids of their own)."""
+    return None if conn.node_id is None else broker_node_id(conn.node_id)
+
+
 class GroupChannel:
     """Requests to ``group_id``'s coordinator (see the module docstring)."""
 
@@ -83,11 +88,11 @@ class GroupChannel:
     async def connection(self) -> tuple[Connection, int]:
         """A ready connection to the coordinator, and its node id."""
         node = await self.coordinator()
-        return await self.client.get_connection(node), node
+        return await self.client.get_connection(coordinator_node_id(node)), node
 
     def version(self, conn: Connection, api_key: int) -> int:
         cap = MAX_VERSIONS[api_key]
-        if conn.node_id in self._no_flexible_nodes:
+        if _broker_of(conn) in self._no_flexible_nodes:
             cap = min(cap, NON_FLEXIBLE_MAX.get(api_key, cap))
         return pick_version(api_key, conn.broker_versions.get(api_key), max_version=cap)
 
@@ -102,15 +107,15 @@ class GroupChannel:
             if api_key in NON_FLEXIBLE_MAX and version > NON_FLEXIBLE_MAX[api_key]:
                 log.warning(
                     "group %s: broker %s failed %s v%d (%r): using non-flexible group versions with it",
-                    self.group_id, conn.node_id, type(request).__name__, version, exc,
+                    self.group_id, _broker_of(conn), type(request).__name__, version, exc,
                 )
-                self._no_flexible_nodes.add(conn.node_id)
-            self.forget(conn.node_id)
+                self._no_flexible_nodes.add(_broker_of(conn))
+            self.forget(_broker_of(conn))
             if isinstance(exc, DecodeError):
                 raise KafkaConnectionError(f"malformed answer to {type(request).__name__}: {exc}") from exc
             raise
         except KafkaTimeoutError:
-            self.forget(conn.node_id)
+            self.forget(_broker_of(conn))
             raise
 
     async def send_retrying(

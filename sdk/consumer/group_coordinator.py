@@ -553,12 +553,14 @@ class GroupCoordinator:
         return self._joined_topics or frozenset()
 
     async def _partition_counts(self, topics: list[str]) -> dict[str, int]:
-        """Partition count of each topic that exists (one Metadata request, no auto-creation)."""
+        """Partition count of each topic that exists (one Metadata request, no auto-creation).
+
+        Asked on the coordinator connection: any broker answers Metadata, and the connection the
+        fetcher uses may have a Fetch long poll ahead of it (measured: SyncGroup up to
+        fetch_max_wait_ms later)."""
         if not topics:
             return {}
-        client = self._client
-        node = await client.wait_for_node()
-        conn = await client.get_connection(node)
+        conn, _ = await self._channel.connection()
         request = MetadataRequest(
             topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
             allow_auto_topic_creation=False,

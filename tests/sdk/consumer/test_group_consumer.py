@@ -184,3 +184,39 @@ async def _until_async(condition: Any, what: str, timeout: float = 20) -> None:
     deadline = time.monotonic() + timeout
     while not await condition():
         assert time.monotonic() < deadline, f"timed out waiting until {what}"
+
+
+async def test_coordinator_requests_do_not_wait_behind_a_fetch_long_poll(bootstrap: str) -> None:
+    """Group requests use a connection of their own (as Java's client does): a commit made while
+    the fetcher's long poll waits on an empty partition is answered at once, not after
+    fetch_max_wait_ms (the broker answers one connection's requests in order)."""
+    from sdk.client.cluster import TopicPartition
+    from sdk.consumer.records import OffsetAndMetadata
+
+    topic, group = f"idle-{uuid.uuid4().hex[:8]}", f"group-{uuid.uuid4().hex[:8]}"
+    async with Producer(bootstrap_servers=bootstrap) as producer:
+        await producer.send_and_wait(topic, b"one", partition=0)
+    tp = TopicPartition(topic, 0)
+    async with Consumer(
+        bootstrap_servers=bootstrap, group_id=group, fetch_max_wait_ms=5000, enable_auto_commit=False
+    ) as consumer:
+        consumer.assign([tp])
+        await consumer.commit({tp: OffsetAndMetadata(0, "")})  # the coordinator is known
+        consumer.seek(tp, 1)  # the end: the fetch will wait the full fetch_max_wait_ms
+        polling = asyncio.create_task(consumer.getmany(timeout_ms=4000))
+        await asyncio.sleep(0.3)  # the long poll is on the wire
+        started = time.monotonic()
+        await consumer.commit({tp: OffsetAndMetadata(1, "")})
+        assert await consumer.committed(tp) == 1
+        elapsed = time.monotonic() - started
+        polling.cancel()
+        assert elapsed < 2.0, f"commit + committed took {elapsed:.2f} s behind the long poll"
+
+
+def test_coordinator_connections_have_node_ids_of_their_own() -> None:
+    from sdk.client.client import broker_node_id, coordinator_node_id
+
+    for node in (0, 1, 7, 1000):
+        assert coordinator_node_id(node) != node
+        assert broker_node_id(coordinator_node_id(node)) == node
+        assert broker_node_id(node) == node
