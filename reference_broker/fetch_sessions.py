@@ -47,7 +47,7 @@ class SessionPartition:
     def must_report(self, error_code: int, size: int, hw: int, lso: int, log_start: int) -> bool:
         """Kafka's ``maybeUpdateResponseData``: include when anything changed, and remember it."""
         changed = (
-            error_code != 0
+            error_code != ErrorCode.NONE
             or size > 0
             or hw != self.sent_high_watermark
             or lso != self.sent_last_stable_offset

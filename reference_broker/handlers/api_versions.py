@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from reference_broker.handlers.registry import HandlerRegistry
     from reference_broker.network.server import RequestContext
 
-API_KEY = 18
+API_KEY = ApiVersionsRequest.API_KEY
 # Kafka's ApiVersionsRequest.isValid pattern for the v3+ client software name and version.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
@@ -39,7 +39,7 @@ def handle(broker: Broker, ctx: RequestContext, request: ApiVersionsRequest) -> 
         and _SOFTWARE.fullmatch(request.client_software_version)
     ):
         return ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST)
-    return ApiVersionsResponse(error_code=0, api_keys=_api_list(broker.registry))
+    return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_list(broker.registry))
 
 
 def unsupported_version_response(registry: HandlerRegistry) -> ApiVersionsResponse:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from reference_broker.handlers.registry import HandlerRegistry
     from reference_broker.network.server import RequestContext
 
-API_KEY = 60
+API_KEY = DescribeClusterRequest.API_KEY
 ENDPOINT_BROKERS = 1
 
 

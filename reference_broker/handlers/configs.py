@@ -48,7 +48,9 @@ if TYPE_CHECKING:
     from reference_broker.network.server import RequestContext
 
 log = logging.getLogger("reference_broker.configs")
-DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
+DESCRIBE_CONFIGS = DescribeConfigsRequest.API_KEY
+ALTER_CONFIGS = AlterConfigsRequest.API_KEY
+INCREMENTAL_ALTER_CONFIGS = IncrementalAlterConfigsRequest.API_KEY
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -183,7 +185,7 @@ def describe_configs(
     results = []
     for res in request.resources:
         result = Result(
-            error_code=0,
+            error_code=ErrorCode.NONE,
             error_message=None,
             resource_type=res.resource_type,
             resource_name=res.resource_name,
@@ -239,7 +241,7 @@ def _apply_topic(
     if not validate_only:
         broker.logs.set_topic_overrides(name, new_overrides)
         log.info("topic %s configs are now %s", name, new_overrides)
-    return 0, None
+    return ErrorCode.NONE, None
 
 
 def _broker_alter_error(broker: Broker, res: Any) -> tuple[int, str]:

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from reference_broker.log.log_manager import TopicMetadata
     from reference_broker.network.server import RequestContext
 
-API_KEY = 1
+API_KEY = FetchRequest.API_KEY
 READ_COMMITTED = 1
 
 TopicResponse = FetchResponse.FetchableTopicResponse
@@ -85,7 +85,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> 
             partitions, total, errors = _read_all(broker, request, wanted, committed)
             break
     return FetchResponse(
-        error_code=0, session_id=plan.response_session_id, responses=_group(plan, wanted, partitions)
+        error_code=ErrorCode.NONE,
+        session_id=plan.response_session_id,
+        responses=_group(plan, wanted, partitions),
     )
 
 
@@ -177,7 +179,7 @@ def _read_all(
         result.append(
             PartitionData(
                 partition_index=p.partition,
-                error_code=0,
+                error_code=ErrorCode.NONE,
                 high_watermark=read.high_watermark,
                 last_stable_offset=read.last_stable_offset,
                 log_start_offset=read.log_start_offset,

@@ -64,11 +64,11 @@ def _coordinator_for(broker: Broker, key: str, key_type: int) -> tuple[int, str 
     if key_type == GROUP_KEY_TYPE:
         if broker.group_service is not None:
             broker.group_service.store.ensure_topic()  # Kafka creates __consumer_offsets here
-        return 0, None
+        return ErrorCode.NONE, None
     if key_type == TRANSACTION_KEY_TYPE:
         if getattr(broker, "transaction_coordinator", None) is None:
             return E.COORDINATOR_NOT_AVAILABLE, "The transaction coordinator is not available yet"
-        return 0, None
+        return ErrorCode.NONE, None
     return E.INVALID_REQUEST, f"Unknown coordinator type {key_type}"
 
 
@@ -82,7 +82,7 @@ def handle_find_coordinator(
             return FindCoordinatorResponse(
                 error_code=error, error_message=message, node_id=-1, host="", port=-1
             )
-        return FindCoordinatorResponse(error_code=0, node_id=node, host=host, port=port)
+        return FindCoordinatorResponse(error_code=ErrorCode.NONE, node_id=node, host=host, port=port)
     coordinators = []
     for key in request.coordinator_keys:
         error, message = _coordinator_for(broker, key, request.key_type)
@@ -256,7 +256,7 @@ def handle_list_groups(broker: Broker, ctx: RequestContext, request: ListGroupsR
                 group_type=CLASSIC,
             )
         )
-    return ListGroupsResponse(error_code=0, groups=listed)
+    return ListGroupsResponse(error_code=ErrorCode.NONE, groups=listed)
 
 
 def list_groups_error(request: ListGroupsRequest, version: int, code: int) -> ListGroupsResponse:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from reference_broker.handlers.registry import HandlerRegistry
     from reference_broker.network.server import RequestContext
 
-API_KEY = 2
+API_KEY = ListOffsetsRequest.API_KEY
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3

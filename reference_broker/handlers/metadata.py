@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from reference_broker.log.log_manager import TopicMetadata
     from reference_broker.network.server import RequestContext
 
-API_KEY = 3
+API_KEY = MetadataRequest.API_KEY
 log = logging.getLogger("reference_broker.metadata")
 AUTHORIZED_OPS_OMITTED = -(2**31)
 # Every operation a single-node, ACL-less broker allows: READ..DESCRIBE_CONFIGS..(bits 3-12).
@@ -38,13 +38,13 @@ def topic_entry(
 ) -> MetadataResponse.MetadataResponseTopic:
     node = broker.node_id
     return Topic(
-        error_code=0,
+        error_code=ErrorCode.NONE,
         name=info.name,
         topic_id=info.topic_id,
         is_internal=is_internal(info.name),
         partitions=[
             Partition(
-                error_code=0,
+                error_code=ErrorCode.NONE,
                 partition_index=p,
                 leader_id=node,
                 leader_epoch=LEADER_EPOCH,

@@ -65,7 +65,7 @@ def handle_offset_commit(
         offsets,
         api_version=version,
     )
-    return _commit_response(request, lambda tp: errors.get(tp, 0))
+    return _commit_response(request, lambda tp: errors.get(tp, E.NONE))
 
 
 def _commit_response(
@@ -109,7 +109,7 @@ def _fetch_group(
             entry = (partition, committed.offset, committed.leader_epoch, committed.metadata, code)
         by_topic.setdefault(topic, []).append(entry)
     names = order if topics is not None else sorted(by_topic)
-    return 0, [(name, by_topic.get(name, [])) for name in dict.fromkeys(names)]
+    return E.NONE, [(name, by_topic.get(name, [])) for name in dict.fromkeys(names)]
 
 
 def handle_offset_fetch(

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from reference_broker.log.log_manager import TopicMetadata
     from reference_broker.network.server import RequestContext
 
-API_KEY = 0
+API_KEY = ProduceRequest.API_KEY
 log = logging.getLogger("reference_broker.produce")
 
 TopicResponse = ProduceResponse.TopicProduceResponse
@@ -106,7 +106,7 @@ def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Prod
                 result = _failed(part.index, missing or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             else:
                 result = _append(broker, info, part.index, part.records, version)
-            any_error = any_error or result.error_code != 0
+            any_error = any_error or result.error_code != ErrorCode.NONE
             partitions.append(result)
         topics.append(TopicResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=partitions))
     if acks == 0:
@@ -155,7 +155,7 @@ def _append(
         return _failed(index, error_code_of(exc), exc.message or exc.name, record_errors_of(exc))
     return PartitionResponse(
         index=index,
-        error_code=0,
+        error_code=ErrorCode.NONE,
         base_offset=appended.base_offset,
         log_append_time_ms=appended.log_append_time_ms,
         log_start_offset=appended.log_start_offset,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from reference_broker.handlers.registry import HandlerRegistry
     from reference_broker.network.server import RequestContext
 
-API_KEY = 21
+API_KEY = DeleteRecordsRequest.API_KEY
 HIGH_WATERMARK = -1
 log = logging.getLogger("reference_broker.records_admin")
 
@@ -38,7 +38,9 @@ def handle(broker: Broker, ctx: RequestContext, request: DeleteRecordsRequest) -
         info, missing = find_topic(broker, topic.name, None)
         partitions = []
         for p in topic.partitions:
-            result = PartitionResult(partition_index=p.partition_index, low_watermark=-1, error_code=0)
+            result = PartitionResult(
+                partition_index=p.partition_index, low_watermark=-1, error_code=ErrorCode.NONE
+            )
             partitions.append(result)
             if info is None or not 0 <= p.partition_index < info.num_partitions:
                 result.error_code = missing or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -44,7 +44,9 @@ if TYPE_CHECKING:
     from reference_broker.network.server import RequestContext
 
 log = logging.getLogger("reference_broker.topics")
-CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+CREATE_TOPICS = CreateTopicsRequest.API_KEY
+DELETE_TOPICS = DeleteTopicsRequest.API_KEY
+CREATE_PARTITIONS = CreatePartitionsRequest.API_KEY
 
 CreatableResult = CreateTopicsResponse.CreatableTopicResult
 DeletableResult = DeleteTopicsResponse.DeletableTopicResult
@@ -102,7 +104,7 @@ def create_topics(
     counts = Counter(t.name for t in request.topics)
     results = []
     for topic in request.topics:
-        result = CreatableResult(name=topic.name, error_code=0, error_message=None)
+        result = CreatableResult(name=topic.name, error_code=ErrorCode.NONE, error_message=None)
         results.append(result)
         try:
             if counts[topic.name] > 1:
@@ -170,7 +172,7 @@ def delete_topics(
     results = []
     for name, topic_id in _delete_targets(request, ctx.api_version):
         info, missing = find_topic(broker, name, topic_id)
-        result = DeletableResult(name=name, error_code=0)
+        result = DeletableResult(name=name, error_code=ErrorCode.NONE)
         if topic_id is not None:
             result.topic_id = topic_id
         if info is None:
@@ -211,7 +213,7 @@ def create_partitions(
     counts = Counter(t.name for t in request.topics)
     results = []
     for topic in request.topics:
-        result = PartitionsResult(name=topic.name, error_code=0, error_message=None)
+        result = PartitionsResult(name=topic.name, error_code=ErrorCode.NONE, error_message=None)
         results.append(result)
         info = broker.logs.topic(topic.name)
         if counts[topic.name] > 1:

@@ -60,8 +60,14 @@ if TYPE_CHECKING:
     from reference_broker.network.server import RequestContext
 
 E = ErrorCode
-ADD_PARTITIONS, ADD_OFFSETS, END_TXN, WRITE_MARKERS, TXN_OFFSET_COMMIT = 24, 25, 26, 27, 28
-DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
+ADD_PARTITIONS = AddPartitionsToTxnRequest.API_KEY
+ADD_OFFSETS = AddOffsetsToTxnRequest.API_KEY
+END_TXN = EndTxnRequest.API_KEY
+WRITE_MARKERS = WriteTxnMarkersRequest.API_KEY
+TXN_OFFSET_COMMIT = TxnOffsetCommitRequest.API_KEY
+DESCRIBE_PRODUCERS = DescribeProducersRequest.API_KEY
+DESCRIBE_TRANSACTIONS = DescribeTransactionsRequest.API_KEY
+LIST_TRANSACTIONS = ListTransactionsRequest.API_KEY
 
 TopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
 PartitionResult = AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult
@@ -148,7 +154,7 @@ def handle_add_partitions(
                 transactional_id=txn.transactional_id, topic_results=_topic_results(result)
             )
         )
-    return AddPartitionsToTxnResponse(error_code=0, results_by_transaction=results)
+    return AddPartitionsToTxnResponse(error_code=ErrorCode.NONE, results_by_transaction=results)
 
 
 def error_add_partitions(
@@ -267,7 +273,7 @@ def handle_write_markers(
         for topic in marker.topics:
             partitions = []
             for index in topic.partition_indexes:
-                code = 0
+                code: int = E.NONE
                 meta = broker.logs.topic(topic.name)
                 if meta is None or not 0 <= index < meta.num_partitions:
                     code = E.UNKNOWN_TOPIC_OR_PARTITION

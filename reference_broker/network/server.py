@@ -32,11 +32,11 @@ from typing import Any, Protocol, cast
 from reference_broker.network.framing import SIZE_PREFIX
 from sdk.protocol.codec import decode_request, encode_response_parts
 from sdk.protocol.errors import DecodeError, ErrorCode, UnsupportedVersionError
-from sdk.protocol.messages import Message
+from sdk.protocol.messages import ApiVersionsRequest, Message
 
 log = logging.getLogger("reference_broker.network")
 
-API_VERSIONS_KEY = 18
+API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
 MAX_IN_FLIGHT = 64  # pipelined requests per connection before the reader stops reading
 _SIZE = struct.Struct(">i")
 #: Receive buffer for small frames; a frame larger than _SMALL_FRAME gets its own buffer.

@@ -597,7 +597,7 @@ class GroupCoordinator:
             return E.COORDINATOR_LOAD_IN_PROGRESS, []
         group = self.groups.get(group_id)
         if group is None:
-            return 0, [LeaveOutcome(m, i, E.UNKNOWN_MEMBER_ID) for m, i in leaving]
+            return E.NONE, [LeaveOutcome(m, i, E.UNKNOWN_MEMBER_ID) for m, i in leaving]
         if group.is_(GroupState.DEAD):
             return E.COORDINATOR_NOT_AVAILABLE, []
         outcomes = []
@@ -605,7 +605,7 @@ class GroupCoordinator:
             outcomes.append(
                 LeaveOutcome(member_id, instance_id, self._leave_one(group, member_id, instance_id))
             )
-        return 0, outcomes
+        return E.NONE, outcomes
 
     def _leave_one(self, group: Group, member_id: str, instance_id: str | None) -> int:
         if instance_id is not None:
@@ -811,8 +811,8 @@ class GroupCoordinator:
             if tp in pending:
                 answer[tp] = (None, E.UNSTABLE_OFFSET_COMMIT)
             else:
-                answer[tp] = (stored.get(tp), 0)
-        return 0, answer
+                answer[tp] = (stored.get(tp), E.NONE)
+        return E.NONE, answer
 
     def delete_offsets(
         self, group_id: str, partitions: list[tuple[str, int]]
@@ -846,7 +846,7 @@ class GroupCoordinator:
             return error, {}
         for tp in doomed:
             del group.offsets[tp]
-        return 0, result
+        return E.NONE, result
 
     # -- admin ---------------------------------------------------------------------------
 
@@ -857,7 +857,7 @@ class GroupCoordinator:
         if self.is_loading(group_id):
             return E.COORDINATOR_LOAD_IN_PROGRESS, None
         group = self.groups.get(group_id)
-        return 0, (group if group is not None and not group.is_(GroupState.DEAD) else None)
+        return E.NONE, (group if group is not None and not group.is_(GroupState.DEAD) else None)
 
     def delete_group(self, group_id: str) -> int:
         if not group_id:
