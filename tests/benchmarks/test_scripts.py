@@ -108,3 +108,11 @@ def test_bench_transactions_compares_sdk_and_confluent_on_both_targets() -> None
                         rf"^\| {target} +\| {client} +\| +{size} \| {mode} +\| +{NUMBER} \| +{NUMBER} "
                         rf"\| +{NUMBER} \| +{NUMBER} \|$",
                     )
+
+
+def test_bench_group_times_both_clients_for_each_strategy() -> None:
+    out = run_script("bench_group.py", "--runs", "1")
+    for strategy in ("range", "cooperative-sticky"):
+        for client in ("sdk", "confluent-kafka"):
+            figures = rf"\| {NUMBER} " * 4
+            assert_line(out, rf"^\| {strategy} \| {client} {figures}\|$")
