@@ -750,7 +750,7 @@ class GroupCoordinator:
             )
             for (t, p), c in accepted.items()
         ]
-        error = 0
+        error: int = E.NONE
         if batch and self.store is not None:
             try:
                 self.store.write_transactional(
@@ -758,7 +758,7 @@ class GroupCoordinator:
                 )
             except Exception as exc:
                 log.info("transactional offset commit of group %s refused: %s", group_id, exc)
-                error = getattr(exc, "code", 0) or E.COORDINATOR_NOT_AVAILABLE
+                error = getattr(exc, "code", E.NONE) or E.COORDINATOR_NOT_AVAILABLE
         if not error and accepted:
             group.pending_transactional_offsets.setdefault(producer_id, {}).update(accepted)
         for tp in accepted:
