@@ -65,8 +65,8 @@ def _producer(bootstrap: str, transactional_id: str, **kwargs: object) -> Produc
     return Producer(
         bootstrap_servers=bootstrap,
         transactional_id=transactional_id,
-        request_timeout_ms=5000,
-        max_block_ms=15000,
+        request_timeout_ms=10000,
+        max_block_ms=30000,
         **kwargs,  # type: ignore[arg-type]
     )
 
@@ -98,7 +98,7 @@ async def _create_topic(bootstrap: str, name: str, partitions: int = 2, **config
 
 
 def _confluent_read(
-    bootstrap: str, topic: str, expected: int, committed: bool, timeout: float = 15
+    bootstrap: str, topic: str, expected: int, committed: bool, timeout: float = 30
 ) -> list[bytes]:
     """Values of both partitions from the beginning until ``expected`` arrived and both ends are
     reached (read_committed: the ends are the last stable offsets)."""
@@ -134,7 +134,7 @@ def _confluent_read(
     return got
 
 
-async def _aiokafka_read(bootstrap: str, topic: str, expected: int, timeout: float = 15) -> list[bytes]:
+async def _aiokafka_read(bootstrap: str, topic: str, expected: int, timeout: float = 30) -> list[bytes]:
     """Values read by aiokafka's consumer under read_committed."""
     import aiokafka
 
@@ -159,7 +159,7 @@ async def _aiokafka_read(bootstrap: str, topic: str, expected: int, timeout: flo
     return got
 
 
-async def _sdk_read(bootstrap: str, topic: str, expected: int, timeout: float = 15) -> list[bytes]:
+async def _sdk_read(bootstrap: str, topic: str, expected: int, timeout: float = 30) -> list[bytes]:
     """Values read by our consumer under read_committed, until ``expected`` arrived and nothing
     more came for a moment."""
     got: list[bytes] = []
@@ -354,7 +354,7 @@ async def test_closing_mid_transaction_aborts_it_so_readers_are_not_held_back(tx
         await producer.send_and_wait(topic, b"left open", partition=0)
     async with _producer(bootstrap, unique("tid")) as other, other.transaction():
         await other.send(topic, b"after", partition=0)
-    got = await asyncio.to_thread(_confluent_read, bootstrap, topic, 1, True, 5)
+    got = await asyncio.to_thread(_confluent_read, bootstrap, topic, 1, True, 20)
     assert got == [b"after"]
 
 
@@ -370,7 +370,7 @@ async def test_a_hung_transaction_is_aborted_by_the_coordinator_and_readers_move
         async with _producer(bootstrap, unique("tid")) as other, other.transaction():
             await other.send(topic, b"after", partition=0)
         # Readable once the coordinator has aborted the hung transaction (it held the LSO back).
-        got = await asyncio.to_thread(_confluent_read, bootstrap, topic, 1, True, 10)
+        got = await asyncio.to_thread(_confluent_read, bootstrap, topic, 1, True, 20)
         assert got == [b"after"]
         late = await hung.send(topic, b"late", partition=0)
         with pytest.raises(InvalidProducerEpochError):
@@ -380,4 +380,4 @@ async def test_a_hung_transaction_is_aborted_by_the_coordinator_and_readers_move
         assert isinstance(info.value.__cause__, InvalidProducerEpochError)
         with contextlib.suppress(ProducerFencedError):  # the coordinator's answer to the old epoch
             await hung.abort_transaction()
-    assert await asyncio.to_thread(_confluent_read, bootstrap, topic, 1, True, 5) == [b"after"]
+    assert await asyncio.to_thread(_confluent_read, bootstrap, topic, 1, True, 20) == [b"after"]
