@@ -7,9 +7,11 @@
 2. Produces keyed records with headers through ``sdk.Producer``: idempotent, acks=all,
    zstd-compressed batches, the Java client's murmur2 partitioner.
 3. Restarts the broker (a clean shutdown and recovery of the log from disk).
-4. Reads every partition back with raw Fetch requests through the SDK's ``KafkaClient`` and
-   ``sdk.records``, and checks that every record came back once, in order, with its key,
-   value and headers.
+4. Reads the topic back with ``sdk.Consumer`` in a consumer group (committing as it goes), and
+   checks that every record came back once, in order, with its key, value and headers.
+5. Copies the topic, upper-cased, exactly once: a read_committed consumer and a transactional
+   producer that commits the copy together with the consumed offsets; then aborts a second
+   transaction, and checks that a read_committed reader sees the copy and nothing aborted.
 """
 
 from __future__ import annotations
@@ -21,11 +23,10 @@ import sys
 import time
 
 from reference_broker.testing import BrokerProcess
-from sdk import KafkaClient, Producer
-from sdk.protocol import messages as m
-from sdk.records import iter_batches
+from sdk import Consumer, OffsetAndMetadata, Producer, TopicPartition
 
 TOPIC = "quickstart"
+COPY_TOPIC = "quickstart-upper"
 PARTITIONS = 3
 
 
@@ -52,49 +53,74 @@ async def produce(bootstrap: str, count: int) -> dict[int, list[tuple[bytes, byt
 
 
 async def read_back(bootstrap: str) -> dict[int, list[tuple[bytes, bytes, int]]]:
-    """Fetch every partition from offset 0 to its end with plain Fetch requests."""
-    client = KafkaClient(bootstrap)
-    await client.start()
-    try:
-        client.add_topic(TOPIC)
-        await client.refresh_metadata()
-        got: dict[int, list[tuple[bytes, bytes, int]]] = collections.defaultdict(list)
-        for partition in range(PARTITIONS):
-            leader = client.cluster.leader_for(TOPIC, partition)
-            offset = 0
-            while True:
-                request = m.FetchRequest(
-                    replica_id=-1,
-                    max_wait_ms=100,
-                    min_bytes=1,
-                    max_bytes=1 << 20,
-                    topics=[
-                        m.FetchRequest.FetchTopic(
-                            topic=TOPIC,
-                            topic_id=client.cluster.topic(TOPIC).topic_id,
-                            partitions=[
-                                m.FetchRequest.FetchPartition(
-                                    partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20
-                                )
-                            ],
-                        )
-                    ],
-                )
-                response = await client.send(leader, request)
-                data = response.responses[0].partitions[0]
-                if data.error_code:
-                    raise RuntimeError(f"fetch error {data.error_code} on partition {partition}")
-                for batch in iter_batches(data.records or b""):
-                    for record in batch:
-                        if record.offset >= offset:
-                            headers = dict(record.headers)
-                            got[partition].append((record.key, record.value, len(headers)))
-                            offset = record.offset + 1
-                if offset >= data.high_watermark:
-                    break
-        return got
-    finally:
-        await client.close()
+    """Read the topic from the start as a consumer group, committing what was read."""
+    got: dict[int, list[tuple[bytes, bytes, int]]] = collections.defaultdict(list)
+    async with Consumer(
+        bootstrap_servers=bootstrap, group_id="quickstart-readers", auto_offset_reset="earliest"
+    ) as consumer:
+        consumer.subscribe([TOPIC])
+        ends = await end_offsets_of(consumer, TOPIC)
+        while await behind(consumer, ends):
+            for tp, records in (await consumer.getmany(timeout_ms=1000)).items():
+                got[tp.partition].extend((r.key, r.value, len(r.headers)) for r in records)
+            await consumer.commit()
+    return got
+
+
+async def end_offsets_of(consumer: Consumer, topic: str) -> dict[TopicPartition, int]:
+    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    return await consumer.end_offsets(partitions)
+
+
+async def behind(consumer: Consumer, ends: dict[TopicPartition, int]) -> bool:
+    """Whether ``consumer`` has yet to read up to ``ends`` (or to be handed all their partitions)."""
+    if not set(ends) <= consumer.assignment():
+        return True
+    for tp, end in ends.items():
+        if await consumer.position(tp) < end:
+            return True
+    return False
+
+
+async def copy_exactly_once(bootstrap: str) -> tuple[int, int]:
+    """Copy the topic upper-cased to COPY_TOPIC in one transaction with the consumed offsets, then
+    send one more record in a transaction that is aborted; a read_committed reader sees the copy
+    and not the aborted record. Returns (records copied, records a read_committed reader sees)."""
+    copied = 0
+    async with (
+        Consumer(
+            bootstrap_servers=bootstrap,
+            group_id="quickstart-copier",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+        ) as consumer,
+        Producer(bootstrap_servers=bootstrap, transactional_id="quickstart-copier") as producer,
+    ):
+        consumer.subscribe([TOPIC])
+        ends = await end_offsets_of(consumer, TOPIC)
+        async with producer.transaction():
+            while await behind(consumer, ends):
+                for records in (await consumer.getmany(timeout_ms=1000)).values():
+                    for r in records:
+                        await producer.send(COPY_TOPIC, (r.value or b"").upper(), key=r.key)
+                        copied += 1
+            offsets = {tp: OffsetAndMetadata(await consumer.position(tp), "") for tp in ends}
+            await producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+        await producer.begin_transaction()
+        await producer.send(COPY_TOPIC, b"never visible")
+        await producer.abort_transaction()
+    visible = 0
+    async with Consumer(
+        bootstrap_servers=bootstrap, isolation_level="read_committed", auto_offset_reset="earliest"
+    ) as reader:
+        ends = await end_offsets_of(reader, COPY_TOPIC)  # read_committed: the last stable offsets
+        reader.assign(list(ends))
+        while await behind(reader, ends):
+            for records in (await reader.getmany(timeout_ms=1000)).values():
+                visible += sum(1 for r in records if r.value != b"never visible")
+                assert all(r.value != b"never visible" for r in records), "an aborted record was read"
+    return copied, visible
 
 
 def main() -> int:
@@ -115,6 +141,7 @@ def main() -> int:
         print("broker restarted: the log was closed cleanly and reopened from disk")
 
         got = asyncio.run(read_back(broker.bootstrap))
+        copied, visible = asyncio.run(copy_exactly_once(broker.bootstrap))
     ok = True
     for partition in range(PARTITIONS):
         expected = sent.get(partition, [])
@@ -124,6 +151,11 @@ def main() -> int:
         ok &= same
         print(f"  partition {partition}: read {len(actual)} records back, "
               f"{'same records, same order' if same else 'MISMATCH'}")
+    copy_ok = copied == visible == args.records
+    ok &= copy_ok
+    print(f"copied {copied} records upper-cased in one transaction with the group's offsets; "
+          f"a read_committed reader sees {visible} of them and not the aborted record: "
+          f"{'exactly once' if copy_ok else 'MISMATCH'}")
     print("demo OK" if ok else "demo FAILED")
     return 0 if ok else 1
 
