@@ -108,6 +108,12 @@ def test_out_dir_leaves_the_package_alone(tmp_path: Path) -> None:
     assert (hint["tag"], hint["tagged"]) == (0, (1, 0x7FFF))
     exec((out / "_generated_errors.py").read_text(), namespace)
     assert namespace["ERRORS"] == [(7, "SLOW", "SlowException", True)]
+    stub = (out / "_generated_messages.pyi").read_text()
+    assert "class PingRequest(Message):" in stub
+    assert "    API_KEY: ClassVar[int]" in stub
+    assert "    payload: bytes | None" in stub  # nullable from v1
+    assert "    hint: str\n" in stub
+    assert "def __init__(self, *, payload: bytes | None = ..., hint: str = ...) -> None: ..." in stub
 
 
 def _stub_classes(body: list[ast.stmt], prefix: str, out: dict[str, dict[str, object]]) -> None:
@@ -147,6 +153,10 @@ def test_stub_declares_every_runtime_class_and_field() -> None:
         for f in cls.FIELDS:
             annotation = members[f.name]
             assert isinstance(annotation, str), (qualname, f.name)
+            nullable = f.nullable is not None or (f.type == "records" and not f.array)
+            assert annotation.endswith(" | None") == nullable, (qualname, f.name, annotation)
+            if f.array:
+                assert annotation.startswith("list["), (qualname, f.name, annotation)
             if f.struct is not None:
                 assert f.struct.__qualname__ in annotation, (qualname, f.name, annotation)
         nested = {name: value for name, value in vars(cls).items() if isinstance(value, type)}
