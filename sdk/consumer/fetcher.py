@@ -353,7 +353,7 @@ class Fetcher:
                     continue  # not asked for, or no longer assigned
                 head = self._completed.get(tp)
                 if head is not None:  # a prefetch: kept if it still continues the buffered data
-                    if p.error_code == 0 and head.end_offset == fetch_offset and tp not in self._prefetched:
+                    if not p.error_code and head.end_offset == fetch_offset and tp not in self._prefetched:
                         self._update_watermarks(state, p)
                         if p.records is not None and len(p.records):
                             self._prefetched[tp] = self._partition_records(tp, fetch_offset, p)
@@ -361,7 +361,7 @@ class Fetcher:
                 if state.position != fetch_offset:
                     continue  # the application sought away
                 code = p.error_code
-                if code == 0:
+                if code == ErrorCode.NONE:
                     self._update_watermarks(state, p)
                     if p.records is not None and len(p.records):
                         self._completed[tp] = self._partition_records(tp, fetch_offset, p)
