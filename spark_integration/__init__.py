@@ -9,9 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from spark_integration.audit import AuditReport, audit
+from spark_integration.pipeline import PipelineResult, run_exactly_once
 from spark_integration.source import FORMAT, KafkaDataSource
 
-__all__ = ["FORMAT", "KafkaDataSource", "register"]
+__all__ = [
+    "FORMAT",
+    "AuditReport",
+    "KafkaDataSource",
+    "PipelineResult",
+    "audit",
+    "register",
+    "run_exactly_once",
+]
 
 
 def register(spark: Any) -> None:
