@@ -21,6 +21,7 @@ for failed tasks (see issue 16), so no correctness may depend on them.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import time
@@ -34,6 +35,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from pyspark.sql.types import StructType
 
 from sdk.client.cluster import TopicPartition
+from sdk.consumer.consumer import Consumer as AsyncConsumer
 from sdk.producer.producer import Producer as AsyncProducer
 from sdk.sync import Consumer, Producer
 from spark_integration.options import OptionError, client_settings
@@ -82,7 +84,12 @@ class SinkOptions:
         topic = options.get("topic")
         if topic is None and "topic" not in columns:
             raise OptionError("the sink needs the option 'topic' or a 'topic' column")
-        servers = {"kafka.bootstrap.servers": options.get("kafka.bootstrap.servers", "")}
+        # The marker reads share the connection settings (security, timeouts) the consumer knows.
+        consumer_parameters = inspect.signature(AsyncConsumer.__init__).parameters
+        connection = {
+            name: value for name, value in options.items()
+            if name.startswith("kafka.") and name[len("kafka."):].replace(".", "_") in consumer_parameters
+        }
         hook = options.get("testing.failbeforecommit")
         fail_before_commit = None
         if hook:
@@ -90,7 +97,7 @@ class SinkOptions:
             fail_before_commit = (int(partition), int(batch) if batch else None)
         return cls(
             producer_settings=client_settings(options, AsyncProducer),
-            consumer_settings=client_settings(servers, Consumer),
+            consumer_settings=client_settings(connection, AsyncConsumer),
             topic=topic,
             prefix=options.get("transactional.id.prefix"),
             marker_topic=options.get("marker.topic") or DEFAULT_MARKER_TOPIC,
