@@ -174,3 +174,36 @@ def test_stub_declares_every_runtime_class_and_field() -> None:
         check(cls, name)
     # Every class the stub declares exists at run time.
     assert set(declared) == seen | set(MESSAGE_CLASSES)
+
+
+PROBE = """\
+from sdk.protocol.codec import decode
+from sdk.protocol.messages import JoinGroupRequest, ProduceRequest
+
+partition: ProduceRequest.PartitionProduceData = ProduceRequest.PartitionProduceData(index=1, records=b"")
+request = decode(JoinGroupRequest, b"", 0)
+metadata: bytes = request.protocols[0].metadata
+key: int = ProduceRequest.API_KEY
+ProduceRequest(acks="all")
+request.no_such_field
+"""
+
+
+def test_type_checker_reads_the_stub(tmp_path: Path) -> None:
+    """mypy, with the project's configuration, sees typed classes through ``sdk.protocol.messages``:
+    nested structs by their aliases, decoded fields typed, wrong field types and names refused."""
+    pytest.importorskip("mypy")
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"), str(probe)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert [line.split(":")[1] for line in errors] == ["8", "9"], result.stdout
+    assert 'Argument "acks" to "ProduceRequest" has incompatible type "str"; expected "int"' in errors[0]
+    assert '"JoinGroupRequest" has no attribute "no_such_field"' in errors[1]
