@@ -3,10 +3,11 @@
 Each task (one sink partition of one batch) writes its rows in one Kafka transaction whose
 transactional id is ``<prefix>-<partition id>``: never the attempt number, so a retried or
 speculative attempt's ``init_transactions`` fences the older attempt (whose commit then fails and
-whose open transaction the broker aborts). In the same transaction the task writes a marker
-record, keyed by the same id, to a small marker topic (compaction keeps one record per key):
-the last batch it committed. A task first reads its marker back (read_committed, after the
-fencing has resolved its previous transaction), and skips a batch already committed: Spark
+whose open transaction the broker aborts). In the same transaction the task commits a marker,
+the last batch it committed, as the offset of partition 0 of a marker topic in a consumer group
+of its own (``<transactional id>.sink-marker``): one record per commit, read back with one
+OffsetFetch whatever the query's age. A task first reads its marker (after the fencing has
+resolved its previous transaction, so it is final), and skips a batch already committed: Spark
 re-runs a batch with the same offsets after a crash between the sink's commits and its own
 commit log, and the transform is assumed deterministic and the sink's partitioning fixed, so the
 skipped rows are the ones already written.
@@ -22,7 +23,6 @@ for failed tasks (see issue 16), so no correctness may depend on them.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import time
 import uuid
@@ -36,6 +36,7 @@ from pyspark.sql.types import StructType
 
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.consumer import Consumer as AsyncConsumer
+from sdk.consumer.records import OffsetAndMetadata
 from sdk.producer.producer import Producer as AsyncProducer
 from sdk.sync import Consumer, Producer
 from spark_integration.options import OptionError, client_settings
@@ -114,28 +115,33 @@ def _as_bytes(value: Any) -> bytes | None:
     return str(value).encode()
 
 
-def read_marker(options: SinkOptions, key: bytes) -> dict[str, Any] | None:
-    """The last committed marker for ``key``: read_committed, up to the high watermark seen now,
-    so a marker committed behind another task's still-open transaction is not missed."""
+def marker_group(transactional_id: str) -> str:
+    """The consumer group whose committed offset is a task's marker."""
+    return f"{transactional_id}.sink-marker"
+
+
+def marker_offset(marker: Mapping[str, Any]) -> int:
+    """A marker as a committed offset: batch id + 1 for micro-batches (they only grow), a number
+    drawn from the write id for batch writes (compared for equality)."""
+    if "batch" in marker:
+        return int(marker["batch"]) + 1
+    return int(str(marker["write"])[:15], 16) + 1
+
+
+def read_marker(options: SinkOptions, transactional_id: str) -> int | None:
+    """The marker offset last committed by ``transactional_id``'s transactions (None: never).
+
+    Read after the task's producer fenced older attempts, so no transaction of this id is open
+    and the committed offset is final (OffsetFetch with require_stable)."""
     tp = TopicPartition(options.marker_topic, 0)
-    with Consumer(**options.consumer_settings, enable_auto_commit=False) as latest:
-        high_watermark = latest.end_offsets([tp])[tp]
-    if high_watermark == 0:
-        return None
-    marker = None
-    with Consumer(**options.consumer_settings, enable_auto_commit=False,
-                  isolation_level="read_committed", auto_offset_reset="earliest") as consumer:
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        deadline = time.monotonic() + 120
-        while consumer.position(tp) < high_watermark:
-            for record in consumer.getmany(tp, timeout_ms=500).get(tp, ()):
-                if record.key == key:
-                    marker = json.loads(record.value) if record.value is not None else None
+    with Consumer(**options.consumer_settings, group_id=marker_group(transactional_id),
+                  enable_auto_commit=False) as consumer:
+        deadline = time.monotonic() + 10
+        while consumer.partitions_for_topic(options.marker_topic) is None:  # created on first use
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"marker topic {options.marker_topic!r} stuck below offset {high_watermark}")
-    return marker
+                raise TimeoutError(f"marker topic {options.marker_topic!r} is not available")
+            consumer.topics()
+        return consumer.committed(tp)
 
 
 def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
@@ -145,13 +151,12 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
     partition = context.partitionId() if context is not None else 0
     attempt = context.attemptNumber() if context is not None else 0
     transactional_id = f"{prefix}-{partition}"
-    marker_key = transactional_id.encode()
     # The constructor runs init_transactions: older attempts of this partition are fenced and
     # their open transaction is aborted before the marker is read.
     producer = Producer(**options.producer_settings, transactional_id=transactional_id)
     crashed = False
     try:
-        if _already_committed(read_marker(options, marker_key), marker):
+        if _already_committed(read_marker(options, transactional_id), marker):
             for _ in rows:
                 pass
             log.info("%s: batch %s already committed, skipped", transactional_id, marker)
@@ -170,7 +175,9 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
                 headers=[(h["key"], _as_bytes(h["value"])) for h in headers] if headers else None,
             )
             count += 1
-        producer.send(options.marker_topic, json.dumps(marker).encode(), key=marker_key, partition=0)
+        producer.send_offsets_to_transaction(
+            {TopicPartition(options.marker_topic, 0): OffsetAndMetadata(marker_offset(marker), "")},
+            marker_group(transactional_id))
         if options.fail_before_commit is not None and attempt == 0:
             hook_partition, hook_batch = options.fail_before_commit
             if hook_partition == partition and hook_batch in (None, marker.get("batch")):
@@ -192,12 +199,12 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
             producer.close()
 
 
-def _already_committed(found: dict[str, Any] | None, marker: dict[str, Any]) -> bool:
+def _already_committed(found: int | None, marker: dict[str, Any]) -> bool:
     if found is None:
         return False
     if "batch" in marker:
-        return found.get("batch", -1) >= marker["batch"]
-    return found.get("write") == marker.get("write")
+        return found >= marker_offset(marker)
+    return found == marker_offset(marker)
 
 
 class KafkaBatchWriter(DataSourceWriter):
