@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -76,6 +78,8 @@ class SinkOptions:
     marker_topic: str
     columns: tuple[str, ...]
     fail_before_commit: tuple[int, int | None] | None
+    #: Test hook ``testing.killDriverAtCommit`` = ``batch:process group``.
+    kill_driver_at_commit: tuple[int, int] | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
@@ -104,7 +108,17 @@ class SinkOptions:
             marker_topic=options.get("marker.topic") or DEFAULT_MARKER_TOPIC,
             columns=columns,
             fail_before_commit=fail_before_commit,
+            kill_driver_at_commit=_batch_and_group(options.get("testing.killdriveratcommit")),
         )
+
+
+def _batch_and_group(raw: str | None) -> tuple[int, int] | None:
+    if not raw:
+        return None
+    batch, _, group = raw.partition(":")
+    if not group:
+        raise OptionError("option 'testing.killDriverAtCommit' is 'batch id:process group id'")
+    return int(batch), int(group)
 
 
 def _as_bytes(value: Any) -> bytes | None:
@@ -240,6 +254,12 @@ class KafkaStreamWriter(DataSourceStreamWriter):
         return write_partition(self.options, iterator, prefix, {"batch": int(batch)})
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        hook = self.options.kill_driver_at_commit
+        if hook is not None and hook[0] == batchId:
+            # Test hook: the driver dies after every task of this batch committed and before
+            # Spark wrote the batch to its commit log. The driver runs in a process group of its
+            # own, given with the option (this process is not in it); the group is killed.
+            os.killpg(hook[1], signal.SIGKILL)
         _record_progress("batch", batchId, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from pyspark.sql import SparkSession
@@ -20,6 +21,7 @@ def main() -> int:
     for name in ("bootstrap", "source", "sink", "checkpoint"):
         parser.add_argument(name)
     parser.add_argument("--available-now", action="store_true")
+    parser.add_argument("--kill-at-commit", help="the micro-batch whose sink commit kills this driver")
     args = parser.parse_args()
     spark = (
         SparkSession.builder.master("local[2,3]")
@@ -45,6 +47,9 @@ def main() -> int:
         .option("topic", args.sink)
         .option("checkpointLocation", args.checkpoint)
     )
+    if args.kill_at_commit is not None:
+        # Started as a session leader: this process's id is its process group's.
+        writer = writer.option("testing.killDriverAtCommit", f"{args.kill_at_commit}:{os.getpgid(0)}")
     if args.available_now:
         writer = writer.trigger(availableNow=True)
     else:
