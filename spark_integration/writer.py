@@ -12,6 +12,10 @@ re-runs a batch with the same offsets after a crash between the sink's commits a
 commit log, and the transform is assumed deterministic and the sink's partitioning fixed, so the
 skipped rows are the ones already written.
 
+The option ``delivery.guarantee=at-least-once`` (default ``exactly-once``) writes the same rows
+with the SDK's idempotent producer and no transaction or marker: a retried task or a re-run
+batch writes its rows again. It is the baseline the exactly-once sink is benchmarked against.
+
 Batch writes (``df.write``) use a random write id instead of a batch id, so a task re-run within
 the same write (after its commit was lost with its executor) is skipped too.
 
@@ -47,6 +51,8 @@ log = logging.getLogger(__name__)
 
 #: Where the sink keeps its per-(query, partition) markers unless ``marker.topic`` says otherwise.
 DEFAULT_MARKER_TOPIC = "topicwright-spark-sink-markers"
+#: Values of the option ``delivery.guarantee``.
+EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
 #: Spark's local properties holding the micro-batch id and the (checkpointed) query id.
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -80,6 +86,8 @@ class SinkOptions:
     fail_before_commit: tuple[int, int | None] | None
     #: Test hook ``testing.killDriverAtCommit`` = ``batch:process group``.
     kill_driver_at_commit: tuple[int, int] | None = None
+    #: ``delivery.guarantee``: EXACTLY_ONCE (transactions and markers) or AT_LEAST_ONCE.
+    guarantee: str = EXACTLY_ONCE
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
@@ -95,6 +103,10 @@ class SinkOptions:
             name: value for name, value in options.items()
             if name.startswith("kafka.") and name[len("kafka."):].replace(".", "_") in consumer_parameters
         }
+        guarantee = (options.get("delivery.guarantee") or EXACTLY_ONCE).strip().lower()
+        if guarantee not in (EXACTLY_ONCE, AT_LEAST_ONCE):
+            raise OptionError(f"option 'delivery.guarantee' must be {EXACTLY_ONCE} or {AT_LEAST_ONCE}, "
+                              f"not {options.get('delivery.guarantee')!r}")
         hook = options.get("testing.failbeforecommit")
         fail_before_commit = None
         if hook:
@@ -109,6 +121,7 @@ class SinkOptions:
             columns=columns,
             fail_before_commit=fail_before_commit,
             kill_driver_at_commit=_batch_and_group(options.get("testing.killdriveratcommit")),
+            guarantee=guarantee,
         )
 
 
@@ -163,6 +176,8 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
     """Write this task's rows in one transaction with its marker, unless already committed."""
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
+    if options.guarantee == AT_LEAST_ONCE:
+        return _write_at_least_once(options, rows, partition)
     attempt = context.attemptNumber() if context is not None else 0
     transactional_id = f"{prefix}-{partition}"
     # The constructor runs init_transactions: older attempts of this partition are fenced and
@@ -177,17 +192,8 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
             return SinkCommit(partition, 0, True)
         producer.begin_transaction()
         count = 0
-        columns = options.columns
         for row in rows:
-            fields = row.asDict() if hasattr(row, "asDict") else dict(zip(columns, row, strict=True))
-            headers = fields.get("headers")
-            producer.send(
-                options.topic or fields["topic"],
-                _as_bytes(fields["value"]),
-                key=_as_bytes(fields.get("key")),
-                partition=fields.get("partition"),
-                headers=[(h["key"], _as_bytes(h["value"])) for h in headers] if headers else None,
-            )
+            _send_row(producer, options, row)
             count += 1
         producer.send_offsets_to_transaction(
             {TopicPartition(options.marker_topic, 0): OffsetAndMetadata(marker_offset(marker), "")},
@@ -211,6 +217,30 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
     finally:
         if not crashed:
             producer.close()
+
+
+def _send_row(producer: Producer, options: SinkOptions, row: Any) -> None:
+    fields = row.asDict() if hasattr(row, "asDict") else dict(zip(options.columns, row, strict=True))
+    headers = fields.get("headers")
+    producer.send(
+        options.topic or fields["topic"],
+        _as_bytes(fields["value"]),
+        key=_as_bytes(fields.get("key")),
+        partition=fields.get("partition"),
+        headers=[(h["key"], _as_bytes(h["value"])) for h in headers] if headers else None,
+    )
+
+
+def _write_at_least_once(options: SinkOptions, rows: Iterator[Any], partition: int) -> SinkCommit:
+    """``delivery.guarantee=at-least-once``: the rows through an idempotent producer (the SDK's
+    default with acks=all), flushed before the task reports; no transaction, no marker."""
+    count = 0
+    with Producer(**options.producer_settings) as producer:
+        for row in rows:
+            _send_row(producer, options, row)
+            count += 1
+        producer.flush()
+    return SinkCommit(partition, count, False)
 
 
 def _already_committed(found: int | None, marker: dict[str, Any]) -> bool:
