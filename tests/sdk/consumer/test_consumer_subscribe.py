@@ -2,7 +2,7 @@
 GroupCoordinator; positions come from committed offsets; patterns follow new topics).
 
 Against librdkafka's mock cluster (which delays a new group's first rebalance by 3 s) and the
-reference broker once it serves groups (without that delay). The group protocol itself
+reference broker (without that delay). The group protocol itself
 (rebalances, static membership, assignors) is tested in test_group*.py.
 """
 
@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from reference_broker.testing import BrokerProcess
 from sdk import Producer
-from sdk.client import KafkaClient
 from sdk.consumer import Consumer, ConsumerRebalanceListener, TopicPartition
 from sdk.consumer.errors import CommitFailedError
-from sdk.protocol import messages
 
 GROUP_SETTINGS = {
     "auto_offset_reset": "earliest",
@@ -30,33 +26,9 @@ GROUP_SETTINGS = {
 }
 
 
-def _serves_groups(bootstrap: str) -> bool:
-    async def check() -> bool:
-        client = KafkaClient(bootstrap)
-        await client.start()
-        try:
-            conn = await client.get_connection(await client.wait_for_node())
-            return conn.supports(messages.JoinGroupRequest.API_KEY)
-        finally:
-            await client.close()
-
-    return asyncio.run(check())
-
-
 @pytest.fixture(scope="module")
-def group_broker() -> Iterator[BrokerProcess]:
-    config = {"group.initial.rebalance.delay.ms": 0, "num.partitions": 4}
-    with BrokerProcess(config=config) as proc:
-        if not _serves_groups(proc.bootstrap):
-            pytest.skip("the reference broker has no group coordinator yet")
-        yield proc
-
-
-@pytest.fixture(params=["mock", "reference"])
-def bootstrap(request: pytest.FixtureRequest) -> str:
-    if request.param == "mock":
-        return str(request.getfixturevalue("mock_cluster").bootstrap)
-    return str(request.getfixturevalue("group_broker").bootstrap)
+def group_broker_partitions() -> int:
+    return 4
 
 
 async def fill(bootstrap: str, topic: str, per_partition: int) -> None:

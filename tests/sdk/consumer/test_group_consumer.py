@@ -6,44 +6,23 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-pytest.importorskip("sdk.consumer.assignors", reason="the assignors are not there yet")
-
 from reference_broker.testing import BrokerProcess
 from sdk import Producer
-from sdk.client import KafkaClient
 from sdk.consumer import Consumer
 from sdk.consumer.listener import ConsumerRebalanceListener
-from sdk.protocol import messages
 
 pytestmark = pytest.mark.timeout(120)
 
 PER_PARTITION = 60
 
 
-def _serves_groups(bootstrap: str) -> bool:
-    async def check() -> bool:
-        client = KafkaClient(bootstrap)
-        await client.start()
-        try:
-            conn = await client.get_connection(await client.wait_for_node())
-            return conn.supports(messages.JoinGroupRequest.API_KEY)
-        finally:
-            await client.close()
-
-    return asyncio.run(check())
-
-
 @pytest.fixture(scope="module")
-def group_broker() -> Iterator[BrokerProcess]:
-    with BrokerProcess(config={"group.initial.rebalance.delay.ms": 0, "num.partitions": 4}) as proc:
-        if not _serves_groups(proc.bootstrap):
-            pytest.skip("the reference broker has no group coordinator yet")
-        yield proc
+def group_broker_partitions() -> int:
+    return 4
 
 
 @pytest.fixture

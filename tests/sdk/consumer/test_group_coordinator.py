@@ -10,13 +10,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import pytest
 import pytest_asyncio
-
-pytest.importorskip("sdk.consumer.assignors", reason="the assignors are not there yet")
 
 from reference_broker.testing import BrokerProcess
 from sdk.client import KafkaClient
@@ -36,35 +34,6 @@ MOCK_PARTITIONS = 4  # what the mock cluster auto-creates
 
 
 # -- brokers --------------------------------------------------------------------------------------
-
-
-def _serves_groups(bootstrap: str) -> bool:
-    async def check() -> bool:
-        client = KafkaClient(bootstrap)
-        await client.start()
-        try:
-            conn = await client.get_connection(await client.wait_for_node())
-            return conn.supports(messages.JoinGroupRequest.API_KEY)
-        finally:
-            await client.close()
-
-    return asyncio.run(check())
-
-
-@pytest.fixture(scope="module")
-def group_broker() -> Iterator[BrokerProcess]:
-    """A reference broker that forms groups without the initial rebalance delay."""
-    with BrokerProcess(config={"group.initial.rebalance.delay.ms": 0, "num.partitions": 1}) as proc:
-        if not _serves_groups(proc.bootstrap):
-            pytest.skip("the reference broker has no group coordinator yet")
-        yield proc
-
-
-@pytest.fixture(params=["mock", "reference"])
-def bootstrap(request: pytest.FixtureRequest) -> str:
-    if request.param == "mock":
-        return str(request.getfixturevalue("mock_cluster").bootstrap)
-    return str(request.getfixturevalue("group_broker").bootstrap)
 
 
 @pytest.fixture

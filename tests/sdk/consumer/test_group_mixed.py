@@ -10,14 +10,12 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import confluent_kafka
 import pytest
 import pytest_asyncio
-
-pytest.importorskip("sdk.consumer.assignors", reason="the assignors are not there yet")
 
 from reference_broker.testing import BrokerProcess
 from sdk.client import KafkaClient
@@ -29,34 +27,6 @@ from sdk.consumer.subscription import SubscriptionState
 from sdk.protocol import messages
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _serves_groups(bootstrap: str) -> bool:
-    async def check() -> bool:
-        client = KafkaClient(bootstrap)
-        await client.start()
-        try:
-            conn = await client.get_connection(await client.wait_for_node())
-            return conn.supports(messages.JoinGroupRequest.API_KEY)
-        finally:
-            await client.close()
-
-    return asyncio.run(check())
-
-
-@pytest.fixture(scope="module")
-def group_broker() -> Iterator[BrokerProcess]:
-    with BrokerProcess(config={"group.initial.rebalance.delay.ms": 0, "num.partitions": 1}) as proc:
-        if not _serves_groups(proc.bootstrap):
-            pytest.skip("the reference broker has no group coordinator yet")
-        yield proc
-
-
-@pytest.fixture
-def bootstrap(request: pytest.FixtureRequest) -> str:
-    if request.param == "mock":
-        return str(request.getfixturevalue("mock_cluster").bootstrap)
-    return str(request.getfixturevalue("group_broker").bootstrap)
 
 
 async def create_topic(bootstrap: str, name: str, partitions: int) -> set[TopicPartition]:
@@ -333,10 +303,6 @@ async def shared(members: list[Any], partitions: set[TopicPartition], timeout: f
 async def test_mixed_group_shares_partitions_as_members_join_and_leave(
     bootstrap: str, strategy: str, group: Callable[..., Any]
 ) -> None:
-    try:
-        resolve_assignors(strategy)
-    except (ValueError, TypeError):
-        pytest.skip(f"no {strategy} assignor yet")
     topic, group_id = f"mixed-{uuid.uuid4().hex[:8]}", f"group-{uuid.uuid4().hex[:8]}"
     partitions = await create_topic(bootstrap, topic, 8)
     ours = await group("ours", bootstrap, group_id, topic, strategy)

@@ -6,8 +6,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("sdk.consumer.assignors", reason="the assignors are not there yet")
-
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.assignors import RebalanceProtocol, Subscription
 from sdk.consumer.group_rebalance import (
