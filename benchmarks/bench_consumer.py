@@ -16,12 +16,8 @@ taking turns, with ratios to aiokafka's ``getmany``.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import cProfile
 import json
 import os
-import pstats
-import statistics
 import subprocess
 import sys
 import time
@@ -30,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_producer import Clock
+from _common import ROOT, Clock, in_turns, medians, print_ratio_table, run_in_process, run_worker, show_runs
 
 VALUE = b"v" * 100
 PARTITIONS = 16
@@ -38,7 +34,6 @@ PARTITIONS = 16
 MOCK_MAX_MESSAGES = 600_000
 CLIENTS = ["sdk", "sdk-sync", "aiokafka", "kafka-python", "confluent-kafka"]
 TARGETS = ["reference", "mock"]
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # -- the clients (each runs in a worker process) --------------------------------------------------
@@ -139,24 +134,6 @@ WORKERS: dict[str, Callable[[str, str, int], Any]] = {  # each returns (wall s, 
 }
 
 
-def run_worker(client: str, bootstrap: str, topic: str, n: int, profile: bool) -> tuple[float, float]:
-    worker = WORKERS[client]
-
-    def call() -> tuple[float, float]:
-        result = worker(bootstrap, topic, n)
-        return asyncio.run(result) if asyncio.iscoroutine(result) else result
-
-    if not profile:
-        return call()
-    profiler = cProfile.Profile()
-    profiler.enable()
-    elapsed = call()
-    profiler.disable()
-    stats = pstats.Stats(profiler, stream=sys.stderr)
-    stats.sort_stats("tottime").print_stats(25)
-    return elapsed
-
-
 # -- clusters and data ----------------------------------------------------------------------------
 
 
@@ -234,20 +211,8 @@ def fill(cluster: Any, n: int) -> str:
 
 def measure(client: str, target: str, bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     """One run in a fresh process: messages per second, and CPU microseconds per message."""
-    out = subprocess.run(
-        [sys.executable, __file__, "--worker", client, "--bootstrap", bootstrap, "--topic", topic,
-         "--messages", str(n)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=ROOT,
-        env=dict(
-            os.environ, BENCH_TARGET=target, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
-        ),
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{client} failed:\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    command = [__file__, "--worker", client, "--bootstrap", bootstrap, "--topic", topic, "--messages", str(n)]
+    result = run_in_process(client, command, target)
     return n / result["elapsed"], result["cpu"] / n * 1e6
 
 
@@ -266,7 +231,8 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.worker:
-        elapsed, cpu = run_worker(args.worker, args.bootstrap, args.topic, args.messages, profile=False)
+        worker = WORKERS[args.worker]
+        elapsed, cpu = run_worker(worker, args.bootstrap, args.topic, args.messages, profile=False)
         print(json.dumps({"elapsed": elapsed, "cpu": cpu}))
         return
     if args.profile:
@@ -274,7 +240,7 @@ def main() -> None:
             count = min(args.messages, MOCK_MAX_MESSAGES)
             topic = fill(mock, count)
             started = time.perf_counter()
-            run_worker(args.profile, mock.bootstrap, topic, count, profile=True)
+            run_worker(WORKERS[args.profile], mock.bootstrap, topic, count, profile=True)
             elapsed = time.perf_counter() - started
         print(f"{args.profile}: {count / elapsed:,.0f} msgs/s under cProfile")
         return
@@ -296,15 +262,10 @@ def main() -> None:
         counts[target] = count
         with cluster:
             topic = fill(cluster, count)
-            runs: dict[str, list[tuple[float, float]]] = {client: [] for client in clients}
-            for _ in range(args.runs):  # in turns, so a slow spell of the machine hits every client
-                for client in clients:
-                    runs[client].append(measure(client, target, cluster.bootstrap, topic, count))
+            runs = in_turns(args.runs, clients, measure, target, cluster.bootstrap, topic, count)
             for client in clients:
-                rate[(target, client)] = statistics.median(r for r, _ in runs[client])
-                cpu[(target, client)] = statistics.median(c for _, c in runs[client])
-                shown = ", ".join(f"{r:,.0f}/s {c:.1f}us" for r, c in runs[client])
-                print(f"  {target:<9} {client:<16} {shown}", file=sys.stderr)
+                rate[(target, client)], cpu[(target, client)] = medians(runs[client])
+                show_runs(target, client, runs[client])
 
     sizes = ", ".join(f"{target} {count:,}" for target, count in counts.items())
     print(
@@ -312,18 +273,7 @@ def main() -> None:
         "assignment from the beginning. Median msgs/s (ratio vs aiokafka) and median client CPU "
         "microseconds per message (ratio: aiokafka's CPU / this client's).\n"
     )
-    head = " | ".join(f"{t + ' msgs/s':>20} | {t + ' CPU us/msg':>22}" for t in targets)
-    print(f"| {'client':<16} | {head} |")
-    print("|" + "|".join(["-" * 18] + ["-" * 22, "-" * 24] * len(targets)) + "|")
-    for client in clients:
-        cells = []
-        for target in targets:
-            key, base = (target, client), (target, "aiokafka")
-            speed = f" ({rate[key] / rate[base]:.2f}x)" if base in rate else ""
-            cost = f" ({cpu[base] / cpu[key]:.2f}x)" if base in cpu else ""
-            cells.append(f"{rate[key]:>11,.0f}{speed:>9}")
-            cells.append(f"{cpu[key]:>13.1f}{cost:>9}")
-        print(f"| {client:<16} | " + " | ".join(cells) + " |")
+    print_ratio_table(clients, targets, rate, cpu)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
 
 from reference_broker.testing import BrokerProcess
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import in_turns
 
 SESSION_TIMEOUT_MS = 10_000
 HEARTBEAT_INTERVAL_MS = 500
@@ -178,10 +183,9 @@ def main() -> None:
     with BrokerProcess(log_level="WARNING") as broker:
         topic = create_topic(broker.bootstrap, args.partitions)
         for strategy in strategies:
-            for _ in range(args.runs):
-                for client in CLIENTS:  # in turns, so drift in the machine's load hits both
-                    seconds = measure(client, broker.bootstrap, topic, args.partitions, strategy)
-                    times.setdefault((strategy, client), []).append(seconds)
+            runs = in_turns(args.runs, CLIENTS, measure, broker.bootstrap, topic, args.partitions, strategy)
+            for client in CLIENTS:
+                times[(strategy, client)] = runs[client]
 
     median: Callable[[list[float]], float] = statistics.median
     print(

@@ -16,17 +16,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import cProfile
 import json
 import os
-import pstats
-import statistics
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import (
+    ROOT,
+    Clock,
+    MockClusterProcess,
+    medians,
+    print_ratio_table,
+    run_in_process,
+    run_worker,
+    show_runs,
+)
 
 VALUE = b"v" * 100
 BATCH_SIZE = 16384
@@ -41,23 +48,9 @@ CLIENTS = [
     "confluent-kafka",
 ]
 TARGETS = ["reference", "mock"]
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # -- the clients (each runs in a worker process) --------------------------------------------------
-
-
-class Clock:
-    """Wall time and this process's CPU time (all threads: librdkafka's and kafka-python's I/O
-    threads count too) from creation to ``stop``. CPU per message is the steadier figure on a
-    busy machine."""
-
-    def __init__(self) -> None:
-        self.wall = time.perf_counter()
-        self.cpu = time.process_time()
-
-    def stop(self) -> tuple[float, float]:
-        return time.perf_counter() - self.wall, time.process_time() - self.cpu
 
 
 async def _sdk(bootstrap: str, topic: str, n: int) -> float:
@@ -228,83 +221,14 @@ WORKERS: dict[str, Callable[[str, str, int], Any]] = {  # each returns (wall s, 
 }
 
 
-def run_worker(client: str, bootstrap: str, topic: str, n: int, profile: bool) -> tuple[float, float]:
-    worker = WORKERS[client]
-
-    def call() -> tuple[float, float]:
-        result = worker(bootstrap, topic, n)
-        return asyncio.run(result) if asyncio.iscoroutine(result) else result
-
-    if not profile:
-        return call()
-    profiler = cProfile.Profile()
-    profiler.enable()
-    elapsed = call()
-    profiler.disable()
-    stats = pstats.Stats(profiler, stream=sys.stderr)
-    stats.sort_stats("tottime").print_stats(25)
-    return elapsed
-
-
 # -- clusters -------------------------------------------------------------------------------------
-
-
-class MockClusterProcess:
-    """librdkafka's mock cluster in a child process (1 broker), so it does not share our GIL."""
-
-    SCRIPT = (
-        "import sys, confluent_kafka\n"
-        "p = confluent_kafka.Producer({'test.mock.num.brokers': 1, 'log_level': 0})\n"
-        "b = list(p.list_topics(timeout=10).brokers.values())[0]\n"
-        "print(f'{b.host}:{b.port}', flush=True)\n"
-        "sys.stdin.read()\n"
-    )
-
-    def __enter__(self) -> MockClusterProcess:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", self.SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        assert self.proc.stdout is not None
-        self.bootstrap = self.proc.stdout.readline().strip()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def measure(client: str, target: str, bootstrap: str, n: int) -> tuple[float, float]:
     """One run in a fresh process: messages per second, and CPU microseconds per message."""
     topic = f"bench-{client}-{uuid.uuid4().hex[:8]}"
-    out = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--worker",
-            client,
-            "--bootstrap",
-            bootstrap,
-            "--topic",
-            topic,
-            "--messages",
-            str(n),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=ROOT,
-        env=dict(
-            os.environ, BENCH_TARGET=target, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
-        ),
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{client} failed:\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    command = [__file__, "--worker", client, "--bootstrap", bootstrap, "--topic", topic, "--messages", str(n)]
+    result = run_in_process(client, command, target)
     return n / result["elapsed"], result["cpu"] / n * 1e6
 
 
@@ -323,13 +247,15 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.worker:
-        elapsed, cpu = run_worker(args.worker, args.bootstrap, args.topic, args.messages, profile=False)
+        worker = WORKERS[args.worker]
+        elapsed, cpu = run_worker(worker, args.bootstrap, args.topic, args.messages, profile=False)
         print(json.dumps({"elapsed": elapsed, "cpu": cpu}))
         return
     if args.profile:
         with MockClusterProcess() as mock:
             elapsed, _cpu = run_worker(
-                args.profile, mock.bootstrap, f"profile-{uuid.uuid4().hex[:6]}", args.messages, profile=True
+                WORKERS[args.profile], mock.bootstrap, f"profile-{uuid.uuid4().hex[:6]}", args.messages,
+                profile=True,
             )
         print(f"{args.profile}: {args.messages / elapsed:,.0f} msgs/s under cProfile")
         return
@@ -349,28 +275,15 @@ def main() -> None:
         with cluster:
             for client in clients:
                 runs = [measure(client, target, cluster.bootstrap, args.messages) for _ in range(args.runs)]
-                rate[(target, client)] = statistics.median(r for r, _ in runs)
-                cpu[(target, client)] = statistics.median(c for _, c in runs)
-                shown = ", ".join(f"{r:,.0f}/s {c:.1f}us" for r, c in runs)
-                print(f"  {target:<9} {client:<16} {shown}", file=sys.stderr)
+                rate[(target, client)], cpu[(target, client)] = medians(runs)
+                show_runs(target, client, runs)
 
     print(
         f"\n{args.messages:,} messages x {args.runs} runs, 100-byte values, acks=all, idempotent, "
         f"linger {LINGER_MS} ms, batch {BATCH_SIZE} B. Median msgs/s (ratio vs aiokafka) and median "
         "client CPU microseconds per message (ratio: aiokafka's CPU / this client's).\n"
     )
-    head = " | ".join(f"{t + ' msgs/s':>20} | {t + ' CPU us/msg':>22}" for t in targets)
-    print(f"| {'client':<16} | {head} |")
-    print("|" + "|".join(["-" * 18] + ["-" * 22, "-" * 24] * len(targets)) + "|")
-    for client in clients:
-        cells = []
-        for target in targets:
-            key, base = (target, client), (target, "aiokafka")
-            speed = f" ({rate[key] / rate[base]:.2f}x)" if base in rate else ""
-            cost = f" ({cpu[base] / cpu[key]:.2f}x)" if base in cpu else ""
-            cells.append(f"{rate[key]:>11,.0f}{speed:>9}")
-            cells.append(f"{cpu[key]:>13.1f}{cost:>9}")
-        print(f"| {client:<16} | " + " | ".join(cells) + " |")
+    print_ratio_table(clients, targets, rate, cpu)
 
 
 if __name__ == "__main__":

@@ -16,23 +16,23 @@ runs is shown.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import ROOT, MockClusterProcess, call_worker, run_in_process
+
 VALUE = b"v" * 100
 PARTITIONS = 4
 LINGER_MS = 5
 CLIENTS = ["sdk", "confluent-kafka"]
 TARGETS = ["reference", "mock"]
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # -- the clients (each runs in a worker process) --------------------------------------------------
@@ -108,61 +108,14 @@ def _confluent(bootstrap: str, topic: str, size: int, count: int, transactional:
 WORKERS: dict[str, Callable[..., Any]] = {"sdk": _sdk, "confluent-kafka": _confluent}
 
 
-def run_worker(client: str, bootstrap: str, topic: str, size: int, count: int, transactional: bool) -> Any:
-    result = WORKERS[client](bootstrap, topic, size, count, transactional)
-    return asyncio.run(result) if asyncio.iscoroutine(result) else result
-
-
-# -- clusters -------------------------------------------------------------------------------------
-
-
-class MockClusterProcess:
-    """librdkafka's mock cluster in a child process (1 broker), so it does not share our GIL."""
-
-    SCRIPT = (
-        "import sys, confluent_kafka\n"
-        "p = confluent_kafka.Producer({'test.mock.num.brokers': 1, 'log_level': 0})\n"
-        "b = list(p.list_topics(timeout=10).brokers.values())[0]\n"
-        "print(f'{b.host}:{b.port}', flush=True)\n"
-        "sys.stdin.read()\n"
-    )
-
-    def __enter__(self) -> MockClusterProcess:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", self.SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        assert self.proc.stdout is not None
-        self.bootstrap = self.proc.stdout.readline().strip()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def measure(client: str, bootstrap: str, size: int, count: int, transactional: bool) -> dict[str, Any]:
     """One run in a fresh process."""
     topic = f"bench-txn-{uuid.uuid4().hex[:8]}"
-    command = [sys.executable, __file__, "--worker", client, "--bootstrap", bootstrap, "--topic", topic]
+    command = [__file__, "--worker", client, "--bootstrap", bootstrap, "--topic", topic]
     command += ["--sizes", str(size), "--transactions", str(count)]
     if not transactional:
         command.append("--idempotent")
-    out = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")),
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{client} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return run_in_process(client, command)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -187,8 +140,9 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
 
     if args.worker:
-        result = run_worker(
-            args.worker, args.bootstrap, args.topic, sizes[0], args.transactions, not args.idempotent
+        worker = WORKERS[args.worker]
+        result = call_worker(
+            worker, args.bootstrap, args.topic, sizes[0], args.transactions, not args.idempotent
         )
         print(json.dumps(result))
         return

@@ -1,0 +1,144 @@
+"""What the client benchmarks share: the clock, running one measurement in a fresh worker process,
+librdkafka's mock cluster in its own process, taking turns, medians and the table of ratios to
+aiokafka. The scripts are run as files (``python benchmarks/bench_x.py``), so they import this
+module from their own folder."""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+Result = TypeVar("Result")
+
+
+class Clock:
+    """Wall time and this process's CPU time (all threads: librdkafka's and kafka-python's I/O
+    threads count too) from creation to ``stop``. CPU per message is the steadier figure on a
+    busy machine."""
+
+    def __init__(self) -> None:
+        self.wall = time.perf_counter()
+        self.cpu = time.process_time()
+
+    def stop(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+def call_worker(worker: Callable[..., Any], *args: Any) -> Any:
+    """``worker(*args)``, run to completion on a new event loop if it is a coroutine function."""
+    result = worker(*args)
+    return asyncio.run(result) if asyncio.iscoroutine(result) else result
+
+
+def run_worker(worker: Callable[..., Any], *args: Any, profile: bool) -> Any:
+    """:func:`call_worker`, under cProfile (the top 25 by own time to stderr) if ``profile``."""
+    if not profile:
+        return call_worker(worker, *args)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    result = call_worker(worker, *args)
+    profiler.disable()
+    stats = pstats.Stats(profiler, stream=sys.stderr)
+    stats.sort_stats("tottime").print_stats(25)
+    return result
+
+
+def run_in_process(client: str, command: list[str], target: str | None = None) -> Any:
+    """Runs a script's worker (``command``, after the interpreter) in a fresh process, from the
+    project root, and returns the JSON its last line of output holds. ``target`` is passed on as
+    ``BENCH_TARGET`` for workers that adapt to the mock cluster."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if target is not None:
+        env["BENCH_TARGET"] = target
+    out = subprocess.run(
+        [sys.executable, *command], capture_output=True, text=True, timeout=900, cwd=ROOT, env=env
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{client} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+class MockClusterProcess:
+    """librdkafka's mock cluster in a child process (1 broker), so it does not share our GIL."""
+
+    SCRIPT = (
+        "import sys, confluent_kafka\n"
+        "p = confluent_kafka.Producer({'test.mock.num.brokers': 1, 'log_level': 0})\n"
+        "b = list(p.list_topics(timeout=10).brokers.values())[0]\n"
+        "print(f'{b.host}:{b.port}', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+
+    def __enter__(self) -> MockClusterProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", self.SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        self.bootstrap = self.proc.stdout.readline().strip()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def in_turns(
+    runs: int, clients: Sequence[str], measure: Callable[..., Result], *args: Any
+) -> dict[str, list[Result]]:
+    """``measure(client, *args)`` for every client, ``runs`` rounds of them in turns, so that a slow
+    spell of the machine hits every client rather than the one whose runs it happens to fall on."""
+    results: dict[str, list[Result]] = {client: [] for client in clients}
+    for _ in range(runs):
+        for client in clients:
+            results[client].append(measure(client, *args))
+    return results
+
+
+def medians(runs: Iterable[tuple[float, float]]) -> tuple[float, float]:
+    """The median rate and the median CPU cost of (msgs/s, CPU us/msg) runs."""
+    runs = list(runs)
+    return statistics.median(r for r, _ in runs), statistics.median(c for _, c in runs)
+
+
+def show_runs(target: str, client: str, runs: Iterable[tuple[float, float]]) -> None:
+    """Every run's (msgs/s, CPU us/msg) on stderr, as they come."""
+    shown = ", ".join(f"{r:,.0f}/s {c:.1f}us" for r, c in runs)
+    print(f"  {target:<9} {client:<16} {shown}", file=sys.stderr)
+
+
+def print_ratio_table(
+    clients: Sequence[str],
+    targets: Sequence[str],
+    rate: dict[tuple[str, str], float],
+    cpu: dict[tuple[str, str], float],
+) -> None:
+    """A Markdown table, a row per client: per target the median msgs/s (ratio vs aiokafka) and the
+    median CPU microseconds per message (ratio: aiokafka's CPU / this client's)."""
+    head = " | ".join(f"{t + ' msgs/s':>20} | {t + ' CPU us/msg':>22}" for t in targets)
+    print(f"| {'client':<16} | {head} |")
+    print("|" + "|".join(["-" * 18] + ["-" * 22, "-" * 24] * len(targets)) + "|")
+    for client in clients:
+        cells = []
+        for target in targets:
+            key, base = (target, client), (target, "aiokafka")
+            speed = f" ({rate[key] / rate[base]:.2f}x)" if base in rate else ""
+            cost = f" ({cpu[base] / cpu[key]:.2f}x)" if base in cpu else ""
+            cells.append(f"{rate[key]:>11,.0f}{speed:>9}")
+            cells.append(f"{cpu[key]:>13.1f}{cost:>9}")
+        print(f"| {client:<16} | " + " | ".join(cells) + " |")
