@@ -80,9 +80,17 @@ class MockClusterProcess:
         "sys.stdin.read()\n"
     )
 
+    def popen_options(self) -> dict[str, Any]:
+        """More ``subprocess.Popen`` arguments, for a SCRIPT that needs them."""
+        return {}
+
     def __enter__(self) -> MockClusterProcess:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", self.SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", self.SCRIPT],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            **self.popen_options(),
         )
         assert self.proc.stdout is not None
         self.bootstrap = self.proc.stdout.readline().strip()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -26,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common as common
 from _common import ROOT, Clock, in_turns, medians, print_ratio_table, run_in_process, run_worker, show_runs
 
 VALUE = b"v" * 100
@@ -137,7 +137,7 @@ WORKERS: dict[str, Callable[[str, str, int], Any]] = {  # each returns (wall s, 
 # -- clusters and data ----------------------------------------------------------------------------
 
 
-class MockClusterProcess:
+class MockClusterProcess(common.MockClusterProcess):
     """librdkafka's mock cluster (``sdk.testing.librdkafka_mock``, 1 broker) in a child process, so
     it does not share our GIL; topics are created through it (the mock does not serve
     CreateTopics). It keeps only about 5 MiB per partition: 16 partitions hold ~700k records."""
@@ -154,33 +154,16 @@ class MockClusterProcess:
         "cluster.close()\n"
     )
 
-    def __enter__(self) -> MockClusterProcess:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", self.SCRIPT],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")),
-        )
-        assert self.proc.stdout is not None
-        self.bootstrap = self.proc.stdout.readline().strip()
-        return self
+    def popen_options(self) -> dict[str, Any]:
+        """The script imports ``sdk``: it runs from the project root, on its path."""
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        return {"cwd": ROOT, "env": env}
 
     def create_topic(self, name: str, partitions: int) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(f"{name} {partitions}\n")
         self.proc.stdin.flush()
         assert self.proc.stdout.readline().strip() == "ok"
-
-    def __exit__(self, *exc_info: object) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def fill(cluster: Any, n: int) -> str:
