@@ -114,10 +114,37 @@ class OurMember:
             await self.client.close()
 
 
-class TheirMember:
+class ThreadedMember:
+    """A peer client's consumer polling in its own thread (``_run``), which keeps ``assigned``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.assigned: set[TopicPartition] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> ThreadedMember:
+        self._thread.start()
+        return self
+
+    def assignment(self) -> set[TopicPartition]:
+        with self.lock:
+            return set(self.assigned)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join(30)
+
+
+class TheirMember(ThreadedMember):
     """A confluent-kafka consumer polling in its own thread; its assignment from the callbacks."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, strategy: str) -> None:
+        super().__init__()
         self.cooperative = strategy == "cooperative-sticky"
         self.consumer = confluent_kafka.Consumer({
             "bootstrap.servers": bootstrap,
@@ -130,11 +157,7 @@ class TheirMember:
             "log_level": 0,
         })
         self.topic = topic
-        self.lock = threading.Lock()
-        self.assigned: set[TopicPartition] = set()
         self.revoked: list[frozenset[TopicPartition]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         got = {TopicPartition(p.topic, p.partition) for p in partitions}
@@ -154,18 +177,6 @@ class TheirMember:
             self.consumer.poll(0.05)
         self.consumer.close()
 
-    def start(self) -> TheirMember:
-        self._thread.start()
-        return self
-
-    def assignment(self) -> set[TopicPartition]:
-        with self.lock:
-            return set(self.assigned)
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._stop.set()
-            self._thread.join(30)
 
 
 class AiokafkaMember:
@@ -204,10 +215,11 @@ class AiokafkaMember:
             await self.consumer.stop()
 
 
-class KafkaPythonMember:
+class KafkaPythonMember(ThreadedMember):
     """A kafka-python consumer polling in its own thread; its assignment as it reports it."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, strategy: str) -> None:
+        super().__init__()
         import kafka
         from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
         from kafka.coordinator.assignors.range import RangePartitionAssignor
@@ -219,10 +231,6 @@ class KafkaPythonMember:
             session_timeout_ms=6000, heartbeat_interval_ms=200, enable_auto_commit=False,
             auto_offset_reset="earliest",
         )
-        self.lock = threading.Lock()
-        self.assigned: set[TopicPartition] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -231,18 +239,6 @@ class KafkaPythonMember:
                 self.assigned = {TopicPartition(tp.topic, tp.partition) for tp in self.consumer.assignment()}
         self.consumer.close()
 
-    def start(self) -> KafkaPythonMember:
-        self._thread.start()
-        return self
-
-    def assignment(self) -> set[TopicPartition]:
-        with self.lock:
-            return set(self.assigned)
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._stop.set()
-            self._thread.join(30)
 
 
 @pytest_asyncio.fixture
@@ -258,11 +254,11 @@ async def group() -> AsyncIterator[Callable[..., Any]]:
         }
         member = kinds[kind](*args)
         started.append(member)
-        return member.start() if isinstance(member, TheirMember | KafkaPythonMember) else await member.start()
+        return member.start() if isinstance(member, ThreadedMember) else await member.start()
 
     yield add
     for member in started:
-        if isinstance(member, TheirMember | KafkaPythonMember):
+        if isinstance(member, ThreadedMember):
             await asyncio.to_thread(member.stop)
         else:
             await member.stop()
