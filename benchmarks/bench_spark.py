@@ -126,6 +126,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--mode", default="batch", help="batch, stream or batch,stream")
     parser.add_argument("--batch", type=int, default=50_000, help="offsets per micro-batch (stream mode)")
+    parser.add_argument("--warm-up", type=int, default=2000,
+                        help="records of the untimed warm-up run of each pipeline (0: none)")
     args = parser.parse_args()
     modes = args.mode.split(",")
     if any(mode not in MODES for mode in modes):
@@ -139,14 +141,15 @@ def main() -> None:
         workdir = Path(tmp)
         topic = f"bench-in-{uuid.uuid4().hex[:8]}"
         asyncio.run(fill(broker.bootstrap, topic, args.messages))
-        warm_up = f"bench-warm-up-{uuid.uuid4().hex[:8]}"
-        asyncio.run(fill(broker.bootstrap, warm_up, 2000))
         spark = start_spark(workdir)
         try:
-            # Untimed: JVM code paths, Python workers and their imports, the broker's coordinators.
-            for mode in modes:
-                for guarantee in GUARANTEES:
-                    run_pipeline(spark, broker.bootstrap, warm_up, guarantee, mode, 1000, workdir)
+            if args.warm_up:
+                # Untimed: JVM code paths, Python workers and their imports, the broker's coordinators.
+                warm_up = f"bench-warm-up-{uuid.uuid4().hex[:8]}"
+                asyncio.run(fill(broker.bootstrap, warm_up, args.warm_up))
+                for mode in modes:
+                    for guarantee in GUARANTEES:
+                        run_pipeline(spark, broker.bootstrap, warm_up, guarantee, mode, args.batch, workdir)
             for run in range(args.runs):
                 for mode in modes:
                     # Alternate which guarantee goes first, so neither always runs on a warmer JVM.

@@ -116,3 +116,10 @@ def test_bench_group_times_both_clients_for_each_strategy() -> None:
         for client in ("sdk", "confluent-kafka"):
             figures = rf"\| {NUMBER} " * 4
             assert_line(out, rf"^\| {strategy} \| {client} {figures}\|$")
+
+
+def test_bench_spark_compares_exactly_once_with_at_least_once_in_both_modes() -> None:
+    out = run_script("bench_spark.py", "--messages", "2000", "--runs", "1", "--mode", "batch,stream",
+                     "--batch", "1000", "--warm-up", "0")
+    for mode in ("batch", "stream"):
+        assert_line(out, rf"^\| {mode} +\| +{NUMBER} \| +{NUMBER} \| +{NUMBER} \|$")
