@@ -5,6 +5,7 @@ module from their own folder."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import cProfile
 import json
@@ -67,6 +68,38 @@ def run_in_process(client: str, command: list[str], target: str | None = None) -
     if out.returncode != 0:
         raise RuntimeError(f"{client} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure_rate(
+    script: str, client: str, target: str, bootstrap: str, topic: str, n: int
+) -> tuple[float, float]:
+    """One run of ``script``'s worker for ``client`` over ``n`` messages, in a fresh process:
+    messages per second, and CPU microseconds per message."""
+    command = [script, "--worker", client, "--bootstrap", bootstrap, "--topic", topic, "--messages", str(n)]
+    result = run_in_process(client, command, target)
+    return n / result["elapsed"], result["cpu"] / n * 1e6
+
+
+def client_parser(
+    doc: str | None, messages: int, clients: Sequence[str], targets: Sequence[str]
+) -> argparse.ArgumentParser:
+    """The options of a client throughput benchmark, with the hidden ones its workers get."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=messages)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--clients", default=",".join(clients))
+    parser.add_argument("--targets", default=",".join(targets))
+    parser.add_argument("--profile", metavar="CLIENT", help="profile one client against the mock cluster")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    return parser
+
+
+def report_worker(worker: Callable[..., Any], args: argparse.Namespace) -> None:
+    """Runs a worker as :func:`measure_rate` asked and prints its (wall s, CPU s) as JSON."""
+    elapsed, cpu = run_worker(worker, args.bootstrap, args.topic, args.messages, profile=False)
+    print(json.dumps({"elapsed": elapsed, "cpu": cpu}))
 
 
 class MockClusterProcess:

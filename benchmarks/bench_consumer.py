@@ -15,8 +15,6 @@ taking turns, with ratios to aiokafka's ``getmany``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -26,7 +24,18 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as common
-from _common import ROOT, Clock, in_turns, medians, print_ratio_table, run_in_process, run_worker, show_runs
+from _common import (
+    ROOT,
+    Clock,
+    client_parser,
+    in_turns,
+    measure_rate,
+    medians,
+    print_ratio_table,
+    report_worker,
+    run_worker,
+    show_runs,
+)
 
 VALUE = b"v" * 100
 PARTITIONS = 16
@@ -194,29 +203,13 @@ def fill(cluster: Any, n: int) -> str:
 
 def measure(client: str, target: str, bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     """One run in a fresh process: messages per second, and CPU microseconds per message."""
-    command = [__file__, "--worker", client, "--bootstrap", bootstrap, "--topic", topic, "--messages", str(n)]
-    result = run_in_process(client, command, target)
-    return n / result["elapsed"], result["cpu"] / n * 1e6
+    return measure_rate(__file__, client, target, bootstrap, topic, n)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--messages", type=int, default=1_000_000)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--clients", default=",".join(CLIENTS))
-    parser.add_argument("--targets", default=",".join(TARGETS))
-    parser.add_argument("--profile", metavar="CLIENT", help="profile one client against the mock cluster")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
-    parser.add_argument("--topic", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-
+    args = client_parser(__doc__, 1_000_000, CLIENTS, TARGETS).parse_args()
     if args.worker:
-        worker = WORKERS[args.worker]
-        elapsed, cpu = run_worker(worker, args.bootstrap, args.topic, args.messages, profile=False)
-        print(json.dumps({"elapsed": elapsed, "cpu": cpu}))
+        report_worker(WORKERS[args.worker], args)
         return
     if args.profile:
         with MockClusterProcess() as mock:

@@ -14,9 +14,7 @@ process). The median of ``--runs`` runs is reported, with the ratio to aiokafka.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import sys
 import uuid
@@ -28,9 +26,11 @@ from _common import (
     ROOT,
     Clock,
     MockClusterProcess,
+    client_parser,
+    measure_rate,
     medians,
     print_ratio_table,
-    run_in_process,
+    report_worker,
     run_worker,
     show_runs,
 )
@@ -227,29 +227,13 @@ WORKERS: dict[str, Callable[[str, str, int], Any]] = {  # each returns (wall s, 
 def measure(client: str, target: str, bootstrap: str, n: int) -> tuple[float, float]:
     """One run in a fresh process: messages per second, and CPU microseconds per message."""
     topic = f"bench-{client}-{uuid.uuid4().hex[:8]}"
-    command = [__file__, "--worker", client, "--bootstrap", bootstrap, "--topic", topic, "--messages", str(n)]
-    result = run_in_process(client, command, target)
-    return n / result["elapsed"], result["cpu"] / n * 1e6
+    return measure_rate(__file__, client, target, bootstrap, topic, n)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--messages", type=int, default=200_000)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--clients", default=",".join(CLIENTS))
-    parser.add_argument("--targets", default=",".join(TARGETS))
-    parser.add_argument("--profile", metavar="CLIENT", help="profile one client against the mock cluster")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
-    parser.add_argument("--topic", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-
+    args = client_parser(__doc__, 200_000, CLIENTS, TARGETS).parse_args()
     if args.worker:
-        worker = WORKERS[args.worker]
-        elapsed, cpu = run_worker(worker, args.bootstrap, args.topic, args.messages, profile=False)
-        print(json.dumps({"elapsed": elapsed, "cpu": cpu}))
+        report_worker(WORKERS[args.worker], args)
         return
     if args.profile:
         with MockClusterProcess() as mock:
