@@ -48,17 +48,29 @@ TARGETS = ["reference", "mock"]
 # -- the clients (each runs in a worker process) --------------------------------------------------
 
 
+async def _read_async(getmany: Callable[..., Any], n: int) -> None:
+    """Awaits ``getmany(timeout_ms=1000)`` (a dict of record lists) until ``n`` records came back."""
+    seen = 0
+    while seen < n:
+        for records in (await getmany(timeout_ms=1000)).values():
+            seen += len(records)
+
+
+def _read_sync(getmany: Callable[..., Any], n: int) -> None:
+    """Calls ``getmany(timeout_ms=1000)`` (a dict of record lists) until ``n`` records came back."""
+    seen = 0
+    while seen < n:
+        for records in getmany(timeout_ms=1000).values():
+            seen += len(records)
+
+
 async def _sdk(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     from sdk.consumer import Consumer, TopicPartition
 
     async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
         clock = Clock()
-        seen = 0
-        getmany = consumer.getmany
-        while seen < n:
-            for records in (await getmany(timeout_ms=1000)).values():
-                seen += len(records)
+        await _read_async(consumer.getmany, n)
         return clock.stop()
 
 
@@ -69,11 +81,7 @@ def _sdk_sync(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
         clock = Clock()
-        seen = 0
-        getmany = consumer.getmany
-        while seen < n:
-            for records in getmany(timeout_ms=1000).values():
-                seen += len(records)
+        _read_sync(consumer.getmany, n)
         return clock.stop()
 
 
@@ -85,11 +93,7 @@ async def _aiokafka(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     try:
         consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
         clock = Clock()
-        seen = 0
-        getmany = consumer.getmany
-        while seen < n:
-            for records in (await getmany(timeout_ms=1000)).values():
-                seen += len(records)
+        await _read_async(consumer.getmany, n)
         return clock.stop()
     finally:
         await consumer.stop()
@@ -103,10 +107,7 @@ def _kafka_python(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     try:
         consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
         clock = Clock()
-        seen = 0
-        while seen < n:
-            for records in consumer.poll(timeout_ms=1000).values():
-                seen += len(records)
+        _read_sync(consumer.poll, n)
         return clock.stop()
     finally:
         consumer.close()
