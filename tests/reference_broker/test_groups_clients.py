@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -123,6 +124,26 @@ def test_confluent_commit_metadata_survives_kill_and_restart(broker_factory: Bro
         consumer.close()
 
 
+async def aiokafka_read(consumer: Any, count: int) -> list[Any]:
+    """aiokafka's records until there are ``count`` (failing after 30 s)."""
+    got: list[Any] = []
+    async with asyncio.timeout(30):
+        while len(got) < count:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                got.extend(records)
+    return got
+
+
+def kafka_python_read(consumer: Any, count: int) -> list[Any]:
+    """kafka-python's records until there are ``count`` or 30 s have passed."""
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(got) < count and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=200).values():
+            got.extend(records)
+    return got
+
+
 async def test_aiokafka_group_commits_and_resumes(group_broker: BrokerProcess) -> None:
     aiokafka = pytest.importorskip("aiokafka")
     from aiokafka.structs import OffsetAndMetadata
@@ -146,11 +167,7 @@ async def test_aiokafka_group_commits_and_resumes(group_broker: BrokerProcess) -
     first = make()
     await first.start()
     try:
-        got: list = []
-        async with asyncio.timeout(30):
-            while len(got) < 30:
-                for records in (await first.getmany(timeout_ms=200)).values():
-                    got.extend(records)
+        await aiokafka_read(first, 30)
         assert len(first.assignment()) == 4
         await first.commit()
         tp0 = AioTopicPartition(topic, 0)
@@ -163,11 +180,7 @@ async def test_aiokafka_group_commits_and_resumes(group_broker: BrokerProcess) -
     second = make()
     await second.start()
     try:
-        fresh: list = []
-        async with asyncio.timeout(30):
-            while len(fresh) < 2:
-                for records in (await second.getmany(timeout_ms=200)).values():
-                    fresh.extend(records)
+        fresh = await aiokafka_read(second, 2)
         assert sorted(r.value for r in fresh) == [b"late-1", b"late-2"]
     finally:
         await second.stop()
@@ -192,11 +205,7 @@ def test_kafka_python_group_commits_and_resumes(group_broker: BrokerProcess) -> 
 
     first = make()
     try:
-        got = []
-        deadline = time.monotonic() + 30
-        while len(got) < 24 and time.monotonic() < deadline:
-            for records in first.poll(timeout_ms=200).values():
-                got.extend(records)
+        got = kafka_python_read(first, 24)
         assert len(got) == 24
         first.commit()
     finally:
@@ -205,11 +214,7 @@ def test_kafka_python_group_commits_and_resumes(group_broker: BrokerProcess) -> 
     produce(group_broker.bootstrap, topic, [b"later"])
     second = make()
     try:
-        fresh = []
-        deadline = time.monotonic() + 30
-        while not fresh and time.monotonic() < deadline:
-            for records in second.poll(timeout_ms=200).values():
-                fresh.extend(records)
+        fresh = kafka_python_read(second, 1)
         assert [r.value for r in fresh] == [b"later"]
     finally:
         second.close()
