@@ -183,9 +183,9 @@ def main() -> None:
     with BrokerProcess(log_level="WARNING") as broker:
         topic = create_topic(broker.bootstrap, args.partitions)
         for strategy in strategies:
-            runs = in_turns(args.runs, CLIENTS, measure, broker.bootstrap, topic, args.partitions, strategy)
+            turns = in_turns(args.runs, CLIENTS, measure, broker.bootstrap, topic, args.partitions, strategy)
             for client in CLIENTS:
-                times[(strategy, client)] = runs[client]
+                times[(strategy, client)] = turns[client]
 
     median: Callable[[list[float]], float] = statistics.median
     print(
