@@ -123,3 +123,13 @@ def test_bench_spark_compares_exactly_once_with_at_least_once_in_both_modes() ->
                      "--batch", "1000", "--warm-up", "0")
     for mode in ("batch", "stream"):
         assert_line(out, rf"^\| {mode} +\| +{NUMBER} \| +{NUMBER} \| +{NUMBER} \|$")
+
+
+def test_eos_soak_copies_exactly_once_through_bounces() -> None:
+    out = run_script("eos_soak.py", "--messages", "2000", "--bounces", "1", "--copier", "sdk", "--timeout", "60")
+    for figure in ("messages", "copier kills", "broker kills", "duplicates", "missing", "order violations"):
+        assert_line(out, rf"^{figure}: {NUMBER}$")
+    assert_line(out, r"^duplicates: 0$")
+    assert_line(out, r"^missing: 0$")
+    assert_line(out, rf"^msgs/s: {NUMBER}$")
+    assert out.rstrip().endswith("exact")
