@@ -243,6 +243,11 @@ def run_confluent_copier(
         while True:
             messages_read = [m for m in consumer.consume(100, 0.2) if m.error() is None]
             if not messages_read:
+                # Done once the group committed the end of every partition (a successor may find
+                # it so from the start: positions of partitions it never read are unknown).
+                committed = consumer.committed(list(consumer.assignment()), 5)
+                if all(tp.offset >= ends[tp.partition] for tp in committed):
+                    os._exit(0)
                 continue
             producer.begin_transaction()
             for m in messages_read:
@@ -250,8 +255,6 @@ def run_confluent_copier(
             positions = consumer.position(consumer.assignment())
             producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 5)
             producer.commit_transaction(5)
-            if all(tp.offset >= ends[tp.partition] for tp in positions):
-                os._exit(0)
     except KafkaException as exc:
         # A copier that fails dies and is restarted by the supervisor, like a crashed one; os._exit
         # because librdkafka's destroy can wait on a broker connection that was cut.
