@@ -96,8 +96,11 @@ _WRITER = textwrap.dedent(
     from sdk.records import RecordBatchBuilder
     plog = PartitionLog.open(sys.argv[1], LogConfig(**ast.literal_eval(sys.argv[2])))
     key = ast.literal_eval(sys.argv[3])
+    stop_after = ast.literal_eval(sys.argv[4])
     i = 0
     while True:
+        if i == stop_after:
+            sys.stdin.read()  # hold still until killed
         b = RecordBatchBuilder()
         for j in range(i % 4 + 1):
             b.append(i, key, b"%d-%d" % (i, j))
@@ -114,13 +117,17 @@ def killed_writer(log_dir: Path) -> Callable[..., list[tuple[int, int]]]:
 
     Batch ``i`` holds ``i % 4 + 1`` records with values ``b"i-j"``, key ``key`` and timestamp
     ``i``. Returns the acknowledged (base offset, last offset) pairs, in order, including those
-    printed before the kill landed.
+    printed before the kill landed. With ``hold`` the writer stops after exactly ``batches``
+    appends and waits for the kill, so what the log holds at the kill does not depend on timing.
     """
 
-    def run(config: dict[str, int], batches: int, key: bytes | None = None) -> list[tuple[int, int]]:
+    def run(
+        config: dict[str, int], batches: int, key: bytes | None = None, *, hold: bool = False
+    ) -> list[tuple[int, int]]:
+        stop_after = batches if hold else None
         proc = subprocess.Popen(
-            [sys.executable, "-c", _WRITER, str(log_dir), repr(config), repr(key)],
-            stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[3],
+            [sys.executable, "-c", _WRITER, str(log_dir), repr(config), repr(key), repr(stop_after)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[3],
         )
         assert proc.stdout is not None
         acked: list[tuple[int, int]] = []

@@ -219,7 +219,11 @@ def test_deleting_a_segment_with_pending_entries_leaves_no_file(open_log, make_b
 
 
 def test_kill_minus_nine_with_unwritten_index_entries(log_dir: Path, killed_writer) -> None:
-    acked = killed_writer({"index_interval_bytes": 0, "retention_ms": -1}, WRITE_BEHIND_ENTRIES * 3 + 10)
+    # Held at 3 groups + 10 appends: 10 index entries are pending at the kill. (Left running, the
+    # writer was sometimes killed just after a group was written, with too few entries pending.)
+    acked = killed_writer(
+        {"index_interval_bytes": 0, "retention_ms": -1}, WRITE_BEHIND_ENTRIES * 3 + 10, hold=True
+    )
     written = len((log_dir / "00000000000000000000.index").read_bytes()) // 8
     assert written < len(acked) - 1  # some entries were still pending when killed
     plog = PartitionLog.open(log_dir, LogConfig(index_interval_bytes=0, retention_ms=-1))
