@@ -682,6 +682,19 @@ class GroupCoordinator:
             if generation != group.generation:
                 return all_(E.ILLEGAL_GENERATION)
             self._schedule_heartbeat(group, member)
+        result, accepted, batch = self._offset_records(group_id, offsets, transactional=False)
+        error = self._write(group_id, batch)
+        for tp, committed in accepted.items():
+            if not error:
+                group.offsets[tp] = committed
+            result[tp] = error
+        return result
+
+    def _offset_records(
+        self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset], *, transactional: bool
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], CommittedOffset], list[Record]]:
+        """The per-partition checks of a commit: (errors of the refused partitions, the accepted
+        offsets, their ``__consumer_offsets`` records). Transactional offsets carry no expiry."""
         result: dict[tuple[str, int], int] = {}
         accepted: dict[tuple[str, int], CommittedOffset] = {}
         for tp, committed in offsets.items():
@@ -695,17 +708,16 @@ class GroupCoordinator:
             (
                 records.offset_key(group_id, t, p),
                 records.offset_value(
-                    c.offset, c.leader_epoch, c.metadata, c.commit_timestamp_ms, c.expire_timestamp_ms
+                    c.offset,
+                    c.leader_epoch,
+                    c.metadata,
+                    c.commit_timestamp_ms,
+                    None if transactional else c.expire_timestamp_ms,
                 ),
             )
             for (t, p), c in accepted.items()
         ]
-        error = self._write(group_id, batch)
-        for tp, committed in accepted.items():
-            if not error:
-                group.offsets[tp] = committed
-            result[tp] = error
-        return result
+        return result, accepted, batch
 
     def commit_transactional_offsets(
         self,
@@ -734,22 +746,7 @@ class GroupCoordinator:
             return dict.fromkeys(offsets, E.FENCED_INSTANCE_ID)
         if generation >= 0 and generation != group.generation:
             return dict.fromkeys(offsets, E.ILLEGAL_GENERATION)
-        result: dict[tuple[str, int], int] = {}
-        accepted: dict[tuple[str, int], CommittedOffset] = {}
-        for tp, committed in offsets.items():
-            if not self.topic_exists(*tp):
-                result[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
-            elif len(committed.metadata.encode()) > self.config.offset_metadata_max_bytes:
-                result[tp] = E.OFFSET_METADATA_TOO_LARGE
-            else:
-                accepted[tp] = committed
-        batch: list[Record] = [
-            (
-                records.offset_key(group_id, t, p),
-                records.offset_value(c.offset, c.leader_epoch, c.metadata, c.commit_timestamp_ms, None),
-            )
-            for (t, p), c in accepted.items()
-        ]
+        result, accepted, batch = self._offset_records(group_id, offsets, transactional=True)
         error: int = E.NONE
         if batch and self.store is not None:
             try:
