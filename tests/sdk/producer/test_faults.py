@@ -142,7 +142,7 @@ async def test_broker_killed_and_restarted_during_send_loop(
 
         crasher = asyncio.create_task(crash())
         try:
-            sent = await _send_loop(producer, topic_name, 4000, delay_every=20)
+            sent = await _send_loop(producer, topic_name, 4000, delay_every=20, min_duration_s=3.0)
             assert crasher.done(), "the send loop ended before the broker came back"
         finally:
             with contextlib.suppress(Exception):
