@@ -10,7 +10,10 @@ Versions served and per-version notes:
 - DeleteTopics v1-6: v4+ flexible; v5+ error_message per topic; v6+ topics by name or by id
   (KIP-516; an unknown id answers UNKNOWN_TOPIC_ID). With ``delete.topic.enable=false`` the
   answer is TOPIC_DELETION_DISABLED. Fetches waiting on a deleted topic are woken and answer it
-  as unknown.
+  as unknown. The internal topics (``__consumer_offsets``, ``__transaction_state``) answer
+  INVALID_TOPIC_EXCEPTION: deleting them would drop every group's offsets and every open
+  transaction while the coordinators keep serving from memory. Kafka leaves that refusal to its
+  command-line tool; a broker that must lose nothing makes it itself.
 - CreatePartitions v0-3: v2+ flexible; v3's THROTTLING_QUOTA_EXCEEDED is never sent.
 
 One node means one replica: replication factor 1 or -1 (the broker default) is accepted, any
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from reference_broker.handlers.common import error_code_of, error_message_of, find_topic, topic_name_problem
 from reference_broker.handlers.configs import describe_topic_configs
+from reference_broker.storage import is_internal
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import (
     CreatePartitionsRequest,
@@ -185,6 +189,10 @@ def delete_topics(
         elif not broker.config.get("delete.topic.enable"):
             result.error_code = ErrorCode.TOPIC_DELETION_DISABLED
             result.error_message = "Topic deletion is disabled."
+        elif is_internal(info.name):
+            result.name, result.topic_id = info.name, info.topic_id
+            result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+            result.error_message = f"Topic {info.name} is an internal topic and cannot be deleted."
         else:
             result.name, result.topic_id = info.name, info.topic_id
             try:

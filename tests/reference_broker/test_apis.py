@@ -19,6 +19,7 @@ from sdk.protocol.messages import (
     DescribeClusterRequest,
     DescribeConfigsRequest,
     FetchRequest,
+    FindCoordinatorRequest,
     IncrementalAlterConfigsRequest,
     InitProducerIdRequest,
     ListOffsetsRequest,
@@ -566,6 +567,22 @@ def test_create_partitions_and_delete_by_id(client: WireClient) -> None:
     assert (deleted.error_code, deleted.name) == (0, topic)
     again = client.request(DeleteTopicsRequest(timeout_ms=5000, topic_names=[topic]), 5).responses[0]
     assert again.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_internal_topics_cannot_be_deleted(client: WireClient) -> None:
+    """Deleting __consumer_offsets or __transaction_state would drop every group's offsets and
+    open transaction while the coordinators keep serving from memory: refused, topic kept."""
+    client.request(FindCoordinatorRequest(key="internal-delete", key_type=0), 3)
+    client.request(InitProducerIdRequest(transactional_id="internal-delete", transaction_timeout_ms=10000), 4)
+    names = ["__consumer_offsets", "__transaction_state"]
+    refused = client.request(DeleteTopicsRequest(timeout_ms=5000, topic_names=names), 5).responses
+    assert sorted((r.name, r.error_code) for r in refused) == [
+        (name, ErrorCode.INVALID_TOPIC_EXCEPTION) for name in names
+    ]
+    assert all("internal topic" in r.error_message for r in refused)
+    wanted = [MetadataRequest.MetadataRequestTopic(name=name) for name in names]
+    meta = client.request(MetadataRequest(topics=wanted), 12)
+    assert [(t.name, t.error_code, t.is_internal) for t in meta.topics] == [(n, 0, True) for n in names]
 
 
 def test_describe_and_incremental_alter_configs(client: WireClient) -> None:
