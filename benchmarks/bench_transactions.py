@@ -4,6 +4,8 @@ For transactions of 1, 100 and 1,000 records (100-byte values, a 4-partition top
 spread over the partitions), each client runs ``--transactions`` transactions one after the
 other (begin, send, commit) and reports transactions per second, records per second and the
 commit latency (``commit_transaction`` call to return: the flush plus EndTxn) at p50 and p99.
+``sdk`` sends with ``send`` (a future per record), ``sdk-send-many`` with the batch API
+(``send_many``, one call per partition and transaction).
 The same records sent by the idempotent (non-transactional) producer give the throughput the
 transactions cost. Each measurement runs in its own process, against the reference broker
 (started here) and librdkafka's mock cluster (in its own process); the median of ``--runs``
@@ -31,14 +33,18 @@ from _common import ROOT, MockClusterProcess, call_worker, run_in_process
 VALUE = b"v" * 100
 PARTITIONS = 4
 LINGER_MS = 5
-CLIENTS = ["sdk", "confluent-kafka"]
+CLIENTS = ["sdk", "sdk-send-many", "confluent-kafka"]
 TARGETS = ["reference", "mock"]
 
 
 # -- the clients (each runs in a worker process) --------------------------------------------------
 
 
-async def _sdk(bootstrap: str, topic: str, size: int, count: int, transactional: bool) -> dict[str, Any]:
+async def _sdk(
+    bootstrap: str, topic: str, size: int, count: int, transactional: bool, many: bool = False
+) -> dict[str, Any]:
+    """``many``: each partition's share of a transaction in one ``send_many`` call (the batch
+    API) rather than a ``send`` per record."""
     from sdk import Producer
 
     options: dict[str, Any] = {"transactional_id": f"bench-{uuid.uuid4().hex[:8]}"} if transactional else {}
@@ -54,8 +60,13 @@ async def _sdk(bootstrap: str, topic: str, size: int, count: int, transactional:
         for _ in range(count):
             if transactional:
                 await producer.begin_transaction()
-            for i in range(size):
-                await producer.send(topic, VALUE, partition=i % PARTITIONS)
+            if many:
+                for p in range(min(size, PARTITIONS)):
+                    share = (size - p + PARTITIONS - 1) // PARTITIONS
+                    await producer.send_many(topic, [(None, VALUE)] * share, partition=p)
+            else:
+                for i in range(size):
+                    await producer.send(topic, VALUE, partition=i % PARTITIONS)
             commit_started = time.perf_counter()
             if transactional:
                 await producer.commit_transaction()
@@ -105,7 +116,17 @@ def _confluent(bootstrap: str, topic: str, size: int, count: int, transactional:
     return {"elapsed": time.perf_counter() - started, "latencies": latencies}
 
 
-WORKERS: dict[str, Callable[..., Any]] = {"sdk": _sdk, "confluent-kafka": _confluent}
+async def _sdk_send_many(
+    bootstrap: str, topic: str, size: int, count: int, transactional: bool
+) -> dict[str, Any]:
+    return await _sdk(bootstrap, topic, size, count, transactional, many=True)
+
+
+WORKERS: dict[str, Callable[..., Any]] = {
+    "sdk": _sdk,
+    "sdk-send-many": _sdk_send_many,
+    "confluent-kafka": _confluent,
+}
 
 
 def measure(client: str, bootstrap: str, size: int, count: int, transactional: bool) -> dict[str, Any]:
