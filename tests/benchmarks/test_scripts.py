@@ -100,7 +100,7 @@ def test_bench_consumer_compares_every_client() -> None:
 def test_bench_transactions_compares_sdk_and_confluent_on_both_targets() -> None:
     out = run_script("bench_transactions.py", "--sizes", "1,10", "--transactions", "3", "--runs", "1")
     for target in ("reference", "mock"):
-        for client in ("sdk", "confluent-kafka"):
+        for client in ("sdk", "sdk-send-many", "confluent-kafka"):
             for size in (1, 10):
                 for mode in ("txn", "idem"):
                     assert_line(
