@@ -164,6 +164,9 @@ class Connection:
         self._close_error: BaseException | None = None
         self._closed_event: asyncio.Event | None = None
         self.broker_versions: dict[int, tuple[int, int]] = {}
+        #: Feature levels the cluster finalized (ApiVersions v3+, KIP-584), e.g.
+        #: ``{"transaction.version": 2}``: a feature's max_version_level by name.
+        self.finalized_features: dict[str, int] = {}
         self._version_cache: dict[int, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -292,6 +295,9 @@ class Connection:
             if response.error_code:
                 raise make_error(response.error_code, f"ApiVersions from {self.describe()}")
             self.broker_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            self.finalized_features = {
+                feature.name: feature.max_version_level for feature in response.finalized_features or ()
+            }
             return
         raise UnsupportedVersionError(
             f"{self.describe()} accepted no ApiVersions version this client speaks", api_key=API_VERSIONS

@@ -8,6 +8,7 @@ from sdk.producer.partitioner import (
     Partitioner,
     RoundRobinPartitioner,
 )
+from sdk.producer.prepared_state import PreparedTxnState
 from sdk.producer.producer import Producer
 from sdk.producer.record_metadata import BatchMetadata, OffsetRange, RecordMetadata
 from sdk.producer.transaction_manager import FATAL_TRANSACTION_ERRORS, TransactionState
@@ -20,6 +21,7 @@ __all__ = [
     "Murmur2RandomPartitioner",
     "OffsetRange",
     "Partitioner",
+    "PreparedTxnState",
     "Producer",
     "ProducerInterceptor",
     "ProducerRecord",

@@ -71,6 +71,7 @@ class ProducerConfig(ClientConfig):
     enable_idempotence: bool | None = None
     transactional_id: str | None = None
     transaction_timeout_ms: float = 60000
+    enable_two_phase_commit: bool = False
     partitioner: Any = None
     interceptors: Iterable[ProducerInterceptor] = ()
     key_serializer: Callable[[Any], bytes | None] | None = None
@@ -150,6 +151,12 @@ class ProducerConfig(ClientConfig):
         explicit = self.enable_idempotence
         if explicit not in (None, True, False):
             raise ConfigError("enable_idempotence", f"must be True, False or None, not {explicit!r}")
+        if not isinstance(self.enable_two_phase_commit, bool):
+            raise ConfigError(
+                "enable_two_phase_commit", f"must be True or False, not {self.enable_two_phase_commit!r}"
+            )
+        if self.enable_two_phase_commit and self.transactional_id is None:
+            raise ConfigError("enable_two_phase_commit", "two-phase commit needs a transactional_id")
         if self.transactional_id is not None:
             if not isinstance(self.transactional_id, str) or not self.transactional_id:
                 raise ConfigError("transactional_id", "must be a non-empty string")

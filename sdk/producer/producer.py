@@ -197,6 +197,7 @@ class Producer(BatchSendMixin, TransactionalMixin):
         sasl_plain_password: str | None = None,
         transactional_id: str | None = None,
         transaction_timeout_ms: float = 60000,
+        enable_two_phase_commit: bool = False,
         **aiokafka_options: Any,
     ):
         """Validate the settings (``ConfigError`` naming the first bad one); connect in ``start()``.
@@ -243,6 +244,12 @@ class Producer(BatchSendMixin, TransactionalMixin):
             ``send_offsets_to_transaction``.
         :param transaction_timeout_ms: how long the coordinator lets a transaction stay open before
             aborting it (sent with InitProducerId).
+        :param enable_two_phase_commit: two-phase commit (KIP-939, needs ``transactional_id`` and a
+            broker with ``transaction.two.phase.commit.enable``): transactions never time out and
+            can be prepared (``prepare_transaction()``), kept by a successor and completed
+            (``complete_transaction(state)``). ``start()`` then does not run
+            ``init_transactions()``, which would abort a prepared transaction: call
+            ``init_transactions(keep_prepared_transaction=...)`` yourself.
         :param aiokafka_options: aiokafka's options without a meaning here, accepted with a warning.
         """
         options = {
@@ -293,7 +300,11 @@ class Producer(BatchSendMixin, TransactionalMixin):
         self._client = client
         self._cluster = client.cluster
         if cfg.idempotent:
-            self._txn = TransactionManager(cfg.transactional_id, cfg.transaction_timeout_ms)
+            self._txn = TransactionManager(
+                cfg.transactional_id,
+                cfg.transaction_timeout_ms,
+                two_phase_commit=cfg.enable_two_phase_commit,
+            )
         self._accumulator = RecordAccumulator(
             batch_size=cfg.batch_size,
             linger_ms=cfg.linger_ms,
@@ -326,8 +337,12 @@ class Producer(BatchSendMixin, TransactionalMixin):
         self._state = _RUNNING
         self._accepting = True
         if self._transactions is not None:
-            # As aiokafka does: a transactional producer is ready for begin_transaction() once started.
+            # As aiokafka does: a transactional producer is ready for begin_transaction() once
+            # started. Not with two-phase commit: the caller decides whether a prepared
+            # transaction is kept (init_transactions(keep_prepared_transaction=True)).
             self._on_transaction_change()
+            if cfg.enable_two_phase_commit:
+                return
             try:
                 await self._transactions.init_transactions()
             except BaseException:

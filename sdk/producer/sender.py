@@ -56,6 +56,10 @@ METADATA_ERRORS = frozenset(
 )
 _IDLE_POLL_MS = 1000.0
 _SOCKET_POLL_MS = 2.0
+#: Newest Produce version of transaction protocol v1: from v12 a Produce request with a
+#: transactional id adds its partitions to the transaction (KIP-890), which a v1 producer does
+#: with AddPartitionsToTxn (Java's ``LAST_STABLE_VERSION_BEFORE_TRANSACTION_V2``).
+PRODUCE_VERSION_BEFORE_TV2 = 11
 
 ProduceData = messages.ProduceRequest.TopicProduceData
 PartitionData = messages.ProduceRequest.PartitionProduceData
@@ -371,7 +375,11 @@ class Sender:
                 for batch in batches:
                     self._complete(batch, -1, -1, -1)
                 return
-            future = conn.send(request)
+            version = None
+            txn = self._txn
+            if self._transactional_id is not None and txn is not None and not txn.transaction_v2:
+                version = min(conn.version_for(messages.ProduceRequest.API_KEY), PRODUCE_VERSION_BEFORE_TV2)
+            future = conn.send(request, version)
         except KafkaError as exc:
             for batch in batches:
                 self._handle_error(batch, exc, now)

@@ -23,6 +23,12 @@ transaction makes it abortable (``last_error``; sends, commit and offsets then r
 Where the idempotent producer would bump its epoch at once, a transactional one fails the batch
 instead and bumps the epoch when the transaction is aborted (KIP-360). The requests themselves
 are sent by ``sdk.producer.transactions``.
+
+With transaction protocol v2 (KIP-890, ``transaction_v2``) no partition is added explicitly: a
+partition joins the transaction with its first Produce request, and ending a transaction gives
+the producer a new epoch (``reset_producer_id``), so every transaction numbers its batches from 0.
+With two-phase commit (KIP-939) a transaction may also be ``PREPARED``: flushed and waiting for
+an outside decision, after which only commit or abort are possible.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from sdk.errors import (
     UnsupportedVersionError,
 )
 from sdk.producer.batch import ProducerBatch, increment_sequence
+from sdk.producer.prepared_state import PreparedTxnState
 
 __all__ = ["FATAL_TRANSACTION_ERRORS", "TransactionManager", "TransactionState"]
 
@@ -75,6 +82,9 @@ class TransactionState(enum.Enum):
     ABORTING = "aborting"
     ABORTABLE_ERROR = "abortable error"
     FATAL_ERROR = "fatal error"
+    #: KIP-939: flushed by ``prepare_transaction()``, or kept from a previous producer by
+    #: ``init_transactions(keep_prepared_transaction=True)``; only commit or abort remain.
+    PREPARED = "prepared"
 
 
 _S = TransactionState
@@ -83,8 +93,9 @@ _VALID_SOURCES: dict[TransactionState, frozenset[TransactionState]] = {
     _S.INITIALIZING: frozenset({_S.UNINITIALIZED, _S.INITIALIZING, _S.ABORTING}),
     _S.READY: frozenset({_S.INITIALIZING, _S.COMMITTING, _S.ABORTING}),
     _S.IN_TRANSACTION: frozenset({_S.READY}),
-    _S.COMMITTING: frozenset({_S.IN_TRANSACTION, _S.COMMITTING}),
-    _S.ABORTING: frozenset({_S.IN_TRANSACTION, _S.ABORTABLE_ERROR, _S.ABORTING}),
+    _S.PREPARED: frozenset({_S.IN_TRANSACTION, _S.INITIALIZING}),
+    _S.COMMITTING: frozenset({_S.IN_TRANSACTION, _S.COMMITTING, _S.PREPARED}),
+    _S.ABORTING: frozenset({_S.IN_TRANSACTION, _S.ABORTABLE_ERROR, _S.ABORTING, _S.PREPARED}),
     _S.ABORTABLE_ERROR: frozenset({_S.IN_TRANSACTION, _S.COMMITTING, _S.ABORTABLE_ERROR}),
 }
 
@@ -116,9 +127,25 @@ class _PartitionSequences:
 class TransactionManager:
     """Producer id/epoch and sequence numbers for the sender (idempotence)."""
 
-    def __init__(self, transactional_id: str | None = None, transaction_timeout_ms: float = 60000):
+    def __init__(
+        self,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: float = 60000,
+        *,
+        two_phase_commit: bool = False,
+    ):
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
+        #: KIP-939: InitProducerId says Enable2Pc (the coordinator never times the transaction
+        #: out) and transactions can be prepared and kept.
+        self.two_phase_commit = two_phase_commit
+        #: KIP-890 transaction protocol v2 in use (decided from the coordinator's ApiVersions by
+        #: ``sdk.producer.transactions``): partitions are added implicitly by Produce, offsets by
+        #: TxnOffsetCommit v5, and EndTxn v5 gives the next producer id and epoch.
+        self.transaction_v2 = False
+        #: The prepared transaction's state: set by ``prepare`` or by an InitProducerId that kept
+        #: a transaction; None when no transaction is prepared.
+        self.prepared_state: PreparedTxnState | None = None
         self.producer_id = -1
         self.producer_epoch = -1
         self._partitions: dict[TopicPartitionKey, _PartitionSequences] = {}
@@ -226,6 +253,12 @@ class TransactionManager:
                 f"transactional producer {self.transactional_id!r}: send outside a transaction; "
                 "call begin_transaction() first"
             )
+        if state == TransactionState.PREPARED:
+            raise IllegalStateError(
+                f"transactional producer {self.transactional_id!r}: cannot send: the transaction is "
+                "prepared; only commit_transaction(), abort_transaction() or complete_transaction() "
+                "are possible"
+            )
         raise IllegalStateError(
             f"transactional producer {self.transactional_id!r}: cannot send while the transaction is "
             f"{state.value}"
@@ -246,9 +279,53 @@ class TransactionManager:
             )
         self._transition(TransactionState.INITIALIZING)
 
-    def initialized(self, producer_id: int, producer_epoch: int) -> None:
+    def initialized(
+        self, producer_id: int, producer_epoch: int, kept: PreparedTxnState | None = None
+    ) -> None:
+        """InitProducerId done; ``kept`` is the prepared transaction it kept (KIP-939), which
+        this producer now has to complete."""
         self.set_producer_id(producer_id, producer_epoch)
-        self._transition(TransactionState.READY)
+        if kept is not None:
+            self.prepared_state = kept
+            self.transaction_started = True
+            self._transition(TransactionState.PREPARED)
+        else:
+            self._transition(TransactionState.READY)
+
+    def prepare(self) -> PreparedTxnState:
+        """The open transaction is flushed (``prepare_transaction()``): it is now PREPARED; its
+        state is the producer id and epoch, or empty when nothing reached the coordinator."""
+        self.raise_if_failed()
+        if self.transaction_started:
+            state = PreparedTxnState(self.producer_id, self.producer_epoch)
+        else:
+            state = PreparedTxnState()
+        self.prepared_state = state
+        self._transition(TransactionState.PREPARED)
+        return state
+
+    def require_prepare(self) -> None:
+        """Raise unless ``prepare_transaction()`` is possible now."""
+        self.require_transactional("prepare_transaction")
+        if not self.two_phase_commit:
+            raise IllegalStateError(
+                f"transactional producer {self.transactional_id!r}: prepare_transaction() needs "
+                "enable_two_phase_commit=True"
+            )
+        self.require_in_transaction("prepare_transaction")
+
+    def require_prepared(self, operation: str) -> PreparedTxnState:
+        """The prepared transaction's state; ``IllegalStateError`` when none is prepared or kept."""
+        self.require_transactional(operation)
+        if self.fatal_error is not None:
+            raise self.fatal_error
+        if self.state != TransactionState.PREPARED or self.prepared_state is None:
+            raise IllegalStateError(
+                f"transactional producer {self.transactional_id!r}: {operation}() without a prepared "
+                f"transaction (state: {self.state.value}); prepare_transaction() or "
+                "init_transactions(keep_prepared_transaction=True) must give one first"
+            )
+        return self.prepared_state
 
     def begin_transaction(self) -> None:
         self.require_transactional("begin_transaction")
@@ -281,7 +358,7 @@ class TransactionManager:
     def begin_commit(self) -> None:
         self.require_transactional("commit_transaction")
         self.raise_if_failed()
-        if self.state not in (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING):
+        if self.state not in _VALID_SOURCES[TransactionState.COMMITTING]:
             raise IllegalStateError(
                 f"transactional producer {self.transactional_id!r}: commit_transaction() without a "
                 f"transaction (state: {self.state.value})"
@@ -307,6 +384,7 @@ class TransactionManager:
         self.pending_partitions.clear()
         self.transaction_started = False
         self.last_error = None
+        self.prepared_state = None
         self._transition(TransactionState.READY)
 
     def fail_abortable(self, error: BaseException) -> None:
@@ -332,8 +410,9 @@ class TransactionManager:
     # -- partitions in the transaction ----------------------------------------------------------
 
     def partition_ready(self, key: TopicPartitionKey) -> bool:
-        """Whether the partition is in the transaction; if not, it is queued to be added."""
-        if key in self.partitions_in_transaction:
+        """Whether the partition is in the transaction; if not, it is queued to be added. With
+        transaction protocol v2 every partition is: its Produce request adds it."""
+        if key in self.partitions_in_transaction or self.transaction_v2:
             return True
         if (
             self.state in (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING)
@@ -422,6 +501,18 @@ class TransactionManager:
             sequence = increment_sequence(sequence, batch.record_count)
         state.next_sequence = sequence
 
+    def reset_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+        """EndTxn v5 ended the transaction with a new epoch (or producer id): the next one
+        numbers every partition from 0, and any epoch bump a failure asked for is done."""
+        self._partitions = {
+            key: state for key, state in self._partitions.items() if state.in_flight or state.unresolved
+        }
+        self._bump_partitions.clear()
+        self.bump_required = False
+        self.fresh_id_required = False
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+
     def request_epoch_bump(self, topic: str, partition: int) -> None:
         self._bump_partitions.add((topic, partition))
         self.bump_required = True
@@ -459,6 +550,10 @@ class TransactionManager:
             state.reset(self.producer_id, self.producer_epoch)
         if self.transactional_id is not None:
             batch.builder.set_transactional()
+            if self.transaction_v2 and not batch.has_sequence:
+                # Its Produce request adds the partition to the transaction (KIP-890).
+                self.partitions_in_transaction.add(key)
+                self.transaction_started = True
         batch.set_producer_state(state.producer_id, state.producer_epoch, state.next_sequence)
         state.next_sequence = increment_sequence(state.next_sequence, batch.record_count)
         state.in_flight.append(batch)

@@ -25,6 +25,22 @@ is still completing, a topic not known yet); other errors are raised for the cal
   commits the offsets through the group coordinator (TxnOffsetCommit, with the consumer's
   generation, member id and group instance id for KIP-447's zombie fencing): they become visible
   only if the transaction commits.
+
+Transaction protocol v2 (KIP-890 part 2, ``transaction_version`` 2) is used when the coordinator's
+broker finalizes the feature ``transaction.version`` >= 2 and speaks Produce v12+, EndTxn v5+ and
+TxnOffsetCommit v5+ (Java's ``isTransactionV2Enabled``); otherwise everything above (v1). With
+v2 there is no AddPartitionsToTxn nor AddOffsetsToTxn: a Produce request (v12+, with the
+transactional id) adds its partitions and TxnOffsetCommit v5 the group's offsets partition; the
+coordinator bumps the epoch when it ends the transaction and EndTxn v5's answer carries the
+producer id and epoch to use next, with sequences from 0. An abort after a failure therefore
+needs no InitProducerId: the EndTxn bump is the recovery.
+
+Two-phase commit (KIP-939, ``enable_two_phase_commit``): InitProducerId v6 with Enable2Pc (the
+coordinator never times the transaction out); ``prepare_transaction`` flushes and returns the
+``PreparedTxnState`` an outside coordinator stores; a later producer with the same transactional
+id calls ``init_transactions(keep_prepared_transaction=True)``, which fences the old producer but
+keeps its transaction, and ``complete_transaction(state)`` commits that transaction if it is the
+one ``state`` names and aborts it otherwise.
 """
 
 from __future__ import annotations
@@ -47,8 +63,10 @@ from sdk.errors import (
     KafkaTimeoutError,
     ProducerFencedError,
     TransactionAbortedError,
+    UnsupportedVersionError,
     make_error,
 )
+from sdk.producer.prepared_state import PreparedTxnState
 from sdk.producer.sender import Sender, TransactionalRequest
 from sdk.producer.transaction_manager import FATAL_TRANSACTION_ERRORS, TransactionManager, TransactionState
 from sdk.protocol.messages import (
@@ -56,6 +74,7 @@ from sdk.protocol.messages import (
     AddPartitionsToTxnRequest,
     EndTxnRequest,
     InitProducerIdRequest,
+    ProduceRequest,
     TxnOffsetCommitRequest,
 )
 
@@ -65,6 +84,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FATAL_TRANSACTION_ERRORS",
     "GroupIdentity",
+    "PreparedTxnState",
     "TransactionCoordinatorChannel",
     "TransactionalMixin",
     "Transactions",
@@ -74,9 +94,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Highest versions sent. AddPartitionsToTxn v4+ is the brokers' batched form; EndTxn v5 and
-#: TxnOffsetCommit v5 belong to transaction protocol v2 (KIP-890), which this producer does not
-#: speak: it adds partitions explicitly and keeps its epoch across transactions.
+#: Highest versions sent with transaction protocol v1. AddPartitionsToTxn v4+ is the brokers'
+#: batched form; EndTxn v5 and TxnOffsetCommit v5 belong to transaction protocol v2 (KIP-890), in
+#: which partitions are added implicitly and the epoch changes with every transaction.
 MAX_VERSIONS = {
     InitProducerIdRequest.API_KEY: 5,
     AddPartitionsToTxnRequest.API_KEY: 3,
@@ -84,8 +104,18 @@ MAX_VERSIONS = {
     TxnOffsetCommitRequest.API_KEY: 4,
     EndTxnRequest.API_KEY: 4,
 }
+#: Transaction protocol v2: the first versions of its requests, which it needs (and sends).
+TV2_VERSIONS = {
+    ProduceRequest.API_KEY: 12,
+    EndTxnRequest.API_KEY: 5,
+    TxnOffsetCommitRequest.API_KEY: 5,
+}
+#: The feature (KIP-584) whose finalized level says which transaction protocol the cluster runs.
+TRANSACTION_VERSION_FEATURE = "transaction.version"
 #: First InitProducerId version that bumps the epoch of a given producer id and epoch (KIP-360).
 INIT_BUMP_VERSION = 3
+#: InitProducerId v6 carries Enable2Pc and KeepPreparedTxn (KIP-939).
+INIT_TWO_PHASE_COMMIT_VERSION = 6
 
 #: Answers retried as they are (besides the coordinator errors, which also re-find it).
 _RETRIED = frozenset(
@@ -157,10 +187,16 @@ class TransactionCoordinatorChannel:
         timeout_ms: float,
         sender: Sender | None = None,
         fatal_error: Callable[[], BaseException | None] = lambda: None,
+        two_phase_commit: bool = False,
     ) -> None:
         self.client = client
         self.transactional_id = transactional_id
         self.timeout_ms = timeout_ms
+        #: Whether requests are sent in transaction protocol v2's versions (EndTxn and
+        #: TxnOffsetCommit v5); set by ``Transactions`` from the coordinator's ApiVersions.
+        self.transaction_v2 = False
+        #: KIP-939: every InitProducerId says Enable2Pc (so needs v6).
+        self.two_phase_commit = two_phase_commit
         self.lookup = CoordinatorLookup(client)
         #: With a sender, requests go through its queue of transactional requests, ahead of (and
         #: holding back) produce requests, as Java's producer sends them.
@@ -169,8 +205,15 @@ class TransactionCoordinatorChannel:
         #: One transactional request at a time, as Java's producer sends them.
         self.lock = asyncio.Lock()
 
+    def _max_version(self, api_key: int) -> int:
+        if api_key == InitProducerIdRequest.API_KEY and self.two_phase_commit:
+            return INIT_TWO_PHASE_COMMIT_VERSION
+        if self.transaction_v2 and api_key in TV2_VERSIONS:
+            return TV2_VERSIONS[api_key]
+        return MAX_VERSIONS[api_key]
+
     async def _request(self, node: int, api_key: int, build: Callable[[int], Any]) -> Any:
-        cap = MAX_VERSIONS[api_key]
+        cap = self._max_version(api_key)
         sender = self.sender
         if sender is None:
             conn = await self.client.get_connection(node)
@@ -246,19 +289,34 @@ class TransactionCoordinatorChannel:
         return time.monotonic() + self.timeout_ms / 1000
 
     async def init_producer_id(
-        self, transaction_timeout_ms: float, producer_id: int = -1, producer_epoch: int = -1
-    ) -> tuple[int, int]:
+        self,
+        transaction_timeout_ms: float,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        *,
+        keep_prepared_transaction: bool = False,
+    ) -> tuple[int, int, PreparedTxnState | None]:
         """InitProducerId for the transactional id; with the current id and epoch (KIP-360) when
-        given and the coordinator supports it. Returns the producer id and epoch."""
+        given and the coordinator supports it. Returns the producer id and epoch, and the
+        transaction the coordinator kept open (``keep_prepared_transaction``, KIP-939) or None."""
         bump = producer_id >= 0
+        two_phase_commit = self.two_phase_commit
 
         def build(version: int) -> InitProducerIdRequest:
+            if two_phase_commit and version < INIT_TWO_PHASE_COMMIT_VERSION:
+                raise UnsupportedVersionError(
+                    f"two-phase commit needs InitProducerId v{INIT_TWO_PHASE_COMMIT_VERSION} (KIP-939); "
+                    f"the transaction coordinator speaks at most v{version}",
+                    api_key=InitProducerIdRequest.API_KEY,
+                )
             keep = bump and version >= INIT_BUMP_VERSION
             return InitProducerIdRequest(
                 transactional_id=self.transactional_id,
                 transaction_timeout_ms=int(transaction_timeout_ms),
                 producer_id=producer_id if keep else -1,
                 producer_epoch=producer_epoch if keep else -1,
+                enable2_pc=two_phase_commit,
+                keep_prepared_txn=keep_prepared_transaction,
             )
 
         async with self.lock:
@@ -271,7 +329,10 @@ class TransactionCoordinatorChannel:
                 f"InitProducerId for transactional id {self.transactional_id!r}",
                 deadline=self._deadline(),
             )
-        return response.producer_id, response.producer_epoch
+        kept: PreparedTxnState | None = None
+        if keep_prepared_transaction and response.ongoing_txn_producer_id >= 0:
+            kept = PreparedTxnState(response.ongoing_txn_producer_id, response.ongoing_txn_producer_epoch)
+        return response.producer_id, response.producer_epoch, kept
 
     async def add_partitions(
         self,
@@ -381,23 +442,38 @@ class TransactionCoordinatorChannel:
             deadline=self._deadline(),
         )
 
-    async def end_txn(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+    async def end_txn(self, producer_id: int, producer_epoch: int, commit: bool) -> tuple[int, int] | None:
+        """EndTxn; with transaction protocol v2, returns the producer id and epoch its answer
+        (v5) says to use next, else None."""
         request = EndTxnRequest(
             transactional_id=self.transactional_id,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
             committed=commit,
         )
+        v2 = self.transaction_v2
+
+        def build(version: int) -> EndTxnRequest:
+            if v2 and version < TV2_VERSIONS[EndTxnRequest.API_KEY]:
+                raise UnsupportedVersionError(
+                    f"transaction protocol v2 needs EndTxn v5; the transaction coordinator speaks v{version}",
+                    api_key=EndTxnRequest.API_KEY,
+                )
+            return request
+
         async with self.lock:
-            await self._send(
+            response = await self._send(
                 CoordinatorType.TRANSACTION,
                 self.transactional_id,
                 EndTxnRequest.API_KEY,
-                lambda version: request,
+                build,
                 lambda r: [r.error_code],
                 f"EndTxn({'commit' if commit else 'abort'}) for transactional id {self.transactional_id!r}",
                 deadline=self._deadline(),
             )
+        if v2 and response.producer_id >= 0 and response.producer_epoch >= 0:
+            return response.producer_id, response.producer_epoch
+        return None
 
 
 class GroupIdentity:
@@ -501,7 +577,9 @@ class Transactions:
             timeout_ms=max_block_ms,
             sender=sender,
             fatal_error=lambda: txn.fatal_error,
+            two_phase_commit=txn.two_phase_commit,
         )
+        self._client = client
         self._acc = accumulator
         self._sender = sender
         self._add_task: asyncio.Task[None] | None = None
@@ -524,7 +602,7 @@ class Transactions:
             )
             error.__cause__ = txn.last_error
             self._sender.abort_undrained(error)
-        if state == TransactionState.IN_TRANSACTION:
+        if state == TransactionState.IN_TRANSACTION and not txn.transaction_v2:
             # A partition joins the transaction as soon as it has a batch (as Java adds it at
             # send), so AddPartitionsToTxn overlaps the linger instead of following it.
             in_transaction = txn.partitions_in_transaction
@@ -578,24 +656,67 @@ class Transactions:
 
     # -- operations -----------------------------------------------------------------------------
 
-    async def init_transactions(self) -> None:
+    # -- transaction protocol version ------------------------------------------------------------
+
+    def _coordinator_connection(self) -> Any:
+        node = self.channel.lookup.cached(CoordinatorType.TRANSACTION, self.channel.transactional_id)
+        return self._client.connection(node) if node is not None else None
+
+    def _update_transaction_version(self) -> None:
+        """Use transaction protocol v2 when the coordinator's broker finalized it and speaks its
+        request versions (Java's ``maybeUpdateTransactionV2Enabled``); decided at
+        ``init_transactions`` and again before each transaction, never inside one."""
+        conn = self._coordinator_connection()
+        if conn is None or not conn.broker_versions:
+            return  # not connected now: keep what was decided
+        v2 = conn.finalized_features.get(TRANSACTION_VERSION_FEATURE, 0) >= 2 and all(
+            conn.supports(api_key, version) for api_key, version in TV2_VERSIONS.items()
+        )
         txn = self.txn
+        if v2 != txn.transaction_v2:
+            log.info(
+                "transactional id %r: transaction protocol v%d", txn.transactional_id, 2 if v2 else 1
+            )
+        txn.transaction_v2 = v2
+        self.channel.transaction_v2 = v2
+
+    # -- operations -----------------------------------------------------------------------------
+
+    async def init_transactions(self, keep_prepared_transaction: bool = False) -> None:
+        txn = self.txn
+        if keep_prepared_transaction and not txn.two_phase_commit:
+            raise IllegalStateError(
+                f"transactional producer {txn.transactional_id!r}: init_transactions("
+                "keep_prepared_transaction=True) needs enable_two_phase_commit=True"
+            )
         async with self._operation:
-            if txn.state == TransactionState.READY:
+            if txn.state == TransactionState.READY and not keep_prepared_transaction:
                 return  # start() did it already
             txn.begin_initializing()
             try:
-                producer_id, epoch = await self.channel.init_producer_id(txn.transaction_timeout_ms)
+                producer_id, epoch, kept = await self.channel.init_producer_id(
+                    txn.transaction_timeout_ms, keep_prepared_transaction=keep_prepared_transaction
+                )
             except KafkaTimeoutError:
                 raise  # still initializing: init_transactions() may be called again
             except KafkaError as exc:
                 txn.fail_fatal(exc)
                 raise
-            txn.initialized(producer_id, epoch)
-            log.info("transactional id %r: producer id %d epoch %d", txn.transactional_id, producer_id, epoch)
+            self._update_transaction_version()
+            txn.initialized(producer_id, epoch, kept)
+            log.info(
+                "transactional id %r: producer id %d epoch %d (transaction protocol v%d%s)",
+                txn.transactional_id,
+                producer_id,
+                epoch,
+                2 if txn.transaction_v2 else 1,
+                f"; kept prepared transaction {kept}" if kept is not None else "",
+            )
         self._sender.wake()
 
     def begin_transaction(self) -> None:
+        if self.txn.state == TransactionState.READY:
+            self._update_transaction_version()
         self.txn.begin_transaction()
 
     async def send_offsets_to_transaction(self, offsets: Any, group: Any) -> None:
@@ -608,7 +729,8 @@ class Transactions:
             if not by_topic:
                 return
             try:
-                await self.channel.add_offsets(txn.producer_id, txn.producer_epoch, identity.group_id)
+                if not txn.transaction_v2:  # v2: TxnOffsetCommit v5 adds the group implicitly
+                    await self.channel.add_offsets(txn.producer_id, txn.producer_epoch, identity.group_id)
                 txn.transaction_started = True
                 await self.channel.txn_offset_commit(txn.producer_id, txn.producer_epoch, identity, by_topic)
             except KafkaTimeoutError:
@@ -633,7 +755,7 @@ class Transactions:
             txn.raise_if_failed()
             if txn.transaction_started:
                 try:
-                    await self.channel.end_txn(txn.producer_id, txn.producer_epoch, True)
+                    await self._end_txn(commit=True)
                 except KafkaTimeoutError:
                     raise  # still committing: commit_transaction() may be called again
                 except KafkaError as exc:
@@ -652,7 +774,7 @@ class Transactions:
             await self._wait_for_add()
             try:
                 if txn.transaction_started and not isinstance(txn.last_error, InvalidProducerIdMappingError):
-                    await self.channel.end_txn(txn.producer_id, txn.producer_epoch, False)
+                    await self._end_txn(commit=False)  # v2: its epoch bump is the recovery
                 if txn.bump_required:
                     await self._bump_epoch()
             except KafkaTimeoutError:
@@ -663,6 +785,61 @@ class Transactions:
                 raise
             txn.complete_transaction()
         self._sender.wake()
+
+    async def _end_txn(self, commit: bool) -> None:
+        """EndTxn; with transaction protocol v2, continue with the producer id and epoch it gave."""
+        txn = self.txn
+        following = await self.channel.end_txn(txn.producer_id, txn.producer_epoch, commit)
+        if following is not None:
+            txn.reset_producer_id(*following)
+            log.debug(
+                "transactional id %r: next transaction with producer id %d epoch %d",
+                txn.transactional_id,
+                *following,
+            )
+        elif txn.transaction_v2:
+            log.warning(
+                "transactional id %r: EndTxn v5 answer without the next producer id and epoch",
+                txn.transactional_id,
+            )
+
+    async def prepare_transaction(self) -> PreparedTxnState:
+        """KIP-939's first phase: flush, check every record was written, and leave the
+        transaction open (PREPARED) for ``complete_transaction`` or a successor to end."""
+        txn = self.txn
+        txn.require_prepare()
+        async with self._operation:
+            txn.require_prepare()
+            acc = self._acc
+            acc.begin_flush()
+            try:
+                await acc.wait_for_incomplete()
+            finally:
+                acc.end_flush()
+            await self._wait_for_add()
+            state = txn.prepare()
+        log.info("transactional id %r: transaction prepared (%s)", txn.transactional_id, str(state) or "-")
+        return state
+
+    async def complete_transaction(self, state: PreparedTxnState) -> bool:
+        """Commit the prepared (or kept) transaction if ``state`` names it, abort it otherwise
+        (Java's ``KafkaProducer.completeTransaction``). Returns whether it committed."""
+        if not isinstance(state, PreparedTxnState):
+            raise TypeError(f"complete_transaction takes a PreparedTxnState, not {state!r}")
+        prepared = self.txn.require_prepared("complete_transaction")
+        commit = prepared == state
+        log.info(
+            "transactional id %r: %s the prepared transaction %s (given state %s)",
+            self.txn.transactional_id,
+            "committing" if commit else "aborting",
+            str(prepared) or "(empty)",
+            str(state) or "(empty)",
+        )
+        if commit:
+            await self.commit_transaction()
+        else:
+            await self.abort_transaction()
+        return commit
 
     async def abort_open_transaction(self, timeout: float | None) -> None:
         """At close, abort a transaction still open (as Java's sender does at shutdown) rather
@@ -688,7 +865,7 @@ class Transactions:
         """KIP-360: a new epoch for the same producer id, so the sequence numbers a failed batch
         left in doubt start again from 0."""
         txn = self.txn
-        producer_id, epoch = await self.channel.init_producer_id(
+        producer_id, epoch, _ = await self.channel.init_producer_id(
             txn.transaction_timeout_ms, txn.producer_id, txn.producer_epoch
         )
         txn.set_producer_id(producer_id, epoch)
@@ -752,13 +929,18 @@ class TransactionalMixin:
             raise IllegalStateError(f"{operation}(): the producer is not started (await producer.start())")
         return transactions
 
-    async def init_transactions(self) -> None:
+    async def init_transactions(self, keep_prepared_transaction: bool = False) -> None:
         """Get the producer id and epoch of ``transactional_id`` from its transaction coordinator,
         fencing older producers with the same id (their open transaction is aborted). ``start()``
-        does this already, so calling it again is a no-op. Raises ``KafkaTimeoutError`` after
-        ``max_block_ms`` (may be called again), or a fatal error (``ProducerFencedError``,
-        ``TransactionalIdAuthorizationFailedError``, ...)."""
-        await self._transactions_or_raise("init_transactions").init_transactions()
+        does this already (except with ``enable_two_phase_commit``), so calling it again is a
+        no-op. Raises ``KafkaTimeoutError`` after ``max_block_ms`` (may be called again), or a
+        fatal error (``ProducerFencedError``, ``TransactionalIdAuthorizationFailedError``, ...).
+
+        ``keep_prepared_transaction=True`` (KIP-939, needs ``enable_two_phase_commit``): the
+        older producer is fenced but its open transaction is kept, not aborted; if there is one,
+        ``prepared_transaction_state`` names it and ``complete_transaction(state)`` must end it
+        before a new transaction can begin."""
+        await self._transactions_or_raise("init_transactions").init_transactions(keep_prepared_transaction)
 
     def begin_transaction(self) -> Awaitable[None]:
         """Start a transaction: records sent from now on belong to it. Raises ``IllegalStateError``
@@ -788,6 +970,44 @@ class TransactionalMixin:
         """Abort: records not sent yet fail with ``TransactionAbortedError``, the rest is marked
         aborted, and a new transaction may begin."""
         await self._transactions_or_raise("abort_transaction").abort_transaction()
+
+    async def prepare_transaction(self) -> PreparedTxnState:
+        """Two-phase commit's first phase (KIP-939, needs ``enable_two_phase_commit``): flush the
+        transaction and leave it open on the broker, which never times it out. Returns its
+        ``PreparedTxnState`` (``str()`` it to store it; empty if no record or offset reached the
+        coordinator). Afterwards only ``commit_transaction``, ``abort_transaction`` or
+        ``complete_transaction`` are possible; a closed or crashed producer leaves it for a
+        successor (``init_transactions(keep_prepared_transaction=True)``). Raises
+        ``TransactionAbortableError`` if a record of it failed."""
+        return await self._transactions_or_raise("prepare_transaction").prepare_transaction()
+
+    @property
+    def prepared_transaction_state(self) -> PreparedTxnState | None:
+        """The prepared transaction's state: the one ``prepare_transaction()`` returned, or the
+        transaction ``init_transactions(keep_prepared_transaction=True)`` kept; None when no
+        transaction is prepared."""
+        transactions = self._transactions
+        if transactions is None or transactions.txn.state != TransactionState.PREPARED:
+            return None
+        return transactions.txn.prepared_state
+
+    async def complete_transaction(self, state: PreparedTxnState) -> None:
+        """End the prepared (or kept) transaction: commit it if ``state`` is its state, abort it
+        otherwise (a state stored for another transaction never commits this one). Raises
+        ``IllegalStateError`` when no transaction is prepared."""
+        await self._transactions_or_raise("complete_transaction").complete_transaction(state)
+
+    @property
+    def transaction_version(self) -> int | None:
+        """The transaction protocol in use: 2 (KIP-890) or 1; None before ``init_transactions``
+        or without ``transactional_id``."""
+        transactions = self._transactions
+        if transactions is None or transactions.txn.state in (
+            TransactionState.UNINITIALIZED,
+            TransactionState.INITIALIZING,
+        ):
+            return None
+        return 2 if transactions.txn.transaction_v2 else 1
 
     def transaction(self) -> TransactionContext:
         """``async with producer.transaction(): ...`` commits on success, aborts on an exception

@@ -19,6 +19,7 @@ from typing import Any
 from sdk.errors import BufferExhaustedError, KafkaTimeoutError, ProducerClosedError
 from sdk.producer.batch_api import Headers
 from sdk.producer.futures import PENDING, TRANSITION, LazyRecordFuture
+from sdk.producer.prepared_state import PreparedTxnState
 from sdk.producer.producer import Producer as AsyncProducer
 from sdk.producer.record_metadata import RecordMetadata
 from sdk.sync._loop import shared_loop
@@ -378,9 +379,35 @@ class Producer:
 
     # -- transactions (sdk.producer.transactions) ----------------------------------------------
 
-    def init_transactions(self) -> None:
-        """See ``sdk.Producer.init_transactions`` (the constructor already did it)."""
-        self._runner.run(self._producer.init_transactions())
+    def init_transactions(self, keep_prepared_transaction: bool = False) -> None:
+        """See ``sdk.Producer.init_transactions`` (the constructor already did it, except with
+        ``enable_two_phase_commit``)."""
+        self._runner.run(self._producer.init_transactions(keep_prepared_transaction))
+
+    def prepare_transaction(self) -> PreparedTxnState:
+        """Flush the records handed over so far and prepare the transaction (KIP-939; see
+        ``sdk.Producer.prepare_transaction``)."""
+
+        async def prepare() -> PreparedTxnState:
+            await self._drain_handover()
+            return await self._producer.prepare_transaction()
+
+        return self._runner.run(prepare())
+
+    @property
+    def prepared_transaction_state(self) -> PreparedTxnState | None:
+        """See ``sdk.Producer.prepared_transaction_state``."""
+        return self._producer.prepared_transaction_state
+
+    def complete_transaction(self, state: PreparedTxnState) -> None:
+        """Commit the prepared or kept transaction if ``state`` names it, else abort it (see
+        ``sdk.Producer.complete_transaction``)."""
+        self._runner.run(self._producer.complete_transaction(state))
+
+    @property
+    def transaction_version(self) -> int | None:
+        """The transaction protocol in use (2: KIP-890, 1), None before ``init_transactions``."""
+        return self._producer.transaction_version
 
     def begin_transaction(self) -> None:
         """Records sent from now on belong to a new transaction (``IllegalStateError`` if one is
