@@ -361,6 +361,22 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             at_least(1),
         ),
         ConfigKey(
+            "transaction.version",
+            _B.SHORT,
+            2,
+            "The transaction.version feature level finalized in ApiVersions: 2 enables transactions"
+            " v2 (KIP-890: epoch bump on every EndTxn, implicit adds); below 2 EndTxn v5, Produce v12+"
+            " and TxnOffsetCommit v5 are not served.",
+            between(0, 2),
+        ),
+        ConfigKey(
+            "transaction.two.phase.commit.enable",
+            _B.BOOLEAN,
+            False,
+            "Allow InitProducerId's enable2Pc (KIP-939: transactions without timeout, kept across"
+            " producer restarts).",
+        ),
+        ConfigKey(
             "producer.id.expiration.ms", _B.INT, 86_400_000, "Idle idempotent producer expiry.", at_least(1)
         ),
         ConfigKey("num.network.threads", _B.INT, 3, "Accepted; one asyncio loop serves all."),

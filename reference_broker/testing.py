@@ -83,6 +83,8 @@ def _stop_leftovers() -> None:
 EMBEDDED_DEFAULTS: Mapping[str, Any] = {
     "group.min.session.timeout.ms": 1000,
     "group.initial.rebalance.delay.ms": 0,
+    # KIP-939 two-phase commit is off by default in Kafka; tests and embedded use want it on.
+    "transaction.two.phase.commit.enable": True,
 }
 
 

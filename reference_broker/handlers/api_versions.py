@@ -4,6 +4,12 @@ A request newer than we know never reaches ``handle``: the network layer answers
 ``unsupported_version_response`` in v0 (KIP-511). Like Kafka's ``ApiVersionsRequest.
 getErrorResponse``, that answer lists only ApiVersions' own range; that is all a client needs to
 retry with a version we speak.
+
+v3+ also lists the features (KIP-584): ``transaction.version`` is supported 0-2 and finalized at
+the broker's ``transaction.version`` setting (a client uses transactions v2, KIP-890, only when
+it is finalized at 2 or more). As Kafka does for requests before v4 (KIP-1022), a v3 answer
+reports the supported range from 1, not 0; a feature finalized at level 0 is not listed.
+The finalized features never change while a broker runs, so their epoch is always 0.
 """
 
 from __future__ import annotations
@@ -33,13 +39,38 @@ def _api_list(registry: HandlerRegistry) -> list[ApiVersionsResponse.ApiVersion]
     ]
 
 
+TRANSACTION_VERSION = "transaction.version"
+#: The transaction.version levels this broker implements (Kafka's TV_0..TV_2).
+SUPPORTED_TRANSACTION_VERSIONS = (0, 2)
+
+
+def _features(broker: Broker, version: int) -> dict:
+    low, high = SUPPORTED_TRANSACTION_VERSIONS
+    level = broker.config.get(TRANSACTION_VERSION)
+    R = ApiVersionsResponse
+    return {
+        "supported_features": [
+            R.SupportedFeatureKey(
+                name=TRANSACTION_VERSION, min_version=low if version >= 4 else max(low, 1), max_version=high
+            )
+        ],
+        "finalized_features_epoch": 0,
+        "finalized_features": [
+            R.FinalizedFeatureKey(name=TRANSACTION_VERSION, max_version_level=level, min_version_level=level)
+        ]
+        if level > 0
+        else [],
+    }
+
+
 def handle(broker: Broker, ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
     if ctx.api_version >= 3 and not (
         _SOFTWARE.fullmatch(request.client_software_name)
         and _SOFTWARE.fullmatch(request.client_software_version)
     ):
         return ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST)
-    return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_list(broker.registry))
+    features = _features(broker, ctx.api_version) if ctx.api_version >= 3 else {}
+    return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_list(broker.registry), **features)
 
 
 def unsupported_version_response(registry: HandlerRegistry) -> ApiVersionsResponse:

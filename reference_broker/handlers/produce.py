@@ -9,8 +9,14 @@ Versions served and per-version notes:
   its index and reason, so a client can fail those records and retry the others; an error about
   the batch or the request as a whole lists none. Older versions get the error code alone.
 - v9+ flexible. v10 (KIP-951 leader hints) and v11 (TRANSACTION_ABORTABLE) change nothing for a
-  single node that never moves leadership; v12 is v11 (the producer's implicit AddPartitions of
-  transactions v2 is the transaction coordinator's matter).
+  single node that never moves leadership.
+- v12+ (transactions v2, KIP-890): a transactional batch adds its partition to the transaction
+  of the request's transactional id itself, as Kafka's ReplicaManager asks the coordinator to;
+  the producer id and epoch must be the coordinator's current ones. Coordinator errors become
+  the ones producers expect: PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH, and the retriable
+  CONCURRENT_TRANSACTIONS / COORDINATOR_LOAD_IN_PROGRESS -> NOT_ENOUGH_REPLICAS (retried without
+  a metadata refresh). Older versions only verify that the partition is in the ongoing
+  transaction. With the broker's ``transaction.version`` below 2, v12+ are not served.
 - v13+ topics by id (KIP-516): an unknown id answers UNKNOWN_TOPIC_ID.
 
 The request-level rules of Kafka's ``ProduceRequest.validateRecords`` (one magic v2 batch per
@@ -32,6 +38,7 @@ import logging
 import struct
 from typing import TYPE_CHECKING
 
+from reference_broker.coordinator.txn.state import TV_2
 from reference_broker.handlers.common import error_code_of, find_topic
 from reference_broker.log.results import RecordError, record_errors_of
 from sdk.protocol.errors import ErrorCode, KafkaError
@@ -105,7 +112,7 @@ def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Prod
             elif info is None or not 0 <= part.index < info.num_partitions:
                 result = _failed(part.index, missing or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             else:
-                result = _append(broker, info, part.index, part.records, version)
+                result = _append(broker, info, part.index, part.records, version, request.transactional_id)
             any_error = any_error or result.error_code != ErrorCode.NONE
             partitions.append(result)
         topics.append(TopicResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=partitions))
@@ -118,7 +125,12 @@ def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Prod
 
 
 def _append(
-    broker: Broker, info: TopicMetadata, index: int, records: memoryview | bytes | None, version: int
+    broker: Broker,
+    info: TopicMetadata,
+    index: int,
+    records: memoryview | bytes | None,
+    version: int,
+    transactional_id: str | None,
 ) -> ProduceResponse.PartitionProduceResponse:
     name = info.name
     problem = request_level_problem(records, version)
@@ -138,11 +150,9 @@ def _append(
         producer_id, epoch = _PRODUCER.unpack_from(records, _PRODUCER_ID_OFFSET)
         # As Kafka's ReplicaManager, only batches with a producer id are verified: one without is
         # malformed, and the log's validator answers it INVALID_RECORD.
-        code = (
-            broker.transaction_coordinator.verify_produce(producer_id, epoch, (name, index))
-            if producer_id >= 0
-            else 0
-        )
+        code = 0
+        if producer_id >= 0:
+            code = _transaction_check(broker, transactional_id, producer_id, epoch, (name, index), version)
         if code:
             log.info("transactional produce to %s-%d of %d refused: %d", name, index, producer_id, code)
             return _failed(index, code, "The partition is not part of the producer's ongoing transaction")
@@ -162,6 +172,34 @@ def _append(
     )
 
 
+#: Coordinator errors a producer would not retry as such (Kafka's ReplicaManager): retriable ones
+#: become NOT_ENOUGH_REPLICAS, a fenced producer gets the produce path's INVALID_PRODUCER_EPOCH.
+_PRODUCE_ERROR_FOR = {
+    ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
+    ErrorCode.CONCURRENT_TRANSACTIONS: ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: ErrorCode.NOT_ENOUGH_REPLICAS,
+}
+
+
+def _transaction_check(
+    broker: Broker,
+    transactional_id: str | None,
+    producer_id: int,
+    epoch: int,
+    tp: tuple[str, int],
+    version: int,
+) -> int:
+    """v12+ with a transactional id: add the partition (transactions v2); otherwise verify it is
+    already in the producer's ongoing transaction."""
+    coordinator = broker.transaction_coordinator
+    assert coordinator is not None
+    if version >= 12 and transactional_id:
+        code = coordinator.add_partitions(transactional_id, producer_id, epoch, [tp], TV_2)
+        return _PRODUCE_ERROR_FOR.get(code, code)
+    return coordinator.verify_produce(producer_id, epoch, tp)
+
+
 def error_response(request: ProduceRequest, version: int, code: int) -> ProduceResponse | None:
     if request.acks == 0:
         return None  # the client reads no response: closing the connection is the signal
@@ -178,4 +216,6 @@ def error_response(request: ProduceRequest, version: int, code: int) -> ProduceR
 
 
 def install(registry: HandlerRegistry) -> None:
-    registry.register(API_KEY, handle, error_response=error_response)
+    v2 = registry.broker.config.get("transaction.version") >= TV_2
+    high = ProduceRequest.VALID_VERSIONS[1]
+    registry.register(API_KEY, handle, versions=(3, high if v2 else 11), error_response=error_response)

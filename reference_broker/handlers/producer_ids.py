@@ -8,9 +8,15 @@ first, with a fencing epoch (the markers are written in-process, so the answer c
 only a failed marker append answers CONCURRENT_TRANSACTIONS until the retry succeeds, where Kafka
 always answers it and lets the client retry); KIP-360's bump with the current producer id and
 epoch (v3+); transaction.max.timeout.ms checked. PRODUCER_FENCED is sent as
-INVALID_PRODUCER_EPOCH before v4 (KIP-588). v6's two-phase commit (KIP-939, ``enable2_pc``) is
-not enabled on this broker: such a request gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka
-answers with transaction.two.phase.commit.enable off.
+INVALID_PRODUCER_EPOCH before v4 (KIP-588).
+
+v6 is KIP-939's two-phase commit. ``enable2_pc`` needs the broker's
+``transaction.two.phase.commit.enable``; without it the request gets
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers (a client cannot tell "disabled" from
+"not allowed"). A 2PC transaction has no timeout (the request's is ignored). ``keep_prepared_txn``
+keeps an ongoing 2PC transaction (INVALID_TXN_STATE if the ongoing one is not 2PC) and answers its
+producer id and epoch as OngoingTxnProducerId/Epoch (-1/-1 when none was open); it needs
+``enable2_pc`` too (INVALID_REQUEST otherwise).
 """
 
 from __future__ import annotations
@@ -35,13 +41,28 @@ def handle(broker: Broker, ctx: RequestContext, request: InitProducerIdRequest) 
     coordinator = broker.transaction_coordinator
     if coordinator is None:
         return InitProducerIdResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    if ctx.api_version >= 6 and (request.enable2_pc or request.keep_prepared_txn):
+    enable_2pc = ctx.api_version >= 6 and request.enable2_pc
+    keep_prepared = ctx.api_version >= 6 and request.keep_prepared_txn
+    if enable_2pc and not broker.config.get("transaction.two.phase.commit.enable"):
         return InitProducerIdResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if keep_prepared and not enable_2pc:
+        return InitProducerIdResponse(error_code=ErrorCode.INVALID_REQUEST)
     expected = (request.producer_id, request.producer_epoch) if ctx.api_version >= 3 else (-1, -1)
-    result = coordinator.init_producer_id(request.transactional_id, request.transaction_timeout_ms, *expected)
+    result = coordinator.init_producer_id(
+        request.transactional_id,
+        request.transaction_timeout_ms,
+        *expected,
+        enable_2pc=enable_2pc,
+        keep_prepared=keep_prepared,
+    )
     if result.error:
         return InitProducerIdResponse(error_code=fenced_for(result.error, ctx.api_version, 4))
-    return InitProducerIdResponse(producer_id=result.producer_id, producer_epoch=result.producer_epoch)
+    return InitProducerIdResponse(
+        producer_id=result.producer_id,
+        producer_epoch=result.producer_epoch,
+        ongoing_txn_producer_id=result.ongoing_producer_id,
+        ongoing_txn_producer_epoch=result.ongoing_producer_epoch,
+    )
 
 
 def error_response(request: InitProducerIdRequest, version: int, code: int) -> InitProducerIdResponse:

@@ -13,10 +13,16 @@ Versions served and per-version notes:
   -> INVALID_PRODUCER_EPOCH before v2).
 - TxnOffsetCommit (28) v0-5: v3+ carry the member id, generation and instance id, checked by the
   group coordinator as KIP-447 says (only when given). The offsets stay pending until the
-  transaction commits.
-- EndTxn (26) v0-4 (PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH before v2). v5 (transaction
-  protocol v2, KIP-890: epoch bumped on every end) is not served: no client here uses it, and
-  the broker does not finalize the ``transaction.version`` feature.
+  transaction commits. v5 (transactions v2, KIP-890) adds the group's ``__consumer_offsets``
+  partition to the transaction itself (no AddOffsetsToTxn); a producer id or epoch that is not
+  the current one gets INVALID_PRODUCER_ID_MAPPING / INVALID_PRODUCER_EPOCH.
+- EndTxn (26) v0-5 (PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH before v2). v5 is transactions v2
+  (KIP-890): the epoch is bumped (a new producer id at overflow) and the answer carries the
+  producer id and epoch to continue with; a retry whose answer was lost gets it again.
+- With the broker's ``transaction.version`` below 2 the transactions-v2 versions are not served
+  (EndTxn up to v4, TxnOffsetCommit up to v4, Produce up to v11): ApiVersions advertises the
+  lower maximum and a newer request gets UNSUPPORTED_VERSION, so a client cannot drive a v2
+  transaction through a broker that has not finalized it.
 - WriteTxnMarkers (27) v1-2: served for completeness (the coordinator writes its markers
   in-process); markers go through the log's epoch and coordinator-epoch checks.
 - ListTransactions (66) v0-2 (v1 duration filter, v2 transactional id regex),
@@ -28,7 +34,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from reference_broker.coordinator.group.state import CommittedOffset
-from reference_broker.coordinator.txn.state import TxnState
+from reference_broker.coordinator.txn.state import TV_2, TxnState
 from reference_broker.handlers.common import error_code_of
 from reference_broker.storage import CONSUMER_OFFSETS
 from sdk.protocol.errors import ErrorCode, KafkaError
@@ -196,12 +202,20 @@ def handle_txn_offset_commit(
     if not request.group_id:
         code = E.INVALID_GROUP_ID
     else:
-        code = _coordinator(broker).verify_offset_commit(
-            request.transactional_id,
-            request.producer_id,
-            request.producer_epoch,
-            (CONSUMER_OFFSETS, groups.partition_for(request.group_id)),
-        )
+        tp = (CONSUMER_OFFSETS, groups.partition_for(request.group_id))
+        coordinator = _coordinator(broker)
+        code = 0
+        if ctx.api_version >= 5:  # transactions v2: the partition joins implicitly
+            if broker.group_service is not None:
+                broker.group_service.store.ensure_topic()
+            code = coordinator.add_partitions(
+                request.transactional_id, request.producer_id, request.producer_epoch, [tp], TV_2
+            )
+            code = E.INVALID_PRODUCER_EPOCH if code == E.PRODUCER_FENCED else code
+        if not code:
+            code = coordinator.verify_offset_commit(
+                request.transactional_id, request.producer_id, request.producer_epoch, tp
+            )
     if code:
         result = {(t.name, p.partition_index): code for t in request.topics for p in t.partitions}
     else:
@@ -254,10 +268,19 @@ def error_txn_offset_commit(
 
 
 def handle_end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
-    code = _coordinator(broker).end_transaction(
-        request.transactional_id, request.producer_id, request.producer_epoch, request.committed
-    )
-    return EndTxnResponse(error_code=fenced_for(code, ctx.api_version, 2))
+    coordinator = _coordinator(broker)
+    args = (request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
+    if ctx.api_version >= 5:
+        result = coordinator.end_transaction_v2(*args)
+        return EndTxnResponse(
+            error_code=result.error, producer_id=result.producer_id, producer_epoch=result.producer_epoch
+        )
+    return EndTxnResponse(error_code=fenced_for(coordinator.end_transaction(*args), ctx.api_version, 2))
+
+
+def transactions_v2_enabled(registry: HandlerRegistry) -> bool:
+    """The broker finalizes transaction.version 2 or more (KIP-890's transactions v2)."""
+    return registry.broker.config.get("transaction.version") >= TV_2
 
 
 # -- WriteTxnMarkers -----------------------------------------------------------------------
@@ -449,12 +472,18 @@ def install(registry: HandlerRegistry) -> None:
         versions=(0, 4),
         error_response=_simple_error(AddOffsetsToTxnResponse),
     )
-    registry.register(END_TXN, handle_end_txn, versions=(0, 4), error_response=_simple_error(EndTxnResponse))
+    v2 = transactions_v2_enabled(registry)
+    registry.register(
+        END_TXN, handle_end_txn, versions=(0, 5 if v2 else 4), error_response=_simple_error(EndTxnResponse)
+    )
     registry.register(
         WRITE_MARKERS, handle_write_markers, versions=(1, 2), error_response=error_write_markers
     )
     registry.register(
-        TXN_OFFSET_COMMIT, handle_txn_offset_commit, versions=(0, 5), error_response=error_txn_offset_commit
+        TXN_OFFSET_COMMIT,
+        handle_txn_offset_commit,
+        versions=(0, 5 if v2 else 4),
+        error_response=error_txn_offset_commit,
     )
     registry.register(
         LIST_TRANSACTIONS,

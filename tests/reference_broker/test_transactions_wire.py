@@ -41,7 +41,7 @@ ADVERTISED = {
     22: (0, 6),
     24: (0, 5),
     25: (0, 4),
-    26: (0, 4),
+    26: (0, 5),
     27: (1, 2),
     28: (0, 5),
     61: (0, 0),
@@ -164,8 +164,13 @@ def test_fenced_errors_follow_the_request_version(wire: WireClient) -> None:
     assert wire.request(stale, 4).error_code == E.PRODUCER_FENCED
     too_long = InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=60_001)
     assert wire.request(too_long, 4).error_code == E.INVALID_TRANSACTION_TIMEOUT
-    two_phase = InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=1000, enable2_pc=True)
-    assert wire.request(two_phase, 6).error_code == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    # KIP-939 is on in the test brokers (refused with it off: test_transactions_v2.py).
+    two_phase = InitProducerIdRequest(
+        transactional_id=unique("2pc"), transaction_timeout_ms=1, enable2_pc=True
+    )
+    accepted = wire.request(two_phase, 6)
+    ongoing = (accepted.ongoing_txn_producer_id, accepted.ongoing_txn_producer_epoch)
+    assert (accepted.error_code, ongoing) == (0, (-1, -1))
     unknown = add_partitions(wire, unique("nobody"), pid, epoch, topic, [0])
     assert unknown == {(topic, 0): E.INVALID_PRODUCER_ID_MAPPING}
     missing_topic = unique("missing")

@@ -11,6 +11,20 @@ always at least as new as memory. Ending a transaction is Kafka's two-phase sequ
    them, and its marker makes the group coordinator publish or drop those offsets),
 3. write CompleteCommit / CompleteAbort.
 
+Transaction protocol v2 (KIP-890 part 2, a client ending with EndTxn v5): the prepare record
+carries the epoch bumped by one, the markers carry it (so a late write of the ended transaction's
+epoch is refused by every partition and by the implicit add), and the client continues with it;
+an epoch that cannot be bumped any more moves the client to a new producer id (``next_producer_id``,
+epoch 0). The partitions join implicitly (Produce v12+, TxnOffsetCommit v5 call ``add_partitions``
+with TV_2). A retried EndTxn whose answer was lost is recognised by its epoch being one below the
+completed transaction's and gets the same answer again.
+
+Two-phase commit (KIP-939): InitProducerId with enable2Pc gives the transaction the timeout
+Integer.MAX_VALUE, which is what marks it as 2PC (never aborted for its age, persisted with it).
+keepPreparedTxn keeps such an ongoing transaction instead of aborting it: the transaction keeps its
+producer id and epoch (they are in its data) and the keeper gets the next epoch, stored as
+``next_producer_epoch`` (Kafka's NextProducerEpoch tag); the keeper may only end it.
+
 All of it runs synchronously on the event loop (markers are in-process appends), so a client sees
 the prepared states only when a marker append failed; those are retried by the periodic task and
 answer CONCURRENT_TRANSACTIONS meanwhile. Time comes from a ``Clock``; no method blocks.
@@ -32,6 +46,9 @@ from reference_broker.coordinator.txn.state import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     PREPARED,
+    TV_0,
+    TV_2,
+    TWO_PHASE_COMMIT_TIMEOUT_MS,
     TransactionMetadata,
     TxnState,
 )
@@ -64,8 +81,24 @@ class TxnConfig:
     num_partitions: int = 50
 
 
+#: The highest epoch there is (Short.MaxValue): a fence or the last TV_2 bump may reach it.
+EPOCH_CEILING = 32767
+
+
 @dataclasses.dataclass
 class InitResult:
+    error: int
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    #: KIP-939 keepPreparedTxn: the kept transaction's producer id and epoch (-1/-1 if none).
+    ongoing_producer_id: int = NO_PRODUCER_ID
+    ongoing_producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclasses.dataclass
+class EndResult:
+    """EndTxn's answer: the error, and (EndTxn v5) the producer id and epoch to continue with."""
+
     error: int
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
@@ -98,6 +131,9 @@ class TransactionCoordinator:
         self.by_producer_id: dict[int, str] = {}
         #: True until ``__transaction_state`` has been read at start-up.
         self.loading = False
+        #: Called once a PrepareCommit/PrepareAbort is written, before any marker (a fault point
+        #: for crash tests; the service sets it from the environment).
+        self.after_prepare: Callable[[TransactionMetadata], None] = lambda meta: None
 
     # -- persistence ---------------------------------------------------------------------
 
@@ -129,12 +165,22 @@ class TransactionCoordinator:
     # -- InitProducerId ------------------------------------------------------------------
 
     def init_producer_id(
-        self, transactional_id: str, timeout_ms: int, expected_pid: int = -1, expected_epoch: int = -1
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        expected_pid: int = -1,
+        expected_epoch: int = -1,
+        *,
+        enable_2pc: bool = False,
+        keep_prepared: bool = False,
     ) -> InitResult:
-        """Kafka's ``handleInitProducerId`` for a transactional id."""
+        """Kafka's ``handleInitProducerId`` for a transactional id (with KIP-939's two flags; the
+        handler checks that two-phase commit is enabled)."""
         if not transactional_id:
             return InitResult(E.INVALID_REQUEST)
-        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+        if enable_2pc:
+            timeout_ms = TWO_PHASE_COMMIT_TIMEOUT_MS  # Kafka's resolvedTxnTimeoutMs: any request timeout
+        elif not 0 < timeout_ms <= self.config.max_timeout_ms:
             return InitResult(E.INVALID_TRANSACTION_TIMEOUT)
         if self.loading:
             return InitResult(E.COORDINATOR_LOAD_IN_PROGRESS)
@@ -152,13 +198,14 @@ class TransactionCoordinator:
             if meta.is_(*PREPARED):
                 return InitResult(E.CONCURRENT_TRANSACTIONS)
         retry = False
+        client_pid, client_epoch = meta.client_producer_id, meta.client_epoch
         if expected_pid >= 0:
             if meta.producer_epoch == NO_PRODUCER_EPOCH:
                 pass
-            elif expected_pid == meta.producer_id:
-                if expected_epoch == meta.last_producer_epoch and expected_epoch != meta.producer_epoch:
+            elif expected_pid == client_pid:
+                if expected_epoch == meta.last_producer_epoch and expected_epoch != client_epoch:
                     retry = meta.is_(*COMPLETE)
-                elif expected_epoch != meta.producer_epoch:
+                elif expected_epoch != client_epoch:
                     return InitResult(E.PRODUCER_FENCED)
             elif expected_pid == meta.previous_producer_id and expected_epoch >= MAX_EPOCH:
                 retry = meta.is_(*COMPLETE)
@@ -167,11 +214,40 @@ class TransactionCoordinator:
         if retry:  # the producer lost our answer to its bump: the same answer again
             return InitResult(0, meta.producer_id, meta.producer_epoch)
         if meta.is_(TxnState.ONGOING):
+            if keep_prepared:
+                return self._keep(meta)
             # The previous producer's transaction is aborted (with a fencing epoch) first.
             error = self._abort_with_fence(meta)
             if error or meta.is_(*PREPARED):
                 return InitResult(error or E.CONCURRENT_TRANSACTIONS)
         return self._bump(meta, timeout_ms)
+
+    def _keep(self, meta: TransactionMetadata) -> InitResult:
+        """KIP-939 keepPreparedTxn: the ongoing 2PC transaction stays open; its producer is fenced
+        by the next epoch, which the caller gets to end it with."""
+        if not meta.is_two_phase_commit:
+            return InitResult(E.INVALID_TXN_STATE)  # Kafka: only a 2PC transaction can be kept
+        keeper_epoch = meta.client_epoch + 1
+        if keeper_epoch >= MAX_EPOCH:
+            # Kafka would move the keeper to a new producer id here; not done on this broker.
+            log.warning("cannot keep %s: its epochs are exhausted", meta.transactional_id)
+            return InitResult(E.INVALID_TXN_STATE)
+        error = self._persist(
+            meta,
+            next_producer_id=meta.producer_id,
+            next_producer_epoch=keeper_epoch,
+            last_producer_epoch=meta.client_epoch,
+        )
+        if error:
+            return InitResult(error)
+        log.info(
+            "kept the ongoing transaction of %s (producer %d epoch %d); keeper epoch %d",
+            meta.transactional_id,
+            meta.producer_id,
+            meta.producer_epoch,
+            keeper_epoch,
+        )
+        return InitResult(0, meta.producer_id, keeper_epoch, meta.producer_id, meta.producer_epoch)
 
     def _bump(self, meta: TransactionMetadata, timeout_ms: int) -> InitResult:
         if meta.producer_epoch + 1 >= MAX_EPOCH:
@@ -185,6 +261,8 @@ class TransactionCoordinator:
                 state=TxnState.EMPTY,
                 partitions=set(),
                 start_ms=-1,
+                next_producer_id=NO_PRODUCER_ID,
+                next_producer_epoch=NO_PRODUCER_EPOCH,
             )
         else:
             error = self._persist(
@@ -195,6 +273,8 @@ class TransactionCoordinator:
                 state=TxnState.EMPTY,
                 partitions=set(),
                 start_ms=-1,
+                next_producer_id=NO_PRODUCER_ID,
+                next_producer_epoch=NO_PRODUCER_EPOCH,
             )
         if error:
             return InitResult(error)
@@ -202,8 +282,10 @@ class TransactionCoordinator:
 
     def _abort_with_fence(self, meta: TransactionMetadata) -> int:
         """Kafka's PrepareEpochFence: bump the epoch so the old producer's writes are refused, then
-        abort its transaction with the new epoch."""
-        fenced_epoch = meta.producer_epoch + 1 if meta.producer_epoch < MAX_EPOCH else meta.producer_epoch
+        abort its transaction with the new epoch. The abort is recorded as TV_0's (no further
+        bump), so the fenced producer's EndTxn v5 cannot pass for a retry of it."""
+        epoch = meta.client_epoch
+        fenced_epoch = epoch + 1 if epoch < EPOCH_CEILING else epoch
         meta.state = TxnState.PREPARE_EPOCH_FENCE  # in memory only, as in Kafka
         error = self._end(meta, commit=False, epoch=fenced_epoch, last_epoch=NO_PRODUCER_EPOCH)
         if meta.is_(TxnState.PREPARE_EPOCH_FENCE):  # the prepare write failed
@@ -213,16 +295,23 @@ class TransactionCoordinator:
     # -- the transaction -----------------------------------------------------------------
 
     def _check_producer(self, meta: TransactionMetadata | None, producer_id: int, epoch: int) -> int:
-        if meta is None or meta.producer_id != producer_id:
+        if meta is None or meta.client_producer_id != producer_id:
             return E.INVALID_PRODUCER_ID_MAPPING
-        if meta.producer_epoch != epoch:
+        if meta.client_epoch != epoch:
             return E.PRODUCER_FENCED
         return 0
 
     def add_partitions(
-        self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        partitions: Iterable[TopicPartition],
+        client_txn_version: int = TV_0,
     ) -> int:
-        """AddPartitionsToTxn / AddOffsetsToTxn: the partitions join the (possibly new) transaction."""
+        """AddPartitionsToTxn / AddOffsetsToTxn, and TV_2's implicit add by Produce v12+ and
+        TxnOffsetCommit v5: the partitions join the (possibly new) transaction of the producer
+        with exactly the current producer id and epoch."""
         if not transactional_id:
             return E.INVALID_REQUEST
         if self.loading:
@@ -238,12 +327,18 @@ class TransactionCoordinator:
             return E.CONCURRENT_TRANSACTIONS
         if meta.is_(TxnState.DEAD):
             return E.INVALID_PRODUCER_ID_MAPPING
+        if meta.is_kept:
+            return E.INVALID_TXN_STATE  # a kept transaction may only be ended
         wanted = set(partitions)
         if meta.is_(TxnState.ONGOING) and wanted <= meta.partitions:
             return 0
         start = meta.start_ms if meta.is_(TxnState.ONGOING) else self.clock.now_ms()
         return self._persist(
-            meta, state=TxnState.ONGOING, partitions=meta.partitions | wanted, start_ms=start
+            meta,
+            state=TxnState.ONGOING,
+            partitions=meta.partitions | wanted,
+            start_ms=start,
+            client_txn_version=client_txn_version,
         )
 
     def verify_partitions(
@@ -258,26 +353,43 @@ class TransactionCoordinator:
                 result[tp] = error
             else:
                 assert meta is not None
-                ok = meta.is_(TxnState.ONGOING) and tp in meta.partitions
+                ok = meta.is_(TxnState.ONGOING) and not meta.is_kept and tp in meta.partitions
                 result[tp] = 0 if ok else E.INVALID_TXN_STATE
         return result
 
     def end_transaction(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int:
-        """EndTxn from the client (Kafka's ``handleEndTransaction``)."""
+        """EndTxn v0-4 from the client (Kafka's ``handleEndTransaction`` with TV_0)."""
+        return self._end_request(transactional_id, producer_id, epoch, commit, TV_0).error
+
+    def end_transaction_v2(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool
+    ) -> EndResult:
+        """EndTxn v5 (TV_2): the epoch is bumped; the answer carries the producer id and epoch to
+        continue with."""
+        return self._end_request(transactional_id, producer_id, epoch, commit, TV_2)
+
+    def _end_request(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool, client_txn_version: int
+    ) -> EndResult:
         if not transactional_id:
-            return E.INVALID_REQUEST
+            return EndResult(E.INVALID_REQUEST)
         if self.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
+            return EndResult(E.COORDINATOR_LOAD_IN_PROGRESS)
         meta = self.txns.get(transactional_id)
+        if meta is not None and (meta.markers_pending or meta.is_(*PREPARED)):
+            self._finish_prepared(meta)
+        if client_txn_version >= TV_2:
+            return self._end_v2(meta, producer_id, epoch, commit)
+        return EndResult(self._end_v1(meta, producer_id, epoch, commit))
+
+    def _end_v1(self, meta: TransactionMetadata | None, producer_id: int, epoch: int, commit: bool) -> int:
         error = self._check_producer(meta, producer_id, epoch)
         if error:
             return error
         assert meta is not None
-        if meta.markers_pending or meta.is_(*PREPARED):
-            self._finish_prepared(meta)
         state = meta.state
         if state is TxnState.ONGOING:
-            return self._end(meta, commit, meta.producer_epoch, meta.last_producer_epoch)
+            return self._end(meta, commit, meta.client_epoch, meta.last_producer_epoch)
         if state is TxnState.COMPLETE_COMMIT:
             return 0 if commit else E.INVALID_TXN_STATE
         if state is TxnState.COMPLETE_ABORT:
@@ -290,11 +402,94 @@ class TransactionCoordinator:
             return E.CONCURRENT_TRANSACTIONS
         return E.INVALID_TXN_STATE  # Empty, Dead
 
+    def _end_v2(
+        self, meta: TransactionMetadata | None, producer_id: int, epoch: int, commit: bool
+    ) -> EndResult:
+        """Kafka's TV_2 rules: the epoch must be the current one, or (for a transaction that has
+        ended) the one before the bump, which is a retry and gets the same answer again."""
+        if meta is None:
+            return EndResult(E.INVALID_PRODUCER_ID_MAPPING)
+        state = meta.state
+        bumped_by_v2 = meta.client_txn_version >= TV_2
+        retry_on_bump = bumped_by_v2 and meta.producer_id == producer_id and meta.producer_epoch == epoch + 1
+        retry_on_overflow = (
+            bumped_by_v2
+            and meta.is_(*COMPLETE)
+            and meta.previous_producer_id == producer_id
+            and epoch == MAX_EPOCH
+            and meta.producer_epoch == 0
+        )
+        retry = retry_on_bump or retry_on_overflow
+        if meta.client_producer_id != producer_id and not retry_on_overflow:
+            return EndResult(E.INVALID_PRODUCER_ID_MAPPING)
+        if state is TxnState.PREPARE_EPOCH_FENCE:
+            return EndResult(E.CONCURRENT_TRANSACTIONS)
+        if state in PREPARED:
+            valid = retry_on_bump
+        elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid = retry or epoch == meta.producer_epoch
+        else:  # Ongoing, Empty, Dead
+            valid = epoch == meta.client_epoch
+        if not valid:
+            return EndResult(E.PRODUCER_FENCED)
+        if state is TxnState.ONGOING:
+            return self._end_bumped(meta, commit, no_partitions=False)
+        if state in PREPARED:
+            same = state is (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT)
+            return EndResult(E.CONCURRENT_TRANSACTIONS if same else E.INVALID_TXN_STATE)
+        if state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            same = state is (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
+            if retry:
+                if not same:
+                    return EndResult(E.INVALID_TXN_STATE)
+                return EndResult(0, meta.producer_id, meta.producer_epoch)
+            if commit:
+                return EndResult(E.INVALID_TXN_STATE)
+            return self._end_bumped(meta, commit=False, no_partitions=True)
+        if state is TxnState.EMPTY and not commit:
+            # TV_2 may abort a transaction the coordinator has no partition of yet (its implicit
+            # adds may not have arrived): nothing to mark, the epoch is bumped all the same.
+            return self._end_bumped(meta, commit=False, no_partitions=True)
+        return EndResult(E.INVALID_TXN_STATE)
+
+    def _end_bumped(self, meta: TransactionMetadata, commit: bool, no_partitions: bool) -> EndResult:
+        """End with the epoch bumped (TV_2); an exhausted epoch moves the client to a new producer id."""
+        epoch = meta.client_epoch
+        next_producer_id = self.next_producer_id() if epoch >= MAX_EPOCH else NO_PRODUCER_ID
+        prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        changes: dict[str, object] = {
+            "state": prepare,
+            "producer_epoch": epoch + 1,
+            "last_producer_epoch": epoch,
+            "next_producer_id": next_producer_id,
+            "next_producer_epoch": NO_PRODUCER_EPOCH,
+            "client_txn_version": TV_2,
+        }
+        if no_partitions:
+            changes.update(partitions=set(), start_ms=self.clock.now_ms())
+        error = self._persist(meta, **changes)
+        if error:
+            return EndResult(error)
+        self.after_prepare(meta)
+        self._finish_prepared(meta)
+        if meta.is_(*PREPARED) and meta.next_producer_id >= 0:
+            return EndResult(0, meta.next_producer_id, 0)
+        return EndResult(0, meta.producer_id, meta.producer_epoch)
+
     def _end(self, meta: TransactionMetadata, commit: bool, epoch: int, last_epoch: int) -> int:
         prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-        error = self._persist(meta, state=prepare, producer_epoch=epoch, last_producer_epoch=last_epoch)
+        error = self._persist(
+            meta,
+            state=prepare,
+            producer_epoch=epoch,
+            last_producer_epoch=last_epoch,
+            next_producer_id=NO_PRODUCER_ID,
+            next_producer_epoch=NO_PRODUCER_EPOCH,
+            client_txn_version=TV_0,
+        )
         if error:
             return error
+        self.after_prepare(meta)
         self._finish_prepared(meta)
         return 0
 
@@ -323,7 +518,15 @@ class TransactionCoordinator:
             meta.markers_pending = True
             return
         complete = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        if self._persist(meta, state=complete, partitions=set(), markers_pending=False):
+        changes: dict[str, object] = {"state": complete, "partitions": set(), "markers_pending": False}
+        if meta.next_producer_id >= 0:  # TV_2 epoch overflow: the client continues as a new producer
+            changes.update(
+                previous_producer_id=meta.producer_id,
+                producer_id=meta.next_producer_id,
+                producer_epoch=0,
+                next_producer_id=NO_PRODUCER_ID,
+            )
+        if self._persist(meta, **changes):
             meta.markers_pending = True  # markers are written; the completion is retried
 
     # -- checks for the data path --------------------------------------------------------
@@ -335,11 +538,16 @@ class TransactionCoordinator:
             return 0
         transactional_id = self.by_producer_id.get(producer_id)
         meta = self.txns.get(transactional_id) if transactional_id is not None else None
-        if meta is None or meta.producer_id != producer_id:
+        if meta is None or meta.client_producer_id != producer_id:
             return E.INVALID_TXN_STATE
-        if epoch < meta.producer_epoch:
+        if epoch < meta.client_epoch:
             return E.INVALID_PRODUCER_EPOCH
-        if epoch != meta.producer_epoch or not meta.is_(TxnState.ONGOING) or tp not in meta.partitions:
+        if (
+            epoch != meta.client_epoch
+            or not meta.is_(TxnState.ONGOING)
+            or meta.is_kept
+            or tp not in meta.partitions
+        ):
             return E.INVALID_TXN_STATE
         return 0
 
@@ -351,11 +559,11 @@ class TransactionCoordinator:
         if self.loading:
             return E.COORDINATOR_LOAD_IN_PROGRESS
         meta = self.txns.get(transactional_id)
-        if meta is None or meta.producer_id != producer_id:
+        if meta is None or meta.client_producer_id != producer_id:
             return E.INVALID_PRODUCER_ID_MAPPING
-        if epoch != meta.producer_epoch:
+        if epoch != meta.client_epoch:
             return E.INVALID_PRODUCER_EPOCH
-        if not meta.is_(TxnState.ONGOING) or tp not in meta.partitions:
+        if not meta.is_(TxnState.ONGOING) or meta.is_kept or tp not in meta.partitions:
             return E.INVALID_TXN_STATE
         return 0
 
@@ -371,6 +579,8 @@ class TransactionCoordinator:
         for meta in list(self.txns.values()):
             if meta.markers_pending or meta.is_(*PREPARED):
                 self._finish_prepared(meta)
+            elif meta.is_two_phase_commit:
+                continue  # KIP-939: only the external transaction manager ends it
             elif meta.is_(TxnState.ONGOING) and now > meta.start_ms + meta.timeout_ms:
                 log.info(
                     "aborting transaction %s (producer %d epoch %d): open longer than %d ms",
@@ -433,6 +643,9 @@ class TransactionCoordinator:
                 partitions=set(v.partitions),
                 start_ms=v.start_ms,
                 last_update_ms=v.last_update_ms,
+                client_txn_version=v.client_txn_version,
+                next_producer_id=v.next_producer_id,
+                next_producer_epoch=v.next_producer_epoch,
             )
             self.txns[transactional_id] = meta
             self.by_producer_id[meta.producer_id] = transactional_id

@@ -1,7 +1,8 @@
 """The ``__transaction_state`` record formats, as Kafka's transaction coordinator writes them.
 
 Kafka defines them in ``transaction-coordinator/src/main/resources/common/message``
-(TransactionLogKey v0, TransactionLogValue v0-1, v1 flexible with three tagged fields). They are
+(TransactionLogKey v0, TransactionLogValue v0-1, v1 flexible with four tagged fields:
+PreviousProducerId, NextProducerId, ClientTransactionVersion and KIP-939's NextProducerEpoch). They are
 declared here as codec tables, like ``coordinator/group/records.py`` does, so no byte layout is
 written by hand.
 
@@ -68,6 +69,7 @@ SCHEMAS: list[dict[str, Any]] = [
             _field("transaction_last_update_timestamp_ms", "int64", (0, OPEN), 0),
             _field("transaction_start_timestamp_ms", "int64", (0, OPEN), 0),
             _field("client_transaction_version", "int16", (1, OPEN), 0, tag=2, tagged=(1, OPEN)),
+            _field("next_producer_epoch", "int16", (1, OPEN), -1, tag=3, tagged=(1, OPEN)),
         ],
     },
 ]
@@ -110,7 +112,9 @@ def value(meta: TransactionMetadata, state: TxnState, partitions: set[tuple[str,
         TransactionLogValue(
             producer_id=meta.producer_id,
             previous_producer_id=meta.previous_producer_id,
-            next_producer_id=-1,
+            next_producer_id=meta.next_producer_id,
+            next_producer_epoch=meta.next_producer_epoch,
+            client_transaction_version=meta.client_txn_version,
             producer_epoch=meta.producer_epoch,
             transaction_timeout_ms=meta.timeout_ms,
             transaction_status=state.code,
@@ -133,6 +137,9 @@ class LoadedValue:
     partitions: set[tuple[str, int]]
     last_update_ms: int
     start_ms: int
+    client_txn_version: int = 0
+    next_producer_id: int = -1
+    next_producer_epoch: int = -1
 
 
 def parse_key(data: bytes) -> str | None:
@@ -156,6 +163,9 @@ def parse_value(data: bytes) -> LoadedValue:
         partitions,
         v.transaction_last_update_timestamp_ms,
         v.transaction_start_timestamp_ms,
+        v.client_transaction_version,
+        v.next_producer_id,
+        v.next_producer_epoch,
     )
 
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+from functools import partial
 from typing import TYPE_CHECKING
 
 from reference_broker.clock import Clock
 from reference_broker.coordinator.txn.coordinator import TopicPartition, TransactionCoordinator, TxnConfig
+from reference_broker.coordinator.txn.state import TransactionMetadata
 from reference_broker.services import PeriodicTask
 from reference_broker.storage import CONSUMER_OFFSETS, TRANSACTION_STATE
 from sdk.protocol.errors import UnknownTopicOrPartitionError
@@ -25,6 +29,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("reference_broker.txn_coordinator")
 
+#: Crash tests name a transactional id here: the broker SIGKILLs itself right after writing that
+#: id's PrepareCommit/PrepareAbort, before any marker (a restart must then roll it forward/back).
+KILL_AFTER_PREPARE_ENV = "REFERENCE_BROKER_TXN_KILL_AFTER_PREPARE"
+
 #: Kafka's coordinator epoch is the leader epoch of the ``__transaction_state`` partition; a
 #: single node never changes leader.
 COORDINATOR_EPOCH = 0
@@ -36,6 +44,12 @@ def txn_config(config: BrokerConfig, num_partitions: int | None = None) -> TxnCo
         id_expiration_ms=config.get("transactional.id.expiration.ms"),
         num_partitions=num_partitions or config.get("transaction.state.log.num.partitions"),
     )
+
+
+def _kill_after_prepare(transactional_id: str, meta: TransactionMetadata) -> None:
+    if meta.transactional_id == transactional_id:
+        log.warning("%s set: killing the broker after %s's prepare", KILL_AFTER_PREPARE_ENV, transactional_id)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class StorageTxnStore:
@@ -87,6 +101,9 @@ class TransactionCoordinatorService:
             clock, txn_config(config, num_partitions), self.store, self.write_marker, producer_ids.next_id
         )
         self._loader: asyncio.Task[None] | None = None
+        crash_id = os.environ.get(KILL_AFTER_PREPARE_ENV)
+        if crash_id:
+            self.coordinator.after_prepare = partial(_kill_after_prepare, crash_id)
 
     def write_marker(self, tp: TopicPartition, commit: bool, producer_id: int, producer_epoch: int) -> None:
         topic, partition = tp

@@ -46,6 +46,11 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 #: Kafka bumps to a new producer id rather than past this epoch (Short.MaxValue - 1).
 MAX_EPOCH = 32766
+#: KIP-939: a two-phase-commit transaction is one whose timeout is Integer.MAX_VALUE (Kafka's
+#: ``isDistributedTwoPhaseCommitTxn``); it is never aborted for its age.
+TWO_PHASE_COMMIT_TIMEOUT_MS = 2**31 - 1
+#: Kafka's ``TransactionVersion``: TV_2 (KIP-890 part 2) bumps the epoch at every EndTxn.
+TV_0, TV_2 = 0, 2
 
 
 @dataclasses.dataclass
@@ -68,6 +73,34 @@ class TransactionMetadata:
     last_update_ms: int = -1
     #: Markers of a prepared transaction not all written yet (a failed append is retried).
     markers_pending: bool = False
+    #: Kafka's ``clientTransactionVersion``: TV_2 when the transaction is driven by a v2 client
+    #: (EndTxn v5, implicit adds); decides whether ending it bumps the epoch.
+    client_txn_version: int = TV_0
+    #: Prepare states: the producer id the client gets once complete (epoch overflow, TV_2);
+    #: a kept KIP-939 transaction (Ongoing): the client's producer id.
+    next_producer_id: int = NO_PRODUCER_ID
+    #: A kept KIP-939 transaction (Ongoing): the epoch of the producer that kept it, while
+    #: ``producer_epoch`` stays the transaction's own (Kafka's dual identity).
+    next_producer_epoch: int = NO_PRODUCER_EPOCH
 
     def is_(self, *states: TxnState) -> bool:
         return self.state in states
+
+    @property
+    def is_two_phase_commit(self) -> bool:
+        return self.timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS
+
+    @property
+    def is_kept(self) -> bool:
+        """An ongoing transaction kept by InitProducerId(keepPreparedTxn): only ending it is allowed."""
+        return self.state is TxnState.ONGOING and self.next_producer_epoch >= 0
+
+    @property
+    def client_producer_id(self) -> int:
+        """The producer id a current client uses (the keeper's, for a kept transaction)."""
+        return self.next_producer_id if self.is_kept and self.next_producer_id >= 0 else self.producer_id
+
+    @property
+    def client_epoch(self) -> int:
+        """The epoch a current client uses (the keeper's, for a kept transaction)."""
+        return self.next_producer_epoch if self.is_kept else self.producer_epoch
