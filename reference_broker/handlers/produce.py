@@ -16,7 +16,9 @@ Versions served and per-version notes:
   the ones producers expect: PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH, and the retriable
   CONCURRENT_TRANSACTIONS / COORDINATOR_LOAD_IN_PROGRESS -> NOT_ENOUGH_REPLICAS (retried without
   a metadata refresh). Older versions only verify that the partition is in the ongoing
-  transaction. With the broker's ``transaction.version`` below 2, v12+ are not served.
+  transaction. With the broker's ``transaction.version`` below 2 a transactional v12+ batch gets
+  UNSUPPORTED_VERSION, as Kafka 4 answers (clients use v12 for transactions only when ApiVersions
+  finalizes ``transaction.version`` 2).
 - v13+ topics by id (KIP-516): an unknown id answers UNKNOWN_TOPIC_ID.
 
 The request-level rules of Kafka's ``ProduceRequest.validateRecords`` (one magic v2 batch per
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING
 
 from reference_broker.coordinator.txn.state import TV_2
 from reference_broker.handlers.common import error_code_of, find_topic
+from reference_broker.handlers.transactions import transactions_v2_enabled
 from reference_broker.log.results import RecordError, record_errors_of
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import ProduceRequest, ProduceResponse
@@ -195,6 +198,8 @@ def _transaction_check(
     coordinator = broker.transaction_coordinator
     assert coordinator is not None
     if version >= 12 and transactional_id:
+        if not transactions_v2_enabled(broker):
+            return ErrorCode.UNSUPPORTED_VERSION
         code = coordinator.add_partitions(transactional_id, producer_id, epoch, [tp], TV_2)
         return _PRODUCE_ERROR_FOR.get(code, code)
     return coordinator.verify_produce(producer_id, epoch, tp)
@@ -216,6 +221,4 @@ def error_response(request: ProduceRequest, version: int, code: int) -> ProduceR
 
 
 def install(registry: HandlerRegistry) -> None:
-    v2 = registry.broker.config.get("transaction.version") >= TV_2
-    high = ProduceRequest.VALID_VERSIONS[1]
-    registry.register(API_KEY, handle, versions=(3, high if v2 else 11), error_response=error_response)
+    registry.register(API_KEY, handle, error_response=error_response)

@@ -19,10 +19,10 @@ Versions served and per-version notes:
 - EndTxn (26) v0-5 (PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH before v2). v5 is transactions v2
   (KIP-890): the epoch is bumped (a new producer id at overflow) and the answer carries the
   producer id and epoch to continue with; a retry whose answer was lost gets it again.
-- With the broker's ``transaction.version`` below 2 the transactions-v2 versions are not served
-  (EndTxn up to v4, TxnOffsetCommit up to v4, Produce up to v11): ApiVersions advertises the
-  lower maximum and a newer request gets UNSUPPORTED_VERSION, so a client cannot drive a v2
-  transaction through a broker that has not finalized it.
+- With the broker's ``transaction.version`` below 2 the versions stay advertised but what needs
+  transactions v2 is answered UNSUPPORTED_VERSION, as Kafka 4 does: EndTxn v5, TxnOffsetCommit
+  v5 and a transactional Produce v12+ (a client is to use v2 only when ApiVersions finalizes
+  ``transaction.version`` 2).
 - WriteTxnMarkers (27) v1-2: served for completeness (the coordinator writes its markers
   in-process); markers go through the log's epoch and coordinator-epoch checks.
 - ListTransactions (66) v0-2 (v1 duration filter, v2 transactional id regex),
@@ -205,7 +205,9 @@ def handle_txn_offset_commit(
         tp = (CONSUMER_OFFSETS, groups.partition_for(request.group_id))
         coordinator = _coordinator(broker)
         code = 0
-        if ctx.api_version >= 5:  # transactions v2: the partition joins implicitly
+        if ctx.api_version >= 5 and not transactions_v2_enabled(broker):
+            code = E.UNSUPPORTED_VERSION
+        elif ctx.api_version >= 5:  # transactions v2: the partition joins implicitly
             if broker.group_service is not None:
                 broker.group_service.store.ensure_topic()
             code = coordinator.add_partitions(
@@ -270,6 +272,8 @@ def error_txn_offset_commit(
 def handle_end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
     coordinator = _coordinator(broker)
     args = (request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
+    if ctx.api_version >= 5 and not transactions_v2_enabled(broker):
+        return EndTxnResponse(error_code=E.UNSUPPORTED_VERSION)
     if ctx.api_version >= 5:
         result = coordinator.end_transaction_v2(*args)
         return EndTxnResponse(
@@ -278,9 +282,9 @@ def handle_end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) 
     return EndTxnResponse(error_code=fenced_for(coordinator.end_transaction(*args), ctx.api_version, 2))
 
 
-def transactions_v2_enabled(registry: HandlerRegistry) -> bool:
+def transactions_v2_enabled(broker: Broker) -> bool:
     """The broker finalizes transaction.version 2 or more (KIP-890's transactions v2)."""
-    return registry.broker.config.get("transaction.version") >= TV_2
+    return broker.config.get("transaction.version") >= TV_2
 
 
 # -- WriteTxnMarkers -----------------------------------------------------------------------
@@ -472,17 +476,14 @@ def install(registry: HandlerRegistry) -> None:
         versions=(0, 4),
         error_response=_simple_error(AddOffsetsToTxnResponse),
     )
-    v2 = transactions_v2_enabled(registry)
-    registry.register(
-        END_TXN, handle_end_txn, versions=(0, 5 if v2 else 4), error_response=_simple_error(EndTxnResponse)
-    )
+    registry.register(END_TXN, handle_end_txn, versions=(0, 5), error_response=_simple_error(EndTxnResponse))
     registry.register(
         WRITE_MARKERS, handle_write_markers, versions=(1, 2), error_response=error_write_markers
     )
     registry.register(
         TXN_OFFSET_COMMIT,
         handle_txn_offset_commit,
-        versions=(0, 5 if v2 else 4),
+        versions=(0, 5),
         error_response=error_txn_offset_commit,
     )
     registry.register(

@@ -24,7 +24,7 @@ from sdk.protocol.messages import (
     TxnOffsetCommitRequest,
 )
 from sdk.records import ControlType, RecordBatchBuilder, iter_batches
-from tests.reference_broker.test_transactions_wire import create_topic, unique
+from tests.reference_broker.test_transactions_wire import add_partitions, create_topic, unique
 from tests.reference_broker.wire import WireClient, fetch_request
 
 CONFIG = {
@@ -127,27 +127,32 @@ def test_transaction_version_feature_and_the_versions_served(
     assert (apis[0], apis[26], apis[28]) == (13, 5, 5)  # Produce, EndTxn, TxnOffsetCommit
     supported_v3, _, _ = features(wire, 3)
     assert supported_v3["transaction.version"] == (1, 2)  # KIP-1022: no level 0 before v4
-    # A broker at transaction.version 1 serves no transactions-v2 versions, and without
+    # A broker at transaction.version 1 answers what needs transactions v2 UNSUPPORTED_VERSION
+    # (the versions stay advertised, as Kafka 4's), and without
     # transaction.two.phase.commit.enable refuses enable2Pc as Kafka does.
     old = broker_factory({**CONFIG, "transaction.version": 1, "transaction.two.phase.commit.enable": False})
     with WireClient(old.bootstrap) as tv1:
         supported, finalized, apis = features(tv1, 3)
         assert finalized["transaction.version"] == (1, 1)
-        assert (apis[0], apis[26], apis[28]) == (11, 4, 4)
-        tid = unique("tv1")
+        assert (apis[0], apis[26], apis[28]) == (13, 5, 5)
+        tid, topic, group = unique("tv1"), unique("tv1"), unique("group")
+        create_topic(tv1, topic)
         pid, epoch = init(tv1, tid)
+        assert produce(tv1, tid, topic, 0, pid, epoch, 0, b"v2") == E.UNSUPPORTED_VERSION
+        assert offset_commit(tv1, 5, tid, group, pid, epoch, topic, 1) == E.UNSUPPORTED_VERSION
+        assert end_v2(tv1, tid, pid, epoch, commit=True) == (E.UNSUPPORTED_VERSION, -1, -1)
         two_pc = InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=1000, enable2_pc=True)
         assert tv1.request(two_pc, 6).error_code == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         keep = InitProducerIdRequest(
             transactional_id=tid, transaction_timeout_ms=1000, enable2_pc=True, keep_prepared_txn=True
         )
         assert tv1.request(keep, 6).error_code == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        # Transactions v1 work unchanged there; EndTxn v5 is a version it does not serve, and
-        # like any such request it closes the connection (as Kafka does).
-        request = EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=True)
-        assert tv1.request(request, 4).error_code == E.INVALID_TXN_STATE  # nothing to end
-        tv1.send(request, 5)
-        assert tv1.closed_by_peer()
+        # Transactions v1 work unchanged there.
+        assert add_partitions(tv1, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}
+        assert produce(tv1, tid, topic, 0, pid, epoch, 0, b"v1", version=11) == 0
+        end = EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=True)
+        assert tv1.request(end, 4).error_code == 0
+        assert committed_values(tv1, topic, 0) == [b"v1"]
     at_zero = broker_factory({**CONFIG, "transaction.version": 0})
     with WireClient(at_zero.bootstrap) as tv0:
         supported, finalized, _ = features(tv0, 4)
