@@ -26,6 +26,7 @@ from tests.sdk.producer.txn_helpers import (
     TXN_BROKER,
     create_topic,
     read_committed,
+    record_produce_versions,
     record_transactional_requests,
     txn_producer,
     unique,
@@ -61,6 +62,9 @@ async def test_commit_abort_and_offsets_use_protocol_v2(tv2_broker):
     group = unique("group")
     async with txn_producer(bootstrap, unique("tid")) as producer:
         assert producer.transaction_version == 2
+        await producer.partitions_for(topic)
+        await producer.client.get_connection(producer.client.cluster.leader_for(topic, 0))
+        produce_versions = record_produce_versions(producer, topic)
         sent = record_transactional_requests(producer)
         async with producer.transaction():
             for i in range(10):
@@ -75,6 +79,7 @@ async def test_commit_abort_and_offsets_use_protocol_v2(tv2_broker):
         async with producer.transaction():
             await producer.send(topic, b"last", partition=1)
     assert sent == [TXN_OFFSET_COMMIT, END_TXN, TXN_OFFSET_COMMIT, END_TXN, END_TXN]
+    assert produce_versions and min(produce_versions) >= 12  # Produce adds the partitions
     got = await asyncio.to_thread(read_committed, bootstrap, topic, 11)
     assert sorted(got) == sorted([b"committed-%d" % i for i in range(10)] + [b"last"])
     assert await asyncio.to_thread(_committed, bootstrap, group, topic) == [5, 3]
@@ -194,10 +199,14 @@ async def test_version_1_when_the_broker_finalizes_it(broker_factory):
     group = unique("group")
     async with txn_producer(broker.bootstrap, unique("tid")) as producer:
         assert producer.transaction_version == 1
+        await producer.partitions_for(topic)
+        await producer.client.get_connection(producer.client.cluster.leader_for(topic, 0))
+        produce_versions = record_produce_versions(producer, topic)
         sent = record_transactional_requests(producer)
         async with producer.transaction():
             await producer.send(topic, b"one", partition=0)
             await producer.send_offsets_to_transaction({(topic, 0): 1}, group)
+    assert produce_versions == [11]  # the newest Produce before transactions v2
     # AddPartitionsToTxn goes out from the sender's pass, beside the offsets' requests.
     assert sorted(sent) == sorted([ADD_PARTITIONS, ADD_OFFSETS, TXN_OFFSET_COMMIT, END_TXN])
     assert sent[-1] == END_TXN and sent.index(ADD_OFFSETS) < sent.index(TXN_OFFSET_COMMIT)

@@ -138,6 +138,23 @@ async def test_a_prepared_transaction_survives_a_broker_restart(broker_factory):
     assert sorted(got) == sorted(b"prepared-%d" % i for i in range(8))
 
 
+async def test_two_phase_commit_with_transaction_protocol_v1(broker_factory):
+    broker = broker_factory({**TXN_BROKER, "transaction.version": 1})
+    topic = await create_topic(broker.bootstrap, unique("tpc"))
+    transactional_id = unique("tid")
+    first, state = await _prepare(broker.bootstrap, transactional_id, topic, 3)
+    assert first.transaction_version == 1
+    await first.stop()
+    async with _tpc_producer(broker.bootstrap, transactional_id) as successor:
+        await successor.init_transactions(keep_prepared_transaction=True)
+        assert successor.transaction_version == 1 and successor.prepared_transaction_state == state
+        await successor.complete_transaction(state)
+        async with successor.transaction():
+            await successor.send(topic, b"next", partition=1)
+    got = await asyncio.to_thread(read_committed, broker.bootstrap, topic, 4)
+    assert sorted(got) == sorted([b"prepared-%d" % i for i in range(3)] + [b"next"])
+
+
 async def test_the_first_producer_is_fenced_once_the_successor_keeps_its_transaction(tpc_broker):
     bootstrap = tpc_broker.bootstrap
     topic = await create_topic(bootstrap, unique("tpc"))

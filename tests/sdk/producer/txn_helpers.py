@@ -115,3 +115,21 @@ def record_transactional_requests(producer: Producer) -> list[int]:
 
     sender.enqueue_transactional = recording  # type: ignore[method-assign]
     return sent
+
+
+def record_produce_versions(producer: Producer, topic: str, partition: int = 0) -> list[int]:
+    """The versions of the Produce requests the started ``producer`` sends from now on to the
+    leader of ``topic``-``partition`` (over its current connection)."""
+    client = producer.client
+    conn = client.connection(client.cluster.leader_for(topic, partition))
+    assert conn is not None
+    versions: list[int] = []
+    send = conn.send
+
+    def recording(request: Any, version: int | None = None, **kwargs: Any) -> Any:
+        if request.API_KEY == messages.ProduceRequest.API_KEY:
+            versions.append(version if version is not None else conn.version_for(request.API_KEY))
+        return send(request, version, **kwargs)
+
+    conn.send = recording  # type: ignore[method-assign]
+    return versions
