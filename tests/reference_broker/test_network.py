@@ -40,8 +40,8 @@ def test_api_versions_every_version(broker: BrokerProcess, version: int) -> None
     assert apis[18] == (0, 4)
     for key in (0, 1, 2, 3, 19, 20, 21, 22, 32, 33, 37, 44, 60):
         assert key in apis, key
-    # The transaction coordinator's APIs (transaction protocol v1: EndTxn stops at v4).
-    assert (apis[24], apis[25], apis[26], apis[28]) == ((0, 5), (0, 4), (0, 4), (0, 5))
+    # The transaction coordinator's APIs (EndTxn v5: transaction protocol v2).
+    assert (apis[24], apis[25], apis[26], apis[28]) == ((0, 5), (0, 4), (0, 5), (0, 5))
 
 
 def test_api_versions_invalid_software_name(broker: BrokerProcess) -> None:

@@ -228,7 +228,7 @@ class TransactionCoordinator:
         if not meta.is_two_phase_commit:
             return InitResult(E.INVALID_TXN_STATE)  # Kafka: only a 2PC transaction can be kept
         keeper_epoch = meta.client_epoch + 1
-        if keeper_epoch >= MAX_EPOCH:
+        if keeper_epoch > MAX_EPOCH:
             # Kafka would move the keeper to a new producer id here; not done on this broker.
             log.warning("cannot keep %s: its epochs are exhausted", meta.transactional_id)
             return InitResult(E.INVALID_TXN_STATE)
