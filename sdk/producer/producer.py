@@ -238,7 +238,8 @@ class Producer(BatchSendMixin, TransactionalMixin):
         :param sasl_plain_username: user name for ``PLAIN``.
         :param sasl_plain_password: password for ``PLAIN``.
         :param transactional_id: makes the producer transactional (``sdk.producer.transactions``):
-            ``start()`` runs ``init_transactions()``, records are sent only inside a transaction
+            ``start()`` runs ``init_transactions()`` (not with ``enable_two_phase_commit``),
+            records are sent only inside a transaction
             (``begin_transaction()`` ... ``commit_transaction()``/``abort_transaction()``, or
             ``async with producer.transaction():``), offsets join it with
             ``send_offsets_to_transaction``.

@@ -63,7 +63,8 @@ async def test_commit_abort_and_offsets_use_protocol_v2(tv2_broker):
     async with txn_producer(bootstrap, unique("tid")) as producer:
         assert producer.transaction_version == 2
         await producer.partitions_for(topic)
-        await producer.client.get_connection(producer.client.cluster.leader_for(topic, 0))
+        conn = await producer.client.get_connection(producer.client.cluster.leader_for(topic, 0))
+        assert conn.finalized_features == {"transaction.version": 2}  # from ApiVersions v3+
         produce_versions = record_produce_versions(producer, topic)
         sent = record_transactional_requests(producer)
         async with producer.transaction():
@@ -179,6 +180,9 @@ async def test_a_long_run_of_small_transactions(tv2_broker):
 async def test_version_1_against_librdkafka_mock_cluster(mock_cluster, topic_name, consume):
     async with txn_producer(mock_cluster.bootstrap, unique("tid")) as producer:
         assert producer.transaction_version == 1
+        await producer.partitions_for(topic_name)
+        conn = await producer.client.get_connection(producer.client.cluster.leader_for(topic_name, 0))
+        assert conn.finalized_features.get("transaction.version", 0) < 2
         sent = record_transactional_requests(producer)
         txn = producer.transaction_manager
         assert txn is not None
@@ -200,7 +204,8 @@ async def test_version_1_when_the_broker_finalizes_it(broker_factory):
     async with txn_producer(broker.bootstrap, unique("tid")) as producer:
         assert producer.transaction_version == 1
         await producer.partitions_for(topic)
-        await producer.client.get_connection(producer.client.cluster.leader_for(topic, 0))
+        conn = await producer.client.get_connection(producer.client.cluster.leader_for(topic, 0))
+        assert conn.finalized_features == {"transaction.version": 1}
         produce_versions = record_produce_versions(producer, topic)
         sent = record_transactional_requests(producer)
         async with producer.transaction():
