@@ -23,7 +23,9 @@ Two-phase commit (KIP-939): InitProducerId with enable2Pc gives the transaction 
 Integer.MAX_VALUE, which is what marks it as 2PC (never aborted for its age, persisted with it).
 keepPreparedTxn keeps such an ongoing transaction instead of aborting it: the transaction keeps its
 producer id and epoch (they are in its data) and the keeper gets the next epoch, stored as
-``next_producer_epoch`` (Kafka's NextProducerEpoch tag); the keeper may only end it.
+``next_producer_epoch`` (Kafka's NextProducerEpoch tag; past the last epoch, a new producer id in
+``next_producer_id``); the keeper may only end it. Its markers carry the transaction's producer
+id with an epoch above the keeper's (the highest epoch when the keeper has a new producer id).
 
 All of it runs synchronously on the event loop (markers are in-process appends), so a client sees
 the prepared states only when a marker append failed; those are retried by the periodic task and
@@ -227,27 +229,27 @@ class TransactionCoordinator:
         by the next epoch, which the caller gets to end it with."""
         if not meta.is_two_phase_commit:
             return InitResult(E.INVALID_TXN_STATE)  # Kafka: only a 2PC transaction can be kept
-        keeper_epoch = meta.client_epoch + 1
-        if keeper_epoch > MAX_EPOCH:
-            # Kafka would move the keeper to a new producer id here; not done on this broker.
-            log.warning("cannot keep %s: its epochs are exhausted", meta.transactional_id)
-            return InitResult(E.INVALID_TXN_STATE)
+        keeper_id, keeper_epoch = meta.client_producer_id, meta.client_epoch + 1
+        if keeper_epoch > MAX_EPOCH:  # Kafka's rotation: the keeper continues as a new producer
+            keeper_id, keeper_epoch = self.next_producer_id(), 0
         error = self._persist(
             meta,
-            next_producer_id=meta.producer_id,
+            next_producer_id=keeper_id,
             next_producer_epoch=keeper_epoch,
             last_producer_epoch=meta.client_epoch,
         )
         if error:
             return InitResult(error)
+        self.by_producer_id[keeper_id] = meta.transactional_id
         log.info(
-            "kept the ongoing transaction of %s (producer %d epoch %d); keeper epoch %d",
+            "kept the ongoing transaction of %s (producer %d epoch %d); keeper %d epoch %d",
             meta.transactional_id,
             meta.producer_id,
             meta.producer_epoch,
+            keeper_id,
             keeper_epoch,
         )
-        return InitResult(0, meta.producer_id, keeper_epoch, meta.producer_id, meta.producer_epoch)
+        return InitResult(0, keeper_id, keeper_epoch, meta.producer_id, meta.producer_epoch)
 
     def _bump(self, meta: TransactionMetadata, timeout_ms: int) -> InitResult:
         if meta.producer_epoch + 1 >= MAX_EPOCH:
@@ -285,6 +287,8 @@ class TransactionCoordinator:
         abort its transaction with the new epoch. The abort is recorded as TV_0's (no further
         bump), so the fenced producer's EndTxn v5 cannot pass for a retry of it."""
         epoch = meta.client_epoch
+        if meta.client_producer_id != meta.producer_id:  # a keeper moved to a new producer id
+            epoch = EPOCH_CEILING
         fenced_epoch = epoch + 1 if epoch < EPOCH_CEILING else epoch
         meta.state = TxnState.PREPARE_EPOCH_FENCE  # in memory only, as in Kafka
         error = self._end(meta, commit=False, epoch=fenced_epoch, last_epoch=NO_PRODUCER_EPOCH)
@@ -389,7 +393,8 @@ class TransactionCoordinator:
         assert meta is not None
         state = meta.state
         if state is TxnState.ONGOING:
-            return self._end(meta, commit, meta.client_epoch, meta.last_producer_epoch)
+            marker_epoch, next_id, next_epoch = self._ending_identity(meta, bump=False)
+            return self._end(meta, commit, marker_epoch, meta.last_producer_epoch, next_id, next_epoch)
         if state is TxnState.COMPLETE_COMMIT:
             return 0 if commit else E.INVALID_TXN_STATE
         if state is TxnState.COMPLETE_ABORT:
@@ -452,17 +457,33 @@ class TransactionCoordinator:
             return self._end_bumped(meta, commit=False, no_partitions=True)
         return EndResult(E.INVALID_TXN_STATE)
 
+    def _ending_identity(self, meta: TransactionMetadata, bump: bool) -> tuple[int, int, int]:
+        """(marker epoch, next producer id, next epoch) for ending ``meta``'s transaction: the
+        markers carry the transaction's producer id with an epoch above every one its data used;
+        the client goes on with (next id, next epoch), or with the marker's identity if -1/-1.
+
+        A kept transaction whose keeper was moved to a new producer id is marked with the highest
+        epoch; TV_2 bumps the client's epoch, moving it to a new producer id once exhausted."""
+        epoch = meta.client_epoch
+        if meta.client_producer_id != meta.producer_id:
+            return EPOCH_CEILING, meta.client_producer_id, epoch + 1 if bump else epoch
+        if not bump:
+            return epoch, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        if epoch >= MAX_EPOCH:
+            return epoch + 1, self.next_producer_id(), 0
+        return epoch + 1, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+
     def _end_bumped(self, meta: TransactionMetadata, commit: bool, no_partitions: bool) -> EndResult:
         """End with the epoch bumped (TV_2); an exhausted epoch moves the client to a new producer id."""
         epoch = meta.client_epoch
-        next_producer_id = self.next_producer_id() if epoch >= MAX_EPOCH else NO_PRODUCER_ID
+        marker_epoch, next_id, next_epoch = self._ending_identity(meta, bump=True)
         prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         changes: dict[str, object] = {
             "state": prepare,
-            "producer_epoch": epoch + 1,
+            "producer_epoch": marker_epoch,
             "last_producer_epoch": epoch,
-            "next_producer_id": next_producer_id,
-            "next_producer_epoch": NO_PRODUCER_EPOCH,
+            "next_producer_id": next_id,
+            "next_producer_epoch": next_epoch,
             "client_txn_version": TV_2,
         }
         if no_partitions:
@@ -473,18 +494,26 @@ class TransactionCoordinator:
         self.after_prepare(meta)
         self._finish_prepared(meta)
         if meta.is_(*PREPARED) and meta.next_producer_id >= 0:
-            return EndResult(0, meta.next_producer_id, 0)
+            return EndResult(0, meta.next_producer_id, max(meta.next_producer_epoch, 0))
         return EndResult(0, meta.producer_id, meta.producer_epoch)
 
-    def _end(self, meta: TransactionMetadata, commit: bool, epoch: int, last_epoch: int) -> int:
+    def _end(
+        self,
+        meta: TransactionMetadata,
+        commit: bool,
+        epoch: int,
+        last_epoch: int,
+        next_producer_id: int = NO_PRODUCER_ID,
+        next_producer_epoch: int = NO_PRODUCER_EPOCH,
+    ) -> int:
         prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         error = self._persist(
             meta,
             state=prepare,
             producer_epoch=epoch,
             last_producer_epoch=last_epoch,
-            next_producer_id=NO_PRODUCER_ID,
-            next_producer_epoch=NO_PRODUCER_EPOCH,
+            next_producer_id=next_producer_id,
+            next_producer_epoch=next_producer_epoch,
             client_txn_version=TV_0,
         )
         if error:
@@ -519,12 +548,13 @@ class TransactionCoordinator:
             return
         complete = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         changes: dict[str, object] = {"state": complete, "partitions": set(), "markers_pending": False}
-        if meta.next_producer_id >= 0:  # TV_2 epoch overflow: the client continues as a new producer
+        if meta.next_producer_id >= 0:  # epoch overflow: the client continues as a new producer
             changes.update(
                 previous_producer_id=meta.producer_id,
                 producer_id=meta.next_producer_id,
-                producer_epoch=0,
+                producer_epoch=max(meta.next_producer_epoch, 0),
                 next_producer_id=NO_PRODUCER_ID,
+                next_producer_epoch=NO_PRODUCER_EPOCH,
             )
         if self._persist(meta, **changes):
             meta.markers_pending = True  # markers are written; the completion is retried
@@ -649,6 +679,7 @@ class TransactionCoordinator:
             )
             self.txns[transactional_id] = meta
             self.by_producer_id[meta.producer_id] = transactional_id
+            self.by_producer_id[meta.client_producer_id] = transactional_id
 
     def complete_loaded(self) -> None:
         """Finish what the previous run left prepared: PrepareCommit rolls forward, PrepareAbort

@@ -80,7 +80,8 @@ class TransactionMetadata:
     #: a kept KIP-939 transaction (Ongoing): the client's producer id.
     next_producer_id: int = NO_PRODUCER_ID
     #: A kept KIP-939 transaction (Ongoing): the epoch of the producer that kept it, while
-    #: ``producer_epoch`` stays the transaction's own (Kafka's dual identity).
+    #: ``producer_epoch`` stays the transaction's own (Kafka's dual identity). Prepare states:
+    #: the epoch that goes with ``next_producer_id`` (-1 for 0).
     next_producer_epoch: int = NO_PRODUCER_EPOCH
 
     def is_(self, *states: TxnState) -> bool:

@@ -222,3 +222,31 @@ async def test_keep_prepared_needs_a_two_phase_transaction(node: Node) -> None:
     assert c.init_producer_id("2pc", 1000, enable_2pc=True).error == 0
     assert node.committed_values("data", 1) == []
     assert markers(node, "data", 1) == [(two_pc, 1, ControlType.ABORT)]
+
+
+@pytest.mark.parametrize("v2_end", [True, False], ids=["EndTxn-v5", "EndTxn-v4"])
+async def test_keeper_past_the_last_epoch_gets_a_new_producer_id(node: Node, v2_end: bool) -> None:
+    c = node.coordinator
+    pid = c.init_producer_id("tx", 1000, enable_2pc=True).producer_id
+    c.txns["tx"].producer_epoch = MAX_EPOCH
+    assert c.add_partitions("tx", pid, MAX_EPOCH, [("data", 0)], TV_2) == 0
+    node.produce("data", 0, pid, MAX_EPOCH, 0, [b"kept"])
+    kept = c.init_producer_id("tx", 1000, enable_2pc=True, keep_prepared=True)
+    keeper = kept.producer_id
+    assert kept.error == 0 and keeper != pid and kept.producer_epoch == 0
+    assert (kept.ongoing_producer_id, kept.ongoing_producer_epoch) == (pid, MAX_EPOCH)
+    assert c.add_partitions("tx", pid, MAX_EPOCH, [("data", 1)], TV_2) == E.INVALID_PRODUCER_ID_MAPPING
+    if v2_end:
+        ended = c.end_transaction_v2("tx", keeper, 0, commit=True)
+        assert (ended.error, ended.producer_id, ended.producer_epoch) == (0, keeper, 1)
+        again = c.end_transaction_v2("tx", keeper, 0, commit=True)
+        assert (again.error, again.producer_id, again.producer_epoch) == (0, keeper, 1)
+    else:
+        assert c.end_transaction("tx", keeper, 0, commit=True) == 0
+    # The transaction's own producer id is marked with the highest epoch, above all its data.
+    assert markers(node, "data", 0) == [(pid, MAX_EPOCH + 1, ControlType.COMMIT)]
+    assert node.committed_values("data", 0) == [b"kept"]
+    meta = c.txns["tx"]
+    assert (meta.producer_id, meta.producer_epoch) == (keeper, 1 if v2_end else 0)
+    assert meta.previous_producer_id == pid
+    assert c.add_partitions("tx", keeper, meta.producer_epoch, [("data", 1)], TV_2) == 0
