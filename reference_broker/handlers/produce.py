@@ -177,7 +177,7 @@ def _append(
 
 #: Coordinator errors a producer would not retry as such (Kafka's ReplicaManager): retriable ones
 #: become NOT_ENOUGH_REPLICAS, a fenced producer gets the produce path's INVALID_PRODUCER_EPOCH.
-_PRODUCE_ERROR_FOR = {
+_PRODUCE_ERROR_FOR: dict[int, int] = {
     ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
     ErrorCode.CONCURRENT_TRANSACTIONS: ErrorCode.NOT_ENOUGH_REPLICAS,
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.NOT_ENOUGH_REPLICAS,
