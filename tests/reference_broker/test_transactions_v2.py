@@ -1,9 +1,9 @@
 """Transactions v2 (KIP-890 part 2) on the wire: the transaction.version feature in ApiVersions and
-the versions served with it below 2, EndTxn v5's epoch bump (markers carry it, sequences restart
-at 0, a retried EndTxn gets the same answer), the late produce of an ended transaction refused and
-never visible to read_committed, implicit adds by Produce v12 and TxnOffsetCommit v5 (offsets
-visible only on commit), and a broker SIGKILLed between a v2 commit's prepare and its markers
-rolling it forward with the bumped epoch."""
+what a broker below 2 answers, EndTxn v5's epoch bump (markers carry it, sequences restart at 0, a
+retried EndTxn gets the same answer), the late produce of an ended transaction refused and never
+visible to read_committed, implicit adds by Produce v12 and TxnOffsetCommit v5 (offsets visible only
+on commit), the new producer id of an exhausted epoch, and a broker SIGKILLed between a v2
+commit's prepare and its markers rolling it forward with the bumped epoch."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from reference_broker.coordinator.txn.service import KILL_AFTER_PREPARE_ENV
-from reference_broker.testing import BrokerFactory, BrokerProcess
+from reference_broker.coordinator.txn.state import MAX_EPOCH
+from reference_broker.testing import BrokerFactory, BrokerProcess, run_in_process
 from sdk.protocol.errors import ErrorCode as E
 from sdk.protocol.messages import (
     ApiVersionsRequest,
@@ -306,3 +307,25 @@ def test_broker_killed_between_prepare_and_markers_rolls_the_v2_commit_forward(
         assert produce(wire, tid, topic, 0, pid, epoch + 1, 0, b"next") == 0
         assert end_v2(wire, tid, pid, epoch + 1, commit=True) == (0, pid, epoch + 2)
         assert committed_values(wire, topic, 0) == [b"a", b"next"]
+
+
+def test_exhausted_epoch_continues_as_a_new_producer_id() -> None:
+    """The epoch is set near its end inside the broker (32766 bumps would take minutes)."""
+    with run_in_process(config=CONFIG) as runner, WireClient(runner.bootstrap) as wire:
+        topic, tid = unique("overflow"), unique("tid")
+        create_topic(wire, topic)
+        pid, _ = init(wire, tid)
+
+        def exhaust() -> None:
+            runner.broker.transaction_coordinator.txns[tid].producer_epoch = MAX_EPOCH
+
+        runner.call(exhaust)
+        assert produce(wire, tid, topic, 0, pid, MAX_EPOCH, 0, b"last") == 0
+        error, new_pid, new_epoch = end_v2(wire, tid, pid, MAX_EPOCH, commit=True)
+        assert (error, new_epoch) == (0, 0) and new_pid != pid
+        assert markers(wire, topic, 0) == [(pid, MAX_EPOCH + 1, ControlType.COMMIT)]
+        assert end_v2(wire, tid, pid, MAX_EPOCH, commit=True) == (0, new_pid, 0)  # a retry
+        assert produce(wire, tid, topic, 0, pid, MAX_EPOCH, 1, b"late") == E.INVALID_PRODUCER_ID_MAPPING
+        assert produce(wire, tid, topic, 0, new_pid, 0, 0, b"first") == 0
+        assert end_v2(wire, tid, new_pid, 0, commit=True) == (0, new_pid, 1)
+        assert committed_values(wire, topic, 0) == [b"last", b"first"]
