@@ -23,6 +23,7 @@ from pyspark import TaskContext
 
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.records import OffsetAndMetadata
+from sdk.errors import KafkaConnectionError
 from sdk.sync import Consumer, Producer
 
 log = logging.getLogger(__name__)
@@ -159,7 +160,7 @@ def run_exactly_once(
                         dict(consumer_config or {}), max_records, fail_before_commit)
     result = PipelineResult()
     while max_rounds is None or result.rounds < max_rounds:
-        ends = _end_offsets(task)
+        ends = _end_offsets_when_reachable(task)
         pending = sorted((p, end) for p, end in ends.items() if result.committed_offsets.get(p, -1) < end)
         if not pending:
             break
@@ -171,6 +172,20 @@ def run_exactly_once(
             result.produced += produced
             result.committed_offsets[partition] = committed
     return result
+
+
+def _end_offsets_when_reachable(task: PipelineTask, patience_s: float = 60.0) -> dict[int, int]:
+    """``_end_offsets``, retried while no broker answers (a restarting broker), for ``patience_s``:
+    the round's tasks retry through Spark, the driver's planning must not give up at once."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return _end_offsets(task)
+        except KafkaConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("no broker reachable to plan the next round; retrying", exc_info=True)
+            time.sleep(0.5)
 
 
 def _end_offsets(task: PipelineTask) -> dict[int, int]:

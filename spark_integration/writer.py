@@ -88,6 +88,9 @@ class SinkOptions:
     kill_driver_at_commit: tuple[int, int] | None = None
     #: ``delivery.guarantee``: EXACTLY_ONCE (transactions and markers) or AT_LEAST_ONCE.
     guarantee: str = EXACTLY_ONCE
+    #: Test hook ``testing.slowTask`` = ``partition:batch:seconds``: that task's first attempt
+    #: stalls after its first row, so Spark launches a speculative copy (which fences it).
+    slow_task: tuple[int, int | None, float] | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
@@ -122,6 +125,7 @@ class SinkOptions:
             fail_before_commit=fail_before_commit,
             kill_driver_at_commit=_batch_and_group(options.get("testing.killdriveratcommit")),
             guarantee=guarantee,
+            slow_task=_slow_task(options.get("testing.slowtask")),
         )
 
 
@@ -132,6 +136,20 @@ def _batch_and_group(raw: str | None) -> tuple[int, int] | None:
     if not group:
         raise OptionError("option 'testing.killDriverAtCommit' is 'batch id:process group id'")
     return int(batch), int(group)
+
+
+def _slow_task(raw: str | None) -> tuple[int, int | None, float] | None:
+    if not raw:
+        return None
+    parts = raw.split(":")
+    if len(parts) != 3:
+        raise OptionError("option 'testing.slowTask' is 'partition:batch id (or empty):seconds'")
+    return int(parts[0]), int(parts[1]) if parts[1] else None, float(parts[2])
+
+
+def _hooked(hook: tuple[Any, ...] | None, partition: int, marker: Mapping[str, Any]) -> bool:
+    """Whether a test hook ``(partition, batch or None, ...)`` names this task."""
+    return hook is not None and hook[0] == partition and hook[1] in (None, marker.get("batch"))
 
 
 def _as_bytes(value: Any) -> bytes | None:
@@ -192,19 +210,24 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
             return SinkCommit(partition, 0, True)
         producer.begin_transaction()
         count = 0
+        stall = attempt == 0 and _hooked(options.slow_task, partition, marker)
         for row in rows:
             _send_row(producer, options, row)
             count += 1
+            if stall:
+                stall = False
+                producer.flush()
+                seconds = options.slow_task[2] if options.slow_task else 0.0
+                log.warning("%s: test hook stalls attempt 0 for %.1f s", transactional_id, seconds)
+                time.sleep(seconds)
         producer.send_offsets_to_transaction(
             {TopicPartition(options.marker_topic, 0): OffsetAndMetadata(marker_offset(marker), "")},
             marker_group(transactional_id))
-        if options.fail_before_commit is not None and attempt == 0:
-            hook_partition, hook_batch = options.fail_before_commit
-            if hook_partition == partition and hook_batch in (None, marker.get("batch")):
-                producer.flush()
-                crashed = True
-                _crashed_producers.append(producer)
-                raise InjectedFailure(f"{transactional_id}: injected failure before commit of {marker}")
+        if attempt == 0 and _hooked(options.fail_before_commit, partition, marker):
+            producer.flush()
+            crashed = True
+            _crashed_producers.append(producer)
+            raise InjectedFailure(f"{transactional_id}: injected failure before commit of {marker}")
         producer.commit_transaction()
         return SinkCommit(partition, count, False)
     except BaseException:
