@@ -22,6 +22,10 @@ the same write (after its commit was lost with its executor) is skipped too.
 The driver-side ``commit`` only records progress: every task already committed its transaction,
 and Spark calls ``commit``/``abort`` in fresh processes, repeatedly, and with ``None`` messages
 for failed tasks (see issue 16), so no correctness may depend on them.
+
+The option ``commit.mode=two-phase`` (default ``per-task``) makes a whole micro-batch visible at
+once instead: tasks only prepare their transactions and the driver's ``commit`` completes them
+(KIP-939; see ``two_phase.py`` for the protocol and its recovery).
 """
 
 from __future__ import annotations
@@ -46,6 +50,14 @@ from sdk.consumer.records import OffsetAndMetadata
 from sdk.producer.producer import Producer as AsyncProducer
 from sdk.sync import Consumer, Producer
 from spark_integration.options import OptionError, client_settings
+from spark_integration.two_phase import (
+    DEFAULT_INTENT_TOPIC,
+    PER_TASK,
+    TWO_PHASE,
+    complete_recorded,
+    record_intent,
+    resolve_kept_transaction,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +85,11 @@ class SinkCommit(WriterCommitMessage):
     partition: int
     records: int
     skipped: bool
+    #: Two-phase mode: the prepared transaction (its id and ``str(PreparedTxnState)``) and the
+    #: transactional id prefix, for the driver to record and complete.
+    transactional_id: str | None = None
+    state: str | None = None
+    prefix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +108,14 @@ class SinkOptions:
     #: Test hook ``testing.slowTask`` = ``partition:batch:seconds``: that task's first attempt
     #: stalls after its first row, so Spark launches a speculative copy (which fences it).
     slow_task: tuple[int, int | None, float] | None = None
+    #: ``commit.mode``: PER_TASK (each task commits) or TWO_PHASE (the driver commits the batch).
+    commit_mode: str = PER_TASK
+    intent_topic: str = DEFAULT_INTENT_TOPIC
+    #: ``two.phase.intent.wait.ms``: how long a task waits for an intent naming a transaction it
+    #: found open before it aborts it as stale.
+    intent_wait_s: float = 3.0
+    #: Test hook ``testing.killDriverAfterIntent`` = ``batch:process group`` (two-phase mode).
+    kill_driver_after_intent: tuple[int, int] | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
@@ -110,6 +135,12 @@ class SinkOptions:
         if guarantee not in (EXACTLY_ONCE, AT_LEAST_ONCE):
             raise OptionError(f"option 'delivery.guarantee' must be {EXACTLY_ONCE} or {AT_LEAST_ONCE}, "
                               f"not {options.get('delivery.guarantee')!r}")
+        commit_mode = (options.get("commit.mode") or PER_TASK).strip().lower()
+        if commit_mode not in (PER_TASK, TWO_PHASE):
+            raise OptionError(f"option 'commit.mode' must be {PER_TASK} or {TWO_PHASE}, "
+                              f"not {options.get('commit.mode')!r}")
+        if commit_mode == TWO_PHASE and guarantee != EXACTLY_ONCE:
+            raise OptionError(f"option 'commit.mode={TWO_PHASE}' needs delivery.guarantee={EXACTLY_ONCE}")
         hook = options.get("testing.failbeforecommit")
         fail_before_commit = None
         if hook:
@@ -126,6 +157,10 @@ class SinkOptions:
             kill_driver_at_commit=_batch_and_group(options.get("testing.killdriveratcommit")),
             guarantee=guarantee,
             slow_task=_slow_task(options.get("testing.slowtask")),
+            commit_mode=commit_mode,
+            intent_topic=options.get("intent.topic") or DEFAULT_INTENT_TOPIC,
+            intent_wait_s=float(options.get("two.phase.intent.wait.ms") or 3000) / 1000,
+            kill_driver_after_intent=_batch_and_group(options.get("testing.killdriverafterintent")),
         )
 
 
@@ -134,7 +169,7 @@ def _batch_and_group(raw: str | None) -> tuple[int, int] | None:
         return None
     batch, _, group = raw.partition(":")
     if not group:
-        raise OptionError("option 'testing.killDriverAtCommit' is 'batch id:process group id'")
+        raise OptionError("options 'testing.killDriver...' are 'batch id:process group id'")
     return int(batch), int(group)
 
 
@@ -190,19 +225,28 @@ def read_marker(options: SinkOptions, transactional_id: str) -> int | None:
 
 
 def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
-                    marker: dict[str, Any]) -> SinkCommit:
-    """Write this task's rows in one transaction with its marker, unless already committed."""
+                    marker: dict[str, Any], partition: int | None = None) -> SinkCommit:
+    """Write this task's rows in one transaction with its marker, unless already committed.
+    ``partition``: the sink partition when not run in a Spark task (the task's otherwise)."""
     context = TaskContext.get()
-    partition = context.partitionId() if context is not None else 0
+    if partition is None:
+        partition = context.partitionId() if context is not None else 0
     if options.guarantee == AT_LEAST_ONCE:
         return _write_at_least_once(options, rows, partition)
     attempt = context.attemptNumber() if context is not None else 0
     transactional_id = f"{prefix}-{partition}"
-    # The constructor runs init_transactions: older attempts of this partition are fenced and
-    # their open transaction is aborted before the marker is read.
-    producer = Producer(**options.producer_settings, transactional_id=transactional_id)
+    two_phase = options.commit_mode == TWO_PHASE
+    # Per task: the constructor runs init_transactions, so older attempts of this partition are
+    # fenced and their open transaction is aborted before the marker is read. Two-phase: older
+    # attempts are fenced, their transaction kept, then rolled forward or aborted.
+    producer = Producer(**options.producer_settings, transactional_id=transactional_id,
+                        enable_two_phase_commit=two_phase)
     crashed = False
     try:
+        if two_phase:
+            producer.init_transactions(keep_prepared_transaction=True)
+            resolve_kept_transaction(producer, options.consumer_settings, options.intent_topic, prefix,
+                                     transactional_id, options.intent_wait_s)
         if _already_committed(read_marker(options, transactional_id), marker):
             for _ in rows:
                 pass
@@ -223,11 +267,14 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
         producer.send_offsets_to_transaction(
             {TopicPartition(options.marker_topic, 0): OffsetAndMetadata(marker_offset(marker), "")},
             marker_group(transactional_id))
+        state = producer.prepare_transaction() if two_phase else None
         if attempt == 0 and _hooked(options.fail_before_commit, partition, marker):
             producer.flush()
             crashed = True
             _crashed_producers.append(producer)
             raise InjectedFailure(f"{transactional_id}: injected failure before commit of {marker}")
+        if state is not None:  # closing leaves a prepared transaction open for the driver
+            return SinkCommit(partition, count, False, transactional_id, str(state), prefix)
         producer.commit_transaction()
         return SinkCommit(partition, count, False)
     except BaseException:
@@ -286,6 +333,8 @@ class KafkaBatchWriter(DataSourceWriter):
         return write_partition(self.options, iterator, self.prefix, {"write": self.write_id})
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.options.commit_mode == TWO_PHASE:
+            commit_two_phase(self.options, {"write": self.write_id}, messages)
         _record_progress("write", self.write_id, messages)
 
 
@@ -313,11 +362,33 @@ class KafkaStreamWriter(DataSourceStreamWriter):
             # Spark wrote the batch to its commit log. The driver runs in a process group of its
             # own, given with the option (this process is not in it); the group is killed.
             os.killpg(hook[1], signal.SIGKILL)
+        if self.options.commit_mode == TWO_PHASE:
+            commit_two_phase(self.options, {"batch": batchId}, messages)
         _record_progress("batch", batchId, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning("batch %s aborted by Spark; its committed tasks stay committed, a re-run skips them",
                     batchId)
+
+
+def commit_two_phase(options: SinkOptions, marker: dict[str, Any],
+                     messages: list[WriterCommitMessage | None]) -> None:
+    """The driver's part of ``commit.mode=two-phase``: record the batch's intent, then complete
+    every prepared transaction (see ``two_phase.py``). Tasks that skipped report nothing."""
+    prepared = [m for m in messages if isinstance(m, SinkCommit) and m.transactional_id and m.state]
+    if not prepared:
+        return
+    transactions = {m.transactional_id: m.state for m in prepared if m.transactional_id and m.state}
+    record_intent(options.producer_settings, options.intent_topic, prepared[0].prefix or "", marker,
+                  transactions)
+    hook = options.kill_driver_after_intent
+    if hook is not None and hook[0] == marker.get("batch"):
+        os.killpg(hook[1], signal.SIGKILL)  # test hook: intent recorded, nothing completed
+    for transactional_id, state in transactions.items():
+        outcome = complete_recorded(
+            options.producer_settings, transactional_id, state,
+            lambda tid=transactional_id: _already_committed(read_marker(options, tid), marker))
+        log.info("%s: %s %s", transactional_id, outcome, state)
 
 
 def _record_progress(kind: str, ident: Any, messages: list[WriterCommitMessage | None]) -> None:

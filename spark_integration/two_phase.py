@@ -1,0 +1,161 @@
+"""``commit.mode=two-phase``: a whole micro-batch (or batch write) becomes visible at once.
+
+KIP-939's two-phase commit, with Spark's driver as the outside coordinator:
+
+1. Each task writes its rows and its marker in a transaction of its stable transactional id
+   (``<prefix>-<partition>``, as in the per-task mode, so a newer attempt fences an older one),
+   ``prepare_transaction()``s it and reports (transactional id, ``PreparedTxnState``) in its
+   commit message. Nothing is visible yet: read_committed readers stop at the prepared
+   transactions.
+2. The driver's ``commit(messages, batch_id)`` first records the intent, every reported
+   (transactional id, state) of the batch, in the intent topic (acks=all, flushed), then
+   completes each transaction with a producer of the same id:
+   ``init_transactions(keep_prepared_transaction=True)`` and ``complete_transaction(state)``.
+3. Recovery happens where the next transaction of an id begins: a task's producer keeps the
+   transaction left open on its id, if any. If an intent names that transaction, the task rolls
+   it forward (commits it); if none does after ``two.phase.intent.wait.ms``, the transaction is
+   stale (its batch failed or its driver died before deciding) and is aborted. The marker check
+   that follows then skips a batch whose transaction was just rolled forward. The driver, too,
+   finishes what a task rolled forward: it accepts a transaction that is no longer open when the
+   marker shows it committed.
+
+Why a Kafka topic for the intents: the record must survive the driver being SIGKILLed right
+after writing it, and it must be readable from the executors, which do the recovery; a file
+under the checkpoint would only be readable where the checkpoint's file system is mounted (a
+driver-local path, or HDFS/S3 that Python's ``open`` cannot read), while the intent topic lives
+on the cluster whose transactions it decides, is replicated like the data (acks=all), and is read
+with the same client. One record per committed batch, keyed by the query's transactional id
+prefix; recovery reads the last ``INTENT_LOOKBACK`` records of each partition.
+
+Conditions: the broker enables ``transaction.two.phase.commit.enable`` (Kafka's default is off);
+a prepared transaction never times out on the broker, so a query that stops with a prepared
+batch (its driver killed) holds read_committed readers of the output partitions back until the
+query runs again (or a producer with that id ends the transaction).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sdk.client.cluster import TopicPartition
+from sdk.producer.prepared_state import PreparedTxnState
+from sdk.sync import Consumer, Producer
+
+log = logging.getLogger(__name__)
+
+#: Values of the sink option ``commit.mode``.
+PER_TASK, TWO_PHASE = "per-task", "two-phase"
+#: Where the driver records its intents unless ``intent.topic`` says otherwise.
+DEFAULT_INTENT_TOPIC = "topicwright-spark-sink-intents"
+#: How many of the last records of each intent topic partition recovery looks at.
+INTENT_LOOKBACK = 2000
+
+
+class CommitLostError(RuntimeError):
+    """A reported prepared transaction was neither open nor committed when the driver came to
+    complete it (a later attempt aborted it): the batch is failed, its re-run writes it again."""
+
+
+def record_intent(producer_settings: Mapping[str, Any], intent_topic: str, prefix: str,
+                  marker: Mapping[str, Any], transactions: Mapping[str, str]) -> None:
+    """Durably record that ``transactions`` (transactional id -> state) are to be committed."""
+    value = json.dumps({"prefix": prefix, **marker, "transactions": dict(transactions)}).encode()
+    settings = {**producer_settings, "acks": "all"}
+    settings.pop("transaction_timeout_ms", None)
+    with Producer(**settings) as producer:
+        producer.send(intent_topic, value, key=prefix.encode()).get(30)
+
+
+def recorded_states(consumer_settings: Mapping[str, Any], intent_topic: str, prefix: str,
+                    transactional_id: str) -> set[str]:
+    """The states the intents of ``prefix`` recorded for ``transactional_id`` (recent ones)."""
+    found: set[str] = set()
+    for intent in _recent_intents(consumer_settings, intent_topic):
+        if intent.get("prefix") == prefix and transactional_id in intent.get("transactions", {}):
+            found.add(intent["transactions"][transactional_id])
+    return found
+
+
+def _recent_intents(consumer_settings: Mapping[str, Any], intent_topic: str) -> Iterable[dict[str, Any]]:
+    with Consumer(**consumer_settings, enable_auto_commit=False, isolation_level="read_committed",
+                  auto_offset_reset="earliest") as consumer:
+        partitions = consumer.partitions_for_topic(intent_topic)
+        if partitions is None:
+            consumer.topics()
+            partitions = consumer.partitions_for_topic(intent_topic)
+        tps = [TopicPartition(intent_topic, p) for p in sorted(partitions or ())]
+        if not tps:
+            return []
+        consumer.assign(tps)
+        ends = consumer.end_offsets(tps)
+        beginnings = consumer.beginning_offsets(tps)
+        for tp in tps:
+            consumer.seek(tp, max(beginnings[tp], ends[tp] - INTENT_LOOKBACK))
+        intents: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 30
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            for batch in consumer.getmany(timeout_ms=300).values():
+                for record in batch:
+                    try:
+                        intents.append(json.loads(record.value))
+                    except ValueError:
+                        log.warning("intent topic %s: unreadable record at %s", intent_topic, record.offset)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not read the intent topic {intent_topic} up to {ends}")
+        return intents
+
+
+def resolve_kept_transaction(producer: Producer, consumer_settings: Mapping[str, Any], intent_topic: str,
+                             prefix: str, transactional_id: str, wait_s: float) -> str | None:
+    """End the transaction ``producer`` kept (``init_transactions(keep_prepared_transaction=True)``):
+    commit it if an intent names it, abort it if none does within ``wait_s`` (a driver about
+    to record one gets that long). Returns "rolled forward", "aborted" or None (nothing kept)."""
+    kept = producer.prepared_transaction_state
+    if kept is None:
+        return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        if str(kept) in recorded_states(consumer_settings, intent_topic, prefix, transactional_id):
+            producer.complete_transaction(kept)
+            log.info("%s: rolled the recorded transaction %s forward", transactional_id, kept)
+            return "rolled forward"
+        if time.monotonic() >= deadline:
+            producer.complete_transaction(PreparedTxnState())  # no state matches: abort
+            log.info("%s: aborted the stale transaction %s (no intent)", transactional_id, kept)
+            return "aborted"
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def complete_recorded(producer_settings: Mapping[str, Any], transactional_id: str, state: str,
+                      committed_marker: Any, attempts: int = 3) -> str:
+    """The driver's second phase for one transaction: keep it and commit it. A transaction no
+    longer open is fine if ``committed_marker()`` (whether the task's marker shows the batch
+    committed) says a task rolled it forward; otherwise ``CommitLostError``."""
+    wanted = PreparedTxnState.parse(state)
+    for attempt in range(attempts):
+        try:
+            with Producer(**producer_settings, transactional_id=transactional_id,
+                          enable_two_phase_commit=True) as producer:
+                producer.init_transactions(keep_prepared_transaction=True)
+                kept = producer.prepared_transaction_state
+                if kept == wanted:
+                    producer.complete_transaction(wanted)
+                    return "committed"
+                if kept is not None:  # a later, undecided transaction of this id: never reported
+                    producer.complete_transaction(PreparedTxnState())
+                if committed_marker():
+                    return "already committed"
+                raise CommitLostError(f"{transactional_id}: the prepared transaction {state} is gone "
+                                      f"(found {kept or 'none'}) and its batch marker is not committed")
+        except CommitLostError:
+            raise
+        except Exception:  # fenced by a task rolling it forward at the same moment, a broker restart
+            if attempt == attempts - 1:
+                raise
+            log.warning("%s: completing %s failed; retrying", transactional_id, state, exc_info=True)
+            time.sleep(0.5)
+    raise AssertionError("unreachable")

@@ -1,0 +1,99 @@
+"""``commit.mode=two-phase`` without Spark: the sink's task and driver functions called directly
+(two sink partitions of one batch), checked by read_committed and read_uncommitted readers."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from sdk.producer.prepared_state import PreparedTxnState
+from spark_integration.options import OptionError
+from spark_integration.two_phase import CommitLostError, complete_recorded, record_intent
+from spark_integration.writer import SinkCommit, SinkOptions, commit_two_phase, write_partition
+from tests.spark_integration.helpers import read_topic
+
+SCHEMA = StructType([StructField("value", BinaryType())])
+
+
+def _options(bootstrap: str, topic: str, **extra: str) -> SinkOptions:
+    return SinkOptions.parse({"kafka.bootstrap.servers": bootstrap, "topic": topic,
+                              "commit.mode": "two-phase", "marker.topic": f"markers-{topic}",
+                              "intent.topic": f"intents-{topic}", "two.phase.intent.wait.ms": "300",
+                              **extra}, SCHEMA)
+
+
+def _rows(batch: int, partition: int, n: int = 20) -> list[tuple[bytes]]:
+    return [(f"b{batch}-p{partition}-{i}".encode(),) for i in range(n)]
+
+
+def _values(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[bytes]:
+    return sorted(r.value for r in read_topic(bootstrap, topic, isolation))
+
+
+def _write_batch(options: SinkOptions, prefix: str, batch: int) -> list[SinkCommit]:
+    return [write_partition(options, iter(_rows(batch, p)), prefix, {"batch": batch}, partition=p)
+            for p in (0, 1)]
+
+
+def test_a_prepared_batch_is_invisible_until_the_driver_commits_it(broker: Any) -> None:
+    topic = f"tp-{uuid.uuid4().hex[:8]}"
+    options, prefix = _options(broker.bootstrap, topic), f"q-{topic}"
+    messages = _write_batch(options, prefix, 0)
+    assert all(m.state and PreparedTxnState.parse(m.state).has_transaction for m in messages)
+    assert [m.transactional_id for m in messages] == [f"{prefix}-0", f"{prefix}-1"]
+    assert _values(broker.bootstrap, topic) == []
+    assert len(_values(broker.bootstrap, topic, "read_uncommitted")) == 40
+
+    commit_two_phase(options, {"batch": 0}, [*messages, None])
+    assert _values(broker.bootstrap, topic) == sorted(v for p in (0, 1) for (v,) in _rows(0, p))
+    # Spark calls commit again for a re-run batch: the transactions are found committed.
+    commit_two_phase(options, {"batch": 0}, messages)
+    assert len(_values(broker.bootstrap, topic)) == 40
+
+
+def test_recovery_rolls_a_recorded_intent_forward_and_aborts_a_stale_prepare(broker: Any) -> None:
+    topic = f"tr-{uuid.uuid4().hex[:8]}"
+    options, prefix = _options(broker.bootstrap, topic), f"q-{topic}"
+    commit_two_phase(options, {"batch": 0}, _write_batch(options, prefix, 0))
+
+    # Batch 1: both tasks prepared, the driver recorded the intent and died before completing.
+    recorded = _write_batch(options, prefix, 1)
+    record_intent(options.producer_settings, options.intent_topic, prefix, {"batch": 1},
+                  {m.transactional_id: m.state for m in recorded if m.transactional_id and m.state})
+    assert len(_values(broker.bootstrap, topic)) == 40
+    # Spark re-runs batch 1: each task rolls its recorded transaction forward, then skips.
+    rerun = _write_batch(options, prefix, 1)
+    assert all(m.skipped and m.state is None for m in rerun)
+    commit_two_phase(options, {"batch": 1}, rerun)
+    assert len(_values(broker.bootstrap, topic)) == 80
+    # The driver of the dead run comes back to its intent: already committed by the tasks.
+    for m in recorded:
+        assert m.transactional_id and m.state
+        outcome = complete_recorded(options.producer_settings, m.transactional_id, m.state, lambda: True)
+        assert outcome == "already committed"
+
+    # Batch 2: prepared, then the driver died before recording any intent: stale.
+    stale = _write_batch(options, prefix, 2)
+    rerun = _write_batch(options, prefix, 2)
+    assert [m.records for m in rerun] == [20, 20] and rerun[0].state != stale[0].state
+    commit_two_phase(options, {"batch": 2}, rerun)
+    expected = sorted(v for b in (0, 1, 2) for p in (0, 1) for (v,) in _rows(b, p))
+    assert _values(broker.bootstrap, topic) == expected
+    assert len(_values(broker.bootstrap, topic, "read_uncommitted")) == len(expected) + 40  # stale: aborted
+
+    # A reported transaction that a later attempt aborted is reported lost, not skipped over.
+    lost = write_partition(options, iter(_rows(3, 0)), prefix, {"batch": 3}, partition=0)
+    write_partition(options, iter(_rows(3, 0)), prefix, {"batch": 3}, partition=0)
+    assert lost.transactional_id and lost.state
+    with pytest.raises(CommitLostError):
+        complete_recorded(options.producer_settings, lost.transactional_id, lost.state, lambda: False)
+
+
+def test_two_phase_options_are_checked(broker: Any) -> None:
+    with pytest.raises(OptionError, match=r"commit\.mode"):
+        _options(broker.bootstrap, "t", **{"commit.mode": "eventually"})
+    with pytest.raises(OptionError, match=r"delivery\.guarantee"):
+        _options(broker.bootstrap, "t", **{"delivery.guarantee": "at-least-once"})
