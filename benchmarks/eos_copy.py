@@ -311,18 +311,24 @@ class Watcher(threading.Thread):
             self.error = exc
 
     async def _watch(self) -> None:
+        # Bounces are scheduled on what this reader has seen, so it must trail the committed output
+        # closely, also right after a broker restart: short fetch waits, and reconnect and retry
+        # backoffs capped at 100 ms (the default 1 s let a faster copier finish before the last
+        # bounce point was seen).
         async with Consumer(
             bootstrap_servers=self.bootstrap,
             isolation_level="read_committed",
             auto_offset_reset="earliest",
             enable_auto_commit=False,
-            fetch_max_wait_ms=100,
+            fetch_max_wait_ms=20,
             request_timeout_ms=3000,
+            reconnect_backoff_max_ms=100,
+            retry_backoff_max_ms=100,
         ) as consumer:
             consumer.assign([TopicPartition(self.topic, p) for p in self.seen])
             while not self.stopping.is_set():
                 try:
-                    batches = await consumer.getmany(timeout_ms=100)
+                    batches = await consumer.getmany(timeout_ms=20)
                 except KafkaError:
                     await asyncio.sleep(0.1)
                     continue
