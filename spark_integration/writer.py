@@ -359,9 +359,8 @@ class KafkaStreamWriter(DataSourceStreamWriter):
         hook = self.options.kill_driver_at_commit
         if hook is not None and hook[0] == batchId:
             # Test hook: the driver dies after every task of this batch committed and before
-            # Spark wrote the batch to its commit log. The driver runs in a process group of its
-            # own, given with the option (this process is not in it); the group is killed.
-            os.killpg(hook[1], signal.SIGKILL)
+            # Spark wrote the batch to its commit log.
+            _kill_driver(hook[1])
         if self.options.commit_mode == TWO_PHASE:
             commit_two_phase(self.options, {"batch": batchId}, messages)
         _record_progress("batch", batchId, messages)
@@ -383,12 +382,19 @@ def commit_two_phase(options: SinkOptions, marker: dict[str, Any],
                   transactions)
     hook = options.kill_driver_after_intent
     if hook is not None and hook[0] == marker.get("batch"):
-        os.killpg(hook[1], signal.SIGKILL)  # test hook: intent recorded, nothing completed
+        _kill_driver(hook[1])  # test hook: intent recorded, nothing completed
     for transactional_id, state in transactions.items():
         outcome = complete_recorded(
             options.producer_settings, transactional_id, state,
             lambda tid=transactional_id: _already_committed(read_marker(options, tid), marker))
         log.info("%s: %s %s", transactional_id, outcome, state)
+
+
+def _kill_driver(process_group: int) -> None:
+    """Test hooks: SIGKILL the driver, whose process group the option names, then this process,
+    which PySpark's daemon runs in a process group of its own (it would go on otherwise)."""
+    os.killpg(process_group, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _record_progress(kind: str, ident: Any, messages: list[WriterCommitMessage | None]) -> None:

@@ -3,6 +3,7 @@
 
     python stream_driver.py BOOTSTRAP SOURCE SINK CHECKPOINT [--available-now] [--kill-at-commit B]
         [--cluster WORKDIR] [--max-offsets N] [--fail-before-commit P:B] [--slow-task P:B:S]
+        [--two-phase] [--kill-after-intent B]
 
 ``--cluster`` runs on a local-cluster with speculative execution on (``cluster.py``), its event
 log under ``WORKDIR/events``; the other options are the sink's test hooks.
@@ -31,6 +32,8 @@ def main() -> int:
     parser.add_argument("--max-offsets", default="400", help="maxOffsetsPerTrigger")
     parser.add_argument("--fail-before-commit", help="testing.failBeforeCommit: partition:batch")
     parser.add_argument("--slow-task", help="testing.slowTask: partition:batch:seconds")
+    parser.add_argument("--two-phase", action="store_true", help="commit.mode=two-phase")
+    parser.add_argument("--kill-after-intent", help="two-phase: batch whose intent kills the driver")
     args = parser.parse_args()
     if args.cluster is not None:
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -65,6 +68,10 @@ def main() -> int:
     if args.kill_at_commit is not None:
         # Started as a session leader: this process's id is its process group's.
         writer = writer.option("testing.killDriverAtCommit", f"{args.kill_at_commit}:{os.getpgid(0)}")
+    if args.two_phase:
+        writer = writer.option("commit.mode", "two-phase").option("two.phase.intent.wait.ms", "500")
+    if args.kill_after_intent is not None:
+        writer = writer.option("testing.killDriverAfterIntent", f"{args.kill_after_intent}:{os.getpgid(0)}")
     if args.fail_before_commit:
         writer = writer.option("testing.failBeforeCommit", args.fail_before_commit)
     if args.slow_task:
