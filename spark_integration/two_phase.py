@@ -7,10 +7,13 @@ KIP-939's two-phase commit, with Spark's driver as the outside coordinator:
    ``prepare_transaction()``s it and reports (transactional id, ``PreparedTxnState``) in its
    commit message. Nothing is visible yet: read_committed readers stop at the prepared
    transactions.
-2. The driver's ``commit(messages, batch_id)`` first records the intent, every reported
-   (transactional id, state) of the batch, in the intent topic (acks=all, flushed), then
-   completes each transaction with a producer of the same id:
-   ``init_transactions(keep_prepared_transaction=True)`` and ``complete_transaction(state)``.
+2. The driver's ``commit(messages, batch_id)`` keeps every reported transaction with a producer
+   of its id (``init_transactions(keep_prepared_transaction=True)``, which fences every task
+   attempt) and checks it is the reported one; then it records the intent, every reported
+   (transactional id, state) of the batch, in the intent topic (acks=all, flushed), and
+   completes each transaction (``complete_transaction(state)``). If a reported transaction is
+   gone (a later attempt of its task aborted it), nothing is recorded, the others are aborted
+   and the batch fails (``CommitLostError``): its re-run writes it again, still all at once.
 3. Recovery happens where the next transaction of an id begins: a task's producer keeps the
    transaction left open on its id, if any. If an intent names that transaction, the task rolls
    it forward (commits it); if none does after ``two.phase.intent.wait.ms``, the transaction is
@@ -38,7 +41,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sdk.client.cluster import TopicPartition
@@ -128,6 +131,55 @@ def resolve_kept_transaction(producer: Producer, consumer_settings: Mapping[str,
             log.info("%s: aborted the stale transaction %s (no intent)", transactional_id, kept)
             return "aborted"
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+def commit_batch(producer_settings: Mapping[str, Any], intent_topic: str, prefix: str,
+                 marker: Mapping[str, Any], transactions: Mapping[str, str],
+                 committed_marker: Callable[[str], bool],
+                 after_intent: Callable[[], None] = lambda: None) -> dict[str, str]:
+    """The driver's side of one batch (see the module's docstring, step 2): keep and check every
+    reported transaction, record the intent, complete them. ``committed_marker(id)``: whether
+    that id's marker shows the batch committed (a task rolled an earlier intent forward).
+    Returns each transactional id's outcome."""
+    keepers: dict[str, Producer] = {}
+    outcomes: dict[str, str] = {}
+    try:
+        for transactional_id, state in transactions.items():
+            keeper = Producer(**producer_settings, transactional_id=transactional_id,
+                              enable_two_phase_commit=True)
+            keepers[transactional_id] = keeper
+            keeper.init_transactions(keep_prepared_transaction=True)
+            if keeper.prepared_transaction_state != PreparedTxnState.parse(state):
+                if keeper.prepared_transaction_state is not None:  # never reported: abort it (and
+                    keeper.complete_transaction(PreparedTxnState())  # its pending marker) first
+                outcomes[transactional_id] = ("already committed" if committed_marker(transactional_id)
+                                              else "lost")
+        lost = [tid for tid, outcome in outcomes.items() if outcome == "lost"]
+        if lost:
+            for keeper in keepers.values():
+                if keeper.prepared_transaction_state is not None:
+                    keeper.complete_transaction(PreparedTxnState())  # abort: the batch re-runs
+            raise CommitLostError(f"prepared transactions of {lost} are gone (aborted by a later attempt); "
+                                  "the batch is failed, nothing of it committed")
+        record_intent(producer_settings, intent_topic, prefix, marker, transactions)
+        after_intent()
+        for transactional_id, keeper in keepers.items():
+            if transactional_id in outcomes:
+                continue
+            state = transactions[transactional_id]
+            try:
+                keeper.complete_transaction(PreparedTxnState.parse(state))
+                outcomes[transactional_id] = "committed"
+            except Exception:  # fenced: a task is rolling the intent forward; see who finished
+                log.warning("%s: completing %s failed; checking again", transactional_id, state,
+                            exc_info=True)
+                outcomes[transactional_id] = complete_recorded(
+                    producer_settings, transactional_id, state,
+                    lambda t=transactional_id: committed_marker(t))
+    finally:
+        for keeper in keepers.values():
+            keeper.close()
+    return outcomes
 
 
 def complete_recorded(producer_settings: Mapping[str, Any], transactional_id: str, state: str,

@@ -54,8 +54,7 @@ from spark_integration.two_phase import (
     DEFAULT_INTENT_TOPIC,
     PER_TASK,
     TWO_PHASE,
-    complete_recorded,
-    record_intent,
+    commit_batch,
     resolve_kept_transaction,
 )
 
@@ -372,22 +371,22 @@ class KafkaStreamWriter(DataSourceStreamWriter):
 
 def commit_two_phase(options: SinkOptions, marker: dict[str, Any],
                      messages: list[WriterCommitMessage | None]) -> None:
-    """The driver's part of ``commit.mode=two-phase``: record the batch's intent, then complete
-    every prepared transaction (see ``two_phase.py``). Tasks that skipped report nothing."""
+    """The driver's part of ``commit.mode=two-phase``: check the batch's prepared transactions,
+    record its intent, complete them (see ``two_phase.py``). Tasks that skipped report nothing."""
     prepared = [m for m in messages if isinstance(m, SinkCommit) and m.transactional_id and m.state]
     if not prepared:
         return
     transactions = {m.transactional_id: m.state for m in prepared if m.transactional_id and m.state}
-    record_intent(options.producer_settings, options.intent_topic, prepared[0].prefix or "", marker,
-                  transactions)
     hook = options.kill_driver_after_intent
-    if hook is not None and hook[0] == marker.get("batch"):
-        _kill_driver(hook[1])  # test hook: intent recorded, nothing completed
-    for transactional_id, state in transactions.items():
-        outcome = complete_recorded(
-            options.producer_settings, transactional_id, state,
-            lambda tid=transactional_id: _already_committed(read_marker(options, tid), marker))
-        log.info("%s: %s %s", transactional_id, outcome, state)
+
+    def after_intent() -> None:
+        if hook is not None and hook[0] == marker.get("batch"):
+            _kill_driver(hook[1])  # test hook: intent recorded, nothing completed
+
+    outcomes = commit_batch(
+        options.producer_settings, options.intent_topic, prepared[0].prefix or "", marker, transactions,
+        lambda tid: _already_committed(read_marker(options, tid), marker), after_intent)
+    log.info("two-phase commit of %s: %s", marker, outcomes)
 
 
 def _kill_driver(process_group: int) -> None:

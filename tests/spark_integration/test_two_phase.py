@@ -84,12 +84,17 @@ def test_recovery_rolls_a_recorded_intent_forward_and_aborts_a_stale_prepare(bro
     assert _values(broker.bootstrap, topic) == expected
     assert len(_values(broker.bootstrap, topic, "read_uncommitted")) == len(expected) + 40  # stale: aborted
 
-    # A reported transaction that a later attempt aborted is reported lost, not skipped over.
-    lost = write_partition(options, iter(_rows(3, 0)), prefix, {"batch": 3}, partition=0)
+    # Batch 3: partition 0's reported transaction was aborted by a later attempt (which prepared
+    # its own, never reported): the driver commits nothing of the batch, leaves nothing open.
+    reported = _write_batch(options, prefix, 3)
     write_partition(options, iter(_rows(3, 0)), prefix, {"batch": 3}, partition=0)
-    assert lost.transactional_id and lost.state
     with pytest.raises(CommitLostError):
-        complete_recorded(options.producer_settings, lost.transactional_id, lost.state, lambda: False)
+        commit_two_phase(options, {"batch": 3}, reported)
+    assert _values(broker.bootstrap, topic) == expected
+    rerun = _write_batch(options, prefix, 3)
+    assert [m.records for m in rerun] == [20, 20]
+    commit_two_phase(options, {"batch": 3}, rerun)
+    assert len(_values(broker.bootstrap, topic)) == len(expected) + 40
 
 
 def test_two_phase_options_are_checked(broker: Any) -> None:
