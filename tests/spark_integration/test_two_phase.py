@@ -1,5 +1,6 @@
-"""``commit.mode=two-phase`` without Spark: the sink's task and driver functions called directly
-(two sink partitions of one batch), checked by read_committed and read_uncommitted readers."""
+"""``commit.mode=two-phase``: the sink's task and driver functions called directly (two sink
+partitions of one batch), and a batch write on the shared session, checked by read_committed and
+read_uncommitted readers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from sdk.producer.prepared_state import PreparedTxnState
+from spark_integration import FORMAT
 from spark_integration.options import OptionError
 from spark_integration.two_phase import CommitLostError, complete_recorded, record_intent
 from spark_integration.writer import SinkCommit, SinkOptions, commit_two_phase, write_partition
@@ -102,3 +104,19 @@ def test_two_phase_options_are_checked(broker: Any) -> None:
         _options(broker.bootstrap, "t", **{"commit.mode": "eventually"})
     with pytest.raises(OptionError, match=r"delivery\.guarantee"):
         _options(broker.bootstrap, "t", **{"delivery.guarantee": "at-least-once"})
+
+
+def test_two_phase_batch_write_with_a_failed_attempt_commits_every_row_once(spark: Any, broker: Any) -> None:
+    topic = f"tw-{uuid.uuid4().hex[:8]}"
+    frame = spark.range(0, 200, numPartitions=2).selectExpr("CAST(id AS STRING) AS key",
+                                                            "CAST(id * 3 AS STRING) AS value")
+    (frame.write.format(FORMAT)
+        .option("kafka.bootstrap.servers", broker.bootstrap)
+        .option("topic", topic)
+        .option("commit.mode", "two-phase")
+        .option("two.phase.intent.wait.ms", "300")
+        .option("testing.failBeforeCommit", "1")  # after preparing: the retry aborts it as stale
+        .mode("append").save())
+    committed = read_topic(broker.bootstrap, topic)
+    assert sorted((int(r.key), int(r.value)) for r in committed) == [(i, i * 3) for i in range(200)]
+    assert len(read_topic(broker.bootstrap, topic, "read_uncommitted")) == 300
