@@ -277,7 +277,9 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
         producer.commit_transaction()
         return SinkCommit(partition, count, False)
     except BaseException:
-        if not crashed:
+        # A prepared (kept) transaction is never aborted here: an intent may name it (a failure
+        # while resolving it leaves it to the next attempt's recovery).
+        if not crashed and producer.prepared_transaction_state is None:
             try:
                 producer.abort_transaction()
             except Exception:  # fenced or never begun: the broker ends it
