@@ -47,7 +47,7 @@ def serve_without_log(argv: list[str]) -> int:
 
     next_offsets: dict[tuple[str, int], int] = {}
 
-    def answer_only(_broker: object, info: object, index: int, records: object, _version: int) -> object:
+    def answer_only(_broker: object, info: object, index: int, records: object, *_rest: object) -> object:
         key = (info.name, index)  # type: ignore[attr-defined]
         base = next_offsets.get(key, 0)
         # Not real offsets (nothing is stored): librdkafka only passes them to delivery reports.
