@@ -104,7 +104,7 @@ def _recent_intents(consumer_settings: Mapping[str, Any], intent_topic: str) -> 
             for batch in consumer.getmany(timeout_ms=300).values():
                 for record in batch:
                     try:
-                        intents.append(json.loads(record.value))
+                        intents.append(json.loads(record.value or b""))
                     except ValueError:
                         log.warning("intent topic %s: unreadable record at %s", intent_topic, record.offset)
             if time.monotonic() > deadline:
