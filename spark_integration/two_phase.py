@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sdk.client.cluster import TopicPartition
+from sdk.errors import TransactionalIdAuthorizationFailedError
 from sdk.producer.prepared_state import PreparedTxnState
 from sdk.sync import Consumer, Producer
 
@@ -56,6 +57,23 @@ PER_TASK, TWO_PHASE = "per-task", "two-phase"
 DEFAULT_INTENT_TOPIC = "topicwright-spark-sink-intents"
 #: How many of the last records of each intent topic partition recovery looks at.
 INTENT_LOOKBACK = 2000
+
+
+class TwoPhaseCommitUnavailableError(RuntimeError):
+    """The broker refused a two-phase commit producer (Kafka answers
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED when ``transaction.two.phase.commit.enable`` is off)."""
+
+
+def init_two_phase(producer: Producer, transactional_id: str) -> None:
+    """``init_transactions(keep_prepared_transaction=True)``, with the broker setting it needs
+    named when the broker refuses."""
+    try:
+        producer.init_transactions(keep_prepared_transaction=True)
+    except TransactionalIdAuthorizationFailedError as exc:
+        raise TwoPhaseCommitUnavailableError(
+            f"{transactional_id}: the broker refused a two-phase commit producer ({exc}); "
+            "commit.mode=two-phase needs the broker setting transaction.two.phase.commit.enable=true "
+            "(and, with ACLs, the right to use the transactional id)") from exc
 
 
 class CommitLostError(RuntimeError):
@@ -148,7 +166,7 @@ def commit_batch(producer_settings: Mapping[str, Any], intent_topic: str, prefix
             keeper = Producer(**producer_settings, transactional_id=transactional_id,
                               enable_two_phase_commit=True)
             keepers[transactional_id] = keeper
-            keeper.init_transactions(keep_prepared_transaction=True)
+            init_two_phase(keeper, transactional_id)
             if keeper.prepared_transaction_state != PreparedTxnState.parse(state):
                 if keeper.prepared_transaction_state is not None:  # never reported: abort it (and
                     keeper.complete_transaction(PreparedTxnState())  # its pending marker) first
@@ -192,7 +210,7 @@ def complete_recorded(producer_settings: Mapping[str, Any], transactional_id: st
         try:
             with Producer(**producer_settings, transactional_id=transactional_id,
                           enable_two_phase_commit=True) as producer:
-                producer.init_transactions(keep_prepared_transaction=True)
+                init_two_phase(producer, transactional_id)
                 kept = producer.prepared_transaction_state
                 if kept == wanted:
                     producer.complete_transaction(wanted)

@@ -55,6 +55,7 @@ from spark_integration.two_phase import (
     PER_TASK,
     TWO_PHASE,
     commit_batch,
+    init_two_phase,
     resolve_kept_transaction,
 )
 
@@ -243,7 +244,7 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
     crashed = False
     try:
         if two_phase:
-            producer.init_transactions(keep_prepared_transaction=True)
+            init_two_phase(producer, transactional_id)
             resolve_kept_transaction(producer, options.consumer_settings, options.intent_topic, prefix,
                                      transactional_id, options.intent_wait_s)
         if _already_committed(read_marker(options, transactional_id), marker):

@@ -13,7 +13,12 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from sdk.producer.prepared_state import PreparedTxnState
 from spark_integration import FORMAT
 from spark_integration.options import OptionError
-from spark_integration.two_phase import CommitLostError, complete_recorded, record_intent
+from spark_integration.two_phase import (
+    CommitLostError,
+    TwoPhaseCommitUnavailableError,
+    complete_recorded,
+    record_intent,
+)
 from spark_integration.writer import SinkCommit, SinkOptions, commit_two_phase, write_partition
 from tests.spark_integration.helpers import read_topic
 
@@ -97,6 +102,13 @@ def test_recovery_rolls_a_recorded_intent_forward_and_aborts_a_stale_prepare(bro
     assert [m.records for m in rerun] == [20, 20]
     commit_two_phase(options, {"batch": 3}, rerun)
     assert len(_values(broker.bootstrap, topic)) == len(expected) + 40
+
+
+def test_a_broker_without_two_phase_commit_gets_a_clear_error(broker_factory: Any) -> None:
+    broker = broker_factory({"transaction.two.phase.commit.enable": False})
+    options = _options(broker.bootstrap, f"t-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(TwoPhaseCommitUnavailableError, match=r"transaction\.two\.phase\.commit\.enable=true"):
+        write_partition(options, iter(_rows(0, 0)), "q", {"batch": 0}, partition=0)
 
 
 def test_two_phase_options_are_checked(broker: Any) -> None:
