@@ -28,7 +28,8 @@ under the checkpoint would only be readable where the checkpoint's file system i
 driver-local path, or HDFS/S3 that Python's ``open`` cannot read), while the intent topic lives
 on the cluster whose transactions it decides, is replicated like the data (acks=all), and is read
 with the same client. One record per committed batch, keyed by the query's transactional id
-prefix; recovery reads the last ``INTENT_LOOKBACK`` records of each partition.
+prefix (so all of a query's intents share one partition); recovery looks for the query's newest
+intent there, reading backwards from the end (``newest_intent``).
 
 Conditions: the broker enables ``transaction.two.phase.commit.enable`` (Kafka's default is off);
 a prepared transaction never times out on the broker, so a query that stops with a prepared
@@ -41,12 +42,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sdk.client.cluster import TopicPartition
 from sdk.errors import TransactionalIdAuthorizationFailedError
 from sdk.producer.prepared_state import PreparedTxnState
+from sdk.records import murmur2_partition
 from sdk.sync import Consumer, Producer
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,7 @@ log = logging.getLogger(__name__)
 PER_TASK, TWO_PHASE = "per-task", "two-phase"
 #: Where the driver records its intents unless ``intent.topic`` says otherwise.
 DEFAULT_INTENT_TOPIC = "topicwright-spark-sink-intents"
-#: How many of the last records of each intent topic partition recovery looks at.
+#: Records of the intent topic recovery reads per step while it looks backwards for an intent.
 INTENT_LOOKBACK = 2000
 
 
@@ -93,41 +95,64 @@ def record_intent(producer_settings: Mapping[str, Any], intent_topic: str, prefi
 
 def recorded_states(consumer_settings: Mapping[str, Any], intent_topic: str, prefix: str,
                     transactional_id: str) -> set[str]:
-    """The states the intents of ``prefix`` recorded for ``transactional_id`` (recent ones)."""
-    found: set[str] = set()
-    for intent in _recent_intents(consumer_settings, intent_topic):
-        if intent.get("prefix") == prefix and transactional_id in intent.get("transactions", {}):
-            found.add(intent["transactions"][transactional_id])
-    return found
+    """The states the newest intent of ``prefix`` recorded for ``transactional_id`` (empty if
+    none does). The newest is the one that matters: a query's batches, and so its intents, come
+    one after another, so a transaction left prepared belongs to the query's last batch, whose
+    intent, if the driver got to record it, is the query's newest."""
+    intent = newest_intent(consumer_settings, intent_topic, prefix)
+    if intent is None or transactional_id not in intent.get("transactions", {}):
+        return set()
+    return {intent["transactions"][transactional_id]}
 
 
-def _recent_intents(consumer_settings: Mapping[str, Any], intent_topic: str) -> Iterable[dict[str, Any]]:
+def newest_intent(
+    consumer_settings: Mapping[str, Any], intent_topic: str, prefix: str
+) -> dict[str, Any] | None:
+    """The newest intent record of ``prefix``, or None. Intents are keyed by the prefix, so they
+    all sit in the partition the key hashes to (the producer's default partitioner, murmur2);
+    that partition is read backwards in windows of ``INTENT_LOOKBACK`` records until one of the
+    prefix turns up or the partition's start is reached, which costs one window unless many other
+    queries wrote intents since."""
     with Consumer(**consumer_settings, enable_auto_commit=False, isolation_level="read_committed",
                   auto_offset_reset="earliest") as consumer:
         partitions = consumer.partitions_for_topic(intent_topic)
         if partitions is None:
             consumer.topics()
             partitions = consumer.partitions_for_topic(intent_topic)
-        tps = [TopicPartition(intent_topic, p) for p in sorted(partitions or ())]
-        if not tps:
-            return []
-        consumer.assign(tps)
-        ends = consumer.end_offsets(tps)
-        beginnings = consumer.beginning_offsets(tps)
-        for tp in tps:
-            consumer.seek(tp, max(beginnings[tp], ends[tp] - INTENT_LOOKBACK))
-        intents: list[dict[str, Any]] = []
-        deadline = time.monotonic() + 30
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            for batch in consumer.getmany(timeout_ms=300).values():
-                for record in batch:
-                    try:
-                        intents.append(json.loads(record.value or b""))
-                    except ValueError:
-                        log.warning("intent topic %s: unreadable record at %s", intent_topic, record.offset)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"could not read the intent topic {intent_topic} up to {ends}")
-        return intents
+        if not partitions:
+            return None
+        ordered = sorted(partitions)
+        tp = TopicPartition(intent_topic, ordered[murmur2_partition(prefix.encode(), len(ordered))])
+        consumer.assign([tp])
+        start = consumer.beginning_offsets([tp])[tp]
+        end = consumer.end_offsets([tp])[tp]
+        while end > start:
+            window_start = max(start, end - INTENT_LOOKBACK)
+            found = [intent for intent in _read_intents(consumer, tp, window_start, end)
+                     if intent.get("prefix") == prefix]
+            if found:
+                return found[-1]
+            end = window_start
+        return None
+
+
+def _read_intents(consumer: Consumer, tp: TopicPartition, start: int, end: int) -> list[dict[str, Any]]:
+    """The readable intent records of ``tp`` in [start, end), in offset order."""
+    consumer.seek(tp, start)
+    intents: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 30
+    while consumer.position(tp) < end:
+        for batch in consumer.getmany(timeout_ms=300).values():
+            for record in batch:
+                if record.offset >= end:
+                    break
+                try:
+                    intents.append(json.loads(record.value or b""))
+                except ValueError:
+                    log.warning("intent topic %s: unreadable record at %s", tp.topic, record.offset)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"could not read the intent topic {tp.topic}[{tp.partition}] up to {end}")
+    return intents
 
 
 def resolve_kept_transaction(producer: Producer, consumer_settings: Mapping[str, Any], intent_topic: str,

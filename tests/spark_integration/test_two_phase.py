@@ -17,6 +17,7 @@ from spark_integration.two_phase import (
     CommitLostError,
     TwoPhaseCommitUnavailableError,
     complete_recorded,
+    newest_intent,
     record_intent,
 )
 from spark_integration.writer import SinkCommit, SinkOptions, commit_two_phase, write_partition
@@ -102,6 +103,26 @@ def test_recovery_rolls_a_recorded_intent_forward_and_aborts_a_stale_prepare(bro
     assert [m.records for m in rerun] == [20, 20]
     commit_two_phase(options, {"batch": 3}, rerun)
     assert len(_values(broker.bootstrap, topic)) == len(expected) + 40
+
+
+def test_recovery_finds_a_query_intent_behind_many_of_other_queries(
+    broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recovery reads the prefix's partition backwards until it meets one of the prefix's intents,
+    however many intents of other queries came after it (it read a fixed last 2000 before)."""
+    topic = f"ti-{uuid.uuid4().hex[:8]}"
+    options = _options(broker.bootstrap, topic)
+    monkeypatch.setattr("spark_integration.two_phase.INTENT_LOOKBACK", 3)
+    settings, intents = options.producer_settings, options.intent_topic
+    record_intent(settings, intents, "q-old", {"batch": 0}, {"q-old-0": "7:0"})
+    record_intent(settings, intents, "q-old", {"batch": 1}, {"q-old-0": "7:1"})
+    for i in range(10):  # more than three windows of other queries' intents
+        record_intent(settings, intents, "q-busy", {"batch": i}, {"q-busy-0": f"8:{i}"})
+    consumer_settings = options.consumer_settings
+    found = newest_intent(consumer_settings, intents, "q-old")
+    assert found is not None and (found["batch"], found["transactions"]) == (1, {"q-old-0": "7:1"})
+    assert newest_intent(consumer_settings, intents, "q-busy")["batch"] == 9  # type: ignore[index]
+    assert newest_intent(consumer_settings, intents, "q-never") is None
 
 
 def test_a_broker_without_two_phase_commit_gets_a_clear_error(broker_factory: Any) -> None:
