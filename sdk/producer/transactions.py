@@ -741,17 +741,21 @@ class Transactions:
                     raise txn.abortable_error() from exc
                 raise
 
+    async def _flush_transaction(self) -> None:
+        """Every record of the transaction sent and answered, and (v1) every partition added."""
+        acc = self._acc
+        acc.begin_flush()
+        try:
+            await acc.wait_for_incomplete()
+        finally:
+            acc.end_flush()
+        await self._wait_for_add()
+
     async def commit_transaction(self) -> None:
         txn = self.txn
         async with self._operation:
             txn.begin_commit()
-            acc = self._acc
-            acc.begin_flush()
-            try:
-                await acc.wait_for_incomplete()
-            finally:
-                acc.end_flush()
-            await self._wait_for_add()
+            await self._flush_transaction()
             txn.raise_if_failed()
             if txn.transaction_started:
                 try:
@@ -810,13 +814,7 @@ class Transactions:
         txn.require_prepare()
         async with self._operation:
             txn.require_prepare()
-            acc = self._acc
-            acc.begin_flush()
-            try:
-                await acc.wait_for_incomplete()
-            finally:
-                acc.end_flush()
-            await self._wait_for_add()
+            await self._flush_transaction()
             state = txn.prepare()
         log.info("transactional id %r: transaction prepared (%s)", txn.transactional_id, str(state) or "-")
         return state

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import Iterator
 
 import confluent_kafka
@@ -32,20 +31,9 @@ from sdk.errors import (
     TransactionAbortableError,
 )
 from sdk.protocol import messages
+from tests.sdk.producer.txn_helpers import TXN_BROKER, create_topic, txn_producer, unique
 
 pytestmark = pytest.mark.asyncio
-
-TXN_BROKER = {
-    "num.partitions": 2,
-    "group.initial.rebalance.delay.ms": 0,
-    "offsets.topic.num.partitions": 3,
-    "transaction.state.log.num.partitions": 3,
-}
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
 
 @pytest.fixture(scope="module")
 def txn_broker() -> Iterator[BrokerProcess]:
@@ -62,39 +50,7 @@ def txn_broker_timeouts() -> Iterator[BrokerProcess]:
 
 
 def _producer(bootstrap: str, transactional_id: str, **kwargs: object) -> Producer:
-    return Producer(
-        bootstrap_servers=bootstrap,
-        transactional_id=transactional_id,
-        request_timeout_ms=10000,
-        max_block_ms=30000,
-        **kwargs,  # type: ignore[arg-type]
-    )
-
-
-async def _create_topic(bootstrap: str, name: str, partitions: int = 2, **configs: str) -> str:
-    client = KafkaClient(bootstrap)
-    await client.start()
-    try:
-        Topic = messages.CreateTopicsRequest.CreatableTopic
-        request = messages.CreateTopicsRequest(
-            topics=[
-                Topic(
-                    name=name,
-                    num_partitions=partitions,
-                    replication_factor=1,
-                    configs=[
-                        Topic.CreatableTopicConfig(name=key.replace("_", "."), value=value)
-                        for key, value in configs.items()
-                    ],
-                )
-            ],
-            timeout_ms=10000,
-        )
-        response = await client.send_to_any(request)
-        assert response.topics[0].error_code == 0, response
-    finally:
-        await client.close()
-    return name
+    return txn_producer(bootstrap, transactional_id, **{"max_block_ms": 30000, **kwargs})
 
 
 def _confluent_read(
@@ -188,7 +144,7 @@ async def _sdk_read(bootstrap: str, topic: str, expected: int, timeout: float = 
 
 async def test_commit_visible_abort_and_open_invisible_to_read_committed(txn_broker):
     bootstrap = txn_broker.bootstrap
-    topic = await _create_topic(bootstrap, unique("txn"))
+    topic = await create_topic(bootstrap, unique("txn"))
     async with _producer(bootstrap, unique("tid")) as producer:
         async with producer.transaction():
             for i in range(10):
@@ -238,7 +194,7 @@ async def _committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int
 
 async def test_offsets_sent_to_a_transaction_are_visible_only_after_commit(txn_broker):
     bootstrap = txn_broker.bootstrap
-    topic = await _create_topic(bootstrap, unique("offsets"))
+    topic = await create_topic(bootstrap, unique("offsets"))
     group = unique("group")
     async with _producer(bootstrap, unique("tid")) as producer:
         await producer.begin_transaction()
@@ -268,7 +224,7 @@ async def test_group_metadata_of_a_member_is_checked(txn_broker):
     """KIP-447: offsets carry the consumer's generation and member id; a stale generation is
     refused (the transaction becomes abortable), the current one accepted."""
     bootstrap = txn_broker.bootstrap
-    topic = await _create_topic(bootstrap, unique("kip447"))
+    topic = await create_topic(bootstrap, unique("kip447"))
     group = unique("group")
     async with Consumer(
         topic,
@@ -298,7 +254,7 @@ async def test_group_metadata_of_a_member_is_checked(txn_broker):
 
 async def test_a_second_producer_fences_the_first(txn_broker):
     bootstrap = txn_broker.bootstrap
-    topic = await _create_topic(bootstrap, unique("fence"))
+    topic = await create_topic(bootstrap, unique("fence"))
     transactional_id = unique("tid")
     async with _producer(bootstrap, transactional_id) as first:
         await first.begin_transaction()
@@ -322,7 +278,7 @@ async def test_a_second_producer_fences_the_first(txn_broker):
 
 async def test_a_refused_record_makes_the_transaction_abortable_then_the_next_one_works(txn_broker):
     bootstrap = txn_broker.bootstrap
-    topic = await _create_topic(bootstrap, unique("compact"), cleanup_policy="compact")
+    topic = await create_topic(bootstrap, unique("compact"), cleanup_policy="compact")
     async with _producer(bootstrap, unique("tid")) as producer:
         txn = producer.transaction_manager
         assert txn is not None
@@ -348,7 +304,7 @@ async def test_closing_mid_transaction_aborts_it_so_readers_are_not_held_back(tx
     """Left open, the transaction would hold read_committed readers for transaction_timeout_ms
     (60 s here); stop() aborts it, so the next commit is readable at once."""
     bootstrap = txn_broker.bootstrap
-    topic = await _create_topic(bootstrap, unique("close"))
+    topic = await create_topic(bootstrap, unique("close"))
     async with _producer(bootstrap, unique("tid"), transaction_timeout_ms=60000) as producer:
         await producer.begin_transaction()
         await producer.send_and_wait(topic, b"left open", partition=0)
@@ -363,7 +319,7 @@ async def test_a_hung_transaction_is_aborted_by_the_coordinator_and_readers_move
     bumps its epoch; read_committed readers move past it, and the stalled producer learns of it at
     its next send (INVALID_PRODUCER_EPOCH makes the transaction abortable, KIP-588)."""
     bootstrap = txn_broker_timeouts.bootstrap
-    topic = await _create_topic(bootstrap, unique("timeout"))
+    topic = await create_topic(bootstrap, unique("timeout"))
     async with _producer(bootstrap, unique("tid"), transaction_timeout_ms=500) as hung:
         await hung.begin_transaction()
         await hung.send_and_wait(topic, b"hung", partition=0)

@@ -26,13 +26,9 @@ def unique(prefix: str) -> str:
 
 
 def txn_producer(bootstrap: str, transactional_id: str, **kwargs: Any) -> Producer:
-    return Producer(
-        bootstrap_servers=bootstrap,
-        transactional_id=transactional_id,
-        request_timeout_ms=10000,
-        max_block_ms=20000,
-        **kwargs,
-    )
+    """A transactional producer with test-sized timeouts (``kwargs`` may override them)."""
+    settings: dict[str, Any] = {"request_timeout_ms": 10000, "max_block_ms": 20000, **kwargs}
+    return Producer(bootstrap_servers=bootstrap, transactional_id=transactional_id, **settings)
 
 
 async def create_topic(bootstrap: str, name: str, partitions: int = 2, **configs: str) -> str:
