@@ -21,7 +21,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +111,20 @@ def task_attempts(event_log: Path) -> list[dict[str, Any]]:
                     "reason": event["Task End Reason"]["Reason"],
                 })
     return attempts
+
+
+def speculative_successes(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The speculative task attempts (from ``task_attempts``) that finished with Success."""
+    return [a for a in attempts if a["speculative"] and a["reason"] == "Success"]
+
+
+def finish_driver(driver: subprocess.Popen[str], timeout: float) -> str:
+    """The driver subprocess's output once it exits; after ``timeout`` its whole process group
+    (Spark's JVM and Python workers included) is SIGKILLed."""
+    try:
+        output, _ = driver.communicate(timeout=timeout)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    return output

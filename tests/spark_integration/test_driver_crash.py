@@ -17,7 +17,6 @@ event logs show the failed and the speculative attempts really ran.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_integration import audit
-from tests.spark_integration.cluster import task_attempts
+from tests.spark_integration.cluster import finish_driver, speculative_successes, task_attempts
 from tests.spark_integration.helpers import produce, read_topic
 
 DRIVER = Path(__file__).with_name("stream_driver.py")
@@ -50,20 +49,6 @@ def _start_driver(
     )
 
 
-def _finish(driver: subprocess.Popen[str], timeout: float) -> str:
-    try:
-        output, _ = driver.communicate(timeout=timeout)
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
-    return output
-
-
-def _speculated(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [a for a in attempts if a["speculative"] and a["reason"] == "Success"]
-
-
 def test_100k_stream_copy_exactly_once_with_driver_kill_task_failure_speculation_and_broker_restart(
     broker_factory: Any, tmp_path: Path
 ) -> None:
@@ -76,26 +61,26 @@ def test_100k_stream_copy_exactly_once_with_driver_kill_task_failure_speculation
     first = _start_driver(broker.bootstrap, source, sink, checkpoint, "--cluster", str(tmp_path),
                           "--fail-before-commit", "1:1", "--slow-task", f"0:2:{STALL}",
                           "--kill-at-commit", "3")
-    output = _finish(first, 150)
+    output = finish_driver(first, 150)
     assert first.returncode == -signal.SIGKILL, output[-3000:]
     assert (checkpoint / "offsets" / "3").exists() and not (checkpoint / "commits" / "3").exists()
     assert len(read_topic(broker.bootstrap, sink)) == 4 * PER_BATCH  # batches 0-3
     first_attempts = task_attempts(events)
     failed = [a for a in first_attempts if a["reason"] == "ExceptionFailure" and a["index"] == 1]
     assert failed, first_attempts
-    assert _speculated(first_attempts), first_attempts
+    assert speculative_successes(first_attempts), first_attempts
 
     second = _start_driver(broker.bootstrap, source, sink, checkpoint, "--cluster", str(tmp_path),
                            "--slow-task", f"1:8:{STALL}", "--available-now")
     deadline = time.monotonic() + 120
     while not (checkpoint / "offsets" / "6").exists():
-        assert second.poll() is None and time.monotonic() < deadline, _finish(second, 1)[-3000:]
+        assert second.poll() is None and time.monotonic() < deadline, finish_driver(second, 1)[-3000:]
         time.sleep(0.05)
     broker.restart(kill=True)
-    output = _finish(second, 150)
+    output = finish_driver(second, 150)
     assert second.returncode == 0, output[-3000:]
     second_attempts = [a for a in task_attempts(events) if a not in first_attempts]
-    assert _speculated(second_attempts), second_attempts
+    assert speculative_successes(second_attempts), second_attempts
 
     report = audit(broker.bootstrap, source, sink, bang)
     assert report.ok, report

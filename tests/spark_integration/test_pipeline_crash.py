@@ -16,7 +16,6 @@ A read_committed audit then finds output == transform(input): 0 duplicates, 0 mi
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_integration import audit
-from tests.spark_integration.cluster import task_attempts
+from tests.spark_integration.cluster import finish_driver, speculative_successes, task_attempts
 from tests.spark_integration.helpers import produce
 
 DRIVER = Path(__file__).with_name("pipeline_driver.py")
@@ -46,20 +45,6 @@ def _start(bootstrap: str, source: str, sink: str, group: str, workdir: Path, ev
     )
 
 
-def _finish(driver: subprocess.Popen[str], timeout: float) -> str:
-    try:
-        output, _ = driver.communicate(timeout=timeout)
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
-    return output
-
-
-def _speculated(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [a for a in attempts if a["speculative"] and a["reason"] == "Success"]
-
-
 def test_100k_run_exactly_once_with_driver_kill_task_failures_speculation_and_broker_restart(
     broker_factory: Any, tmp_path: Path
 ) -> None:
@@ -70,7 +55,7 @@ def test_100k_run_exactly_once_with_driver_kill_task_failures_speculation_and_br
 
     first = _start(broker.bootstrap, source, sink, group, tmp_path / "run1", events,
                    "--fail-before-commit", "1", "--slow-at", "k10000", "--kill-at", "k60000")
-    output = _finish(first, 150)
+    output = finish_driver(first, 150)
     assert first.returncode == -signal.SIGKILL, output[-3000:]
     partial = audit(broker.bootstrap, source, sink, bang)
     assert partial.duplicates == partial.unexpected == 0, partial
@@ -78,7 +63,7 @@ def test_100k_run_exactly_once_with_driver_kill_task_failures_speculation_and_br
     first_attempts = task_attempts(events)
     failed = [a for a in first_attempts if a["reason"] == "ExceptionFailure" and a["index"] == 1]
     assert failed, first_attempts
-    assert _speculated(first_attempts), first_attempts
+    assert speculative_successes(first_attempts), first_attempts
     shutil.rmtree(tmp_path / "run1")
 
     second = _start(broker.bootstrap, source, sink, group, tmp_path / "run2", events, "--slow-at", "k90000")
@@ -89,10 +74,10 @@ def test_100k_run_exactly_once_with_driver_kill_task_failures_speculation_and_br
         if line.startswith("round:"):
             break
     broker.restart(kill=True)
-    output = "".join(lines) + _finish(second, 150)
+    output = "".join(lines) + finish_driver(second, 150)
     assert second.returncode == 0, output[-3000:]
     assert output.count("round:") >= 2, output[-3000:]
-    assert _speculated([a for a in task_attempts(events) if a not in first_attempts])
+    assert speculative_successes([a for a in task_attempts(events) if a not in first_attempts])
 
     report = audit(broker.bootstrap, source, sink, bang)
     assert report.ok, report

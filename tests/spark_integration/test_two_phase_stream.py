@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from spark_integration import audit
+from tests.spark_integration.cluster import finish_driver as finish
 from tests.spark_integration.cluster import task_attempts
 from tests.spark_integration.helpers import produce, read_topic
 from tests.spark_integration.test_driver_crash import DRIVER, bang
-from tests.spark_integration.test_driver_crash import _finish as finish
 
 RECORDS = 20_000
 PER_BATCH = 5000
