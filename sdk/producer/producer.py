@@ -502,6 +502,16 @@ class Producer(BatchSendMixin, TransactionalMixin):
             future = route.append(value, timestamp_ms, None)
             if future is not None:
                 return future  # type: ignore[return-value]  # a LazyRecordFuture serves as a RecordFuture
+        elif (
+            partition is not None
+            and self._plain
+            and not headers
+            and type(value) is bytes
+            and (key is None or type(key) is bytes)
+        ):
+            direct = self._append_to_open_batch(topic, partition, key, value, timestamp_ms)
+            if direct is not None:
+                return direct
         interceptors = self._interceptors
         if interceptors is not None:
             record = interceptors.on_send(ProducerRecord(topic, value, key, partition, timestamp_ms, headers))
@@ -525,6 +535,34 @@ class Producer(BatchSendMixin, TransactionalMixin):
             self._yield_pending = False
             await asyncio.sleep(0)
         return future  # type: ignore[return-value]  # a LazyRecordFuture serves as a RecordFuture
+
+    def _append_to_open_batch(
+        self, topic: str, partition: int, key: bytes | None, value: bytes, timestamp_ms: int | None
+    ) -> RecordFuture | None:
+        """The fast path of a record of bytes sent to a given partition (nothing to serialize,
+        intercept or partition): it joins the partition's open batch if that has room and the
+        memory is free without waiting. None, with nothing changed, sends it down the general
+        path, which opens batches, waits for memory and checks that the partition exists (an
+        open batch proves it does)."""
+        acc = self._accumulator
+        parts = acc.open.get(topic)  # type: ignore[union-attr]  # set once started
+        batch = parts.get(partition) if parts is not None else None
+        if batch is None or batch.full:
+            return None
+        key_size = -1 if key is None else len(key)
+        size = RECORD_OVERHEAD + len(value) + (0 if key is None else key_size)
+        if size > self._max_record_size or acc.waiters or acc.used + size > self._buffer_memory:  # type: ignore[union-attr]
+            return None
+        if timestamp_ms is None:
+            timestamp_ms = _time_ns() // 1_000_000
+        delta = batch.builder.append(timestamp_ms, key, value)
+        if delta is None:
+            return None
+        acc.used += size  # type: ignore[union-attr]
+        future = _new_object(RecordFuture)
+        future._callbacks = None
+        batch.attach(future, delta, timestamp_ms, key_size, len(value), size)
+        return future
 
     async def send_and_wait(
         self,

@@ -166,6 +166,38 @@ async def test_no_memory_no_fast_path() -> None:
     assert batch.record_count == 3 and len(batch.futures) == 3
 
 
+async def test_records_for_a_given_partition_join_its_open_batch_directly() -> None:
+    """The explicit-partition fast path: once a partition has an open batch, records sent to it
+    (keyed or not) are appended there without the general path, with the same bookkeeping."""
+    producer, accumulator, _ = _producer(batch_size=16384)
+    general = producer.append_nowait
+    calls: list[Any] = []
+
+    def counting(record: Any, future: Any) -> Any:
+        calls.append(record)
+        return general(record, future)
+
+    producer.append_nowait = counting  # type: ignore[method-assign]
+    first = await producer.send("t", VALUE, partition=2)
+    assert len(calls) == 1  # opened the batch
+    rest = [await producer.send("t", VALUE, key=b"k%d" % i if i % 2 else None, partition=2) for i in range(9)]
+    assert len(calls) == 1  # all nine went straight into the open batch
+    batch = accumulator.open["t"][2]
+    assert batch.record_count == 10 and batch.futures == [first, *rest]
+    assert accumulator.memory_used == batch.reserved == 10 * SIZE + sum(2 for i in range(9) if i % 2)
+    assert [r.key for r in RecordBatch(batch.builder.build())] == [None] + [
+        b"k%d" % i if i % 2 else None for i in range(9)
+    ]
+    # A sealed batch, a partition without a batch, short memory or headers: the general path.
+    accumulator._seal(batch)
+    await producer.send("t", VALUE, partition=2)
+    await producer.send("t", VALUE, partition=1)
+    await producer.send("t", VALUE, partition=1, headers=[("h", b"1")])
+    assert len(calls) == 4
+    accumulator.used = producer.config.buffer_memory
+    assert producer._append_to_open_batch("t", 1, None, VALUE, None) is None
+
+
 async def test_a_custom_partitioner_is_always_asked() -> None:
     chosen: list[int] = []
 
