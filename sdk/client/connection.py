@@ -498,8 +498,10 @@ class Connection:
         try:
             _, body = decode_response(entry.api_key, entry.version, data)
         except DecodeError as exc:
-            future.set_exception(exc)
-            raise
+            # Name the response: the broker bug it points at depends on the API and version.
+            named = DecodeError(f"{_api_name(entry.api_key)} v{entry.version} response: {exc}")
+            future.set_exception(named)
+            raise named from exc
         future.set_result(body)
 
 

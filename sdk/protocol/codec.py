@@ -91,6 +91,15 @@ def _compile(
             continue
         flush_group()
         d, e = _field_code(f, i, version, flexible, ns)
+        if cls.KIND == "response" and f.type == "bytes" and not f.array and not f.nullable_in(version):
+            # A null where Kafka allows none is read as empty, as librdkafka reads it: its mock
+            # cluster answers a failed SyncGroup with a null assignment, and refusing the answer
+            # would drop the connection instead of showing the error code beside it.
+            compact = f.flexible_in(version, flexible)
+            d = [
+                f"    x, pos = p.read_bytes(buf, pos, end, True, {compact}, False)",
+                f"    o.{f.name} = b'' if x is None else x",
+            ]
         dec.extend(d)
         enc.extend(e)
     flush_group()

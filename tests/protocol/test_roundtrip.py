@@ -272,3 +272,33 @@ def test_float_nan_and_signed_zero() -> None:
         got = decode(quotas, wire, 1).entries[0].values[0].value
         assert repr(got) == repr(x)
         assert encode(decode(quotas, wire, 1), 1) == wire
+
+
+def test_a_null_assignment_in_a_response_reads_as_empty_but_a_null_request_field_is_refused() -> None:
+    """librdkafka's mock cluster answers a failed SyncGroup with a null assignment, which Kafka's
+    schema does not allow: the client reads it as empty, so the error code beside it reaches the
+    group member instead of the connection being dropped. A broker stays strict with requests."""
+    import struct
+
+    from sdk.protocol.codec import decode_response
+    from sdk.protocol.messages import SyncGroupRequest
+
+    for version in (0, 3, 4, 5):
+        flexible = version >= 4
+        body = (struct.pack(">i", 0) if version >= 1 else b"") + struct.pack(">h", 27)
+        if version >= 5:
+            body += b"\x00\x00"  # null protocol type and name (compact)
+        body += b"\x00" if flexible else struct.pack(">i", -1)  # the null assignment
+        if flexible:
+            body += b"\x00"  # no tags
+        header = struct.pack(">i", 9) + (b"\x00" if flexible else b"")
+        correlation_id, response = decode_response(14, version, header + body)
+        assert (correlation_id, response.error_code, response.assignment) == (9, 27, b"")
+
+    member = SyncGroupRequest.SyncGroupRequestAssignment(member_id="m", assignment=b"x")
+    request = encode(SyncGroupRequest(group_id="g", generation_id=1, member_id="m", assignments=[member]), 3)
+    assert request.endswith(struct.pack(">i", 1) + b"x")
+    null_assignment = request[:-5] + struct.pack(">i", -1)
+    with pytest.raises(DecodeError, match="not nullable"):
+        decode(SyncGroupRequest, null_assignment, 3)
+    assert decode(SyncGroupRequest, request, 3).assignments[0].assignment == b"x"
