@@ -22,10 +22,14 @@ from sdk.protocol.messages import (
     InitProducerIdRequest,
     OffsetFetchRequest,
     ProduceRequest,
-    TxnOffsetCommitRequest,
 )
 from sdk.records import ControlType, RecordBatchBuilder, iter_batches
-from tests.reference_broker.test_transactions_wire import add_partitions, create_topic, unique
+from tests.reference_broker.test_transactions_wire import (
+    add_partitions,
+    create_topic,
+    txn_offset_commit_request,
+    unique,
+)
 from tests.reference_broker.wire import WireClient, fetch_request
 
 CONFIG = {
@@ -231,25 +235,8 @@ def offset_commit(
     wire: WireClient, version: int, tid: str, group: str, pid: int, epoch: int, topic: str, offset: int
 ) -> int:
     """TxnOffsetCommit of ``offset`` for partition 0; the partition's error code."""
-    request = TxnOffsetCommitRequest(
-        transactional_id=tid,
-        group_id=group,
-        producer_id=pid,
-        producer_epoch=epoch,
-        generation_id=-1,
-        member_id="",
-        topics=[
-            TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
-                name=topic,
-                partitions=[
-                    TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
-                        partition_index=0, committed_offset=offset
-                    )
-                ],
-            )
-        ],
-    )
-    return wire.request(request, version).topics[0].partitions[0].error_code
+    request = txn_offset_commit_request(tid, group, pid, epoch, topic, offset)
+    return int(wire.request(request, version).topics[0].partitions[0].error_code)
 
 
 def committed_offset(wire: WireClient, group: str, topic: str) -> int:

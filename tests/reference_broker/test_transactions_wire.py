@@ -260,11 +260,11 @@ def test_transaction_on_the_wire_with_read_committed_fetch(wire: WireClient) -> 
     assert end(wire, tid, pid, epoch, commit=True) == E.INVALID_TXN_STATE
 
 
-def test_txn_offset_commit_on_the_wire(wire: WireClient) -> None:
-    tid, group, topic = unique("tid"), unique("group"), unique("offsets")
-    create_topic(wire, topic)
-    pid, epoch = init(wire, tid)
-    commit = TxnOffsetCommitRequest(
+def txn_offset_commit_request(
+    tid: str, group: str, pid: int, epoch: int, topic: str, offset: int
+) -> TxnOffsetCommitRequest:
+    """TxnOffsetCommit of ``offset`` for partition 0 of ``topic``, outside any group generation."""
+    return TxnOffsetCommitRequest(
         transactional_id=tid,
         group_id=group,
         producer_id=pid,
@@ -276,12 +276,19 @@ def test_txn_offset_commit_on_the_wire(wire: WireClient) -> None:
                 name=topic,
                 partitions=[
                     TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(
-                        partition_index=0, committed_offset=5
+                        partition_index=0, committed_offset=offset
                     )
                 ],
             )
         ],
     )
+
+
+def test_txn_offset_commit_on_the_wire(wire: WireClient) -> None:
+    tid, group, topic = unique("tid"), unique("group"), unique("offsets")
+    create_topic(wire, topic)
+    pid, epoch = init(wire, tid)
+    commit = txn_offset_commit_request(tid, group, pid, epoch, topic, 5)
     first = wire.request(commit, 3)
     assert first.topics[0].partitions[0].error_code == E.INVALID_TXN_STATE  # AddOffsetsToTxn first
     offsets = AddOffsetsToTxnRequest(

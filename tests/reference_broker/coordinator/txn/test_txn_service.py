@@ -4,7 +4,6 @@ offsets through the group coordinator, and reloading what a crash left prepared.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -82,19 +81,6 @@ class Node:
                 continue
             values.extend(r.value for r in batch)
         return values
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def node(tmp_path: Path, clock: ManualClock) -> Iterator[Node]:
-    started = await Node(tmp_path, clock).start()
-    started.storage.create_topic("data", 2, {})
-    yield started
-    await started.stop()
 
 
 async def test_commit_writes_markers_and_releases_the_lso(node: Node) -> None:

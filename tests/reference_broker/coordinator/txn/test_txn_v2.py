@@ -6,7 +6,6 @@ keepPreparedTxn (also across a restart) and ended by their keeper."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,19 +25,6 @@ from sdk.records import ControlType, iter_batches
 from tests.reference_broker.coordinator.txn.test_txn_service import Node
 
 TIMEOUT_MS = 10_000
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def node(tmp_path: Path, clock: ManualClock) -> Iterator[Node]:
-    started = await Node(tmp_path, clock).start()
-    started.storage.create_topic("data", 2, {})
-    yield started
-    await started.stop()
 
 
 def markers(node: Node, topic: str, partition: int) -> list[tuple[int, int, int]]:
