@@ -10,6 +10,7 @@ where it was not loaded (an install without that entry point's metadata,
 from __future__ import annotations
 
 import os
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -79,8 +80,44 @@ def apache_kafka_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
             cluster.stop()
 
 
+# -- markers: ``unit`` (no process, no socket to a broker) and ``interop`` (real brokers, peers) ----
+
+# Fixtures that start a broker, a peer client or a proxy in front of one.
+_INTEROP_FIXTURES = frozenset(
+    {
+        "broker", "broker_factory", "mock_cluster", "kafka", "proxy_factory", "consume",
+        "consume_sync", "group_broker", "bootstrap", "spark", "apache_kafka", "apache_kafka_factory",
+    }
+)
+# Modules and names whose presence in a test module means it drives real processes or peers.
+_INTEROP_MODULES = frozenset(
+    {"confluent_kafka", "aiokafka", "kafka", "pyspark", "subprocess", "reference_broker.testing"}
+)
+_INTEROP_NAMES = frozenset({"BrokerProcess", "InProcessBroker", "run_in_process", "MockCluster"})
+
+
+def _is_interop(item: pytest.Item) -> bool:
+    if _INTEROP_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    module = getattr(item, "module", None)
+    if module is None:
+        return False
+    for name, value in vars(module).items():
+        if name in _INTEROP_NAMES:
+            return True
+        module_name = getattr(value, "__name__", None) if isinstance(value, types.ModuleType) else None
+        if module_name in _INTEROP_MODULES or (module_name or "").split(".")[0] in _INTEROP_MODULES:
+            return True
+    return False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test ``unit`` or ``interop`` so that either set runs alone (``-m unit``)."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if "apache_kafka" in fixtures or "apache_kafka_factory" in fixtures:
             item.add_marker(pytest.mark.apache_kafka)
+        if item.get_closest_marker("apache_kafka") or _is_interop(item):
+            item.add_marker(pytest.mark.interop)
+        else:
+            item.add_marker(pytest.mark.unit)
