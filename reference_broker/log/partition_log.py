@@ -509,12 +509,24 @@ class PartitionLog:
         self, fetch_offset: int, upper_bound_offset: int
     ) -> list[tuple[int, int]]:
         """``(producer_id, first_offset)`` of aborted transactions overlapping
-        ``[fetch_offset, upper_bound_offset)``, for a read_committed FetchResponse."""
+        ``[fetch_offset, upper_bound_offset)``, for a read_committed FetchResponse.
+
+        A transaction is indexed in the segment of its ABORT marker, which may lie any number of
+        segments beyond the range (a transaction can span segment rolls). So the search starts
+        at the segment holding ``fetch_offset`` (no overlapping marker can precede it) and goes
+        on through later segments until an entry's last stable offset reaches
+        ``upper_bound_offset``: every transaction begun before the bound had ended by then, so
+        no later marker can belong to one overlapping the range (Kafka's
+        ``collectAbortedTransactions``). Without such an entry the search runs to the log end.
+        An empty range has no aborted transactions.
+        """
         self._check_open()
         found: list[tuple[int, int]] = []
+        if upper_bound_offset <= fetch_offset:
+            return found
         for segment in self.segments[self._segment_index(fetch_offset):]:
-            if segment.base_offset >= upper_bound_offset:
-                break
+            if not segment.txn_index.entries:
+                continue
             txns, done = segment.txn_index.collect(fetch_offset, upper_bound_offset)
             found.extend((t.producer_id, t.first_offset) for t in txns)
             if done:
