@@ -7,12 +7,22 @@ Layout of ``data_dir``::
     <topic>-<partition>/            one PartitionLog each, plus partition.metadata (topic id)
 
 Every metadata file is replaced atomically (temp file, fsync, rename, fsync dir). Topic creation
-writes the partition directories first and the topic file last; deletion removes the topic file
-first, then renames each partition directory to ``...-delete`` and removes it. So after a crash:
-a partition directory whose topic file is missing, or whose ``partition.metadata`` names another
-topic id, is *stray* and is renamed ``<dir>.<random>-stray`` (never silently deleted, never
+writes the partition directories first and the topic file last, and a creation that fails removes
+what it made before answering; deletion removes the topic file first, then renames each partition
+directory to ``<topic>-<partition>.<uuid>-delete`` and removes it. So after a crash: a partition
+directory whose topic file is missing, or whose ``partition.metadata`` names another topic id, is
+*stray* and is renamed ``<topic>-<partition>.<uuid>-stray`` (never silently deleted, never
 served); leftover ``-delete`` directories are removed; a missing partition directory of a known
-topic is recreated empty (with a warning).
+topic is recreated empty (with a warning). A stray directory that cannot be renamed is logged and
+left where it is, unserved: nothing found on disk stops a start.
+
+Names derived from a topic name fit a file name's 255 bytes for every legal topic name (up to 249
+characters): the renamed ``-delete``/``-stray`` directories cut the topic part short as Kafka's
+``LocalLog.logDirNameWithSuffixCappedLength`` does (the loader never parses a topic out of them);
+a topic whose ``<topic>.json`` plus the temp suffix would not fit has its file named
+``<first characters>~<digest>.json`` (``~`` is not legal in a topic name, so it never meets
+another topic's file; the loader reads the name from the content); and a partition directory
+``<topic>-<partition>`` that would not fit is refused at creation (InvalidPartitionsError).
 
 Errors raised (from ``sdk.protocol.errors``): ``InvalidTopicError`` (bad or colliding name),
 ``TopicAlreadyExistsError``, ``InvalidPartitionsError``, ``InvalidConfigError`` (message names
@@ -27,6 +37,7 @@ is fine here.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import os
@@ -38,13 +49,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reference_broker.log._files import atomic_write, fsync_dir, remove_quietly
+from reference_broker.log._files import TMP_SUFFIX, atomic_write, fsync_dir, remove_quietly
 from reference_broker.log.config import LogConfig
 from reference_broker.log.partition_log import PartitionLog
 from sdk.protocol.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
+    KafkaError,
     KafkaStorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -60,6 +72,16 @@ PARTITION_METADATA = "partition.metadata"
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
+#: The longest file or directory name (bytes) the file systems the broker runs on accept.
+MAX_FILE_NAME_BYTES = 255
+DELETE_DIR_SUFFIX = "-delete"
+STRAY_DIR_SUFFIX = "-stray"
+#: Kafka's suffix for a partition moving between log directories; never made here, left alone.
+FUTURE_DIR_SUFFIX = "-future"
+_TOPIC_FILE_SUFFIX = ".json"
+#: Not legal in a topic name: a shortened topic file name never equals a whole one.
+_SHORTENED_MARK = "~"
+_DIGEST_CHARS = 16
 
 
 def topic_id_to_string(topic_id: uuid.UUID) -> str:
@@ -101,6 +123,33 @@ class TopicMetadata:
         data = json.loads(raw)
         return cls(str(data["name"]), topic_id_from_string(data["topic_id"]),
                    int(data["partitions"]), {str(k): str(v) for k, v in data["configs"].items()})
+
+
+def renamed_partition_dir_name(topic: str, partition: int, suffix: str) -> str:
+    """``<topic>-<partition>.<uuid>{suffix}`` for a partition directory being deleted or put
+    aside, the topic part cut so the whole fits ``MAX_FILE_NAME_BYTES`` (topic names are ASCII)."""
+    tail = f"-{partition}.{uuid.uuid4().hex}{suffix}"
+    return topic[: max(0, MAX_FILE_NAME_BYTES - len(tail))] + tail
+
+
+def topic_file_name(topic: str) -> str:
+    """The name of ``topic``'s metadata file in ``.topics``: ``<topic>.json`` where it and its
+    temp file fit ``MAX_FILE_NAME_BYTES``, otherwise a prefix of the name, ``~`` and a digest."""
+    whole = topic + _TOPIC_FILE_SUFFIX
+    if len(whole) + len(TMP_SUFFIX) <= MAX_FILE_NAME_BYTES:
+        return whole
+    digest = hashlib.sha256(topic.encode()).hexdigest()[:_DIGEST_CHARS]
+    keep = MAX_FILE_NAME_BYTES - len(TMP_SUFFIX) - len(_TOPIC_FILE_SUFFIX) - _DIGEST_CHARS - 1
+    return f"{topic[:keep]}{_SHORTENED_MARK}{digest}{_TOPIC_FILE_SUFFIX}"
+
+
+def check_partition_dir_fits(topic: str, num_partitions: int) -> None:
+    """InvalidPartitionsError unless every ``<topic>-<partition>`` directory name fits."""
+    longest = f"{topic}-{num_partitions - 1}"
+    if len(longest) > MAX_FILE_NAME_BYTES:
+        raise InvalidPartitionsError(
+            f"topic {topic!r} cannot have {num_partitions} partitions: the directory name"
+            f" {longest[:20]}...-{num_partitions - 1} would be longer than {MAX_FILE_NAME_BYTES} bytes")
 
 
 def validate_topic_name(name: str) -> None:
@@ -169,6 +218,9 @@ class LogManager:
 
     def _load(self, now_ms: int) -> None:
         meta: TopicMetadata | None
+        for path in (self.data_dir / TOPICS_DIR).glob("*" + TMP_SUFFIX):
+            if path.is_file():  # a topic file write interrupted by a crash
+                _unlink_logged(path)
         for path in sorted((self.data_dir / TOPICS_DIR).glob("*.json")):
             try:
                 meta = TopicMetadata.from_json(path.read_bytes())
@@ -181,8 +233,11 @@ class LogManager:
         for path in sorted(self.data_dir.iterdir()):
             if not path.is_dir() or path.name.startswith("."):
                 continue
-            if path.name.endswith("-delete"):
+            if path.name.endswith(DELETE_DIR_SUFFIX):
                 shutil.rmtree(path, ignore_errors=True)
+                continue
+            if path.name.endswith((STRAY_DIR_SUFFIX, FUTURE_DIR_SUFFIX)):
+                log.info("leaving %s alone: a partition directory put aside, not served", path.name)
                 continue
             match = _PARTITION_DIR.match(path.name)
             if match is None:
@@ -193,7 +248,7 @@ class LogManager:
             if meta is None or partition >= meta.num_partitions or (
                 stored_id is not None and stored_id != meta.topic_id
             ):
-                self._quarantine(path)
+                self._quarantine(path, topic, partition)
                 continue
             self._logs[(topic, partition)] = self._open_partition(meta, partition, now_ms)
         for meta in self._topics.values():
@@ -203,11 +258,54 @@ class LogManager:
                                 meta.name, partition)
                     self._logs[(meta.name, partition)] = self._open_partition(meta, partition, now_ms)
 
-    def _quarantine(self, path: Path) -> None:
-        target = path.with_name(f"{path.name}.{uuid.uuid4().hex}-stray")
+    def _quarantine(self, path: Path, topic: str, partition: int) -> bool:
+        """Rename a partition directory no topic owns to ``...-stray``; False (logged) if the
+        rename failed, in which case the directory stays where it is and is not served."""
+        target = path.with_name(renamed_partition_dir_name(topic, partition, STRAY_DIR_SUFFIX))
+        try:
+            path.rename(target)
+            fsync_dir(self.data_dir)
+        except OSError as exc:
+            log.error("partition directory %s belongs to no known topic (or another topic id)"
+                      " and cannot be moved aside (%s); it is left in place, not served", path, exc)
+            return False
         log.warning("partition directory %s belongs to no known topic (or another topic id);"
                     " moved to %s", path, target.name)
-        path.rename(target)
+        return True
+
+    def _clear_leftovers(self, topic: str, partitions: range) -> None:
+        """Move aside directories a new partition would otherwise adopt; KafkaStorageError if one
+        cannot be moved (the partition is then not created)."""
+        for partition in partitions:
+            leftover = self.data_dir / f"{topic}-{partition}"
+            if leftover.exists() and not self._quarantine(leftover, topic, partition):
+                raise KafkaStorageError(f"cannot move aside the old directory {leftover.name}")
+
+    def _remove_partition_dir(self, topic: str, partition: int, plog: PartitionLog | None) -> None:
+        """Remove one partition directory (and close its log, when open): renamed to
+        ``...-delete`` first, so a crash halfway leaves nothing that looks live. Never raises:
+        what cannot be removed is logged (a ``-delete`` directory is removed at the next start,
+        anything else is put aside as stray)."""
+        directory = self.data_dir / f"{topic}-{partition}"
+        doomed = directory.with_name(renamed_partition_dir_name(topic, partition, DELETE_DIR_SUFFIX))
+        renamed = False
+        try:
+            directory.rename(doomed)
+            renamed = True
+            fsync_dir(self.data_dir)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if not renamed:
+                log.error("cannot rename %s for deletion (%s); removing it in place", directory.name, exc)
+                shutil.rmtree(directory, ignore_errors=True)
+        if plog is not None:
+            try:
+                plog.delete()  # closes its files; its directory has already left its name
+            except OSError as exc:
+                log.error("closing the deleted log %s failed: %s", plog.name, exc)
+        if renamed:
+            shutil.rmtree(doomed, ignore_errors=True)
 
     def _open_partition(self, meta: TopicMetadata, partition: int, now_ms: int) -> PartitionLog:
         directory = self.data_dir / f"{meta.name}-{partition}"
@@ -240,27 +338,31 @@ class LogManager:
                 raise InvalidTopicError(f"topic {name!r} collides with existing topic {other!r}")
         if num_partitions < 1:
             raise InvalidPartitionsError(f"number of partitions must be at least 1, not {num_partitions}")
+        check_partition_dir_fits(name, num_partitions)
         overrides = {k: str(v) for k, v in (configs or {}).items() if v is not None}
         config = self._parse_config(overrides)
         meta = TopicMetadata(name, topic_id or uuid.uuid4(), num_partitions, overrides)
         if validate_only:
             return meta
         now_ms = _now_ms() if now_ms is None else now_ms
-        for partition in range(num_partitions):
-            leftover = self.data_dir / f"{name}-{partition}"
-            if leftover.exists():  # never adopt data the new topic did not write
-                self._quarantine(leftover)
+        self._clear_leftovers(name, range(num_partitions))  # never adopt data the topic did not write
         self._configs[name] = config
-        opened = []
+        opened: list[PartitionLog] = []
         try:
             for partition in range(num_partitions):
                 opened.append(self._open_partition(meta, partition, now_ms))
             self._write_topic(meta)
-        except OSError:
-            for plog in opened:
-                plog.delete()
+        except Exception as exc:
+            log.error("creating topic %s failed (%s); removing what was made", name, exc)
+            path = self._topic_path(name)
+            _unlink_logged(path)
+            _unlink_logged(path.with_name(path.name + TMP_SUFFIX))
+            self._sync_topics_dir()
+            self._undo_partitions(name, range(num_partitions), opened)
             del self._configs[name]
-            raise
+            if isinstance(exc, KafkaError):
+                raise
+            raise KafkaStorageError(f"creating topic {name!r} failed: {exc}") from exc
         self._topics[name] = meta
         for partition, plog in enumerate(opened):
             self._logs[(name, partition)] = plog
@@ -271,14 +373,24 @@ class LogManager:
         self._check_open()
         meta = self._require_topic(name)
         remove_quietly(self._topic_path(name))
-        fsync_dir(self.data_dir / TOPICS_DIR)
+        self._sync_topics_dir()
         del self._topics[name]
         del self._configs[name]
         for partition in range(meta.num_partitions):
-            plog = self._logs.pop((name, partition), None)
-            if plog is not None:
-                plog.delete()
+            self._remove_partition_dir(name, partition, self._logs.pop((name, partition), None))
         return meta
+
+    def _undo_partitions(self, name: str, partitions: range, opened: list[PartitionLog]) -> None:
+        """Remove the directories a failed creation made (``opened`` are the logs it opened, in
+        the order of ``partitions``; the rest may have a directory without an open log)."""
+        for i, partition in enumerate(partitions):
+            self._remove_partition_dir(name, partition, opened[i] if i < len(opened) else None)
+
+    def _sync_topics_dir(self) -> None:
+        try:
+            fsync_dir(self.data_dir / TOPICS_DIR)
+        except OSError as exc:
+            log.error("fsync of %s failed: %s", self.data_dir / TOPICS_DIR, exc)
 
     def create_partitions(self, name: str, total: int, *, validate_only: bool = False,
                           now_ms: int | None = None) -> TopicMetadata:
@@ -288,16 +400,31 @@ class LogManager:
         if total <= meta.num_partitions:
             raise InvalidPartitionsError(
                 f"topic {name!r} has {meta.num_partitions} partitions; {total} is not an increase")
+        check_partition_dir_fits(name, total)
         updated = TopicMetadata(name, meta.topic_id, total, meta.configs)
         if validate_only:
             return updated
         now_ms = _now_ms() if now_ms is None else now_ms
-        for partition in range(meta.num_partitions, total):
-            leftover = self.data_dir / f"{name}-{partition}"
-            if leftover.exists():
-                self._quarantine(leftover)
-            self._logs[(name, partition)] = self._open_partition(updated, partition, now_ms)
-        self._write_topic(updated)
+        added = range(meta.num_partitions, total)
+        self._clear_leftovers(name, added)
+        opened: list[PartitionLog] = []
+        try:
+            for partition in added:
+                opened.append(self._open_partition(updated, partition, now_ms))
+            self._write_topic(updated)
+        except Exception as exc:
+            log.error("adding partitions to %s failed (%s); removing what was made", name, exc)
+            if len(opened) == len(added):  # the metadata write failed: it may have replaced the file
+                try:
+                    self._write_topic(meta)
+                except OSError as again:
+                    log.error("rewriting the metadata of %s failed: %s", name, again)
+            self._undo_partitions(name, added, opened)
+            if isinstance(exc, KafkaError):
+                raise
+            raise KafkaStorageError(f"adding partitions to {name!r} failed: {exc}") from exc
+        for partition, plog in zip(added, opened, strict=True):
+            self._logs[(name, partition)] = plog
         self._topics[name] = updated
         return updated
 
@@ -333,7 +460,7 @@ class LogManager:
             raise InvalidConfigError(str(exc)) from None
 
     def _topic_path(self, name: str) -> Path:
-        return self.data_dir / TOPICS_DIR / f"{name}.json"
+        return self.data_dir / TOPICS_DIR / topic_file_name(name)
 
     def _write_topic(self, meta: TopicMetadata) -> None:
         atomic_write(self._topic_path(meta.name), meta.to_json())
@@ -426,6 +553,14 @@ class LogManager:
     def _check_open(self) -> None:
         if self._closed:
             raise KafkaStorageError("the log manager is closed")
+
+
+def _unlink_logged(path: Path) -> None:
+    """Remove a file if it is there; a failure is logged, never raised (used while undoing)."""
+    try:
+        remove_quietly(path)
+    except OSError as exc:
+        log.error("cannot remove %s: %s", path, exc)
 
 
 def _read_properties(path: Path) -> dict[str, str]:
