@@ -1,0 +1,81 @@
+"""Anomaly soak: the long form of tests/tools/anomaly/test_workload.py.
+
+Runs the anomaly workload (idempotent and transactional producers, group consumers, every fault)
+for ``--minutes`` against a reference broker or an Apache Kafka node it starts, checks the whole
+history and prints the report. Exits 1 when the checker found an anomaly; the history stays in
+``--out`` (or the temporary directory printed) for ``python -m tools.anomaly check``.
+
+    python benchmarks/anomaly_soak.py --minutes 10 --target reference
+    python benchmarks/anomaly_soak.py --minutes 10 --target kafka    # needs Java and Maven
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from reference_broker.testing import BrokerProcess  # noqa: E402
+from tools.anomaly.__main__ import REFERENCE_BROKER_CONFIG, parse_faults  # noqa: E402
+from tools.anomaly.checker import check  # noqa: E402
+from tools.anomaly.nemesis import FAULTS, ReferenceBrokerNode  # noqa: E402
+from tools.anomaly.workload import RunResult, WorkloadConfig, run_workload  # noqa: E402
+
+KAFKA_PROPERTIES = {
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
+    "group.min.session.timeout.ms": 1000,
+}
+
+
+def run_reference(out: Path, config: WorkloadConfig) -> RunResult:
+    with BrokerProcess(config=REFERENCE_BROKER_CONFIG) as broker:
+        return run_workload(broker.bootstrap, [ReferenceBrokerNode(broker)], out, config)
+
+
+def run_kafka(out: Path, config: WorkloadConfig) -> RunResult:
+    from tests.apache_kafka import KafkaCluster
+
+    cluster = KafkaCluster(out / "kafka", 1, **KAFKA_PROPERTIES)
+    try:
+        node = cluster.start().nodes[0]
+        return run_workload(node.bootstrap, [node], out / "history", config)
+    finally:
+        cluster.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--target", choices=("reference", "kafka"), default="reference")
+    parser.add_argument("--faults", type=parse_faults, default=list(FAULTS), help="comma-separated, or none")
+    parser.add_argument("--txn-clients", type=int, default=2)
+    parser.add_argument("--producers", type=int, default=2)
+    parser.add_argument("--consumers", type=int, default=2)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--out", type=Path, help="directory for the histories (default: a new temp dir)")
+    args = parser.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="anomaly-soak-"))
+    config = WorkloadConfig(
+        duration=args.minutes * 60,
+        producers=args.producers,
+        txn_clients=args.txn_clients,
+        consumers=args.consumers,
+        faults=args.faults,
+        seed=args.seed,
+    )
+    result = (run_kafka if args.target == "kafka" else run_reference)(out, config)
+    report = check(result.history)
+    print(f"target: {args.target}, {args.minutes:g} min, faults: {', '.join(args.faults) or 'none'}")
+    print(f"run: {result.seconds:.0f} s, {result.faults} faults, {result.client_restarts} client kills")
+    print(f"crashed clients: {', '.join(result.crashed) or 'none'}")
+    print(f"history: {result.history_path}")
+    print(report.render(examples=5))
+    return 0 if report.valid and not result.crashed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
