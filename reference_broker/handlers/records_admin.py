@@ -6,7 +6,10 @@ Versions served and per-version notes:
   new log start is in place before the answer (one replica, nothing to wait for).
 
 An offset of -1 means "up to the high watermark", as in Kafka; offsets past the high watermark
-get OFFSET_OUT_OF_RANGE. The storage layer deletes whole segments below the new start lazily;
+get OFFSET_OUT_OF_RANGE. The internal topics (``__consumer_offsets``, ``__transaction_state``) are
+the coordinators' memory: a partition of one that exists gets INVALID_TOPIC_EXCEPTION and nothing
+is deleted, as in Kafka's ``ReplicaManager.deleteRecordsOnLocalLog`` (checked after the partition's
+existence, before its offsets). The storage layer deletes whole segments below the new start lazily;
 readers see the new start at once.
 """
 
@@ -16,6 +19,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from reference_broker.handlers.common import error_code_of, find_topic
+from reference_broker.storage import is_internal
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import DeleteRecordsRequest, DeleteRecordsResponse
 
@@ -44,6 +48,10 @@ def handle(broker: Broker, ctx: RequestContext, request: DeleteRecordsRequest) -
             partitions.append(result)
             if info is None or not 0 <= p.partition_index < info.num_partitions:
                 result.error_code = missing or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            if is_internal(info.name):
+                log.info("refused DeleteRecords on internal topic %s-%d", info.name, p.partition_index)
+                result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
                 continue
             _, hw, _ = broker.logs.offsets(info.name, p.partition_index)
             offset = hw if p.offset == HIGH_WATERMARK else p.offset
