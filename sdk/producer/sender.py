@@ -8,7 +8,9 @@ arrives, a connection is made, metadata is refreshed).
 
 Responses are handled in callbacks: success resolves the batch's records; retriable errors put
 the batch back (in sequence order) after a backoff and request a metadata refresh where the error
-means the leader moved; everything else fails the batch.
+means the leader moved; everything else fails the batch. With idempotence, a partition with a
+batch put back for a retry sends only its oldest unacknowledged batch until all are acknowledged
+(``TransactionManager.retry_pending``), so nothing overtakes a batch that failed.
 """
 
 from __future__ import annotations
@@ -458,10 +460,15 @@ class Sender:
             halves = self._acc.split_and_reenqueue(batch)
             if txn is not None and batch.has_sequence:
                 txn.replace_split(batch, halves)
+                txn.retry_pending(halves[0])
             return
         retry = txn.can_retry(batch, error) if txn is not None and batch.has_sequence else error.retriable
         if retry:
             log.debug("retrying %r after %s", batch, error)
+            if txn is not None and batch.has_sequence:
+                # Its partition now sends only its oldest unacknowledged batch (see
+                # TransactionManager): nothing drained after this retry may overtake it.
+                txn.retry_pending(batch)
             self._acc.reenqueue(batch, now)
         else:
             self._fail(batch, error)

@@ -5,9 +5,15 @@ producer, so the broker's duplicate and gap detection works as designed:
 
 * A batch gets its sequence when it is first drained and keeps it across retries, so the broker
   recognises a resend of something it already wrote (DUPLICATE_SEQUENCE_NUMBER counts as success).
-* Up to five requests per connection may be in flight. A retried batch is only resent when it is
-  the oldest unacknowledged one of its partition; later batches that failed with
-  OUT_OF_ORDER_SEQUENCE_NUMBER because an earlier one failed are retried after it, in order.
+* Up to five requests per connection may be in flight. Once a batch of a partition is put back
+  for a retry, the partition sends one batch at a time, and only the oldest unacknowledged one
+  (the next sequence the broker expects): later batches, retried or new, wait until it is
+  acknowledged, and the partition returns to pipelining when none of its batches is
+  unacknowledged. Without this a batch drained after the retry could be written before an
+  earlier one whose failure the client has not heard of yet: Kafka would answer it
+  OUT_OF_ORDER_SEQUENCE_NUMBER, a broker that does not check sequences would store the
+  partition out of order. Batches that failed with OUT_OF_ORDER_SEQUENCE_NUMBER because an
+  earlier one failed are retried after it, in sequence order.
 * When the broker has really lost the sequence (UNKNOWN_PRODUCER_ID, or OUT_OF_ORDER_SEQUENCE_NUMBER
   for the batch that is next in line), the producer does not die (aiokafka issue #1017): it gets a
   new epoch (KIP-360: InitProducerId with the current id and epoch where the broker supports v3+,
@@ -103,7 +109,15 @@ _VALID_SOURCES: dict[TransactionState, frozenset[TransactionState]] = {
 class _PartitionSequences:
     """Sequence bookkeeping for one partition under one producer id and epoch."""
 
-    __slots__ = ("in_flight", "last_acked", "next_sequence", "producer_epoch", "producer_id", "unresolved")
+    __slots__ = (
+        "in_flight",
+        "last_acked",
+        "next_sequence",
+        "producer_epoch",
+        "producer_id",
+        "retrying",
+        "unresolved",
+    )
 
     def __init__(self, producer_id: int, producer_epoch: int):
         self.producer_id = producer_id
@@ -115,6 +129,16 @@ class _PartitionSequences:
         self.in_flight: list[ProducerBatch] = []
         #: Last sequence of a batch that expired after being sent: it may or may not be written.
         self.unresolved: int | None = None
+        #: A batch was put back for a retry and ``in_flight`` is not empty yet: only
+        #: ``in_flight[0]`` may be sent.
+        self.retrying = False
+
+    def forget(self, batch: ProducerBatch) -> None:
+        """``batch`` is acknowledged or failed; with nothing left unacknowledged, the partition
+        pipelines again."""
+        _remove(self.in_flight, batch)
+        if not self.in_flight:
+            self.retrying = False
 
     def reset(self, producer_id: int, producer_epoch: int) -> None:
         self.producer_id = producer_id
@@ -530,6 +554,9 @@ class TransactionManager:
         if state is None:
             return True
         if not batch.has_sequence:
+            if state.in_flight and state.retrying:
+                # A retry is pending: nothing new until every batch sent before it is acknowledged.
+                return False
             stale = state.producer_id != self.producer_id or state.producer_epoch != self.producer_epoch
             if state.in_flight and stale:
                 # Sequence 0 of the new epoch must not overtake old-epoch batches still pending.
@@ -538,6 +565,18 @@ class TransactionManager:
             return state.unresolved is None
         # A retry goes only when it is the oldest unacknowledged batch of its partition.
         return not state.in_flight or state.in_flight[0] is batch
+
+    def retry_pending(self, batch: ProducerBatch) -> None:
+        """``batch`` goes back to its queue for a retry: from now on its partition sends only its
+        oldest unacknowledged batch, one at a time, until none is left unacknowledged."""
+        state = self._partitions.get((batch.topic, batch.partition))
+        if state is not None and state.in_flight:
+            state.retrying = True
+
+    def is_retrying(self, topic: str, partition: int) -> bool:
+        """Whether the partition sends only its oldest unacknowledged batch (a retry is pending)."""
+        state = self._partitions.get((topic, partition))
+        return state is not None and state.retrying and bool(state.in_flight)
 
     def assign_sequence(self, batch: ProducerBatch) -> None:
         key = (batch.topic, batch.partition)
@@ -575,7 +614,7 @@ class TransactionManager:
         state = self._partitions.get((batch.topic, batch.partition))
         if state is None:
             return
-        _remove(state.in_flight, batch)
+        state.forget(batch)
         if (state.producer_id, state.producer_epoch) == (batch.producer_id, batch.producer_epoch):
             state.last_acked = max(state.last_acked, batch.last_sequence)
 
@@ -589,7 +628,7 @@ class TransactionManager:
         state = self._partitions.get((batch.topic, batch.partition))
         if state is None:
             return
-        _remove(state.in_flight, batch)
+        state.forget(batch)
         if (state.producer_id, state.producer_epoch) != (batch.producer_id, batch.producer_epoch):
             return
         if isinstance(error, KafkaTimeoutError):
@@ -607,6 +646,8 @@ class TransactionManager:
         state = self._state_of(batch)
         if code == UNKNOWN_PRODUCER_ID:
             # The broker lost our state for this partition (e.g. it was truncated or deleted).
+            # An epoch bump waits until no Produce request is on the wire, so this answer is to
+            # the batch's current numbering, never to one a bump already replaced: bump again.
             return self._bump_or_fail(batch)
         if code == OUT_OF_ORDER_SEQUENCE_NUMBER:
             if state is None:

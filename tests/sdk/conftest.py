@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import random
 import struct
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +31,8 @@ import pytest_asyncio
 
 from sdk.client import KafkaClient
 from sdk.protocol import messages
-from sdk.protocol.codec import decode_response, encode_response
+from sdk.protocol.codec import decode_request, decode_response, encode_request, encode_response
+from sdk.records import BATCH_HEADER_SIZE, RecordBatch
 
 PARTITIONS = 4
 _SIZE = struct.Struct(">i")
@@ -233,19 +236,95 @@ def group_by_partition() -> Callable[[list[Consumed]], dict[int, list[Consumed]]
 
 # -- the fault-injecting proxy --------------------------------------------------------------------
 
+NOT_LEADER_OR_FOLLOWER = 6
+_PRODUCE = 0
+_METADATA = 3
+_API_VERSIONS = 18
+
+PartitionKey = tuple[Any, int]
+
+
+@dataclass
+class _Answer:
+    """One request's place in the order of answers on its connection (Kafka answers in order).
+
+    ``frame`` is the answer to write once known: the broker's (with ``rejected`` partitions
+    merged in as NOT_LEADER_OR_FOLLOWER), or one the proxy made for a request it did not forward.
+    """
+
+    correlation_id: int
+    api_key: int
+    api_version: int
+    frame: bytes | None = None
+    rejected: list[tuple[Any, int]] | None = None
+    delay: float = 0.0
+    drop: bool = False  # the broker wrote it, the client never hears so: cut instead
+
+
+@dataclass
+class _Window:
+    """A partition a broker has (as far as the client can tell) stopped leading.
+
+    It opens on the Produce request the proxy rejects first, and closes when the retry of that
+    batch (same producer id, epoch and base sequence) or a batch of a newer epoch arrives. Every
+    other batch for the partition in between is rejected too, as a broker that lost leadership
+    rejects all of them; so a rejected batch never leaves a gap that a broker which does not
+    check sequences (librdkafka's mock) would fill with a later batch.
+    """
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
+
+@dataclass
+class ProduceChaos:
+    """Seeded random Produce faults, at most ``faults`` of them (each roll per forwarded Produce
+    request): NOT_LEADER_OR_FOLLOWER windows, answers held up to ``max_delay_s`` (and those
+    behind them on the connection), requests dropped with the connection (never written),
+    and with ``drop_responses`` answers dropped with the connection (written, never
+    acknowledged: only for brokers that deduplicate by sequence number)."""
+
+    seed: int
+    faults: int = 40
+    not_leader: float = 0.05
+    delay: float = 0.08
+    max_delay_s: float = 0.15
+    drop_request: float = 0.02
+    drop_response: float = 0.0
+    injected: dict[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        self.random = random.Random(self.seed)
+        self.injected = {"not_leader": 0, "delay": 0, "drop_request": 0, "drop_response": 0}
+
+    def roll(self, kind: str) -> bool:
+        assert self.injected is not None
+        if sum(self.injected.values()) >= self.faults:
+            return False
+        if self.random.random() < getattr(self, kind):
+            self.injected[kind] += 1
+            return True
+        return False
+
 
 class _Pair:
-    """One client connection and its upstream connection."""
+    """One client connection, its upstream connection and its answers in order."""
 
     def __init__(self, client: asyncio.StreamWriter, upstream: asyncio.StreamWriter):
         self.client = client
         self.upstream = upstream
         self.closed = False
+        self.answers: deque[_Answer] = deque()
+        self.changed = asyncio.Event()
+        #: A request was dropped: nothing more is forwarded; cut once the answers before it are out.
+        self.dropping = False
 
     def cut(self) -> None:
         if self.closed:
             return
         self.closed = True
+        self.changed.set()
         for writer in (self.client, self.upstream):
             transport = writer.transport
             if not transport.is_closing():
@@ -264,9 +343,16 @@ class KafkaProxy:
         self._cut_after: int | None = None
         self._drop_produce_responses = 0
         self._lying_metadata = 0
+        self._windows: dict[tuple[tuple[str, int], Any, int], _Window] = {}
+        self._open_windows = 0
+        self._window_first_hold_s = 0.0
+        self._window_hold_s = 0.0
+        self._chaos: ProduceChaos | None = None
         self.api_versions_max: int | None = None
         self.api_versions_seen: list[int] = []
         self.metadata_responses = 0
+        #: Produce partitions answered NOT_LEADER_OR_FOLLOWER by the proxy itself.
+        self.not_leader_answers = 0
         self.paused = asyncio.Event()
         self.paused.set()  # set = forwarding
         self.bytes_up = 0
@@ -321,6 +407,22 @@ class KafkaProxy:
         leader, so the client's next Produce gets NOT_LEADER_OR_FOLLOWER from a real broker."""
         self._lying_metadata += responses
 
+    def not_leader_windows(self, count: int = 1, first_hold_s: float = 0.0, hold_s: float = 0.0) -> None:
+        """The next ``count`` Produce requests are answered NOT_LEADER_OR_FOLLOWER by the proxy
+        and open a window for their partitions (see ``_Window``). The opening rejection is
+        answered ``first_hold_s`` late (so later batches are sent behind it), the window's later
+        rejections ``hold_s`` late, holding the answers behind them on the connection: the retry
+        of the first batch can then be written before the client hears of the others."""
+        self._open_windows += count
+        self._window_first_hold_s = first_hold_s
+        self._window_hold_s = hold_s
+
+    def produce_chaos(self, seed: int, **rates: Any) -> ProduceChaos:
+        """Inject seeded random faults into Produce traffic from now on (``ProduceChaos`` names
+        the rates); the returned object counts what was injected."""
+        self._chaos = ProduceChaos(seed, **rates)
+        return self._chaos
+
     def limit_api_versions(self, max_version: int) -> None:
         """Behave like an older broker: answer ApiVersions requests newer than ``max_version``
         with UNSUPPORTED_VERSION in the v0 format (KIP-511), listing ``0..max_version``."""
@@ -346,10 +448,10 @@ class KafkaProxy:
         self.connections += 1
         pair = _Pair(writer, up_writer)
         self._pairs.add(pair)
-        pending: dict[int, tuple[int, int]] = {}
         tasks = [
-            asyncio.create_task(self._requests(pair, reader, up_writer, pending)),
-            asyncio.create_task(self._responses(pair, up_reader, writer, pending)),
+            asyncio.create_task(self._requests(upstream, pair, reader, up_writer)),
+            asyncio.create_task(self._responses(pair, up_reader)),
+            asyncio.create_task(self._answers(pair)),
         ]
         self._tasks.update(tasks)
         try:
@@ -363,24 +465,32 @@ class KafkaProxy:
 
     async def _requests(
         self,
+        upstream: tuple[str, int],
         pair: _Pair,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        pending: dict[int, tuple[int, int]],
     ) -> None:
         while not pair.closed:
             head = await reader.readexactly(4)
             (size,) = _SIZE.unpack(head)
             body = await reader.readexactly(size)
+            if pair.dropping:
+                continue  # lost with the connection about to be cut
             api_key, api_version, correlation_id = _HEADER.unpack_from(body, 0)
-            if api_key == 18:
+            answer = _Answer(correlation_id, api_key, api_version)
+            if api_key == _API_VERSIONS:
                 self.api_versions_seen.append(api_version)
                 if self.api_versions_max is not None and api_version > self.api_versions_max:
-                    pair.client.write(self._api_versions_fallback(correlation_id))
+                    answer.frame = self._api_versions_fallback(correlation_id)
+                    self._queue(pair, answer)
                     continue
-            pending[correlation_id] = (api_key, api_version)
-            frame = head + body
             await self.paused.wait()
+            if api_key == _PRODUCE and (self._open_windows or self._windows or self._chaos is not None):
+                body = self._produce_faults(upstream, pair, answer, body)
+                if body is None:
+                    continue
+            frame = _SIZE.pack(len(body)) + body
+            self._queue(pair, answer)
             if self._cut_after is not None and self.bytes_up + len(frame) >= self._cut_after:
                 keep = max(0, self._cut_after - self.bytes_up)
                 self._cut_after = None
@@ -392,28 +502,152 @@ class KafkaProxy:
             self.bytes_up += len(frame)
             writer.write(frame)
 
-    async def _responses(
-        self,
-        pair: _Pair,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        pending: dict[int, tuple[int, int]],
-    ) -> None:
+    def _queue(self, pair: _Pair, answer: _Answer) -> None:
+        pair.answers.append(answer)
+        pair.changed.set()
+
+    async def _responses(self, pair: _Pair, reader: asyncio.StreamReader) -> None:
         while not pair.closed:
             head = await reader.readexactly(4)
             (size,) = _SIZE.unpack(head)
             body = await reader.readexactly(size)
             (correlation_id,) = _SIZE.unpack_from(body, 0)
-            api_key, api_version = pending.pop(correlation_id, (-1, -1))
-            await self.paused.wait()
-            if api_key == 0 and self._drop_produce_responses > 0:
+            answer = next((a for a in pair.answers if a.correlation_id == correlation_id), None)
+            if answer is None:  # not a request we saw (should not happen): pass it on in place
+                answer = _Answer(correlation_id, -1, -1)
+                self._queue(pair, answer)
+            if answer.api_key == _PRODUCE and self._drop_produce_responses > 0:
+                await self.paused.wait()
                 self._drop_produce_responses -= 1
                 self.cut_all()
                 return
-            if api_key == 3:
-                body = self._rewrite_metadata(api_version, body)
-                head = _SIZE.pack(len(body))
-            writer.write(head + body)
+            if answer.api_key == _METADATA:
+                body = self._rewrite_metadata(answer.api_version, body)
+            elif answer.api_key == _PRODUCE and answer.rejected:
+                body = self._add_rejections(answer, body)
+            answer.frame = _SIZE.pack(len(body)) + body
+            pair.changed.set()
+
+    async def _answers(self, pair: _Pair) -> None:
+        """Write the answers to the client in request order, each once it is known."""
+        answers = pair.answers
+        while not pair.closed:
+            if not answers or answers[0].frame is None:
+                if not answers and pair.dropping:
+                    self.cuts += 1
+                    return  # everything before the dropped request is answered: cut now
+                pair.changed.clear()
+                await pair.changed.wait()
+                continue
+            answer = answers[0]
+            if answer.delay:
+                await asyncio.sleep(answer.delay)
+            await self.paused.wait()
+            answers.popleft()
+            if answer.drop:
+                self.cuts += 1
+                return
+            assert answer.frame is not None
+            pair.client.write(answer.frame)
+
+    # -- Produce faults -------------------------------------------------------------------------
+
+    def _produce_faults(
+        self, upstream: tuple[str, int], pair: _Pair, answer: _Answer, body: bytes
+    ) -> bytes | None:
+        """Apply windows and chaos to one Produce request: the body to forward (maybe without
+        rejected partitions), or None when the proxy answers (or drops) it itself."""
+        header, request = decode_request(body)
+        if request.acks == 0:
+            return body  # no answer to hold or change
+        batches: list[tuple[Any, int, _Window | None]] = []
+        for topic in request.topic_data:
+            key = topic.name or topic.topic_id
+            for part in topic.partition_data:
+                records = part.records
+                stamp = None
+                if records is not None and len(records) >= BATCH_HEADER_SIZE:
+                    batch = RecordBatch(bytes(records))
+                    stamp = _Window(batch.producer_id, batch.producer_epoch, batch.base_sequence)
+                batches.append((key, part.index, stamp))
+        chaos = self._chaos
+        open_new = False
+        if self._open_windows:
+            self._open_windows -= 1
+            open_new = True
+        elif chaos is not None and chaos.roll("not_leader"):
+            open_new = True
+        rejected: list[tuple[Any, int]] = []
+        held = False
+        for key, partition, stamp in batches:
+            window_key = (upstream, key, partition)
+            window = self._windows.get(window_key)
+            if window is not None:
+                closes = stamp is None or stamp == window or (
+                    (stamp.producer_id, stamp.producer_epoch) != (window.producer_id, window.producer_epoch)
+                )
+                if closes and not open_new:
+                    del self._windows[window_key]
+                    continue
+                rejected.append((key, partition))
+                held = True
+            elif open_new:
+                if stamp is not None:
+                    self._windows[window_key] = stamp
+                rejected.append((key, partition))
+        self.not_leader_answers += len(rejected)
+        if held and self._window_hold_s:
+            answer.delay = self._window_hold_s
+        elif rejected and self._window_first_hold_s:
+            answer.delay = self._window_first_hold_s
+        elif chaos is not None and chaos.roll("delay"):
+            answer.delay = chaos.random.uniform(0.0, chaos.max_delay_s)
+        if len(rejected) == len(batches):
+            answer.rejected = rejected
+            answer.frame = self._rejection_frame(answer, [])
+            self._queue(pair, answer)
+            return None
+        if chaos is not None and chaos.roll("drop_request"):
+            pair.dropping = True
+            pair.changed.set()
+            return None
+        if chaos is not None and chaos.roll("drop_response"):
+            answer.drop = True
+        if not rejected:
+            return body
+        answer.rejected = rejected
+        drop = set(rejected)
+        for topic in request.topic_data:
+            key = topic.name or topic.topic_id
+            topic.partition_data = [p for p in topic.partition_data if (key, p.index) not in drop]
+        request.topic_data = [t for t in request.topic_data if t.partition_data]
+        return encode_request(request, header.request_api_version, header.correlation_id, header.client_id)
+
+    def _rejection_frame(self, answer: _Answer, topics: list[Any]) -> bytes:
+        response = messages.ProduceResponse(responses=topics)
+        self._merge_rejections(answer, response)
+        body = encode_response(response, answer.api_version, answer.correlation_id)
+        return _SIZE.pack(len(body)) + body
+
+    def _merge_rejections(self, answer: _Answer, response: Any) -> None:
+        by_key = {(t.name or t.topic_id): t for t in response.responses}
+        Topic = messages.ProduceResponse.TopicProduceResponse
+        for key, partition in answer.rejected or ():
+            topic = by_key.get(key)
+            if topic is None:
+                named = {"name": key} if isinstance(key, str) else {"topic_id": key}
+                topic = by_key[key] = Topic(partition_responses=[], **named)
+                response.responses.append(topic)
+            topic.partition_responses.append(
+                Topic.PartitionProduceResponse(
+                    index=partition, error_code=NOT_LEADER_OR_FOLLOWER, base_offset=-1, log_start_offset=-1
+                )
+            )
+
+    def _add_rejections(self, answer: _Answer, body: bytes) -> bytes:
+        correlation_id, response = decode_response(_PRODUCE, answer.api_version, body)
+        self._merge_rejections(answer, response)
+        return encode_response(response, answer.api_version, correlation_id)
 
     def _api_versions_fallback(self, correlation_id: int) -> bytes:
         response = messages.ApiVersionsResponse(

@@ -1,4 +1,5 @@
-"""RecordAccumulator on its own: batching, readiness, drain limits, memory bound, expiry."""
+"""RecordAccumulator on its own: batching, readiness, drain limits, memory bound, expiry, and the
+sequence order of retries with a TransactionManager."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import pytest
 
 from sdk.client.backoff import ExponentialBackoff
 from sdk.client.cluster import ClusterMetadata
-from sdk.errors import BufferExhaustedError
+from sdk.errors import BufferExhaustedError, NotLeaderOrFollowerError
 from sdk.producer.accumulator import RecordAccumulator, now_ms
-from sdk.producer.batch import BatchSink
+from sdk.producer.batch import BatchSink, ProducerBatch
 from sdk.producer.futures import RecordFuture
 from sdk.producer.record_metadata import OffsetRange
+from sdk.producer.transaction_manager import TransactionManager
 from sdk.protocol import messages
 from sdk.records import Compression, RecordBatch
 
@@ -193,3 +195,62 @@ class FakeFuture:
         if self._error is not None:
             raise self._error
         return self._value
+
+
+def _idempotent() -> TransactionManager:
+    txn = TransactionManager()
+    txn.begin_init(True)
+    txn.set_producer_id(5, 0)
+    return txn
+
+
+def _drain_one(acc: RecordAccumulator, txn: TransactionManager, now: float) -> list[ProducerBatch]:
+    ready, _, _ = acc.ready(_cluster({0: 1}), now)
+    return acc.drain(1, ready.get(1, []), 1_000_000, now, txn)
+
+
+def test_a_partition_with_a_retry_pending_drains_only_its_next_sequence():
+    acc = _accumulator(linger_ms=0, retry_backoff=ExponentialBackoff(10, 10, jitter=0))
+    txn = _idempotent()
+    now = now_ms()
+    sent = []
+    for _ in range(3):  # one batch per record (400-byte records, 1000-byte batches, sealed at drain)
+        acc.append("t", 0, 1, None, b"x" * 400, None, RecordFuture.detached(), 421)
+        sent += _drain_one(acc, txn, now_ms())
+    first, second, third = sent
+    assert [b.base_sequence for b in sent] == [0, 1, 2]
+    # The first and third come back NOT_LEADER_OR_FOLLOWER (the second is still on the wire);
+    # they go back in sequence order whatever order their answers came in.
+    for batch in (third, first):
+        assert txn.can_retry(batch, NotLeaderOrFollowerError())
+        txn.retry_pending(batch)
+        acc.reenqueue(batch, now)
+    acc.append("t", 0, 1, None, b"new", None, RecordFuture.detached(), 24)
+    assert [b.base_sequence for b in acc._batches["t"][0]] == [0, 2, -1]
+    later = now_ms() + 20
+    assert _drain_one(acc, txn, later) == [first]
+    assert _drain_one(acc, txn, later) == []  # the third is not next, the new one waits
+    txn.on_success(first)
+    assert _drain_one(acc, txn, later) == []  # the second is still unacknowledged
+    txn.on_success(second)
+    assert _drain_one(acc, txn, later) == [third]
+    assert _drain_one(acc, txn, later) == []  # one at a time until all are acknowledged
+    txn.on_success(third)
+    assert not txn.is_retrying("t", 0)
+    (fresh,) = _drain_one(acc, txn, later)
+    assert fresh.base_sequence == 3
+
+
+def test_reenqueue_puts_retries_before_new_batches_in_sequence_order():
+    acc = _accumulator(linger_ms=0)
+    txn = _idempotent()
+    now = now_ms()
+    sent = []
+    for _ in range(4):
+        acc.append("t", 0, 1, None, b"x" * 400, None, RecordFuture.detached(), 421)
+        sent += _drain_one(acc, txn, now_ms())
+    acc.append("t", 0, 1, None, b"new", None, RecordFuture.detached(), 24)
+    for index in (2, 0, 3, 1):
+        acc.reenqueue(sent[index], now)
+    assert list(acc._batches["t"][0])[:4] == sent
+    assert not acc._batches["t"][0][4].has_sequence

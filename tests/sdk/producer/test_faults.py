@@ -192,3 +192,30 @@ async def test_not_leader_answers_trigger_a_metadata_refresh(
         assert proxy.metadata_responses > before  # and that made the client refresh
     consumed = await consume(mock_cluster.bootstrap, topic_name, expected=200)
     _assert_exactly_once_in_order(sent, consumed, group_by_partition)
+
+
+async def test_rejected_batches_answered_late_are_not_overtaken_by_new_ones(
+    kafka, consume, proxy_factory, topic_name
+):
+    # The first Produce request to partition 0 is answered NOT_LEADER_OR_FOLLOWER (50 ms late, so
+    # more batches follow it), and so is every batch behind it until its retry arrives; those
+    # later rejections reach the client 300 ms after that. Meanwhile the retried first batch is
+    # written: a batch drained after it must wait for the late-rejected ones, or a broker that
+    # does not check sequences (librdkafka's mock) stores it before them.
+    topic = await kafka.create_topic(topic_name)
+    proxy = await proxy_factory(kafka.bootstrap)
+    # One record per batch: every send creates a batch and wakes the sender.
+    async with Producer(
+        bootstrap_servers=proxy.bootstrap, linger_ms=0, batch_size=1, retry_backoff_ms=20
+    ) as producer:
+        await producer.send_and_wait(topic, b"warm-up", partition=0)
+        proxy.not_leader_windows(1, first_hold_s=0.05, hold_s=0.3)
+        futures = []
+        for i in range(80):  # a batch every 15 ms: a few in flight, requests to spare
+            futures.append(await producer.send(topic, b"%06d" % i, partition=0))
+            await asyncio.sleep(0.015)
+        await asyncio.gather(*futures)
+    assert proxy.not_leader_answers >= 2, "no batch was rejected behind the first one"
+    consumed = await consume(kafka.bootstrap, topic, expected=81)
+    values = [r.value for r in sorted(consumed, key=lambda r: r.offset) if r.partition == 0]
+    assert values == [b"warm-up"] + [b"%06d" % i for i in range(80)]

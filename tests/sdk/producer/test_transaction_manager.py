@@ -62,16 +62,52 @@ def test_no_producer_id_no_drain():
 
 def test_retry_goes_only_when_first_in_line():
     txn = _manager()
+    assert txn.can_drain(_batch())  # with nothing unacknowledged, only a producer id is needed
     b1, b2 = _drain(txn, _batch()), _drain(txn, _batch())
+    assert txn.can_drain(_batch())  # pipelining: nothing has failed
     assert txn.can_retry(b1, NotLeaderOrFollowerError())
+    txn.retry_pending(b1)
     assert txn.can_retry(b2, OutOfOrderSequenceNumberError())  # behind b1: plain retry
+    txn.retry_pending(b2)
     assert not txn.bump_required
     assert not txn.can_drain(b2)
     assert txn.can_drain(b1)
+    assert not txn.can_drain(_batch())  # nothing new overtakes the retries
     txn.on_success(b1)
     assert txn.can_drain(b2)
-    # A new batch waits for nothing but a valid producer id.
+    assert not txn.can_drain(_batch())
+    txn.on_success(b2)
+    assert not txn.is_retrying("t", 0)
     assert txn.can_drain(_batch())
+
+
+def test_a_retry_holds_new_batches_until_batches_sent_before_it_are_answered():
+    # b2 is on the wire when b1's NOT_LEADER_OR_FOLLOWER arrives; b1's retry is acknowledged
+    # first. A new batch must still wait: b2 may yet fail, and go after anything sent now.
+    txn = _manager()
+    b1, b2 = _drain(txn, _batch()), _drain(txn, _batch())
+    assert txn.can_retry(b1, NotLeaderOrFollowerError())
+    txn.retry_pending(b1)
+    txn.on_success(b1)
+    assert txn.is_retrying("t", 0)
+    assert not txn.can_drain(_batch())
+    assert txn.can_retry(b2, NotLeaderOrFollowerError())
+    txn.retry_pending(b2)
+    assert txn.can_drain(b2)
+    txn.on_success(b2)
+    assert txn.can_drain(_batch())
+    # Another partition was never held.
+    assert txn.can_drain(_batch(partition=1))
+
+
+def test_a_failed_batch_ends_the_hold_once_nothing_is_unacknowledged():
+    txn = _manager()
+    b1, b2 = _drain(txn, _batch()), _drain(txn, _batch())
+    txn.retry_pending(b1)
+    txn.on_failure(b1, InvalidRecordError())
+    assert not txn.can_drain(_batch())  # b2 still unacknowledged (and a bump is due)
+    txn.on_failure(b2, InvalidRecordError())
+    assert not txn.is_retrying("t", 0)
 
 
 def test_out_of_order_for_the_next_batch_bumps_the_epoch_and_renumbers():
@@ -262,3 +298,45 @@ def test_fencing_is_fatal_and_aborted_batches_are_not_errors():
         with pytest.raises(ProducerFencedError):
             call()
     assert isinstance(ProducerFencedError(), FATAL_TRANSACTION_ERRORS)
+
+
+def test_out_of_order_inside_a_transaction_is_abortable_not_retried():
+    txn = _transactional()
+    txn.begin_transaction()
+    b1, b2 = _batch(), _batch()
+    txn.can_drain(b1)
+    txn.partitions_added(txn.take_new_partitions())
+    _drain(txn, b1)
+    _drain(txn, b2)
+    # b2 is behind b1, which is being retried: b2 follows it (no gap yet).
+    assert txn.can_retry(b1, NotLeaderOrFollowerError())
+    txn.retry_pending(b1)
+    assert txn.can_retry(b2, OutOfOrderSequenceNumberError())
+    assert not txn.bump_required
+    # b1 is next in line: the broker really lost sequences. Inside a transaction that fails the
+    # batch (the transaction must be aborted) and the abort bumps the epoch (KIP-360).
+    assert not txn.can_retry(b1, OutOfOrderSequenceNumberError())
+    assert txn.bump_required
+    txn.on_failure(b1, OutOfOrderSequenceNumberError())
+    assert txn.state == TransactionState.ABORTABLE_ERROR
+    assert not txn.needs_init(True)  # the abort does the bump, not the sender
+
+
+def test_unknown_producer_id_renumbers_unacknowledged_batches_from_zero_in_order():
+    txn = _manager()
+    b1, b2, b3 = (_drain(txn, _batch(2)) for _ in range(3))
+    txn.on_success(b1)
+    assert txn.can_retry(b2, UnknownProducerIdError())
+    txn.retry_pending(b2)
+    assert txn.can_retry(b3, UnknownProducerIdError())
+    txn.retry_pending(b3)
+    assert not txn.can_drain(b2)  # no sends until the new epoch
+    txn.begin_init(True)
+    txn.set_producer_id(7, 1)
+    assert [(b.producer_epoch, b.base_sequence) for b in (b2, b3)] == [(1, 0), (1, 2)]
+    assert txn.can_drain(b2) and not txn.can_drain(b3) and not txn.can_drain(_batch())
+    txn.on_success(b2)
+    assert txn.can_drain(b3)
+    txn.on_success(b3)
+    fresh = _drain(txn, _batch())
+    assert (fresh.producer_epoch, fresh.base_sequence) == (1, 4)
