@@ -3,10 +3,13 @@
 Shared by the producer, consumer and admin client. Connections are made lazily, one per broker,
 with exponential reconnect backoff; ``ready(node)`` answers "can I send to this broker now?"
 without blocking and starts a connection attempt when the answer is no, which is what a sender
-loop needs. Metadata is refreshed by one background task: every ``metadata_max_age_ms``, and as
-soon as possible (limited by ``retry_backoff_ms``) after ``request_metadata_update()``, which
-callers use on NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE and
-lost connections.
+loop needs. Metadata is refreshed by one background task, timed by a ``RefreshSchedule``: at once
+for newly tracked topics, every ``metadata_max_age_ms``, and after a backoff (``retry_backoff_ms``
+growing to ``retry_backoff_max_ms``) when ``request_metadata_update()`` asked for it (callers do on
+NOT_LEADER_OR_FOLLOWER and lost connections) or when the last answer left a tracked topic
+incomplete (``ClusterMetadata.incomplete_topics``: Apache Kafka answers LEADER_NOT_AVAILABLE or
+UNKNOWN_TOPIC_OR_PARTITION for a topic it is still creating), so such a topic is found soon after
+it exists rather than at the next periodic refresh.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from sdk.client.backoff import ExponentialBackoff
 from sdk.client.cluster import BrokerMetadata, ClusterMetadata
 from sdk.client.config import ClientConfig
 from sdk.client.connection import SECURITY_PROTOCOLS, Connection
+from sdk.client.refresh_schedule import RefreshSchedule
 from sdk.client.sasl import SaslMechanism, create_mechanism
 from sdk.errors import (
     ConfigError,
@@ -148,10 +152,8 @@ class KafkaClient:
         self._backoff: dict[int, _NodeBackoff] = {}
         self._topics: set[str] = set()
         self._listeners: list[Callable[[], None]] = []
-        self._update_requested = False
+        self._schedule = RefreshSchedule(self.retry_backoff, metadata_max_age_ms)
         self._update_waiters: list[asyncio.Future[None]] = []
-        self._last_refresh_attempt_ms = 0.0
-        self._refresh_failures = 0
         self._wake: asyncio.Event | None = None
         self._metadata_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -192,6 +194,7 @@ class KafkaClient:
                 break
             except (KafkaError, OSError) as exc:
                 errors.append(f"{self._address(node_id)}: {exc}")
+                self._schedule.failed(_now_ms())
         else:
             raise NoBrokersAvailableError(
                 "could not bootstrap from any of "
@@ -432,22 +435,33 @@ class KafkaClient:
         return frozenset(self._topics)
 
     def add_topic(self, topic: str) -> asyncio.Future[None] | None:
-        """Track ``topic`` in metadata refreshes; returns the update future if it is new."""
+        """Track ``topic`` in metadata refreshes; returns the update future if it is new (a
+        refresh for it is then due at once)."""
         if topic in self._topics:
             return None
         self._topics.add(topic)
-        return self.request_metadata_update()
+        return self._request_update(new_topics=True)
 
     def set_topics(self, topics: Iterable[str]) -> asyncio.Future[None]:
-        self._topics = set(topics)
-        return self.request_metadata_update()
+        """Track exactly ``topics``; a refresh is due at once if any of them is new."""
+        wanted = set(topics)
+        new = not wanted <= self._topics
+        self._topics = wanted
+        return self._request_update(new_topics=new)
 
     def request_metadata_update(self) -> asyncio.Future[None]:
-        """Ask for a refresh soon; the future completes after the next successful one."""
+        """Ask for a refresh soon (after the current backoff); the future completes after the
+        next successful one."""
+        return self._request_update(new_topics=False)
+
+    def _request_update(self, *, new_topics: bool) -> asyncio.Future[None]:
         assert self._loop is not None, "client not started"
         future: asyncio.Future[None] = self._loop.create_future()
         self._update_waiters.append(future)
-        self._update_requested = True
+        if new_topics:
+            self._schedule.request_for_new_topics()
+        else:
+            self._schedule.request()
         if self._wake is not None:
             self._wake.set()
         return future
@@ -458,42 +472,30 @@ class KafkaClient:
 
     async def _metadata_loop(self) -> None:
         assert self._wake is not None
+        schedule = self._schedule
         while not self._closed:
-            now = _now_ms()
-            if self._update_requested:
-                backoff = (
-                    self.retry_backoff.backoff_ms(self._refresh_failures - 1)
-                    if self._refresh_failures
-                    else (self.retry_backoff.initial_ms)
-                )
-                wait = self._last_refresh_attempt_ms + backoff - now
-            else:
-                wait = self.cluster.last_update_ms + self.metadata_max_age_ms - now
+            wait = schedule.time_to_next_ms(_now_ms())
             if wait > 0:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(wait / 1000):
                         await self._wake.wait()
                 continue
-            self._last_refresh_attempt_ms = now
+            schedule.started()
             node_id = self.least_loaded_node()
             if node_id is None:
-                self._refresh_failures += 1
-                self._update_requested = True
+                schedule.failed(_now_ms())
                 continue
             waiters, self._update_waiters = self._update_waiters, []
-            self._update_requested = False
             try:
                 await self._refresh_from(node_id)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._refresh_failures += 1
+                schedule.failed(_now_ms())
                 log.debug("metadata refresh from node %s failed: %r", node_id, exc)
                 self._update_waiters[:0] = waiters
-                self._update_requested = True
                 continue
-            self._refresh_failures = 0
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
@@ -510,7 +512,16 @@ class KafkaClient:
         response = await conn.request(request, version)
         if getattr(response, "error_code", 0):
             raise make_error(response.error_code, "Metadata")
-        self.cluster.update(response, set(topics))
+        cluster = self.cluster
+        cluster.update(response, set(topics))
+        incomplete = cluster.incomplete_topics & self._topics
+        if incomplete:
+            log.debug(
+                "metadata of %s not ready yet (%s); asking again",
+                sorted(incomplete),
+                ", ".join(f"{t}: {cluster.topic_error(t) or 'no leader'}" for t in sorted(incomplete)),
+            )
+        self._schedule.succeeded(_now_ms(), incomplete=bool(incomplete))
         if node_id < 0:
             # Bootstrap addresses are only for finding the cluster; data goes to real node ids.
             self._conns.pop(node_id, None)

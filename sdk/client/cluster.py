@@ -11,9 +11,37 @@ import time
 import uuid
 from typing import Any, NamedTuple
 
-from sdk.errors import KafkaError, make_error
+from sdk.errors import ErrorCode, KafkaError, make_error
 
-__all__ = ["BrokerMetadata", "ClusterMetadata", "PartitionMetadata", "TopicMetadata", "TopicPartition"]
+__all__ = [
+    "STALE_METADATA_ERRORS",
+    "BrokerMetadata",
+    "ClusterMetadata",
+    "PartitionMetadata",
+    "TopicMetadata",
+    "TopicPartition",
+]
+
+#: Topic and partition errors meaning "not ready yet or stale: ask again" (the codes of Kafka's
+#: ``InvalidMetadataException`` family). A topic Apache Kafka is still creating is first answered
+#: with LEADER_NOT_AVAILABLE or UNKNOWN_TOPIC_OR_PARTITION.
+STALE_METADATA_ERRORS = frozenset(
+    {
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.LISTENER_NOT_FOUND,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+        ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        ErrorCode.ELECTION_NOT_NEEDED,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.INCONSISTENT_TOPIC_ID,
+    }
+)
 
 
 class TopicPartition(NamedTuple):
@@ -31,7 +59,7 @@ class BrokerMetadata(NamedTuple):
 class PartitionMetadata(NamedTuple):
     topic: str
     partition: int
-    leader: int  # -1 while there is no leader
+    leader: int  # -1 while there is no leader, or none the response listed among its brokers
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
@@ -74,6 +102,10 @@ class ClusterMetadata:
         self.topics: dict[str, TopicMetadata] = {}
         #: Topics the last response reported an error for, with that error.
         self.topic_errors: dict[str, KafkaError] = {}
+        #: Topics of the last response that are not ready yet, so that a refresh is due soon:
+        #: a retriable topic error (``STALE_METADATA_ERRORS``), or a partition with such an
+        #: error, without a leader, or led by a broker the response does not list.
+        self.incomplete_topics: frozenset[str] = frozenset()
         self.cluster_id: str | None = None
         self.controller_id: int = -1
         #: Bumped on every update, so callers can cache derived views cheaply.
@@ -85,11 +117,13 @@ class ClusterMetadata:
         """Apply a MetadataResponse.
 
         Topics the request named replace their entries; other cached topics are kept when the
-        request listed topics (a partial refresh), dropped when it asked for all topics.
+        request listed topics (a partial refresh), dropped when it asked for all topics. A
+        partition whose leader is not among the response's brokers is recorded leaderless (-1):
+        no connection could be made to it. ``incomplete_topics`` names what should be asked again.
         """
-        self.brokers = {
-            b.node_id: BrokerMetadata(b.node_id, b.host, b.port, b.rack) for b in response.brokers
-        }
+        brokers = {b.node_id: BrokerMetadata(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
+        self.brokers = brokers
+        incomplete: set[str] = set()
         self.cluster_id = response.cluster_id
         self.controller_id = response.controller_id
         topics = {} if requested_topics is None else dict(self.topics)
@@ -101,6 +135,8 @@ class ClusterMetadata:
             if t.error_code:
                 error = make_error(t.error_code, f"topic {name!r}")
                 errors[name] = error
+                if t.error_code in STALE_METADATA_ERRORS:
+                    incomplete.add(name)
                 # LEADER_NOT_AVAILABLE still lists partitions of a topic being created.
                 if not t.partitions:
                     topics.pop(name, None)
@@ -109,10 +145,13 @@ class ClusterMetadata:
                 errors.pop(name, None)
             partitions = {}
             for p in t.partitions:
+                leader = p.leader_id if p.leader_id in brokers else -1
+                if leader < 0 or p.error_code in STALE_METADATA_ERRORS:
+                    incomplete.add(name)
                 partitions[p.partition_index] = PartitionMetadata(
                     name,
                     p.partition_index,
-                    p.leader_id,
+                    leader,
                     p.leader_epoch,
                     tuple(p.replica_nodes),
                     tuple(p.isr_nodes),
@@ -129,6 +168,7 @@ class ClusterMetadata:
             )
         self.topics = topics
         self.topic_errors = errors
+        self.incomplete_topics = frozenset(incomplete)
         self._by_leader = None
         self.version += 1
         self.last_update_ms = time.monotonic() * 1000

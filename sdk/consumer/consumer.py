@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sdk.client.client import KafkaClient
-from sdk.client.cluster import TopicPartition
+from sdk.client.cluster import STALE_METADATA_ERRORS, TopicPartition
 from sdk.consumer.assignors import ConsumerPartitionAssignor, resolve_assignors
 from sdk.consumer.config import AIOKAFKA_IGNORED, ConsumerConfig, warn_ignored
 from sdk.consumer.errors import ConsumerStoppedError, NoGroupIdError, NoOffsetForPartitionError
@@ -24,12 +24,14 @@ from sdk.consumer.records import (
     OffsetAndTimestamp,
 )
 from sdk.consumer.subscription import SubscriptionState
-from sdk.errors import ConfigError, IllegalStateError, KafkaError, KafkaTimeoutError, make_error
+from sdk.errors import ConfigError, ErrorCode, IllegalStateError, KafkaError, KafkaTimeoutError, make_error
 from sdk.protocol.messages import MetadataRequest
 
 __all__ = ["Consumer"]
 
 _NEW, _RUNNING, _CLOSED = "new", "running", "closed"
+#: Errors of a topic a full listing names that exists but is not usable yet (being created).
+_BEING_CREATED = STALE_METADATA_ERRORS - {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
 
 
 def _resolve_assignors(strategy: Any) -> list[ConsumerPartitionAssignor]:
@@ -227,6 +229,8 @@ class Consumer:
         self._prepared: tuple[int, int] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._last_poll = 0.0
+        #: Metadata version whose non-retriable topic errors a poll has raised already.
+        self._topic_errors_raised_version = -1
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -379,16 +383,41 @@ class Consumer:
         self._pattern_matched = True
 
     async def _list_topics(self) -> set[str]:
+        """The cluster's topic names. A topic the cluster is still creating (listed with
+        LEADER_NOT_AVAILABLE) makes the listing be asked again after a backoff, up to
+        ``request_timeout_ms``, as the Java consumer's ``listTopics`` does, so a pattern
+        subscription or a caller looking for that topic sees it as soon as it is usable."""
         client, _ = self._running()
-        response = await client.send_to_any(MetadataRequest(topics=None, allow_auto_topic_creation=False))
-        names = set()
-        for t in response.topics:
-            if t.name is None or t.error_code:
-                continue
-            if self.config.exclude_internal_topics and t.is_internal:
-                continue
-            names.add(t.name)
-        return names
+        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
+        attempt = 0
+        while True:
+            response = await client.send_to_any(MetadataRequest(topics=None, allow_auto_topic_creation=False))
+            names = set()
+            not_ready = []
+            for t in response.topics:
+                if t.name is None:
+                    continue
+                if t.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                    raise make_error(t.error_code, f"topic {t.name!r}")
+                if t.error_code in _BEING_CREATED:
+                    not_ready.append(t.name)
+                    continue
+                if t.error_code:
+                    continue
+                if self.config.exclude_internal_topics and t.is_internal:
+                    continue
+                names.add(t.name)
+            if not not_ready:
+                return names
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaTimeoutError(
+                    f"topics {sorted(not_ready)} were still not ready after "
+                    f"{self.config.request_timeout_ms:.0f} ms"
+                )
+            await asyncio.sleep(min(remaining, client.retry_backoff.backoff_ms(attempt) / 1000))
+            attempt += 1
+            self._running()
 
     def unsubscribe(self) -> None:
         """Give up the subscription or the manual assignment (and the positions); a group member
@@ -418,7 +447,25 @@ class Consumer:
 
     # -- polling --------------------------------------------------------------------------------
 
+    def _raise_topic_errors(self) -> None:
+        """Raise a non-retriable metadata error (INVALID_TOPIC_EXCEPTION,
+        TOPIC_AUTHORIZATION_FAILED, ...) of a subscribed or assigned topic, once per metadata
+        update that reported it, as the Java consumer's poll does. Retriable ones (a topic
+        being created) are retried by the client."""
+        client = self._client
+        if client is None or client.cluster.version == self._topic_errors_raised_version:
+            return
+        cluster = client.cluster
+        self._topic_errors_raised_version = cluster.version
+        subscription = self._subscription
+        topics = set(subscription.subscription) | {tp.topic for tp in subscription.assigned_partitions()}
+        for topic in sorted(topics):
+            error = cluster.topic_error(topic)
+            if error is not None and not error.retriable:
+                raise make_error(error.code, f"topic {topic!r}")
+
     async def _poll_prepare(self) -> None:
+        self._raise_topic_errors()
         coordinator = self._coordinator
         if coordinator is not None and self._subscription.partitions_auto_assigned():
             if self._subscription.pattern is not None and not self._pattern_matched:
@@ -719,11 +766,15 @@ class Consumer:
         return await self._list_topics()
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
-        """Partition ids of ``topic`` from cached metadata (None while unknown; it is then looked up)."""
+        """Partition ids of ``topic`` from cached metadata (None while unknown; it is then looked
+        up, and looked up again after a backoff for as long as it is not ready, so a topic being
+        created is found soon after it exists). Raises the topic's error when it is not retriable
+        (INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED)."""
         client, _ = self._running()
         partitions = client.cluster.partitions_for(topic)
         if partitions is None:
-            client.add_topic(topic)
+            if client.add_topic(topic) is None:
+                client.request_metadata_update()
             error = client.cluster.topic_error(topic)
             if error is not None and not error.retriable:
                 raise make_error(error.code, f"topic {topic!r}")

@@ -38,7 +38,7 @@ from sdk.consumer.fetch_records import PartitionRecords
 from sdk.consumer.records import ConsumerRecord
 from sdk.consumer.subscription import SubscriptionState
 from sdk.errors import ErrorCode, KafkaError, KafkaTimeoutError, UnsupportedVersionError, make_error
-from sdk.protocol.messages import FetchRequest, ListOffsetsRequest, MetadataRequest
+from sdk.protocol.messages import FetchRequest, ListOffsetsRequest
 
 __all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "Fetcher"]
 
@@ -91,7 +91,8 @@ class Fetcher:
         self._node_backoff_until: dict[int, float] = {}
         self._resetting: asyncio.Task[None] | None = None
         self._reset_backoff_until = 0.0
-        self._next_metadata_lookup = 0.0
+        #: The refresh the client owes for topics this fetcher made it track (done when answered).
+        self._topics_update: asyncio.Future[None] | None = None
         self._wake_event = asyncio.Event()
         self._data_event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -134,7 +135,7 @@ class Fetcher:
             del self._errors[tp]
         topics = {tp.topic for tp in subscription.assigned_partitions()} | set(subscription.subscription)
         if not topics <= self._client.topics:
-            self._client.set_topics(topics | self._client.topics)
+            self._topics_update = self._client.set_topics(topics | self._client.topics)
         self.wake()
 
     def discard(self, tp: TopicPartition) -> None:
@@ -145,35 +146,32 @@ class Fetcher:
         self.wake()
 
     async def ensure_topic_metadata(self) -> bool:
-        """Look up assigned topics the metadata cache does not know yet, now; True if none was
-        missing.
+        """True if the metadata cache knows every assigned topic; otherwise has the client track
+        the missing ones and waits (at most ``retry_backoff_max_ms``) for the refresh that asks
+        for them, then answers whether they are known now.
 
-        The client's own refresh waits ``retry_backoff_ms`` after the previous one (the one made
-        at start, typically), which would delay the first fetch of a fresh consumer; the Java
-        client likewise refreshes at once for new topics.
+        A topic the client did not track yet is refreshed at once (the Java client likewise
+        refreshes at once for new topics, so a fresh consumer's first fetch is not delayed); one
+        that is not ready yet (Apache Kafka creating it) is asked again by the client after a
+        backoff, and the client's listener wakes the fetcher when it arrives.
         """
         client = self._client
-        known = client.cluster.topics
-        missing = {tp.topic for tp in self._subscription.assigned_partitions() if tp.topic not in known}
+        missing = self._missing_topics()
         if not missing:
             return True
-        if _now() < self._next_metadata_lookup:
-            return False
-        self._next_metadata_lookup = _now() + self._config.retry_backoff_ms / 1000
-        names = sorted(missing | client.topics)
-        request = MetadataRequest(
-            topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in names],
-            allow_auto_topic_creation=self._config.allow_auto_create_topics,
-        )
-        try:
-            response = await client.send_to_any(request)
-        except (KafkaError, OSError) as exc:
-            log.debug("metadata lookup for %s failed: %r", sorted(missing), exc)
-            return False
-        if not getattr(response, "error_code", 0):
-            client.cluster.update(response, set(names))
-            self.wake()
-        return False
+        tracked = client.topics
+        if not missing <= tracked:
+            self._topics_update = client.set_topics(tracked | missing)
+        update = self._topics_update
+        if update is not None and not update.done():
+            with contextlib.suppress(TimeoutError, KafkaError):
+                async with asyncio.timeout(self._config.retry_backoff_max_ms / 1000):
+                    await asyncio.shield(update)
+        return not self._missing_topics()
+
+    def _missing_topics(self) -> set[str]:
+        known = self._client.cluster.topics
+        return {tp.topic for tp in self._subscription.assigned_partitions() if tp.topic not in known}
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -604,6 +602,9 @@ class Fetcher:
             for tp, ts in remaining.items():
                 leader = client.cluster.leader_for(tp.topic, tp.partition)
                 if leader < 0:
+                    topic_error = client.cluster.topic_error(tp.topic)
+                    if topic_error is not None and not topic_error.retriable:
+                        raise make_error(topic_error.code, f"ListOffsets {tp.topic}-{tp.partition}")
                     unknown = True
                 else:
                     by_node.setdefault(leader, {})[tp] = ts
@@ -611,19 +612,19 @@ class Fetcher:
                 *(self._list_offsets_from(node, parts) for node, parts in by_node.items()),
                 return_exceptions=True,
             )
-            retry = unknown
+            broker_failed = False
             for answer in answers:
                 if isinstance(answer, BaseException):
                     if isinstance(answer, KafkaError) and not answer.retriable:
                         raise answer
                     last_error = answer
-                    retry = True
+                    broker_failed = True
                     continue
                 for tp, outcome in answer.items():
                     if isinstance(outcome, KafkaError):
                         if outcome.code in _REFRESH_AND_RETRY:
                             last_error = outcome
-                            retry = True
+                            broker_failed = True
                             continue
                         raise outcome
                     result[tp] = outcome
@@ -632,16 +633,22 @@ class Fetcher:
                 break
             left = deadline - _now()
             if left <= 0:
+                if last_error is None and unknown:
+                    topic_errors = {tp.topic: client.cluster.topic_error(tp.topic) for tp in remaining}
+                    last_error = next((e for e in topic_errors.values() if e is not None), None)
                 raise KafkaTimeoutError(
                     f"ListOffsets for {sorted(remaining)} did not succeed within {timeout_ms} ms"
-                    + (f": {last_error}" if last_error else "")
+                    + (f": {last_error}" if last_error else " (no leader known)" if unknown else "")
                 )
-            if retry:
+            # Wait for fresh metadata; the client paces refreshes (its retry backoff grows while
+            # a topic stays unready). A broker's error is also backed off here before the retry.
+            update = client.request_metadata_update()
+            with contextlib.suppress(TimeoutError, KafkaError):
+                async with asyncio.timeout(left):
+                    await update
+            if broker_failed:
                 attempt += 1
-                update = client.request_metadata_update()
-                with contextlib.suppress(TimeoutError, KafkaError):
-                    async with asyncio.timeout(left):
-                        await update
+                left = deadline - _now()
                 await asyncio.sleep(min(client.retry_backoff.backoff_ms(attempt - 1) / 1000, max(left, 0)))
         return result
 

@@ -61,3 +61,29 @@ def test_partial_refresh_keeps_other_topics():
     cluster.update(_response(Topic(name="b", partitions=[Partition(partition_index=0, leader_id=1)])), None)
     assert set(cluster.topics) == {"b"}
     assert cluster.leader_for("b", 0) == 1
+
+
+def test_incomplete_topics_are_those_a_client_must_ask_for_again():
+    cluster = ClusterMetadata()
+    cluster.update(
+        _response(
+            Topic(name="ready", partitions=[Partition(partition_index=0, leader_id=1)]),
+            Topic(name="creating", error_code=5),
+            Topic(name="absent", error_code=3),
+            Topic(name="leaderless", partitions=[Partition(partition_index=0, leader_id=-1)]),
+            Topic(name="elsewhere", partitions=[Partition(partition_index=0, leader_id=9)]),
+            Topic(name="invalid", error_code=17),
+            Topic(name="forbidden", error_code=29),
+        ),
+        {"ready", "creating", "absent", "leaderless", "elsewhere", "invalid", "forbidden"},
+    )
+    assert cluster.incomplete_topics == {"creating", "absent", "leaderless", "elsewhere"}
+    # A leader the response does not list cannot be connected to: recorded as no leader.
+    assert cluster.leader_for("elsewhere", 0) == -1
+    assert cluster.available_partitions_for("elsewhere") == ()
+    assert cluster.partitions_for("elsewhere") == (0,)
+    assert not cluster.topic_error("invalid").retriable
+    created = Topic(name="creating", partitions=[Partition(partition_index=0, leader_id=2)])
+    cluster.update(_response(created), {"creating"})
+    assert cluster.incomplete_topics == frozenset()
+    assert cluster.topic_error("creating") is None
