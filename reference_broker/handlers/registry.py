@@ -1,13 +1,25 @@
-"""The api-key -> handler table behind dispatch and ApiVersions."""
+"""The api-key -> handler table behind dispatch and ApiVersions.
+
+Only APIs Kafka serves on a broker listener may be registered (its message definitions list
+``"broker"`` among their ``"listeners"``); those it serves only to controllers are refused here.
+Some broker-listener APIs are for other brokers only: Kafka authorizes them as CLUSTER_ACTION on
+the cluster. This broker is a single node without peers (its transaction coordinator writes
+markers in-process, never through the network), so each of those is registered with
+``register_peers_only``: advertised as Kafka advertises it, and every call answered with the API's
+error response carrying CLUSTER_AUTHORIZATION_FAILED, the answer Kafka gives a client without that
+permission; the connection stays up.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from sdk.protocol.codec import request_class
+from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import Message
 
 if TYPE_CHECKING:
@@ -20,6 +32,15 @@ HandleFunc = Callable[["Broker", "RequestContext", Any], "Message | Awaitable[Me
 # (request, api_version, error_code) -> a response carrying that error everywhere it can, or None
 # when the only way to report it is closing the connection.
 ErrorFunc = Callable[[Any, int, int], Message | None]
+
+log = logging.getLogger("reference_broker.handlers")
+
+#: API keys whose request definitions name no "broker" listener (controller or ZooKeeper-era
+#: broker only): LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, Vote,
+#: BeginQuorumEpoch, EndQuorumEpoch, AlterPartition, Envelope, FetchSnapshot, BrokerRegistration,
+#: BrokerHeartbeat, AllocateProducerIds, ControllerRegistration, AssignReplicasToDirs,
+#: UpdateRaftVoter.
+NOT_ON_BROKER_LISTENERS = frozenset({4, 5, 6, 7, 52, 53, 54, 56, 58, 59, 62, 63, 67, 70, 73, 82})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +72,8 @@ class HandlerRegistry:
         error_response: ErrorFunc | None = None,
     ) -> None:
         """Serve ``api_key``; ``versions`` defaults to everything the codec can decode."""
+        if api_key in NOT_ON_BROKER_LISTENERS:
+            raise ValueError(f"api key {api_key} is served to controllers only, never on a broker listener")
         lo, hi = request_class(api_key).VALID_VERSIONS
         if versions is not None:
             if versions[0] < lo or versions[1] > hi:
@@ -58,6 +81,22 @@ class HandlerRegistry:
             lo, hi = versions
         synchronous = not inspect.iscoroutinefunction(handle)
         self._handlers[api_key] = ApiHandler(api_key, lo, hi, handle, error_response, synchronous)
+
+    def register_peers_only(
+        self, api_key: int, *, versions: tuple[int, int] | None = None, error_response: ErrorFunc
+    ) -> None:
+        """Advertise ``api_key`` (an API for other brokers) and refuse every call to it with
+        CLUSTER_AUTHORIZATION_FAILED through ``error_response`` (see the module docstring)."""
+
+        def refuse(broker: Broker, ctx: RequestContext, request: Any) -> Message | None:
+            log.warning(
+                "refused %s v%d from %s (client id %r): only other brokers may send it,"
+                " and this broker has none",
+                type(request).__name__, ctx.api_version, ctx.connection.peer, ctx.client_id,
+            )
+            return error_response(request, ctx.api_version, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+
+        self.register(api_key, refuse, versions=versions, error_response=error_response)
 
     def find(self, api_key: int, api_version: int) -> ApiHandler | None:
         handler = self._handlers.get(api_key)

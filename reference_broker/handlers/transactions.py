@@ -23,8 +23,10 @@ Versions served and per-version notes:
   transactions v2 is answered UNSUPPORTED_VERSION, as Kafka 4 does: EndTxn v5, TxnOffsetCommit
   v5 and a transactional Produce v12+ (a client is to use v2 only when ApiVersions finalizes
   ``transaction.version`` 2).
-- WriteTxnMarkers (27) v1-2: served for completeness (the coordinator writes its markers
-  in-process); markers go through the log's epoch and coordinator-epoch checks.
+- WriteTxnMarkers (27) v1-2: advertised, and refused with CLUSTER_AUTHORIZATION_FAILED for every
+  partition (``HandlerRegistry.register_peers_only``): only another broker may send it, and this
+  single node has none; its coordinator writes markers in-process
+  (``Storage.append_control_batch``), never through the network.
 - ListTransactions (66) v0-2 (v1 duration filter, v2 transactional id regex),
   DescribeTransactions (65) v0, DescribeProducers (61) v0.
 """
@@ -57,7 +59,6 @@ from sdk.protocol.messages import (
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
-from sdk.records import ControlType
 
 if TYPE_CHECKING:
     from reference_broker.broker import Broker
@@ -290,51 +291,6 @@ def transactions_v2_enabled(broker: Broker) -> bool:
 # -- WriteTxnMarkers -----------------------------------------------------------------------
 
 
-def handle_write_markers(
-    broker: Broker, ctx: RequestContext, request: WriteTxnMarkersRequest
-) -> WriteTxnMarkersResponse:
-    results = []
-    for marker in request.markers:
-        control = ControlType.COMMIT if marker.transaction_result else ControlType.ABORT
-        topics = []
-        for topic in marker.topics:
-            partitions = []
-            for index in topic.partition_indexes:
-                code: int = E.NONE
-                meta = broker.logs.topic(topic.name)
-                if meta is None or not 0 <= index < meta.num_partitions:
-                    code = E.UNKNOWN_TOPIC_OR_PARTITION
-                else:
-                    try:
-                        broker.logs.append_control_batch(
-                            topic.name,
-                            index,
-                            control,
-                            marker.producer_id,
-                            marker.producer_epoch,
-                            marker.coordinator_epoch,
-                        )
-                    except KafkaError as exc:
-                        code = error_code_of(exc)
-                    else:
-                        if topic.name == CONSUMER_OFFSETS:
-                            broker.groups.complete_transactional_offsets(
-                                index, marker.producer_id, bool(marker.transaction_result)
-                            )
-                partitions.append(
-                    WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult(
-                        partition_index=index, error_code=code
-                    )
-                )
-            topics.append(
-                WriteTxnMarkersResponse.WritableTxnMarkerTopicResult(name=topic.name, partitions=partitions)
-            )
-        results.append(
-            WriteTxnMarkersResponse.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=topics)
-        )
-    return WriteTxnMarkersResponse(markers=results)
-
-
 def error_write_markers(request: WriteTxnMarkersRequest, version: int, code: int) -> WriteTxnMarkersResponse:
     R = WriteTxnMarkersResponse
     return R(
@@ -477,9 +433,7 @@ def install(registry: HandlerRegistry) -> None:
         error_response=_simple_error(AddOffsetsToTxnResponse),
     )
     registry.register(END_TXN, handle_end_txn, versions=(0, 5), error_response=_simple_error(EndTxnResponse))
-    registry.register(
-        WRITE_MARKERS, handle_write_markers, versions=(1, 2), error_response=error_write_markers
-    )
+    registry.register_peers_only(WRITE_MARKERS, versions=(1, 2), error_response=error_write_markers)
     registry.register(
         TXN_OFFSET_COMMIT,
         handle_txn_offset_commit,

@@ -303,6 +303,8 @@ def test_txn_offset_commit_on_the_wire(wire: WireClient) -> None:
 
 
 def test_write_txn_markers_api(wire: WireClient) -> None:
+    """Only other brokers may send it: refused per partition, nothing written
+    (``test_inter_broker_apis.py`` has the outside view)."""
     topic = unique("markers")
     create_topic(wire, topic, 1)
     Marker = WriteTxnMarkersRequest.WritableTxnMarker
@@ -317,14 +319,11 @@ def test_write_txn_markers_api(wire: WireClient) -> None:
             )
         ]
     )
-    response = wire.request(request, 1)
-    codes = [(p.partition_index, p.error_code) for t in response.markers[0].topics for p in t.partitions]
-    assert codes == [(0, 0), (7, E.UNKNOWN_TOPIC_OR_PARTITION)]
-    request.markers[0].producer_epoch = 2  # older than the marker just written
-    response = wire.request(request, 2)
-    assert response.markers[0].topics[0].partitions[0].error_code == E.INVALID_PRODUCER_EPOCH
-    batches = list(iter_batches(wire.fetch_all(topic, 0)))
-    assert [(b.is_control, b.producer_id) for b in batches] == [(True, 123456)]
+    for version in (1, 2):
+        response = wire.request(request, version)
+        codes = [(p.partition_index, p.error_code) for t in response.markers[0].topics for p in t.partitions]
+        assert codes == [(0, E.CLUSTER_AUTHORIZATION_FAILED), (7, E.CLUSTER_AUTHORIZATION_FAILED)]
+    assert list(iter_batches(wire.fetch_all(topic, 0))) == []
 
 
 def test_bad_input_gets_kafkas_errors(wire: WireClient) -> None:
