@@ -118,6 +118,34 @@ async def test_subscribed_consumer_is_assigned_a_topic_created_late(broker, uniq
                 await consumer.getmany(timeout_ms=100)
 
 
+async def test_pattern_subscription_matches_a_topic_listed_while_being_created(broker, unique):
+    """A full listing names a topic Kafka is still creating with LEADER_NOT_AVAILABLE: the
+    listing is asked again, rather than the pattern re-matched only after metadata_max_age_ms."""
+    prefix = unique("pattern")
+    topic = f"{prefix}-a"
+    async with Producer(bootstrap_servers=broker.bootstrap) as producer:
+        await producer.send_and_wait(topic, b"listed")
+    async with running_proxy(broker.bootstrap) as proxy:
+        fault = proxy.rewrite(topic, NOT_READY, count=3)
+        async with Consumer(
+            bootstrap_servers=proxy.bootstrap,
+            group_id=unique("group"),
+            auto_offset_reset="earliest",
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=200,
+            **FAST_RETRIES,
+        ) as consumer:
+            consumer.subscribe(pattern=f"{prefix}-.*")
+            deadline = time.monotonic() + 20
+            records: list = []
+            while not records:
+                assert time.monotonic() < deadline, f"nothing read; subscription {consumer.subscription()}"
+                batch = await consumer.getmany(timeout_ms=200)
+                records = batch.get(TopicPartition(topic, 0), [])
+    assert [r.value for r in records] == [b"listed"]
+    assert fault.rewritten == 3
+
+
 async def test_client_asks_again_with_growing_backoff_while_a_topic_is_not_ready(broker, unique):
     topic = unique("pending")
     initial_ms, max_ms = 50, 400
