@@ -17,6 +17,7 @@ import pytest
 
 from sdk import Producer
 from sdk.consumer import Consumer, TopicPartition
+from sdk.errors import InvalidTopicError, MetadataTimeoutError, UnknownTopicOrPartitionError
 
 pytestmark = [pytest.mark.apache_kafka, pytest.mark.timeout(180)]
 
@@ -75,3 +76,18 @@ async def test_assigned_consumer_reads_a_topic_created_by_its_assignment(apache_
             await producer.send_and_wait(topic, b"hello", partition=0)
         records = await consumer.getmany(timeout_ms=PROMPTLY_S * 1000)
     assert [r.value for r in records[tp]] == [b"hello"]
+
+
+async def test_invalid_topic_name_fails_the_send_at_once(apache_kafka):
+    async with Producer(bootstrap_servers=apache_kafka.bootstrap, max_block_ms=120_000) as producer:
+        with pytest.raises(InvalidTopicError):
+            await asyncio.wait_for(producer.send("no spaces allowed", b"v"), PROMPTLY_S)
+
+
+async def test_send_gives_up_at_max_block_ms_when_auto_creation_is_off(apache_kafka_factory):
+    node = apache_kafka_factory(**{"auto.create.topics.enable": "false"})
+    topic = _topic("never")
+    async with Producer(bootstrap_servers=node.bootstrap, max_block_ms=2000) as producer:
+        with pytest.raises(MetadataTimeoutError) as caught:
+            await asyncio.wait_for(producer.send(topic, b"v"), PROMPTLY_S)
+    assert isinstance(caught.value.last_error, UnknownTopicOrPartitionError)
