@@ -1,7 +1,7 @@
 """What the client benchmarks share: the clock, running one measurement in a fresh worker process,
-librdkafka's mock cluster in its own process, taking turns, medians and the table of ratios to
-aiokafka. The scripts are run as files (``python benchmarks/bench_x.py``), so they import this
-module from their own folder."""
+librdkafka's mock cluster in its own process, taking turns, medians, the spread of runs and the
+table of ratios to aiokafka. The scripts are run as files (``python benchmarks/bench_x.py``), so
+they import this module from their own folder."""
 
 from __future__ import annotations
 
@@ -155,6 +155,29 @@ def medians(runs: Iterable[tuple[float, float]]) -> tuple[float, float]:
     """The median rate and the median CPU cost of (msgs/s, CPU us/msg) runs."""
     runs = list(runs)
     return statistics.median(r for r, _ in runs), statistics.median(c for _, c in runs)
+
+
+#: Fewer runs than this have no meaningful quartiles (and ``statistics.quantiles``' default method
+#: reaches past the data for them: two runs 0.5 and 4.0 give -0.375 and 4.875); their spread is
+#: the smallest and the largest run instead.
+QUARTILE_MIN_RUNS = 5
+
+
+def spread(values: Sequence[float]) -> tuple[float, float]:
+    """How far runs spread around their median: the lower and upper quartile (inclusive method,
+    so never outside the runs) of ``QUARTILE_MIN_RUNS`` runs or more, else the minimum and the
+    maximum. ValueError for no runs."""
+    if not values:
+        raise ValueError("no runs to spread")
+    if len(values) < QUARTILE_MIN_RUNS:
+        return min(values), max(values)
+    low, _, high = statistics.quantiles(values, n=4, method="inclusive")
+    return low, high
+
+
+def spread_name(runs: int) -> str:
+    """What :func:`spread` gives for ``runs`` runs, for a column header."""
+    return "quartiles" if runs >= QUARTILE_MIN_RUNS else "min-max"
 
 
 def show_runs(target: str, client: str, runs: Iterable[tuple[float, float]]) -> None:

@@ -3,8 +3,9 @@
 Produces 100-byte messages with acks=all and idempotence on, then consumes them back, against
 the reference broker (a subprocess) and librdkafka's mock cluster in the same run, for 1 and 8
 partitions. Prints each target's msgs/s and MB/s (medians of several runs) and the
-reference/mock ratio: the median of the per-run ratios, their quartiles, and in how many runs the
-reference broker was at least as fast.
+reference/mock ratio: the median of the per-run ratios, their spread (quartiles from 5 runs on,
+below that the smallest and largest ratio: ``_common.spread``), and in how many runs the reference
+broker was at least as fast.
 
     python benchmarks/bench_broker.py [--messages 300000] [--runs 7] [--partitions 1 8] [--keep-gc]
                                       [--isolate-generator] [--baseline mock|reference]
@@ -78,6 +79,7 @@ from typing import NamedTuple
 
 import confluent_kafka as ck
 import confluent_kafka.admin  # ck.admin is not imported by confluent_kafka itself
+from _common import spread, spread_name  # a script beside this one, not a package
 
 from reference_broker.testing import BrokerProcess
 from sdk.testing.librdkafka_mock import LibrdkafkaMockCluster
@@ -416,11 +418,11 @@ def run_targets(
 
 
 class PairedRatio(NamedTuple):
-    """reference/mock over the runs: the median of the per-run ratios and their quartiles."""
+    """reference/mock over the runs: the median of the per-run ratios and their spread."""
 
     median: float
-    low_quartile: float
-    high_quartile: float
+    low: float  # the spread of the ratios (see ``_common.spread``)
+    high: float
     wins: int  # runs in which the reference broker was at least as fast
     runs: int
 
@@ -430,13 +432,11 @@ def paired_ratios(reference: list[float], mock: list[float]) -> PairedRatio:
 
     The two figures of one run were measured back to back, so they share the machine's state of
     the moment (another tenant's load, the CPU's clock), which moves single runs by +-30% here:
-    their ratio cancels most of that, and its median and quartiles say how sure the comparison is
+    their ratio cancels most of that, and its median and spread say how sure the comparison is
     (a ratio of two medians can come from two different runs' conditions).
     """
     ratios = [r / m for r, m in zip(reference, mock, strict=True)]
-    if len(ratios) == 1:
-        return PairedRatio(ratios[0], ratios[0], ratios[0], int(ratios[0] >= 1), 1)
-    low, _, high = statistics.quantiles(ratios, n=4)
+    low, high = spread(ratios)
     return PairedRatio(statistics.median(ratios), low, high, sum(ratio >= 1 for ratio in ratios), len(ratios))
 
 
@@ -477,7 +477,7 @@ def main() -> None:
     )
     header = (
         f"{'partitions':>10} {'phase':>8} {'target':>10} {'msgs/s':>12} {'MB/s':>8} {'cpu us/msg':>10}"
-        f" {'preempted':>9} {'ref/' + baseline_target.label:>9} {'quartiles':>11}"
+        f" {'preempted':>9} {'ref/' + baseline_target.label:>9} {spread_name(args.runs):>11}"
         f" {'ref>=' + baseline_target.label:>9}"
     )
     print(header)
@@ -501,7 +501,7 @@ def _print_rows(partitions: int, measured: Measured, record_bytes: int, baseline
             counts = measured.preempted[name].get(phase)
             preempted = f"{statistics.median(counts):9.0f}" if counts else f"{'':9}"
             shown = (
-                f"{paired.median:9.2f} {paired.low_quartile:5.2f}-{paired.high_quartile:<5.2f}"
+                f"{paired.median:9.2f} {paired.low:5.2f}-{paired.high:<5.2f}"
                 f" {paired.wins:>3}/{paired.runs}"
                 if name == ReferenceTarget.name
                 else ""

@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import spread_name
 from bench_broker import (  # a script beside this one, not a package
     MockTarget,
     ReferenceTarget,
@@ -103,7 +104,7 @@ def main() -> None:
     print(f"{args.messages} messages of 100 bytes, acks=all, idempotent; produce only; median of {args.runs}")
     print(
         f"{'partitions':>10} {'target':>10} {'msgs/s':>12} {'cpu us/msg':>10} {'x/mock':>7}"
-        f" {'quartiles':>11} {'x>=mock':>8}"
+        f" {spread_name(args.runs):>11} {'x>=mock':>8}"
     )
     with ReferenceTarget() as reference, LoglessTarget() as logless, MockTarget() as mock:
         targets = [reference, logless, mock]
@@ -124,7 +125,7 @@ def main() -> None:
                 shown = ""
                 if t is not mock:
                     p = paired_ratios(rates[t.name], rates[mock.name])
-                    shown = f"{p.median:7.2f} {p.low_quartile:5.2f}-{p.high_quartile:<5.2f}"
+                    shown = f"{p.median:7.2f} {p.low:5.2f}-{p.high:<5.2f}"
                     shown += f" {p.wins:>4}/{p.runs}"
                 print(
                     f"{partitions:>10} {t.name:>10} {statistics.median(rates[t.name]):12,.0f}"
