@@ -136,6 +136,11 @@ class GroupCoordinator:
         self._channel = GroupChannel(client, group_id)
         self.member_id = ""
         self.generation = -1
+        #: What ``group_metadata()`` answers: the generation and member id of the last completed
+        #: join (Java's ConsumerCoordinator keeps it the same way). Losing or leaving the
+        #: membership does not change it, so a transactional producer that sends offsets for an
+        #: evicted member carries the old identity and the group coordinator refuses them.
+        self._joined_metadata = ConsumerGroupMetadata(group_id, -1, "", group_instance_id)
         self.protocol_name: str | None = None
         self.leader_id = ""
         self.state = MemberState.UNJOINED
@@ -197,7 +202,14 @@ class GroupCoordinator:
         self._last_poll = time.monotonic()
 
     def group_metadata(self) -> ConsumerGroupMetadata:
-        return ConsumerGroupMetadata(self.group_id, self.generation, self.member_id, self.group_instance_id)
+        """The identity for ``send_offsets_to_transaction`` (KIP-447): the generation and member id
+        of the last completed join, kept after an eviction, a ``max_poll_interval_ms`` expiry or a
+        leave until the next join completes; generation -1 and member id "" before the first.
+
+        Never the reset generation -1 of a lost membership: the coordinator accepts transactional
+        offsets that name no generation and no member (the form from before KIP-447), which would
+        let a member the group already dropped commit offsets of partitions another member owns."""
+        return self._joined_metadata
 
     async def maybe_leave_group(self, reason: str) -> None:
         """Leave the group now (``Consumer.unsubscribe``): LeaveGroup for a dynamic member; a
@@ -467,6 +479,9 @@ class GroupCoordinator:
                 f"SyncGroup named protocol {sync_response.protocol_name!r}, JoinGroup {self.protocol_name!r}",
             )
         self.state = MemberState.STABLE
+        self._joined_metadata = ConsumerGroupMetadata(
+            self.group_id, self.generation, self.member_id, self.group_instance_id
+        )
         await self._on_join_complete(bytes(sync_response.assignment or b""))
         self._needs_join_prepare = True
         self.rebalances += 1

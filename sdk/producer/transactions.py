@@ -55,14 +55,17 @@ from typing import TYPE_CHECKING, Any
 from sdk.client.client import KafkaClient
 from sdk.client.connection import pick_version
 from sdk.client.coordinators import COORDINATOR_ERRORS, CoordinatorLookup, CoordinatorType
+from sdk.consumer.errors import CommitFailedError
 from sdk.errors import (
     ErrorCode,
+    IllegalGenerationError,
     IllegalStateError,
     InvalidProducerIdMappingError,
     KafkaError,
     KafkaTimeoutError,
     ProducerFencedError,
     TransactionAbortedError,
+    UnknownMemberIdError,
     UnsupportedVersionError,
     make_error,
 )
@@ -432,15 +435,19 @@ class TransactionCoordinatorChannel:
             group_instance_id=group.group_instance_id,
             topics=topics,
         )
-        await self._send(
-            CoordinatorType.GROUP,
-            group.group_id,
-            TxnOffsetCommitRequest.API_KEY,
-            lambda version: request,
-            lambda r: [part.error_code for topic in r.topics for part in topic.partitions],
-            f"TxnOffsetCommit group {group.group_id!r} for transactional id {self.transactional_id!r}",
-            deadline=self._deadline(),
-        )
+        what = f"TxnOffsetCommit group {group.group_id!r} for transactional id {self.transactional_id!r}"
+        try:
+            await self._send(
+                CoordinatorType.GROUP,
+                group.group_id,
+                TxnOffsetCommitRequest.API_KEY,
+                lambda version: request,
+                lambda r: [part.error_code for topic in r.topics for part in topic.partitions],
+                what,
+                deadline=self._deadline(),
+            )
+        except (IllegalGenerationError, UnknownMemberIdError) as exc:
+            raise group_mismatch_error(what, group, exc) from exc
 
     async def end_txn(self, producer_id: int, producer_epoch: int, commit: bool) -> tuple[int, int] | None:
         """EndTxn; with transaction protocol v2, returns the producer id and epoch its answer
@@ -516,6 +523,19 @@ def group_identity(group: Any) -> GroupIdentity:
         int(getattr(group, "generation_id", -1)),
         getattr(group, "member_id", "") or "",
         getattr(group, "group_instance_id", None),
+    )
+
+
+def group_mismatch_error(what: str, group: GroupIdentity, refusal: KafkaError) -> CommitFailedError:
+    """The group coordinator refused the offsets because ``group`` is not (or no longer) its
+    member in that generation: the consumer was dropped from the group, or it rebalanced, and
+    another member may own the partitions now. As Java's producer does, a ``CommitFailedError``
+    (the transaction is abortable, the producer stays usable); FENCED_INSTANCE_ID keeps its own
+    class."""
+    return CommitFailedError(
+        f"{what}: offsets refused ({refusal.name}): consumer group metadata {group!r} is not the "
+        "group's current member and generation (the consumer was dropped from the group or it "
+        "rebalanced); abort the transaction and poll again"
     )
 
 
@@ -953,7 +973,10 @@ class TransactionalMixin:
         ``offsets``: ``{TopicPartition or (topic, partition): OffsetAndMetadata or int}``, the
         next offset to read per partition. ``group_id``: the group id, or better the consumer's
         ``group_metadata()``, whose generation and member id let the coordinator reject a
-        zombie's commit (KIP-447)."""
+        zombie's commit (KIP-447). A refusal makes the transaction abortable:
+        ``TransactionAbortableError`` whose cause is ``CommitFailedError`` (the consumer is no
+        longer the group's member in that generation) or ``FencedInstanceIdError`` (another
+        consumer holds its ``group_instance_id``); abort, then poll again."""
         await self._transactions_or_raise("send_offsets_to_transaction").send_offsets_to_transaction(
             offsets, group_id
         )

@@ -24,6 +24,7 @@ from sdk.client import KafkaClient
 from sdk.consumer import Consumer
 from sdk.consumer.records import ConsumerGroupMetadata, OffsetAndMetadata
 from sdk.errors import (
+    CommitFailedError,
     IllegalGenerationError,
     InvalidProducerEpochError,
     InvalidRecordError,
@@ -244,7 +245,9 @@ async def test_group_metadata_of_a_member_is_checked(txn_broker):
             stale = ConsumerGroupMetadata(group, metadata.generation_id + 7, metadata.member_id, None)
             with pytest.raises(TransactionAbortableError) as info:
                 await producer.send_offsets_to_transaction({(topic, 0): 3}, stale)
-            assert isinstance(info.value.__cause__, IllegalGenerationError)
+            # As Java's producer: CommitFailedError, with the coordinator's answer as its cause.
+            assert isinstance(info.value.__cause__, CommitFailedError)
+            assert isinstance(info.value.__cause__.__cause__, IllegalGenerationError)
             await producer.abort_transaction()
             async with producer.transaction():
                 await producer.send_offsets_to_transaction({(topic, 0): 3, (topic, 1): 4}, metadata)
