@@ -19,6 +19,7 @@ from sdk.errors import (
     ProducerClosedError,
     RecordTooLargeError,
     SerializationError,
+    make_error,
 )
 from sdk.producer.accumulator import RecordAccumulator, now_ms
 from sdk.producer.batch import ProducerBatch
@@ -452,7 +453,8 @@ class Producer(BatchSendMixin, TransactionalMixin):
                         f"(the topic has {len(meta.partition_ids)})"
                     )
             elif error is not None and not error.retriable:
-                raise error
+                # A fresh instance per waiter: the cached one would collect every raiser's frames.
+                raise make_error(error.code, f"topic {topic!r}")
             remaining = deadline - now_ms()
             if remaining <= 0:
                 if meta is not None and meta.partition_ids and partition is not None:

@@ -209,6 +209,18 @@ async def test_non_retriable_topic_errors_fail_every_waiter_at_once(broker, uniq
                 await asyncio.wait_for(consumer.getmany(timeout_ms=20000), 30)
 
 
+async def test_each_refused_send_raises_an_exception_of_its_own(broker, unique):
+    """The refusal is cached in the metadata; raising that cached instance again and again would
+    chain every sender's traceback onto it."""
+    async with Producer(bootstrap_servers=broker.bootstrap, max_block_ms=60000, **FAST_RETRIES) as producer:
+        raised = []
+        for _ in range(3):
+            with pytest.raises(InvalidTopicError) as caught:
+                await asyncio.wait_for(producer.send("no spaces allowed", b"v"), 30)
+            raised.append(caught.value)
+    assert len({id(error) for error in raised}) == 3
+
+
 async def test_subscribing_to_an_invalid_topic_name_fails_the_poll(broker, unique):
     async with Consumer(
         "no spaces allowed", bootstrap_servers=broker.bootstrap, group_id=unique("group"), **FAST_RETRIES
