@@ -335,11 +335,14 @@ class PartitionRecords:
             for batch in batches:
                 self._saw_batch = True
                 next_offset = batch.next_offset
+                # Every batch of the response counts for the aborted-transaction bookkeeping,
+                # those before the position too: an ABORT marker there ends its producer's
+                # aborted range, which must not then swallow that producer's later batches.
+                if self._read_committed and self._skip_for_transaction(batch):
+                    self.next_offset = max(self.next_offset, next_offset)
+                    continue
                 if next_offset <= self.next_offset:
                     continue  # wholly before the position (the broker returns whole batches)
-                if self._read_committed and self._skip_for_transaction(batch):
-                    self.next_offset = next_offset
-                    continue
                 if batch.is_control:
                     self.next_offset = next_offset
                     continue
