@@ -53,6 +53,7 @@ def main() -> int:
     parser.add_argument("--target", choices=("reference", "kafka"), default="reference")
     parser.add_argument("--faults", type=parse_faults, default=list(FAULTS), help="comma-separated, or none")
     parser.add_argument("--txn-clients", type=int, default=2)
+    parser.add_argument("--confluent-txn-clients", type=int, default=1)
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--consumers", type=int, default=2)
     parser.add_argument("--seed", type=int)
@@ -63,6 +64,7 @@ def main() -> int:
         duration=args.minutes * 60,
         producers=args.producers,
         txn_clients=args.txn_clients,
+        confluent_txn_clients=args.confluent_txn_clients,
         consumers=args.consumers,
         faults=args.faults,
         seed=args.seed,

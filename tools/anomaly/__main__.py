@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         producers=args.producers,
         confluent_producers=args.confluent_producers,
         txn_clients=args.txn_clients,
+        confluent_txn_clients=args.confluent_txn_clients,
         consumers=args.consumers,
         faults=args.faults,
         seed=args.seed,
@@ -91,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--producers", type=int, default=2)
     run_parser.add_argument("--confluent-producers", type=int, default=1)
     run_parser.add_argument("--txn-clients", type=int, default=2)
+    run_parser.add_argument("--confluent-txn-clients", type=int, default=1)
     run_parser.add_argument("--consumers", type=int, default=2)
     run_parser.add_argument("--seed", type=int)
     run_parser.add_argument("--out", type=Path, help="directory for the histories (default: a new temp dir)")

@@ -5,11 +5,13 @@ until SIGTERM, then ends cleanly (a transaction in progress is committed, a cons
 offsets) and exits 0. Roles:
 
 * ``producer``: ``sdk.Producer`` with idempotence, sends to every partition of the topic;
-* ``ck-producer``: confluent-kafka's idempotent producer, the same;
+* ``ck-producer`` and ``ck-txn``: confluent-kafka's idempotent and transactional producers
+  (``confluent_clients.py``);
 * ``txn``: ``sdk.Producer`` with a ``transactional_id`` kept across incarnations of the client.
   Each transaction polls a read_committed consumer assigned to the partitions it does not own
   (reads inside the transaction: the checker's wr edges), then sends 1-4 values to the partitions
-  it owns, then commits (one in eight aborts on purpose);
+  it owns, waits for their acknowledgements, then commits (one in eight aborts on purpose, so
+  aborted records reach the log);
 * ``consumer``: ``sdk.Consumer`` in a group, read_committed, committing offsets every second.
 
     python -m tools.anomaly.client --role txn --client txn-0 --process txn-0.1 \
@@ -24,14 +26,16 @@ import itertools
 import random
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sdk import Consumer, ConsumerRebalanceListener, Producer, TopicPartition
 from sdk.errors import KafkaError, TransactionAbortableError
 from tools.anomaly.history import Recorder
 
-ROLES = ("producer", "ck-producer", "txn", "consumer")
+T = TypeVar("T")
+ROLES = ("producer", "ck-producer", "txn", "ck-txn", "consumer")
 #: Short enough that a killed transactional client's open transaction is aborted by the
 #: coordinator well before the run's final read needs every partition stable.
 TRANSACTION_TIMEOUT_MS = 10_000
@@ -55,6 +59,20 @@ class Client:
         except TimeoutError:
             pass
 
+    async def started(self, make: Callable[[], T]) -> T:
+        """A started client from ``make()``, retried while the broker cannot be reached (a client
+        restarted during a broker kill must wait for it, as a supervised application would)."""
+        while True:
+            client = make()
+            try:
+                await client.start()  # type: ignore[attr-defined]
+                return client
+            except KafkaError:
+                await client.stop()  # type: ignore[attr-defined]
+                await self.pause(0.3)
+                if self.stopping.is_set():
+                    raise
+
     async def sent(self, value: str, txn: str | None, future: Any) -> bool:
         """Record a send's outcome; an unknown outcome is ``info`` (it may still be written)."""
         try:
@@ -68,16 +86,17 @@ class Client:
 
 class IdempotentProducer(Client):
     async def run(self) -> None:
-        producer = Producer(
-            bootstrap_servers=self.args.bootstrap,
-            enable_idempotence=True,
-            acks="all",
-            linger_ms=5,
-            request_timeout_ms=REQUEST_TIMEOUT_MS,
-            delivery_timeout_ms=60_000,
-            max_block_ms=30_000,
+        producer = await self.started(
+            lambda: Producer(
+                bootstrap_servers=self.args.bootstrap,
+                enable_idempotence=True,
+                acks="all",
+                linger_ms=5,
+                request_timeout_ms=REQUEST_TIMEOUT_MS,
+                delivery_timeout_ms=60_000,
+                max_block_ms=30_000,
+            )
         )
-        await producer.start()
         try:
             while not self.stopping.is_set():
                 pending = []
@@ -107,8 +126,8 @@ class TransactionalProducer(Client):
         self.producer: Producer | None = None
 
     async def new_producer(self) -> Producer:
-        while True:
-            producer = Producer(
+        return await self.started(
+            lambda: Producer(
                 bootstrap_servers=self.args.bootstrap,
                 transactional_id=f"{self.args.topic}-{self.rec.client}",
                 transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
@@ -116,26 +135,20 @@ class TransactionalProducer(Client):
                 max_block_ms=20_000,
                 linger_ms=2,
             )
-            try:
-                await producer.start()
-                return producer
-            except KafkaError:
-                await producer.stop()
-                await self.pause(0.2)
-                if self.stopping.is_set():
-                    raise
+        )
 
     async def run(self) -> None:
         others = [p for p in range(self.args.partitions) if p not in self.own]
-        consumer = Consumer(
-            bootstrap_servers=self.args.bootstrap,
-            isolation_level="read_committed",
-            auto_offset_reset="latest",
-            enable_auto_commit=False,
-            fetch_max_wait_ms=50,
-            request_timeout_ms=REQUEST_TIMEOUT_MS,
+        consumer = await self.started(
+            lambda: Consumer(
+                bootstrap_servers=self.args.bootstrap,
+                isolation_level="read_committed",
+                auto_offset_reset="latest",
+                enable_auto_commit=False,
+                fetch_max_wait_ms=50,
+                request_timeout_ms=REQUEST_TIMEOUT_MS,
+            )
         )
-        await consumer.start()
         try:
             consumer.assign([TopicPartition(self.args.topic, p) for p in others])
             self.rec.record("ok", "assign", partitions=others)
@@ -176,6 +189,9 @@ class TransactionalProducer(Client):
                 self.rec.record("info", "send", value=value, txn=txn, error=repr(exc))
                 continue
             pending.append(self.sent(value, txn, future))
+        # Acknowledged before the end, so that aborted transactions leave records in the log
+        # for read_committed readers to skip.
+        await asyncio.gather(*pending)
         abort = self.rng.random() < 1 / 8
         if not abort:
             self.rec.record("invoke", "txn-commit", txn=txn)
@@ -191,7 +207,6 @@ class TransactionalProducer(Client):
                 self.rec.record("ok", "txn-commit", txn=txn)
         if abort:
             await self.abort(producer, txn)
-        await asyncio.gather(*pending)
 
     async def abort(self, producer: Producer, txn: str) -> None:
         self.rec.record("invoke", "txn-abort", txn=txn)
@@ -224,18 +239,19 @@ class GroupConsumer(Client):
             self.client.rec.record("ok", "assign", partitions=partitions)
 
     async def run(self) -> None:
-        consumer = Consumer(
-            bootstrap_servers=self.args.bootstrap,
-            group_id=f"{self.args.topic}-group",
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            session_timeout_ms=6000,
-            heartbeat_interval_ms=1000,
-            fetch_max_wait_ms=100,
-            request_timeout_ms=REQUEST_TIMEOUT_MS,
+        consumer = await self.started(
+            lambda: Consumer(
+                bootstrap_servers=self.args.bootstrap,
+                group_id=f"{self.args.topic}-group",
+                isolation_level="read_committed",
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                session_timeout_ms=6000,
+                heartbeat_interval_ms=1000,
+                fetch_max_wait_ms=100,
+                request_timeout_ms=REQUEST_TIMEOUT_MS,
+            )
         )
-        await consumer.start()
         try:
             consumer.subscribe([self.args.topic], listener=self.Listener(self, consumer))
             last_commit = time.monotonic()
@@ -271,59 +287,6 @@ class GroupConsumer(Client):
             self.rec.record("ok", "commit-offsets", offsets=offsets)
 
 
-def run_confluent_producer(args: argparse.Namespace, rec: Recorder) -> None:
-    """confluent-kafka's idempotent producer: the same workload through librdkafka."""
-    from confluent_kafka import KafkaError as CKError
-    from confluent_kafka import Producer as CKProducer
-
-    stopping = False
-
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    producer = CKProducer(
-        {
-            "bootstrap.servers": args.bootstrap,
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "message.timeout.ms": 60_000,
-        }
-    )
-
-    def delivered(value: str) -> Any:
-        def callback(error: CKError | None, message: Any) -> None:
-            if error is not None:
-                rec.record("info", "send", value=value, txn=None, error=str(error))
-            else:
-                rec.record(
-                    "ok",
-                    "send",
-                    value=value,
-                    txn=None,
-                    partition=message.partition(),
-                    offset=message.offset(),
-                )
-
-        return callback
-
-    rng = random.Random()
-    seq = itertools.count()
-    while not stopping:
-        for _ in range(rng.randint(1, 5)):
-            value = f"{rec.process}-{next(seq)}"
-            rec.record("invoke", "send", value=value, txn=None)
-            producer.produce(
-                args.topic,
-                value.encode(),
-                partition=rng.randrange(args.partitions),
-                on_delivery=delivered(value),
-            )
-        producer.poll(0.02)
-    producer.flush(60)
-
-
 async def run_async(args: argparse.Namespace, rec: Recorder) -> None:
     kinds = {"producer": IdempotentProducer, "txn": TransactionalProducer, "consumer": GroupConsumer}
     client = kinds[args.role](args, rec)
@@ -342,12 +305,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--own", default="", help="partitions a txn client writes, comma-separated")
     parser.add_argument("--history", type=Path, required=True)
     args = parser.parse_args(argv)
-    if args.role == "txn" and not args.own:
-        parser.error("--role txn needs --own")
+    if args.role in ("txn", "ck-txn") and not args.own:
+        parser.error(f"--role {args.role} needs --own")
     rec = Recorder.open(args.history, args.process, args.client)
     try:
-        if args.role == "ck-producer":
-            run_confluent_producer(args, rec)
+        if args.role.startswith("ck-"):
+            from tools.anomaly import confluent_clients
+
+            run = (
+                confluent_clients.run_idempotent
+                if args.role == "ck-producer"
+                else confluent_clients.run_transactional
+            )
+            run(args, rec)
         else:
             asyncio.run(run_async(args, rec))
     finally:

@@ -6,10 +6,10 @@ transaction and exits; SIGKILL after a grace period), waits until no transaction
 partition (the coordinator aborts what killed clients left open), reads every partition from
 its beginning with read_committed, and merges every process's history into ``history.jsonl``.
 
-Partitions: transactional client ``i`` owns partitions ``2i`` and ``2i + 1`` (it alone writes
-transactions there, so any dependency cycle between transactions is an anomaly, see
-``cycles.py``); idempotent producers write everywhere; the last two partitions get only
-non-transactional writes.
+Partitions: transactional client ``i`` (SDK ones first, then confluent-kafka ones) owns
+partitions ``2i`` and ``2i + 1`` (it alone writes transactions there, so any dependency cycle
+between transactions is an anomaly, see ``cycles.py``); idempotent producers write everywhere;
+the last two partitions get only non-transactional writes.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class WorkloadConfig:
     producers: int = 2
     confluent_producers: int = 1
     txn_clients: int = 2
+    confluent_txn_clients: int = 1
     consumers: int = 2
     faults: Sequence[str] = FAULTS
     fault_interval: tuple[float, float] = (2.0, 5.0)
@@ -52,7 +53,7 @@ class WorkloadConfig:
 
     @property
     def partitions(self) -> int:
-        return 2 * self.txn_clients + 2
+        return 2 * (self.txn_clients + self.confluent_txn_clients) + 2
 
 
 class ClientProcesses:
@@ -300,6 +301,8 @@ def run_workload(bootstrap: str, nodes: Sequence[Node], run_dir: Path, config: W
         clients.launch(f"ck-producer-{i}", "ck-producer")
     for i in range(config.txn_clients):
         clients.launch(f"txn-{i}", "txn", f"{2 * i},{2 * i + 1}")
+    for i in range(config.txn_clients, config.txn_clients + config.confluent_txn_clients):
+        clients.launch(f"ck-txn-{i}", "ck-txn", f"{2 * i},{2 * i + 1}")
     for _ in range(config.consumers):
         clients.add_consumer()
     nemesis_rec = Recorder.open(run_dir / "nemesis.jsonl", "nemesis", "nemesis")
