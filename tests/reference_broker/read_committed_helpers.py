@@ -59,9 +59,12 @@ def confluent_transactional(bootstrap: str, **extra: Any) -> confluent_kafka.Pro
 
 
 def _confluent_fetch_sizes(fetch_bytes: int | None) -> dict[str, Any]:
+    """Per-partition fetch size ``fetch_bytes``; librdkafka wants ``fetch.max.bytes`` at least
+    ``message.max.bytes``, whose minimum is 1000."""
     if fetch_bytes is None:
         return {}
-    return {"max.partition.fetch.bytes": fetch_bytes, "fetch.max.bytes": fetch_bytes}
+    return {"max.partition.fetch.bytes": fetch_bytes, "fetch.max.bytes": max(fetch_bytes, 1000),
+            "message.max.bytes": 1000}
 
 
 def read_committed_confluent(
