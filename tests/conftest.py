@@ -9,7 +9,6 @@ where it was not loaded (an install without that entry point's metadata,
 
 from __future__ import annotations
 
-import os
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,24 +28,12 @@ def pytest_configure(config: pytest.Config) -> None:
 # -- Apache Kafka as an oracle (tests/apache_kafka.py) --------------------------------------------
 
 
-def _require_apache_kafka() -> None:
-    """Skip (or, under CI, fail) when Apache Kafka cannot run here; fetch its jars otherwise."""
-    from tests.apache_kafka import KafkaUnavailable, kafka_jars
-
-    try:
-        kafka_jars()
-    except KafkaUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(str(exc), pytrace=False)
-        pytest.skip(str(exc))
-
-
 @pytest.fixture(scope="session")
 def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One Apache Kafka KRaft node for the session (use unique topic names); ``.bootstrap``."""
-    from tests.apache_kafka import KafkaCluster
+    from tests.apache_kafka import KafkaCluster, require_apache_kafka
 
-    _require_apache_kafka()
+    require_apache_kafka()
     cluster = KafkaCluster(tmp_path_factory.mktemp("apache-kafka"), 1)
     try:
         yield cluster.start().nodes[0]
@@ -62,9 +49,9 @@ def apache_kafka_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
     ``KafkaNode``; ``apache_kafka_factory(nodes=3, ...)`` starts a cluster and returns the
     ``KafkaCluster``.
     """
-    from tests.apache_kafka import KafkaCluster
+    from tests.apache_kafka import KafkaCluster, require_apache_kafka
 
-    _require_apache_kafka()
+    require_apache_kafka()
     started: list[KafkaCluster] = []
 
     def start(nodes: int = 1, **properties: Any) -> Any:

@@ -147,6 +147,7 @@ class KafkaClient:
         self.ssl_context = ssl_context
         self.allow_auto_topic_creation = allow_auto_topic_creation
         self.cluster = ClusterMetadata()
+        self._coordinator_addresses: dict[int, BrokerMetadata] = {}
         self._conns: dict[int, Connection] = {}
         self._connecting: dict[int, asyncio.Task[Connection]] = {}
         self._backoff: dict[int, _NodeBackoff] = {}
@@ -254,8 +255,18 @@ class KafkaClient:
             return None
         if node_id >= _COORDINATOR_NODE_MIN:
             broker = self.cluster.brokers.get(broker_node_id(node_id))
-            return None if broker is None else broker._replace(node_id=node_id)
+            if broker is None:
+                return self._coordinator_addresses.get(node_id)
+            return broker._replace(node_id=node_id)
         return self.cluster.brokers.get(node_id)
+
+    def remember_coordinator_address(self, node_id: int, host: str, port: int) -> None:
+        """The address FindCoordinator gave for broker ``node_id``, used for its coordinator
+        connection while the cluster metadata does not list that broker (as the Java client
+        connects to the node of the FindCoordinator answer itself: a metadata answer taken while the
+        broker was restarting leaves it out)."""
+        coordinator = coordinator_node_id(node_id)
+        self._coordinator_addresses[coordinator] = BrokerMetadata(coordinator, host, port)
 
     def connection(self, node_id: int) -> Connection | None:
         """The ready connection to ``node_id``, if there is one."""

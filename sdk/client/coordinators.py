@@ -168,11 +168,15 @@ class CoordinatorLookup:
             response = await conn.request(request, version)
             for item in response.coordinators:
                 answers[item.key] = _answer(item.error_code, item.node_id, item.error_message, item.key)
+                if not item.error_code:
+                    client.remember_coordinator_address(item.node_id, item.host, item.port)
             return answers
         for key in keys:
             response = await conn.request(FindCoordinatorRequest(key=key, key_type=key_type), version)
             message = getattr(response, "error_message", None)
             answers[key] = _answer(response.error_code, response.node_id, message, key)
+            if not response.error_code:
+                client.remember_coordinator_address(response.node_id, response.host, response.port)
         return answers
 
 
