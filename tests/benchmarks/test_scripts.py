@@ -127,7 +127,7 @@ def test_bench_spark_compares_exactly_once_with_at_least_once_in_both_modes() ->
 
 def test_eos_soak_copies_exactly_once_through_bounces() -> None:
     out = run_script(
-        "eos_soak.py", *("--messages", "2000", "--bounces", "1", "--copier", "sdk", "--timeout", "60")
+        "eos_soak.py", *("--messages", "2000", "--bounces", "1", "--copier", "sdk", "--timeout", "150")
     )
     for figure in ("messages", "copier kills", "broker kills", "duplicates", "missing", "order violations"):
         assert_line(out, rf"^{figure}: {NUMBER}$")

@@ -26,7 +26,7 @@ def test_produce_and_consume(broker: BrokerProcess) -> None:
     consumer = KafkaConsumer(
         bootstrap_servers=broker.bootstrap,
         enable_auto_commit=False,
-        consumer_timeout_ms=3000,
+        consumer_timeout_ms=30_000,  # only a failing run waits this long for a missing record
         fetch_max_wait_ms=100,
     )
     try:
