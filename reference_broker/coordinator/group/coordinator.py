@@ -740,10 +740,15 @@ class GroupCoordinator:
             group = self.groups[group_id] = Group(group_id, self.clock.now_ms())
         if group.is_(GroupState.DEAD):
             return dict.fromkeys(offsets, E.COORDINATOR_NOT_AVAILABLE)
+        # As Kafka's validateMember: an instance id is checked first (unknown, or held by another
+        # member id: fenced), then the member id, then the generation.
+        if group_instance_id is not None and not (generation < 0 and group.is_(GroupState.EMPTY)):
+            if group_instance_id not in group.static_members:
+                return dict.fromkeys(offsets, E.UNKNOWN_MEMBER_ID)
+            if group.is_static_member_fenced(group_instance_id, member_id):
+                return dict.fromkeys(offsets, E.FENCED_INSTANCE_ID)
         if member_id and member_id not in group.members:
             return dict.fromkeys(offsets, E.UNKNOWN_MEMBER_ID)
-        if group.is_static_member_fenced(group_instance_id, member_id):
-            return dict.fromkeys(offsets, E.FENCED_INSTANCE_ID)
         if generation >= 0 and generation != group.generation:
             return dict.fromkeys(offsets, E.ILLEGAL_GENERATION)
         result, accepted, batch = self._offset_records(group_id, offsets, transactional=True)
