@@ -29,7 +29,15 @@ driver-local path, or HDFS/S3 that Python's ``open`` cannot read), while the int
 on the cluster whose transactions it decides, is replicated like the data (acks=all), and is read
 with the same client. One record per committed batch, keyed by the query's transactional id
 prefix (so all of a query's intents share one partition); recovery looks for the query's newest
-intent there, reading backwards from the end (``newest_intent``).
+intent there, reading backwards from the end (``newest_intent``). The topic is compacted (the
+sink creates it so): the newest intent of each prefix is all recovery ever reads.
+
+An intent names its owner (the streaming query's id, or the batch write's) beside the batch, as
+the markers do. Recovery does not need it to match: it rolls a kept transaction forward only when
+an intent records that transaction's exact state (producer id and epoch), which no other
+transaction has, so the intent is that transaction's own decision, whoever wrote it (a batch
+write sharing its prefix with an earlier one completes the earlier write's decision); a stream
+never shares its prefix (``ownership.py``).
 
 Conditions: the broker enables ``transaction.two.phase.commit.enable`` (Kafka's default is off);
 a prepared transaction never times out on the broker, so a query that stops with a prepared
@@ -85,7 +93,8 @@ class CommitLostError(RuntimeError):
 
 def record_intent(producer_settings: Mapping[str, Any], intent_topic: str, prefix: str,
                   marker: Mapping[str, Any], transactions: Mapping[str, str]) -> None:
-    """Durably record that ``transactions`` (transactional id -> state) are to be committed."""
+    """Durably record that ``transactions`` (transactional id -> state) are to be committed;
+    ``marker``: the batch's owner and id (``Marker.record()``)."""
     value = json.dumps({"prefix": prefix, **marker, "transactions": dict(transactions)}).encode()
     settings = {**producer_settings, "acks": "all"}
     settings.pop("transaction_timeout_ms", None)

@@ -5,19 +5,30 @@ transactional id is ``<prefix>-<partition id>``: never the attempt number, so a 
 speculative attempt's ``init_transactions`` fences the older attempt (whose commit then fails and
 whose open transaction the broker aborts). In the same transaction the task commits a marker,
 the last batch it committed, as the offset of partition 0 of a marker topic in a consumer group
-of its own (``<transactional id>.sink-marker``): one record per commit, read back with one
-OffsetFetch whatever the query's age. A task first reads its marker (after the fencing has
-resolved its previous transaction, so it is final), and skips a batch already committed: Spark
-re-runs a batch with the same offsets after a crash between the sink's commits and its own
-commit log, and the transform is assumed deterministic and the sink's partitioning fixed, so the
-skipped rows are the ones already written.
+of its own (``<transactional id>.sink-marker``), with its owner (the streaming query's id, or the
+batch write's) in the offset's metadata: one record per commit, read back with one OffsetFetch
+whatever the query's age. A task first reads its marker (after the fencing has resolved its
+previous transaction, so it is final), and skips a batch already committed: Spark re-runs a batch
+with the same offsets after a crash between the sink's commits and its own commit log, and the
+transform is assumed deterministic and the sink's partitioning fixed, so the skipped rows are the
+ones already written. A marker of another owner, and a prefix another query claimed, stop the
+task with an error instead (``ownership.py``).
+
+The markers are consumer group offsets, so they last as long as the broker keeps committed
+offsets (``offsets.retention.minutes``, 7 days by default, counted from the commit): a query
+stopped for longer loses its markers, and a batch re-run after its restart is written again.
+
+The sink creates its topics itself (``admin.py``): the marker topic with one partition and no
+retention limit (it holds the prefix claims), the intent topic compacted (recovery only reads a
+prefix's newest intent).
 
 The option ``delivery.guarantee=at-least-once`` (default ``exactly-once``) writes the same rows
 with the SDK's idempotent producer and no transaction or marker: a retried task or a re-run
 batch writes its rows again. It is the baseline the exactly-once sink is benchmarked against.
 
 Batch writes (``df.write``) use a random write id instead of a batch id, so a task re-run within
-the same write (after its commit was lost with its executor) is skipped too.
+the same write (after its commit was lost with its executor) is skipped too; their default prefix
+is ``topicwright-spark-write-<write id>``, a streaming query's ``topicwright-spark-<query id>``.
 
 The driver-side ``commit`` only records progress: every task already committed its transaction,
 and Spark calls ``commit``/``abort`` in fresh processes, repeatedly, and with ``None`` messages
@@ -36,7 +47,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +59,16 @@ from sdk.client.cluster import TopicPartition
 from sdk.consumer.consumer import Consumer as AsyncConsumer
 from sdk.consumer.records import OffsetAndMetadata
 from sdk.producer.producer import Producer as AsyncProducer
-from sdk.sync import Consumer, Producer
+from sdk.sync import Producer
+from spark_integration.admin import TopicSpec, ensure_topic, fetch_committed
 from spark_integration.options import OptionError, client_settings
+from spark_integration.ownership import (
+    BATCH_WRITES,
+    Marker,
+    PrefixInUseError,
+    already_committed,
+    claim_prefix,
+)
 from spark_integration.two_phase import (
     DEFAULT_INTENT_TOPIC,
     PER_TASK,
@@ -90,6 +109,8 @@ class SinkCommit(WriterCommitMessage):
     transactional_id: str | None = None
     state: str | None = None
     prefix: str | None = None
+    #: The marker's owner (``Marker.owner``), for the driver's check of the batch's markers.
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +137,10 @@ class SinkOptions:
     intent_wait_s: float = 3.0
     #: Test hook ``testing.killDriverAfterIntent`` = ``batch:process group`` (two-phase mode).
     kill_driver_after_intent: tuple[int, int] | None = None
+    #: ``sink.topics.replication.factor`` and ``sink.topics.min.insync.replicas`` of the marker
+    #: and intent topics the sink creates (-1 and None: the broker's defaults).
+    topics_replication_factor: int = -1
+    topics_min_insync_replicas: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
@@ -161,7 +186,52 @@ class SinkOptions:
             intent_topic=options.get("intent.topic") or DEFAULT_INTENT_TOPIC,
             intent_wait_s=float(options.get("two.phase.intent.wait.ms") or 3000) / 1000,
             kill_driver_after_intent=_batch_and_group(options.get("testing.killdriverafterintent")),
+            topics_replication_factor=_replication_factor(options.get("sink.topics.replication.factor")),
+            topics_min_insync_replicas=_min_insync(options.get("sink.topics.min.insync.replicas")),
         )
+
+    def topic_specs(self) -> list[TopicSpec]:
+        """The sink's own topics, as it creates them when they are missing: the marker topic
+        (one partition: the markers' partition and the prefix claims, kept forever) and, in
+        two-phase mode, the intent topic (compacted: recovery reads a prefix's newest intent)."""
+        common = ({"min.insync.replicas": str(self.topics_min_insync_replicas)}
+                  if self.topics_min_insync_replicas is not None else {})
+        specs = [TopicSpec(self.marker_topic, 1, self.topics_replication_factor,
+                           {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
+                            **common})]
+        if self.commit_mode == TWO_PHASE:
+            specs.append(TopicSpec(self.intent_topic, -1, self.topics_replication_factor,
+                                   {"cleanup.policy": "compact", **common}))
+        return specs
+
+    def ensure_topics(self) -> None:
+        for spec in self.topic_specs():
+            ensure_topic(self.consumer_settings, spec)
+
+
+def _replication_factor(raw: str | None) -> int:
+    if raw is None:
+        return -1
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1 and value != -1:
+        raise OptionError(
+            f"option 'sink.topics.replication.factor' must be a positive integer or -1, not {raw!r}")
+    return value
+
+
+def _min_insync(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise OptionError(f"option 'sink.topics.min.insync.replicas' must be a positive integer, not {raw!r}")
+    return value
 
 
 def _batch_and_group(raw: str | None) -> tuple[int, int] | None:
@@ -182,9 +252,9 @@ def _slow_task(raw: str | None) -> tuple[int, int | None, float] | None:
     return int(parts[0]), int(parts[1]) if parts[1] else None, float(parts[2])
 
 
-def _hooked(hook: tuple[Any, ...] | None, partition: int, marker: Mapping[str, Any]) -> bool:
+def _hooked(hook: tuple[Any, ...] | None, partition: int, marker: Marker) -> bool:
     """Whether a test hook ``(partition, batch or None, ...)`` names this task."""
-    return hook is not None and hook[0] == partition and hook[1] in (None, marker.get("batch"))
+    return hook is not None and hook[0] == partition and hook[1] in (None, marker.batch)
 
 
 def _as_bytes(value: Any) -> bytes | None:
@@ -200,34 +270,21 @@ def marker_group(transactional_id: str) -> str:
     return f"{transactional_id}.sink-marker"
 
 
-def marker_offset(marker: Mapping[str, Any]) -> int:
-    """A marker as a committed offset: batch id + 1 for micro-batches (they only grow), a number
-    drawn from the write id for batch writes (compared for equality)."""
-    if "batch" in marker:
-        return int(marker["batch"]) + 1
-    return int(str(marker["write"])[:15], 16) + 1
-
-
-def read_marker(options: SinkOptions, transactional_id: str) -> int | None:
-    """The marker offset last committed by ``transactional_id``'s transactions (None: never).
+def read_marker(options: SinkOptions, transactional_id: str) -> OffsetAndMetadata | None:
+    """The marker (offset and owner) last committed by ``transactional_id``'s transactions
+    (None: never).
 
     Read after the task's producer fenced older attempts, so no transaction of this id is open
     and the committed offset is final (OffsetFetch with require_stable)."""
-    tp = TopicPartition(options.marker_topic, 0)
-    with Consumer(**options.consumer_settings, group_id=marker_group(transactional_id),
-                  enable_auto_commit=False) as consumer:
-        deadline = time.monotonic() + 10
-        while consumer.partitions_for_topic(options.marker_topic) is None:  # created on first use
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"marker topic {options.marker_topic!r} is not available")
-            consumer.topics()
-        return consumer.committed(tp)
+    return fetch_committed(options.consumer_settings, marker_group(transactional_id),
+                           TopicPartition(options.marker_topic, 0))
 
 
 def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
-                    marker: dict[str, Any], partition: int | None = None) -> SinkCommit:
+                    marker: Marker, partition: int | None = None) -> SinkCommit:
     """Write this task's rows in one transaction with its marker, unless already committed.
-    ``partition``: the sink partition when not run in a Spark task (the task's otherwise)."""
+    ``partition``: the sink partition when not run in a Spark task (the task's otherwise).
+    ``PrefixInUseError`` before anything is written if ``prefix`` is another owner's."""
     context = TaskContext.get()
     if partition is None:
         partition = context.partitionId() if context is not None else 0
@@ -236,6 +293,10 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
     attempt = context.attemptNumber() if context is not None else 0
     transactional_id = f"{prefix}-{partition}"
     two_phase = options.commit_mode == TWO_PHASE
+    options.ensure_topics()
+    if options.prefix is not None:  # a chosen prefix: claimed before any producer fences anything
+        claim_prefix(options.consumer_settings, options.producer_settings, options.marker_topic, prefix,
+                     marker.owner if marker.batch is not None else BATCH_WRITES)
     # Per task: the constructor runs init_transactions, so older attempts of this partition are
     # fenced and their open transaction is aborted before the marker is read. Two-phase: older
     # attempts are fenced, their transaction kept, then rolled forward or aborted.
@@ -247,7 +308,7 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
             init_two_phase(producer, transactional_id)
             resolve_kept_transaction(producer, options.consumer_settings, options.intent_topic, prefix,
                                      transactional_id, options.intent_wait_s)
-        if _already_committed(read_marker(options, transactional_id), marker):
+        if already_committed(read_marker(options, transactional_id), marker, prefix):
             for _ in rows:
                 pass
             log.info("%s: batch %s already committed, skipped", transactional_id, marker)
@@ -265,7 +326,7 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
                 log.warning("%s: test hook stalls attempt 0 for %.1f s", transactional_id, seconds)
                 time.sleep(seconds)
         producer.send_offsets_to_transaction(
-            {TopicPartition(options.marker_topic, 0): OffsetAndMetadata(marker_offset(marker), "")},
+            {TopicPartition(options.marker_topic, 0): marker.committed_offset()},
             marker_group(transactional_id))
         state = producer.prepare_transaction() if two_phase else None
         if attempt == 0 and _hooked(options.fail_before_commit, partition, marker):
@@ -274,7 +335,7 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
             _crashed_producers.append(producer)
             raise InjectedFailure(f"{transactional_id}: injected failure before commit of {marker}")
         if state is not None:  # closing leaves a prepared transaction open for the driver
-            return SinkCommit(partition, count, False, transactional_id, str(state), prefix)
+            return SinkCommit(partition, count, False, transactional_id, str(state), prefix, marker.owner)
         producer.commit_transaction()
         return SinkCommit(partition, count, False)
     except BaseException:
@@ -315,28 +376,20 @@ def _write_at_least_once(options: SinkOptions, rows: Iterator[Any], partition: i
     return SinkCommit(partition, count, False)
 
 
-def _already_committed(found: int | None, marker: dict[str, Any]) -> bool:
-    if found is None:
-        return False
-    if "batch" in marker:
-        return found >= marker_offset(marker)
-    return found == marker_offset(marker)
-
-
 class KafkaBatchWriter(DataSourceWriter):
     """``df.write.format(FORMAT)``: each task's rows in one transaction."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.options = SinkOptions.parse(options, schema)
         self.write_id = uuid.uuid4().hex
-        self.prefix = self.options.prefix or f"topicwright-spark-{self.write_id}"
+        self.prefix = self.options.prefix or f"topicwright-spark-write-{self.write_id}"
 
     def write(self, iterator: Iterator[Any]) -> SinkCommit:
-        return write_partition(self.options, iterator, self.prefix, {"write": self.write_id})
+        return write_partition(self.options, iterator, self.prefix, Marker.of_write(self.write_id))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.options.commit_mode == TWO_PHASE:
-            commit_two_phase(self.options, {"write": self.write_id}, messages)
+            commit_two_phase(self.options, messages, None)
         _record_progress("write", self.write_id, messages)
 
 
@@ -352,10 +405,11 @@ class KafkaStreamWriter(DataSourceStreamWriter):
         context = TaskContext.get()
         batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
         query = context.getLocalProperty(QUERY_ID_PROPERTY) if context is not None else None
-        if batch is None:
-            raise RuntimeError(f"Spark did not pass the micro-batch id ({BATCH_ID_PROPERTY}) to the task")
+        if batch is None or query is None:
+            raise RuntimeError(f"Spark did not pass the micro-batch id ({BATCH_ID_PROPERTY}) or the query id "
+                               f"({QUERY_ID_PROPERTY}) to the task")
         prefix = self.options.prefix or f"topicwright-spark-{query}"
-        return write_partition(self.options, iterator, prefix, {"batch": int(batch)})
+        return write_partition(self.options, iterator, prefix, Marker.of_query(query, int(batch)))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         hook = self.options.kill_driver_at_commit
@@ -364,7 +418,7 @@ class KafkaStreamWriter(DataSourceStreamWriter):
             # Spark wrote the batch to its commit log.
             _kill_driver(hook[1])
         if self.options.commit_mode == TWO_PHASE:
-            commit_two_phase(self.options, {"batch": batchId}, messages)
+            commit_two_phase(self.options, messages, batchId)
         _record_progress("batch", batchId, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -372,23 +426,32 @@ class KafkaStreamWriter(DataSourceStreamWriter):
                     batchId)
 
 
-def commit_two_phase(options: SinkOptions, marker: dict[str, Any],
-                     messages: list[WriterCommitMessage | None]) -> None:
-    """The driver's part of ``commit.mode=two-phase``: check the batch's prepared transactions,
-    record its intent, complete them (see ``two_phase.py``). Tasks that skipped report nothing."""
+def commit_two_phase(options: SinkOptions, messages: Sequence[WriterCommitMessage | None],
+                     batch: int | None) -> None:
+    """The driver's part of ``commit.mode=two-phase`` for micro-batch ``batch`` (None: a batch
+    write): check the batch's prepared transactions, record its intent, complete them (see
+    ``two_phase.py``). Tasks that skipped report nothing; the others report the marker's owner
+    (the driver of a stream does not know its query's id)."""
     prepared = [m for m in messages if isinstance(m, SinkCommit) and m.transactional_id and m.state]
     if not prepared:
         return
+    owners = {m.owner for m in prepared}
+    prefixes = {m.prefix for m in prepared}
+    if len(owners) != 1 or len(prefixes) != 1 or None in owners or None in prefixes:
+        raise PrefixInUseError(
+            f"the tasks of one batch reported different owners {owners} or prefixes {prefixes}")
+    marker, prefix = Marker(str(prepared[0].owner), batch), str(prepared[0].prefix)
     transactions = {m.transactional_id: m.state for m in prepared if m.transactional_id and m.state}
     hook = options.kill_driver_after_intent
 
     def after_intent() -> None:
-        if hook is not None and hook[0] == marker.get("batch"):
+        if hook is not None and hook[0] == batch:
             _kill_driver(hook[1])  # test hook: intent recorded, nothing completed
 
+    options.ensure_topics()
     outcomes = commit_batch(
-        options.producer_settings, options.intent_topic, prepared[0].prefix or "", marker, transactions,
-        lambda tid: _already_committed(read_marker(options, tid), marker), after_intent)
+        options.producer_settings, options.intent_topic, prefix, marker.record(), transactions,
+        lambda tid: already_committed(read_marker(options, tid), marker, prefix), after_intent)
     log.info("two-phase commit of %s: %s", marker, outcomes)
 
 

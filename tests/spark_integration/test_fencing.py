@@ -12,10 +12,12 @@ from typing import Any
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from sdk.errors import KafkaError
+from spark_integration.ownership import Marker
 from spark_integration.writer import SinkOptions, write_partition
 from tests.spark_integration.helpers import read_topic
 
 SCHEMA = StructType([StructField("value", BinaryType())])
+BATCH_7 = Marker.of_query("fencing-test-query", 7)
 
 
 def test_a_speculative_attempt_fences_the_first_and_rows_commit_once(broker: Any) -> None:
@@ -36,14 +38,14 @@ def test_a_speculative_attempt_fences_the_first_and_rows_commit_once(broker: Any
 
     def first_attempt() -> None:
         try:
-            outcome["first"] = write_partition(options, slow_rows(), f"q-{topic}", {"batch": 7})
+            outcome["first"] = write_partition(options, slow_rows(), f"q-{topic}", BATCH_7)
         except BaseException as exc:
             outcome["first"] = exc
 
     thread = threading.Thread(target=first_attempt)
     thread.start()
     assert halfway.wait(30)
-    second = write_partition(options, iter(rows), f"q-{topic}", {"batch": 7})
+    second = write_partition(options, iter(rows), f"q-{topic}", BATCH_7)
     resume.set()
     thread.join(60)
     assert second.records == 50 and not second.skipped
@@ -53,6 +55,6 @@ def test_a_speculative_attempt_fences_the_first_and_rows_commit_once(broker: Any
     assert sorted(r.value for r in read_topic(broker.bootstrap, topic)) == sorted(r[0] for r in rows)
 
     # A third attempt of the same batch finds the marker and writes nothing.
-    third = write_partition(options, iter(rows), f"q-{topic}", {"batch": 7})
+    third = write_partition(options, iter(rows), f"q-{topic}", BATCH_7)
     assert third.skipped and third.records == 0
     assert len(read_topic(broker.bootstrap, topic)) == 50

@@ -13,6 +13,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from sdk.producer.prepared_state import PreparedTxnState
 from spark_integration import FORMAT
 from spark_integration.options import OptionError
+from spark_integration.ownership import Marker
 from spark_integration.two_phase import (
     CommitLostError,
     TwoPhaseCommitUnavailableError,
@@ -41,8 +42,12 @@ def _values(bootstrap: str, topic: str, isolation: str = "read_committed") -> li
     return sorted(r.value for r in read_topic(bootstrap, topic, isolation))
 
 
+def _batch(batch: int) -> Marker:
+    return Marker.of_query("two-phase-test-query", batch)
+
+
 def _write_batch(options: SinkOptions, prefix: str, batch: int) -> list[SinkCommit]:
-    return [write_partition(options, iter(_rows(batch, p)), prefix, {"batch": batch}, partition=p)
+    return [write_partition(options, iter(_rows(batch, p)), prefix, _batch(batch), partition=p)
             for p in (0, 1)]
 
 
@@ -55,27 +60,27 @@ def test_a_prepared_batch_is_invisible_until_the_driver_commits_it(broker: Any) 
     assert _values(broker.bootstrap, topic) == []
     assert len(_values(broker.bootstrap, topic, "read_uncommitted")) == 40
 
-    commit_two_phase(options, {"batch": 0}, [*messages, None])
+    commit_two_phase(options, [*messages, None], 0)
     assert _values(broker.bootstrap, topic) == sorted(v for p in (0, 1) for (v,) in _rows(0, p))
     # Spark calls commit again for a re-run batch: the transactions are found committed.
-    commit_two_phase(options, {"batch": 0}, messages)
+    commit_two_phase(options, messages, 0)
     assert len(_values(broker.bootstrap, topic)) == 40
 
 
 def test_recovery_rolls_a_recorded_intent_forward_and_aborts_a_stale_prepare(broker: Any) -> None:
     topic = f"tr-{uuid.uuid4().hex[:8]}"
     options, prefix = _options(broker.bootstrap, topic), f"q-{topic}"
-    commit_two_phase(options, {"batch": 0}, _write_batch(options, prefix, 0))
+    commit_two_phase(options, _write_batch(options, prefix, 0), 0)
 
     # Batch 1: both tasks prepared, the driver recorded the intent and died before completing.
     recorded = _write_batch(options, prefix, 1)
-    record_intent(options.producer_settings, options.intent_topic, prefix, {"batch": 1},
+    record_intent(options.producer_settings, options.intent_topic, prefix, _batch(1).record(),
                   {m.transactional_id: m.state for m in recorded if m.transactional_id and m.state})
     assert len(_values(broker.bootstrap, topic)) == 40
     # Spark re-runs batch 1: each task rolls its recorded transaction forward, then skips.
     rerun = _write_batch(options, prefix, 1)
     assert all(m.skipped and m.state is None for m in rerun)
-    commit_two_phase(options, {"batch": 1}, rerun)
+    commit_two_phase(options, rerun, 1)
     assert len(_values(broker.bootstrap, topic)) == 80
     # The driver of the dead run comes back to its intent: already committed by the tasks.
     for m in recorded:
@@ -87,7 +92,7 @@ def test_recovery_rolls_a_recorded_intent_forward_and_aborts_a_stale_prepare(bro
     stale = _write_batch(options, prefix, 2)
     rerun = _write_batch(options, prefix, 2)
     assert [m.records for m in rerun] == [20, 20] and rerun[0].state != stale[0].state
-    commit_two_phase(options, {"batch": 2}, rerun)
+    commit_two_phase(options, rerun, 2)
     expected = sorted(v for b in (0, 1, 2) for p in (0, 1) for (v,) in _rows(b, p))
     assert _values(broker.bootstrap, topic) == expected
     assert len(_values(broker.bootstrap, topic, "read_uncommitted")) == len(expected) + 40  # stale: aborted
@@ -95,13 +100,13 @@ def test_recovery_rolls_a_recorded_intent_forward_and_aborts_a_stale_prepare(bro
     # Batch 3: partition 0's reported transaction was aborted by a later attempt (which prepared
     # its own, never reported): the driver commits nothing of the batch, leaves nothing open.
     reported = _write_batch(options, prefix, 3)
-    write_partition(options, iter(_rows(3, 0)), prefix, {"batch": 3}, partition=0)
+    write_partition(options, iter(_rows(3, 0)), prefix, _batch(3), partition=0)
     with pytest.raises(CommitLostError):
-        commit_two_phase(options, {"batch": 3}, reported)
+        commit_two_phase(options, reported, 3)
     assert _values(broker.bootstrap, topic) == expected
     rerun = _write_batch(options, prefix, 3)
     assert [m.records for m in rerun] == [20, 20]
-    commit_two_phase(options, {"batch": 3}, rerun)
+    commit_two_phase(options, rerun, 3)
     assert len(_values(broker.bootstrap, topic)) == len(expected) + 40
 
 
@@ -129,7 +134,7 @@ def test_a_broker_without_two_phase_commit_gets_a_clear_error(broker_factory: An
     broker = broker_factory({"transaction.two.phase.commit.enable": False})
     options = _options(broker.bootstrap, f"t-{uuid.uuid4().hex[:8]}")
     with pytest.raises(TwoPhaseCommitUnavailableError, match=r"transaction\.two\.phase\.commit\.enable=true"):
-        write_partition(options, iter(_rows(0, 0)), "q", {"batch": 0}, partition=0)
+        write_partition(options, iter(_rows(0, 0)), "q", _batch(0), partition=0)
 
 
 def test_two_phase_options_are_checked(broker: Any) -> None:
