@@ -15,6 +15,8 @@ What counts as what (values are unique per send, so every read names its send):
   without an assignment change (rebalance or seek) in between;
 * ``poll-skip``: consecutive polls of a partition by one process jump over an offset where the
   final read found a visible value, without an assignment change in between;
+* ``group-skip``: a group member's first poll of a partition it was assigned starts past visible
+  records that no offset commit of the group had yet covered;
 * ``G0`` / ``G1c``: dependency cycles between committed transactions (see ``cycles.py``).
 
 Transactions whose outcome is unknown (commit timed out, process killed during the commit) are
@@ -23,14 +25,15 @@ neither lost nor aborted: whatever the final read shows decides them.
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tools.anomaly.cycles import Edge, classify, find_cycles
+from tools.anomaly.findings import Anomaly
 from tools.anomaly.history import Op
+from tools.anomaly.poll_checks import group_skips, poll_order
 
 KINDS = (
     "lost-write",
@@ -41,20 +44,11 @@ KINDS = (
     "nonmonotonic-send",
     "nonmonotonic-poll",
     "poll-skip",
+    "group-skip",
     "G0",
     "G1c",
 )
 COMMITTED, ABORTED, UNKNOWN = "committed", "aborted", "unknown"
-
-
-@dataclass
-class Anomaly:
-    kind: str
-    message: str
-    ops: list[Op] = field(default_factory=list)
-
-    def render(self) -> str:
-        return "\n".join([f"  {self.message}", *(f"      {op.describe()}" for op in self.ops)])
 
 
 @dataclass
@@ -162,7 +156,8 @@ def check(ops: list[Op]) -> Report:
     anomalies += _places(history)
     anomalies += _bad_reads(history)
     anomalies += _nonmonotonic_sends(history)
-    anomalies += _poll_order(history)
+    anomalies += poll_order(history.ops, history.final or {})
+    anomalies += group_skips(history.ops, history.final or {})
     anomalies += _cycles(history)
     return Report(anomalies, _stats(history), warnings)
 
@@ -268,48 +263,6 @@ def _nonmonotonic_sends(history: _History) -> list[Anomaly]:
                 )
             )
         last[key] = done
-    return found
-
-
-def _poll_order(history: _History) -> list[Anomaly]:
-    visible = {p: sorted(records) for p, records in (history.final or {}).items()}
-    last: dict[str, dict[int, tuple[int, Op]]] = defaultdict(dict)
-    found = []
-    for op in history.ops:
-        if op.f in ("assign", "revoke") and op.type == "ok":
-            last[op.process].clear()  # a rebalance or seek: positions may move anywhere
-            continue
-        if op.f != "poll" or op.type != "ok":
-            continue
-        seen = last[op.process]
-        for p, offset, value in op.fields["records"]:
-            p, offset = int(p), int(offset)
-            previous = seen.get(p)
-            seen[p] = (offset, op)
-            if previous is None:
-                continue
-            before, before_op = previous
-            if offset <= before:
-                found.append(
-                    Anomaly(
-                        "nonmonotonic-poll",
-                        f"{op.process} partition {p}: polled offset {offset} ({value}) after {before}",
-                        [before_op, op],
-                    )
-                )
-                continue
-            offsets = visible.get(p, [])
-            skipped = offsets[bisect.bisect_right(offsets, before) : bisect.bisect_left(offsets, offset)]
-            if skipped:
-                missed = (history.final or {})[p][skipped[0]]
-                found.append(
-                    Anomaly(
-                        "poll-skip",
-                        f"{op.process} partition {p}: polled {before} then {offset}, skipping "
-                        f"{len(skipped)} visible record(s), first {skipped[0]} ({missed})",
-                        [before_op, op],
-                    )
-                )
     return found
 
 

@@ -227,22 +227,33 @@ class TransactionalProducer(Client):
 
 class GroupConsumer(Client):
     class Listener(ConsumerRebalanceListener):
-        def __init__(self, client: GroupConsumer, consumer: Consumer) -> None:
+        def __init__(self, client: GroupConsumer, consumer: Consumer, group: str) -> None:
             self.client = client
             self.consumer = consumer
+            self.group = group
 
         def on_partitions_revoked(self, revoked: Any) -> None:
-            self.client.rec.record("ok", "revoke", partitions=sorted(tp.partition for tp in revoked))
+            partitions = sorted(tp.partition for tp in revoked)
+            self.client.rec.record("ok", "revoke", partitions=partitions, group=self.group)
 
         def on_partitions_assigned(self, assigned: Any) -> None:
-            partitions = sorted(tp.partition for tp in self.consumer.assignment())
-            self.client.rec.record("ok", "assign", partitions=partitions)
+            self.client.rec.record(
+                "ok",
+                "assign",
+                partitions=sorted(tp.partition for tp in self.consumer.assignment()),
+                added=sorted(tp.partition for tp in assigned),
+                group=self.group,
+            )
+
+    @property
+    def group(self) -> str:
+        return f"{self.args.topic}-group"
 
     async def run(self) -> None:
         consumer = await self.started(
             lambda: Consumer(
                 bootstrap_servers=self.args.bootstrap,
-                group_id=f"{self.args.topic}-group",
+                group_id=self.group,
                 isolation_level="read_committed",
                 auto_offset_reset="earliest",
                 enable_auto_commit=False,
@@ -253,7 +264,7 @@ class GroupConsumer(Client):
             )
         )
         try:
-            consumer.subscribe([self.args.topic], listener=self.Listener(self, consumer))
+            consumer.subscribe([self.args.topic], listener=self.Listener(self, consumer, self.group))
             last_commit = time.monotonic()
             while not self.stopping.is_set():
                 try:
@@ -278,13 +289,13 @@ class GroupConsumer(Client):
             offsets = {tp.partition: await consumer.position(tp) for tp in consumer.assignment()}
         except KafkaError:
             return
-        self.rec.record("invoke", "commit-offsets", offsets=offsets)
+        self.rec.record("invoke", "commit-offsets", offsets=offsets, group=self.group)
         try:
             await consumer.commit({TopicPartition(self.args.topic, p): o for p, o in offsets.items()})
         except KafkaError as exc:
-            self.rec.record("info", "commit-offsets", offsets=offsets, error=repr(exc))
+            self.rec.record("info", "commit-offsets", offsets=offsets, group=self.group, error=repr(exc))
         else:
-            self.rec.record("ok", "commit-offsets", offsets=offsets)
+            self.rec.record("ok", "commit-offsets", offsets=offsets, group=self.group)
 
 
 async def run_async(args: argparse.Namespace, rec: Recorder) -> None:

@@ -24,9 +24,10 @@ The ``f`` values and their fields:
 * ``txn-begin`` ok ``{txn}``; ``txn-commit`` / ``txn-abort`` invoke, then ok/fail/info ``{txn}``.
 * ``poll`` ok ``{records: [[partition, offset, value], ...], txn}``: what one poll returned
   (``txn`` set when a transactional client read inside its transaction).
-* ``commit-offsets`` invoke/ok/fail/info ``{offsets: {partition: offset}}``.
-* ``assign`` ok ``{partitions: [...]}``: the consumer's whole assignment after a rebalance;
-  ``revoke`` ok ``{partitions: [...]}``: partitions it gave up (or lost).
+* ``commit-offsets`` invoke/ok/fail/info ``{offsets: {partition: offset}, group}``.
+* ``assign`` ok ``{partitions: [...], added: [...], group}``: the consumer's whole assignment
+  after a rebalance and the partitions new to it (``group`` absent for a manual ``assign()``);
+  ``revoke`` ok ``{partitions: [...], group}``: partitions it gave up (or lost).
 * ``final-read`` ok ``{partitions: {partition: [[offset, value], ...]}}``: one read_committed read
   of every partition from its beginning to its end, after the workload and its faults ended.
 * ``nemesis`` info ``{fault, target, phase}``: a fault started or healed.

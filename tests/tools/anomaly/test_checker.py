@@ -195,6 +195,33 @@ def test_poll_over_aborted_records_and_markers_is_no_skip() -> None:
     assert h.final({0: [(0, "a"), (3, "c")]}).check().valid
 
 
+def group_history() -> History:
+    """c-0 reads a and b and commits 2; c-1 takes partition 0 over."""
+    h = History().send("p-0.1", "a", 0, 0).send("p-0.1", "b", 0, 1).send("p-0.1", "c", 0, 2)
+    h.send("p-0.1", "d", 0, 3)
+    h.op("c-0.1", "ok", "assign", partitions=[0], added=[0], group="g")
+    h.poll("c-0.1", (0, 0, "a"), (0, 1, "b"))
+    h.op("c-0.1", "invoke", "commit-offsets", offsets={"0": 2}, group="g")
+    h.op("c-0.1", "ok", "commit-offsets", offsets={"0": 2}, group="g")
+    h.op("c-0.1", "ok", "revoke", partitions=[0], group="g")
+    h.op("c-1.1", "ok", "assign", partitions=[0], added=[0], group="g")
+    return h
+
+
+def test_group_member_starting_at_the_committed_offset_is_fine() -> None:
+    h = group_history().poll("c-1.1", (0, 2, "c"), (0, 3, "d"))
+    assert h.final({0: [(0, "a"), (1, "b"), (2, "c"), (3, "d")]}).check().valid
+
+
+def test_group_skip_past_the_committed_offset() -> None:
+    h = group_history().poll("c-1.1", (0, 3, "d"))
+    report = h.final({0: [(0, "a"), (1, "b"), (2, "c"), (3, "d")]}).check()
+    assert kinds(report) == {"group-skip"}
+    message = report.anomalies[0].message
+    assert "committed only up to 2" in message and "first 2" in message
+    assert [op.f for op in report.anomalies[0].ops] == ["assign", "commit-offsets", "poll"]
+
+
 def test_g0_write_cycle() -> None:
     """T1 then T2 on partition 0, T2 then T1 on partition 1."""
     h = History()
@@ -234,6 +261,7 @@ def test_every_kind_is_tested() -> None:
         "nonmonotonic-send",
         "nonmonotonic-poll",
         "poll-skip",
+        "group-skip",
         "G0",
         "G1c",
     }

@@ -56,4 +56,4 @@ def test_apache_kafka_under_faults_has_no_anomalies(
     apache_kafka_factory: Callable[..., Any], tmp_path: Path
 ) -> None:
     node = apache_kafka_factory(**KAFKA_PROPERTIES)
-    run_and_check(node.bootstrap, [node], tmp_path, seconds=40)
+    run_and_check(node.bootstrap, [node], tmp_path, seconds=35)
