@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import logging
 import os
 import shutil
@@ -100,6 +101,9 @@ class PartitionLog:
         self.config = config
         self.segments = segments
         self._bases = [s.base_offset for s in segments]
+        # The segments whose transaction index has entries, in log order: a read_committed fetch
+        # searches them only (there are usually few), not every segment after its offset.
+        self._segments_with_aborts = [s for s in segments if s.txn_index.entries]
         self.producer_state = producer_state
         self._log_start_offset = log_start_offset
         self.recovery_point = recovery_point
@@ -319,6 +323,9 @@ class PartitionLog:
                         AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
                 except OSError as exc:
                     raise self._go_offline(f"transaction index write failed: {exc}") from exc
+                with_aborts = self._segments_with_aborts
+                if not with_aborts or with_aborts[-1] is not segment:
+                    with_aborts.append(segment)  # the active segment: the last of the log
             state.complete_txn(txn)
 
     # -- roll / flush --------------------------------------------------------------------------
@@ -524,9 +531,10 @@ class PartitionLog:
         found: list[tuple[int, int]] = []
         if upper_bound_offset <= fetch_offset:
             return found
-        for segment in self.segments[self._segment_index(fetch_offset):]:
-            if not segment.txn_index.entries:
-                continue
+        with_aborts = self._segments_with_aborts
+        first_base = self._bases[self._segment_index(fetch_offset)]
+        start = bisect.bisect_left(with_aborts, first_base, key=_base_offset)
+        for segment in itertools.islice(with_aborts, start, None):
             txns, done = segment.txn_index.collect(fetch_offset, upper_bound_offset)
             found.extend((t.producer_id, t.first_offset) for t in txns)
             if done:
@@ -655,6 +663,8 @@ class PartitionLog:
                 self.roll(now_ms)
             del self.segments[: len(doomed)]
             del self._bases[: len(doomed)]
+            gone = {id(segment) for segment in doomed}
+            self._segments_with_aborts = [s for s in self._segments_with_aborts if id(s) not in gone]
             if self.segments[0].base_offset > self._log_start_offset:
                 self._log_start_offset = self.segments[0].base_offset
             self.recovery_point = max(self.recovery_point, self._log_start_offset)
@@ -731,6 +741,10 @@ class PartitionLog:
         log.error("%s: taking the log offline: %s", self.name, reason)
         self.offline_reason = reason
         return KafkaStorageError(f"{self.name}: {reason}")
+
+
+def _base_offset(segment: LogSegment) -> int:
+    return segment.base_offset
 
 
 def _txn_marker(batch: RecordBatch) -> tuple[int, int]:

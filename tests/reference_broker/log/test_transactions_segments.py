@@ -233,3 +233,20 @@ def test_removing_the_first_segment_of_an_open_transaction(open_log, make_batch,
     assert plog.last_stable_offset == plog.high_watermark
     assert plog.aborted_transactions(start, start + 1) == [(7, first)]
     assert_one_batch_reads_report_their_aborts(plog, indexed(plog))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_aborts_stay_reported_while_delete_records_removes_segments_holding_others(
+    open_log, make_batch, seed
+):
+    plog = open_log(SMALL_SEGMENTS)
+    Interleaving(plog, make_batch, seed).write(120)
+    holding_aborts = len([s for s in plog.segments if s.txn_index.entries])
+    for fraction in (0.25, 0.5, 0.75):
+        plog.delete_records_before(plog.segments[int(len(plog.segments) * fraction)].base_offset + 1)
+        txns = indexed(plog)  # markers below the log start went with their segments
+        end = plog.log_end_offset
+        for fetch in range(plog.log_start_offset, end):
+            assert plog.aborted_transactions(fetch, end) == overlapping(txns, fetch, end), fetch
+        assert_one_batch_reads_report_their_aborts(plog, txns)
+    assert len([s for s in plog.segments if s.txn_index.entries]) < holding_aborts
