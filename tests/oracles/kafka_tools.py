@@ -101,6 +101,7 @@ class JavaProgram:
         self.stdout_path = work_dir / f"{name}.out"
         self.stderr_path = work_dir / f"{name}.err"
         self._process: subprocess.Popen[bytes] | None = None
+        self._run_offset = 0
 
     @property
     def pid(self) -> int | None:
@@ -117,6 +118,7 @@ class JavaProgram:
     def start(self) -> JavaProgram:
         if self.running:
             raise RuntimeError(f"{self.name} is already running")
+        self._run_offset = self.stdout_path.stat().st_size if self.stdout_path.exists() else 0
         with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
             self._process = subprocess.Popen(
                 self.command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
@@ -124,14 +126,17 @@ class JavaProgram:
         _RUNNING[self._process.pid] = self._process
         return self
 
-    def events(self) -> list[dict[str, Any]]:
-        """Every JSON object printed so far (a line still being written is left for later)."""
+    def events(self, *, this_run: bool = False) -> list[dict[str, Any]]:
+        """Every JSON object printed so far, by every run or by the latest one only (a line still
+        being written is left for later)."""
         try:
-            text = self.stdout_path.read_text(errors="replace")
+            with open(self.stdout_path, "rb") as out:
+                out.seek(self._run_offset if this_run else 0)
+                printed = out.read().decode(errors="replace")
         except FileNotFoundError:
             return []
         found = []
-        for line in text.splitlines():
+        for line in printed.splitlines():
             if line.startswith("{"):
                 with contextlib.suppress(json.JSONDecodeError):
                     found.append(json.loads(line))
