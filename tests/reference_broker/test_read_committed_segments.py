@@ -18,7 +18,8 @@ import confluent_kafka
 import pytest
 
 from reference_broker.testing import BrokerFactory, BrokerProcess
-from sdk.sync import Producer
+from sdk.consumer import TopicPartition
+from sdk.sync import Consumer, Producer
 from tests.reference_broker.read_committed_helpers import (
     TXN_BROKER,
     Read,
@@ -174,3 +175,37 @@ def test_spanning_abort_stays_invisible_after_retention_deletes_its_first_segmen
                                  retention_bytes=1_300_000)
     wait_for_log_start_beyond(bootstrap, topic, 0)
     assert read_by_both(bootstrap, topic) == ONLY_THE_COMMITTED
+
+
+def committed_end_offset(bootstrap: str, topic: str) -> int:
+    """ListOffsets LATEST under read_committed: the last stable offset."""
+    with Consumer(bootstrap_servers=bootstrap, isolation_level="read_committed") as consumer:
+        tp = TopicPartition(topic, 0)
+        return int(consumer.end_offsets([tp])[tp])
+
+
+def test_open_transaction_losing_its_first_segment_to_delete_records(
+    target: str, request: pytest.FixtureRequest
+) -> None:
+    """While open, the transaction holds the last stable offset at the new log start (its first
+    offset is gone); aborted afterwards, none of what remains of it is read.
+
+    Apache Kafka reports the base offset of the batch holding the new log start instead (its
+    offset metadata is batch-aligned), so it is only checked not to exceed the log start."""
+    topic = create_topic(target, unique("open-txn-deleted-head"), segment_bytes=SEGMENT_BYTES)
+    producer = confluent_transactional(target)
+    producer.begin_transaction()
+    for i in range(THREE_SEGMENTS_OF_RECORDS):
+        producer.produce(topic, aborted_value(i), partition=0)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert delete_records(target, topic, 0, 1200) == 1200
+    if request.node.callspec.params["target"] == "reference":
+        assert committed_end_offset(target, topic) == 1200
+    else:
+        assert committed_end_offset(target, topic) <= 1200
+    assert {name: summary(reader(target, topic, 1, 0, timeout=30)) for name, reader in READERS.items()} == {
+        name: (0, []) for name in READERS}
+    producer.abort_transaction(30)
+    commit_one(target, topic)
+    assert read_by_both(target, topic) == ONLY_THE_COMMITTED
