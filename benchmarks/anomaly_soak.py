@@ -7,6 +7,7 @@ history and prints the report. Exits 1 when the checker found an anomaly; the hi
 
     python benchmarks/anomaly_soak.py --minutes 10 --target reference
     python benchmarks/anomaly_soak.py --minutes 10 --target kafka    # needs Java and Maven
+    python benchmarks/anomaly_soak.py --minutes 5 --broker-property transaction.version=1
 """
 
 from __future__ import annotations
@@ -31,15 +32,22 @@ KAFKA_PROPERTIES = {
 }
 
 
-def run_reference(out: Path, config: WorkloadConfig) -> RunResult:
-    with BrokerProcess(config=REFERENCE_BROKER_CONFIG) as broker:
+def parse_property(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def run_reference(out: Path, config: WorkloadConfig, properties: dict[str, str]) -> RunResult:
+    with BrokerProcess(config={**REFERENCE_BROKER_CONFIG, **properties}) as broker:
         return run_workload(broker.bootstrap, [ReferenceBrokerNode(broker)], out, config)
 
 
-def run_kafka(out: Path, config: WorkloadConfig) -> RunResult:
+def run_kafka(out: Path, config: WorkloadConfig, properties: dict[str, str]) -> RunResult:
     from tests.apache_kafka import KafkaCluster
 
-    cluster = KafkaCluster(out / "kafka", 1, **KAFKA_PROPERTIES)
+    cluster = KafkaCluster(out / "kafka", 1, **{**KAFKA_PROPERTIES, **properties})
     try:
         node = cluster.start().nodes[0]
         return run_workload(node.bootstrap, [node], out / "history", config)
@@ -56,6 +64,13 @@ def main() -> int:
     parser.add_argument("--confluent-txn-clients", type=int, default=1)
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--consumers", type=int, default=2)
+    parser.add_argument(
+        "--broker-property",
+        type=parse_property,
+        action="append",
+        default=[],
+        help="KEY=VALUE broker setting, repeatable (e.g. transaction.version=1, log.segment.bytes=65536)",
+    )
     parser.add_argument("--seed", type=int)
     parser.add_argument("--out", type=Path, help="directory for the histories (default: a new temp dir)")
     args = parser.parse_args()
@@ -69,7 +84,8 @@ def main() -> int:
         faults=args.faults,
         seed=args.seed,
     )
-    result = (run_kafka if args.target == "kafka" else run_reference)(out, config)
+    run = run_kafka if args.target == "kafka" else run_reference
+    result = run(out, config, dict(args.broker_property))
     report = check(result.history)
     print(f"target: {args.target}, {args.minutes:g} min, faults: {', '.join(args.faults) or 'none'}")
     print(f"run: {result.seconds:.0f} s, {result.faults} faults, {result.client_restarts} client kills")
