@@ -80,6 +80,8 @@ class RecordAccumulator:
         self._drain_index: dict[int, int] = {}
         #: Partitions with a batch on the wire, when order needs one request at a time per partition.
         self._muted: set[tuple[str, int]] | None = set() if max_in_flight_per_partition == 1 else None
+        #: Per partition with batches on the wire: the broker they went to and how many they are.
+        self._on_wire: dict[tuple[str, int], list[int]] = {}
 
     # -- memory ---------------------------------------------------------------------------------
 
@@ -317,7 +319,12 @@ class RecordAccumulator:
         now: float,
         txn: TransactionManager | None,
     ) -> list[ProducerBatch]:
-        """Take at most one batch per partition for one Produce request to ``node_id``."""
+        """Take at most one batch per partition for one Produce request to ``node_id``.
+
+        With idempotence (``txn``), a partition whose leader changed while batches were on the
+        wire to the old one waits for their answers: a batch sent to the new leader before an
+        earlier one was refused by the old leader would be written ahead of it.
+        """
         drained: list[ProducerBatch] = []
         if not queues:
             return drained
@@ -333,6 +340,10 @@ class RecordAccumulator:
                 # The rest waits for the next request; start there next time.
                 self._drain_index[node_id] = start + i
                 break
+            key = (first.topic, first.partition)
+            wire = self._on_wire.get(key)
+            if txn is not None and wire is not None and wire[0] != node_id:
+                continue
             if txn is not None and not txn.can_drain(first):
                 continue
             batch = dq.popleft()
@@ -342,15 +353,26 @@ class RecordAccumulator:
                 txn.assign_sequence(batch)
             size += len(batch.close())
             drained.append(batch)
+            if wire is None:
+                self._on_wire[key] = [node_id, 1]
+            else:
+                wire[1] += 1
             if self._muted is not None:
-                self._muted.add((batch.topic, batch.partition))
+                self._muted.add(key)
         else:
             self._drain_index[node_id] = start + 1
         return drained
 
     def unmute(self, batch: ProducerBatch) -> None:
+        """``batch``'s request was answered, or failed: it is no longer on the wire."""
+        key = (batch.topic, batch.partition)
+        wire = self._on_wire.get(key)
+        if wire is not None:
+            wire[1] -= 1
+            if wire[1] <= 0:
+                del self._on_wire[key]
         if self._muted is not None:
-            self._muted.discard((batch.topic, batch.partition))
+            self._muted.discard(key)
 
     def reenqueue(self, batch: ProducerBatch, now: float) -> None:
         """Put a failed batch back at the head of its queue to be retried after a backoff.

@@ -375,6 +375,7 @@ class Sender:
             if self._acks == 0:
                 conn.send(request, expect_response=False)
                 for batch in batches:
+                    self._acc.unmute(batch)
                     self._complete(batch, -1, -1, -1)
                 return
             version = None
@@ -384,6 +385,7 @@ class Sender:
             future = conn.send(request, version)
         except KafkaError as exc:
             for batch in batches:
+                self._acc.unmute(batch)
                 self._handle_error(batch, exc, now)
             return
         assert future is not None

@@ -266,10 +266,11 @@ class _Window:
     """A partition a broker has (as far as the client can tell) stopped leading.
 
     It opens on the Produce request the proxy rejects first, and closes when the retry of that
-    batch (same producer id, epoch and base sequence) or a batch of a newer epoch arrives. Every
-    other batch for the partition in between is rejected too, as a broker that lost leadership
-    rejects all of them; so a rejected batch never leaves a gap that a broker which does not
-    check sequences (librdkafka's mock) would fill with a later batch.
+    batch, or of an earlier one (same producer id and epoch, base sequence not above it), or a
+    batch of another epoch arrives. Every other batch for the partition in between is rejected
+    too, as a broker that lost leadership rejects all of them; so a rejected batch never leaves
+    a gap that a broker which does not check sequences (librdkafka's mock) would fill with a
+    later batch, and a client that retries in sequence order always gets through.
     """
 
     producer_id: int
@@ -342,6 +343,8 @@ class KafkaProxy:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._cut_after: int | None = None
         self._drop_produce_responses = 0
+        self._held_produce_answers = 0
+        self._produce_hold_s = 0.0
         self._lying_metadata = 0
         self._windows: dict[tuple[tuple[str, int], Any, int], _Window] = {}
         self._open_windows = 0
@@ -401,6 +404,17 @@ class KafkaProxy:
         """The next ``n`` Produce responses are swallowed and the connection cut: the broker
         wrote the records but the client never hears so (its retry must not duplicate them)."""
         self._drop_produce_responses += n
+
+    def hold_next_produce_answers(self, n: int, seconds: float) -> None:
+        """The broker's next ``n`` Produce answers reach the client ``seconds`` late (with the
+        answers behind them on their connection), as from a slow broker."""
+        self._held_produce_answers += n
+        self._produce_hold_s = seconds
+
+    @property
+    def produce_responses_to_drop(self) -> int:
+        """Produce responses still to be dropped (``drop_next_produce_responses``)."""
+        return self._drop_produce_responses
 
     def misroute_leaders(self, responses: int = 1) -> None:
         """The next ``responses`` Metadata answers name the wrong broker as every partition's
@@ -521,6 +535,9 @@ class KafkaProxy:
                 self._drop_produce_responses -= 1
                 self.cut_all()
                 return
+            if answer.api_key == _PRODUCE and self._held_produce_answers > 0:
+                self._held_produce_answers -= 1
+                answer.delay = max(answer.delay, self._produce_hold_s)
             if answer.api_key == _METADATA:
                 body = self._rewrite_metadata(answer.api_version, body)
             elif answer.api_key == _PRODUCE and answer.rejected:
@@ -583,9 +600,11 @@ class KafkaProxy:
             window_key = (upstream, key, partition)
             window = self._windows.get(window_key)
             if window is not None:
-                closes = stamp is None or stamp == window or (
-                    (stamp.producer_id, stamp.producer_epoch) != (window.producer_id, window.producer_epoch)
+                same_epoch = stamp is not None and (stamp.producer_id, stamp.producer_epoch) == (
+                    window.producer_id,
+                    window.producer_epoch,
                 )
+                closes = not same_epoch or stamp.base_sequence <= window.base_sequence
                 if closes and not open_new:
                     del self._windows[window_key]
                     continue

@@ -254,3 +254,20 @@ def test_reenqueue_puts_retries_before_new_batches_in_sequence_order():
         acc.reenqueue(sent[index], now)
     assert list(acc._batches["t"][0])[:4] == sent
     assert not acc._batches["t"][0][4].has_sequence
+
+
+def test_a_new_leader_gets_nothing_until_the_old_one_answered():
+    # A batch is on the wire to broker 1 when metadata moves the partition to broker 2: the next
+    # batch waits, or broker 2 could write it before broker 1 refuses the first one.
+    acc = _accumulator(linger_ms=0)
+    txn = _idempotent()
+    acc.append("t", 0, 1, None, b"x" * 400, None, RecordFuture.detached(), 421)
+    (first,) = _drain_one(acc, txn, now_ms())
+    acc.append("t", 0, 1, None, b"y" * 400, None, RecordFuture.detached(), 421)
+    moved = _cluster({0: 2})
+    ready, _, _ = acc.ready(moved, now_ms())
+    assert acc.drain(2, ready[2], 1_000_000, now_ms(), txn) == []
+    acc.unmute(first)  # broker 1 answered
+    ready, _, _ = acc.ready(moved, now_ms())
+    (second,) = acc.drain(2, ready[2], 1_000_000, now_ms(), txn)
+    assert second.base_sequence == 1

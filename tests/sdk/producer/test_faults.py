@@ -64,6 +64,9 @@ async def _send_loop(producer, topic, count, delay_every=50, min_duration_s=0.0)
 
 
 async def _chaos(proxy, stop: asyncio.Event):
+    """Every 60 ms one fault: cut everything, cut after 3000 more bytes, or drop the next Produce
+    response. Drops do not pile up: while a partition retries, the producer sends one batch at a
+    time, and a backlog of drops would swallow every answer it gets."""
     step = 0
     while not stop.is_set():
         await asyncio.sleep(0.06)
@@ -72,7 +75,7 @@ async def _chaos(proxy, stop: asyncio.Event):
             proxy.cut_all()
         elif step % 3 == 1:
             proxy.cut_after_bytes(3000)
-        else:
+        elif not proxy.produce_responses_to_drop:
             proxy.drop_next_produce_responses(1)
 
 
@@ -219,3 +222,27 @@ async def test_rejected_batches_answered_late_are_not_overtaken_by_new_ones(
     consumed = await consume(kafka.bootstrap, topic, expected=81)
     values = [r.value for r in sorted(consumed, key=lambda r: r.offset) if r.partition == 0]
     assert values == [b"warm-up"] + [b"%06d" % i for i in range(80)]
+
+
+async def test_a_batch_for_the_new_leader_waits_for_the_old_leaders_answer(
+    mock_cluster, consume, proxy_factory, topic_name
+):
+    # The client sends the first batch to the wrong broker, whose NOT_LEADER_OR_FOLLOWER answer is
+    # slow; meanwhile it learns the real leader. The next batch must not go there before the
+    # first one is retried, or the real leader writes it first.
+    proxy = await proxy_factory(mock_cluster.bootstrap)
+    async with Producer(bootstrap_servers=proxy.bootstrap, linger_ms=0, retry_backoff_ms=20) as producer:
+        await producer.partitions_for(topic_name)
+        proxy.misroute_leaders(1)
+        await producer.client.refresh_metadata()  # the client now believes the wrong leaders
+        proxy.hold_next_produce_answers(1, 0.5)
+        first = await producer.send(topic_name, b"first", partition=0)
+        await producer.client.refresh_metadata()  # and now the right ones
+        second = await producer.send(topic_name, b"second", partition=0)
+        await asyncio.gather(first, second)
+        assert proxy.metadata_responses >= 3
+    consumed = await consume(mock_cluster.bootstrap, topic_name, expected=2)
+    assert [r.value for r in sorted(consumed, key=lambda r: r.offset) if r.partition == 0] == [
+        b"first",
+        b"second",
+    ]
