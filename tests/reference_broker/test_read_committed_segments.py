@@ -209,3 +209,24 @@ def test_open_transaction_losing_its_first_segment_to_delete_records(
     producer.abort_transaction(30)
     commit_one(target, topic)
     assert read_by_both(target, topic) == ONLY_THE_COMMITTED
+
+
+def test_only_aborted_records_in_small_segments_reach_end_without_error(
+    reference_broker: BrokerProcess,
+) -> None:
+    """librdkafka's scenario 0129 (fetch_aborted_msgs): 1000 records of 1000 bytes aborted in a
+    topic of 20000-byte segments and 10000-byte messages; read_committed consumers fetching 10000
+    bytes at a time reach the end of the partition with no record and no error."""
+    bootstrap = reference_broker.bootstrap
+    topic = create_topic(bootstrap, unique("fetch-aborted-msgs"), segment_bytes=20000,
+                         max_message_bytes=10000)
+    producer = confluent_transactional(bootstrap, **{"message.max.bytes": 10000, "linger.ms": 100})
+    producer.begin_transaction()
+    for i in range(1000):
+        producer.produce(topic, aborted_value(i), partition=0)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    producer.abort_transaction(30)
+    seen = {name: summary(reader(bootstrap, topic, 1, 0, fetch_bytes=10000, timeout=30))
+            for name, reader in READERS.items()}
+    assert seen == {name: (0, []) for name in READERS}
