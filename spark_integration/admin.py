@@ -24,7 +24,7 @@ from sdk.client.config import ClientConfig
 from sdk.consumer.group_channel import GroupChannel
 from sdk.consumer.group_offsets import fetch_request, offset_fetch_coordinator_error, read_fetch_response
 from sdk.consumer.records import OffsetAndMetadata
-from sdk.errors import ErrorCode, make_error
+from sdk.errors import ErrorCode, NoBrokersAvailableError, make_error
 from sdk.protocol.messages import CreateTopicsRequest, OffsetFetchRequest
 from sdk.sync import shared_loop
 
@@ -64,18 +64,31 @@ def _client_config(settings: Mapping[str, Any]) -> ClientConfig:
 
 
 def _with_client(settings: Mapping[str, Any], work: Callable[[KafkaClient], Awaitable[T]]) -> T:
-    """``work(client)`` on the SDK's shared event loop, with a client that never auto-creates."""
+    """``work(client)`` on the SDK's shared event loop, with a client that never auto-creates.
+    No broker answering (one restarting) is waited out for the request timeout, as the
+    producer and consumer wait, rather than failing the task at once."""
     config = _client_config(settings)
 
     async def run() -> T:
-        client = KafkaClient.from_config(config, allow_auto_topic_creation=False)
-        await client.start()
+        deadline = time.monotonic() + config.request_timeout_ms / 1000
+        attempt = 0
+        while True:
+            client = KafkaClient.from_config(config, allow_auto_topic_creation=False)
+            try:
+                await client.start()
+                break
+            except NoBrokersAvailableError:
+                await client.close()
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(client.reconnect_backoff.backoff_ms(attempt) / 1000)
+                attempt += 1
         try:
             return await work(client)
         finally:
             await client.close()
 
-    return shared_loop().run(run(), timeout=config.request_timeout_ms / 1000 + TOPIC_READY_S + 10)
+    return shared_loop().run(run(), timeout=2 * config.request_timeout_ms / 1000 + TOPIC_READY_S + 10)
 
 
 def ensure_topic(settings: Mapping[str, Any], spec: TopicSpec) -> None:
