@@ -15,8 +15,8 @@ What counts as what (values are unique per send, so every read names its send):
   without an assignment change (rebalance or seek) in between;
 * ``poll-skip``: consecutive polls of a partition by one process jump over an offset where the
   final read found a visible value, without an assignment change in between;
-* ``group-skip``: a group member's first poll of a partition it was assigned starts past visible
-  records that no offset commit of the group had yet covered;
+* ``group-skip``: a visible record below the furthest offset a consumer group reached on a
+  partition that no member of the group ever polled;
 * ``G0`` / ``G1c``: dependency cycles between committed transactions (see ``cycles.py``).
 
 Transactions whose outcome is unknown (commit timed out, process killed during the commit) are

@@ -15,6 +15,11 @@ from tools.anomaly.history import Op
 Final = dict[int, dict[int, str]]
 
 
+def _distinct(*ops: Op) -> list[Op]:
+    """The operations once each (two records of one poll name the same poll)."""
+    return list({id(op): op for op in ops}.values())
+
+
 class _Visible:
     """The final read's offsets per partition, sorted once, for range queries."""
 
@@ -50,7 +55,7 @@ def poll_order(ops: list[Op], final: Final) -> list[Anomaly]:
             before, before_op = previous
             if offset <= before:
                 message = f"{op.process} partition {p}: polled offset {offset} ({value}) after {before}"
-                found.append(Anomaly("nonmonotonic-poll", message, [before_op, op]))
+                found.append(Anomaly("nonmonotonic-poll", message, _distinct(before_op, op)))
                 continue
             skipped = visible.between(p, before + 1, offset)
             if skipped:
@@ -59,57 +64,44 @@ def poll_order(ops: list[Op], final: Final) -> list[Anomaly]:
                         "poll-skip",
                         f"{op.process} partition {p}: polled {before} then {offset}, skipping "
                         f"{len(skipped)} visible record(s), first {skipped[0]} ({final[p][skipped[0]]})",
-                        [before_op, op],
+                        _distinct(before_op, op),
                     )
                 )
     return found
 
 
 def group_skips(ops: list[Op], final: Final) -> list[Anomaly]:
-    """``group-skip``: after a group assignment, a member's first poll of a partition it was
-    given (``added``) must not start past visible records the group never committed past.
+    """``group-skip``: a visible record below the furthest offset a consumer group reached on a
+    partition that no member of the group ever polled.
 
-    The bound is the highest offset any member had *asked* to commit for the partition before
-    that first poll (0 without one: the workload's consumers reset to the earliest offset). Asked,
-    not acknowledged: a commit whose answer was lost may still have been written, so only a start
-    beyond every commit anyone attempted is certainly a skip.
+    Members poll, then commit the positions that follow their polls, and a new owner starts at
+    the last commit (the workload's consumers reset to the earliest offset without one), so
+    between them the group's members see every visible record up to where they got, at least
+    once. A hole means a member's position jumped past records nobody had read (a committed
+    offset beyond what was read, a wrong position after a rebalance or a restart).
     """
     visible = _Visible(final)
-    committed: dict[str, dict[int, tuple[int, Op | None]]] = defaultdict(dict)  # group -> p -> bound
-    pending: dict[str, tuple[str, set[int], Op]] = {}  # process -> (group, partitions to check, assign)
-    found = []
+    group_of = {op.process: op.fields["group"] for op in ops if op.f == "assign" and op.fields.get("group")}
+    polled: dict[tuple[str, int], dict[int, Op]] = defaultdict(dict)
     for op in ops:
-        group = op.fields.get("group")
-        if op.f == "commit-offsets" and op.type == "invoke" and group:
-            for p, offset in op.fields["offsets"].items():
-                best = committed[group].get(int(p))
-                if best is None or int(offset) > best[0]:
-                    committed[group][int(p)] = (int(offset), op)
-        elif op.f == "assign" and op.type == "ok" and group:
-            added = op.fields.get("added", op.fields["partitions"])
-            previous = pending.get(op.process)
-            unchecked = {int(p) for p in added} | (previous[1] if previous else set())
-            pending[op.process] = (group, unchecked, op)
-        elif op.f == "revoke" and op.type == "ok" and op.process in pending:
-            pending[op.process][1].difference_update(int(p) for p in op.fields["partitions"])
-        elif op.f == "poll" and op.type == "ok" and op.process in pending:
-            group, unchecked, assign = pending[op.process]
-            for p, offset, value in op.fields["records"]:
-                p, offset = int(p), int(offset)
-                if p not in unchecked:
-                    continue
-                unchecked.discard(p)
-                bound, commit = committed[group].get(p, (0, None))
-                skipped = visible.between(p, bound, offset)
-                if skipped:
-                    evidence = [assign, *([commit] if commit else []), op]
-                    found.append(
-                        Anomaly(
-                            "group-skip",
-                            f"{op.process} partition {p}: first poll after its assignment at {offset} "
-                            f"({value}), but the group had committed only up to {bound}: "
-                            f"{len(skipped)} visible record(s) skipped, first {skipped[0]}",
-                            evidence,
-                        )
-                    )
+        if op.f == "poll" and op.type == "ok" and op.process in group_of:
+            for p, offset, _ in op.fields["records"]:
+                polled[(group_of[op.process], int(p))].setdefault(int(offset), op)
+    found = []
+    for (group, p), seen in sorted(polled.items()):
+        furthest = max(seen)
+        missed = [offset for offset in visible.between(p, 0, furthest) if offset not in seen]
+        if not missed:
+            continue
+        after = sorted(offset for offset in seen if offset > missed[0])
+        jump = seen[after[0]]
+        found.append(
+            Anomaly(
+                "group-skip",
+                f"group {group} partition {p}: {len(missed)} visible record(s) below offset {furthest} "
+                f"never polled by any member, first {missed[0]} ({final[p][missed[0]]}); the first "
+                f"poll past it returned offset {after[0]}",
+                [jump],
+            )
+        )
     return found

@@ -213,13 +213,20 @@ def test_group_member_starting_at_the_committed_offset_is_fine() -> None:
     assert h.final({0: [(0, "a"), (1, "b"), (2, "c"), (3, "d")]}).check().valid
 
 
-def test_group_skip_past_the_committed_offset() -> None:
+def test_group_skip_records_no_member_polled() -> None:
     h = group_history().poll("c-1.1", (0, 3, "d"))
     report = h.final({0: [(0, "a"), (1, "b"), (2, "c"), (3, "d")]}).check()
     assert kinds(report) == {"group-skip"}
     message = report.anomalies[0].message
-    assert "committed only up to 2" in message and "first 2" in message
-    assert [op.f for op in report.anomalies[0].ops] == ["assign", "commit-offsets", "poll"]
+    assert "1 visible record(s) below offset 3" in message and "first 2 (c)" in message
+    assert report.anomalies[0].ops[0].process == "c-1.1"
+
+
+def test_group_skip_ignores_consumers_outside_the_group() -> None:
+    h = group_history().poll("c-1.1", (0, 2, "c"), (0, 3, "d"))
+    h.op("t-0.1", "ok", "assign", partitions=[0])  # a manual assignment, from the end
+    h.poll("t-0.1", (0, 3, "d"))
+    assert h.final({0: [(0, "a"), (1, "b"), (2, "c"), (3, "d")]}).check().valid
 
 
 def test_g0_write_cycle() -> None:
