@@ -166,6 +166,9 @@ class SinkOptions:
                               f"not {options.get('commit.mode')!r}")
         if commit_mode == TWO_PHASE and guarantee != EXACTLY_ONCE:
             raise OptionError(f"option 'commit.mode={TWO_PHASE}' needs delivery.guarantee={EXACTLY_ONCE}")
+        prefix = options.get("transactional.id.prefix")
+        if prefix is not None and not prefix.strip():
+            raise OptionError("option 'transactional.id.prefix' is empty (leave it out for the default)")
         hook = options.get("testing.failbeforecommit")
         fail_before_commit = None
         if hook:
@@ -175,7 +178,7 @@ class SinkOptions:
             producer_settings=client_settings(options, AsyncProducer),
             consumer_settings=client_settings(connection, AsyncConsumer),
             topic=topic,
-            prefix=options.get("transactional.id.prefix"),
+            prefix=prefix,
             marker_topic=options.get("marker.topic") or DEFAULT_MARKER_TOPIC,
             columns=columns,
             fail_before_commit=fail_before_commit,

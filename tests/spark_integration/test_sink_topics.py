@@ -5,9 +5,11 @@ needs) rather than counting on the broker to auto-create them: checked on a brok
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
+import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from spark_integration import FORMAT
@@ -56,3 +58,21 @@ def test_the_sink_creates_its_topics_on_a_broker_that_auto_creates_none(
     marker_config = _config(broker.bootstrap, markers)
     assert (marker_config["cleanup.policy"], marker_config["retention.ms"]) == ("delete", "-1")
     assert _config(broker.bootstrap, intents)["cleanup.policy"] == "compact"
+
+
+def test_bad_sink_topic_and_prefix_options_get_errors_that_name_them() -> None:
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from spark_integration.options import OptionError
+    from spark_integration.writer import SinkOptions
+
+    schema = StructType([StructField("value", BinaryType())])
+    base = {"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t"}
+    for name, value in (("sink.topics.replication.factor", "0"), ("sink.topics.replication.factor", "two"),
+                        ("sink.topics.min.insync.replicas", "0"), ("transactional.id.prefix", " ")):
+        with pytest.raises(OptionError, match=re.escape(name)):
+            SinkOptions.parse({**base, name: value}, schema)
+    parsed = SinkOptions.parse({**base, "sink.topics.replication.factor": "3",
+                                "sink.topics.min.insync.replicas": "2", "commit.mode": "two-phase"}, schema)
+    specs = parsed.topic_specs()
+    assert [(s.replication_factor, s.configs["min.insync.replicas"]) for s in specs] == [(3, "2")] * 2
