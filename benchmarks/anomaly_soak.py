@@ -39,6 +39,17 @@ def parse_property(text: str) -> tuple[str, str]:
     return key, value
 
 
+def parse_range(text: str) -> tuple[float, float]:
+    low, sep, high = text.partition(",")
+    try:
+        bounds = (float(low), float(high if sep else low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected SECONDS or LOW,HIGH seconds, got {text!r}") from None
+    if not 0 <= bounds[0] <= bounds[1]:
+        raise argparse.ArgumentTypeError(f"expected 0 <= LOW <= HIGH, got {text!r}")
+    return bounds
+
+
 def run_reference(out: Path, config: WorkloadConfig, properties: dict[str, str]) -> RunResult:
     with BrokerProcess(config={**REFERENCE_BROKER_CONFIG, **properties}) as broker:
         return run_workload(broker.bootstrap, [ReferenceBrokerNode(broker)], out, config)
@@ -71,6 +82,15 @@ def main() -> int:
         default=[],
         help="KEY=VALUE broker setting, repeatable (e.g. transaction.version=1, log.segment.bytes=65536)",
     )
+    parser.add_argument(
+        "--interval", type=parse_range, default=(2.0, 5.0), help="seconds between faults: LOW,HIGH"
+    )
+    parser.add_argument(
+        "--hold",
+        type=parse_range,
+        default=(0.5, 3.0),
+        help="seconds a fault lasts: LOW,HIGH (beyond 5 s, clients' requests time out during pauses)",
+    )
     parser.add_argument("--seed", type=int)
     parser.add_argument("--out", type=Path, help="directory for the histories (default: a new temp dir)")
     args = parser.parse_args()
@@ -82,6 +102,8 @@ def main() -> int:
         confluent_txn_clients=args.confluent_txn_clients,
         consumers=args.consumers,
         faults=args.faults,
+        fault_interval=args.interval,
+        fault_hold=args.hold,
         seed=args.seed,
     )
     run = run_kafka if args.target == "kafka" else run_reference
