@@ -256,7 +256,7 @@ class _Answer:
     api_key: int
     api_version: int
     frame: bytes | None = None
-    rejected: list[tuple[Any, int]] | None = None
+    rejected: list[tuple[Any, int, int]] | None = None  # (topic, partition, error code)
     delay: float = 0.0
     drop: bool = False  # the broker wrote it, the client never hears so: cut instead
 
@@ -276,6 +276,7 @@ class _Window:
     producer_id: int
     producer_epoch: int
     base_sequence: int
+    error_code: int = NOT_LEADER_OR_FOLLOWER
 
 
 @dataclass
@@ -348,13 +349,15 @@ class KafkaProxy:
         self._lying_metadata = 0
         self._windows: dict[tuple[tuple[str, int], Any, int], _Window] = {}
         self._open_windows = 0
+        self._window_error = NOT_LEADER_OR_FOLLOWER
         self._window_first_hold_s = 0.0
         self._window_hold_s = 0.0
         self._chaos: ProduceChaos | None = None
         self.api_versions_max: int | None = None
         self.api_versions_seen: list[int] = []
         self.metadata_responses = 0
-        #: Produce partitions answered NOT_LEADER_OR_FOLLOWER by the proxy itself.
+        #: Produce partitions the proxy itself answered with an error (NOT_LEADER_OR_FOLLOWER,
+        #: or the error of ``error_windows``).
         self.not_leader_answers = 0
         self.paused = asyncio.Event()
         self.paused.set()  # set = forwarding
@@ -427,7 +430,15 @@ class KafkaProxy:
         answered ``first_hold_s`` late (so later batches are sent behind it), the window's later
         rejections ``hold_s`` late, holding the answers behind them on the connection: the retry
         of the first batch can then be written before the client hears of the others."""
+        self.error_windows(NOT_LEADER_OR_FOLLOWER, count, first_hold_s, hold_s)
+
+    def error_windows(
+        self, error_code: int, count: int = 1, first_hold_s: float = 0.0, hold_s: float = 0.0
+    ) -> None:
+        """``not_leader_windows`` with another error, e.g. OUT_OF_ORDER_SEQUENCE_NUMBER (45: the
+        broker lost a batch the client thinks it wrote) or UNKNOWN_PRODUCER_ID (59)."""
         self._open_windows += count
+        self._window_error = error_code
         self._window_first_hold_s = first_hold_s
         self._window_hold_s = hold_s
 
@@ -589,12 +600,14 @@ class KafkaProxy:
                 batches.append((key, part.index, stamp))
         chaos = self._chaos
         open_new = False
+        error_code = NOT_LEADER_OR_FOLLOWER
         if self._open_windows:
             self._open_windows -= 1
             open_new = True
+            error_code = self._window_error
         elif chaos is not None and chaos.roll("not_leader"):
             open_new = True
-        rejected: list[tuple[Any, int]] = []
+        rejected: list[tuple[Any, int, int]] = []
         held = False
         for key, partition, stamp in batches:
             window_key = (upstream, key, partition)
@@ -608,12 +621,13 @@ class KafkaProxy:
                 if closes and not open_new:
                     del self._windows[window_key]
                     continue
-                rejected.append((key, partition))
+                rejected.append((key, partition, window.error_code))
                 held = True
             elif open_new:
                 if stamp is not None:
+                    stamp.error_code = error_code
                     self._windows[window_key] = stamp
-                rejected.append((key, partition))
+                rejected.append((key, partition, error_code))
         self.not_leader_answers += len(rejected)
         if held and self._window_hold_s:
             answer.delay = self._window_hold_s
@@ -635,7 +649,7 @@ class KafkaProxy:
         if not rejected:
             return body
         answer.rejected = rejected
-        drop = set(rejected)
+        drop = {(key, partition) for key, partition, _ in rejected}
         for topic in request.topic_data:
             key = topic.name or topic.topic_id
             topic.partition_data = [p for p in topic.partition_data if (key, p.index) not in drop]
@@ -651,7 +665,7 @@ class KafkaProxy:
     def _merge_rejections(self, answer: _Answer, response: Any) -> None:
         by_key = {(t.name or t.topic_id): t for t in response.responses}
         Topic = messages.ProduceResponse.TopicProduceResponse
-        for key, partition in answer.rejected or ():
+        for key, partition, error_code in answer.rejected or ():
             topic = by_key.get(key)
             if topic is None:
                 named = {"name": key} if isinstance(key, str) else {"topic_id": key}
@@ -659,7 +673,7 @@ class KafkaProxy:
                 response.responses.append(topic)
             topic.partition_responses.append(
                 Topic.PartitionProduceResponse(
-                    index=partition, error_code=NOT_LEADER_OR_FOLLOWER, base_offset=-1, log_start_offset=-1
+                    index=partition, error_code=error_code, base_offset=-1, log_start_offset=-1
                 )
             )
 
