@@ -8,7 +8,10 @@
 * ``consume``: reads a topic back with confluent-kafka's Consumer (assign mode, partition EOF).
 * ``proxy_factory``: an asyncio TCP proxy on 127.0.0.1, one listener per broker, that rewrites
   Metadata responses so clients keep talking through it, and can cut every connection (at once,
-  after N more request bytes, or right after the broker answered a Produce request).
+  after N more request bytes, or right after the broker answered a Produce request). It keeps
+  each connection's answers in request order and can also refuse a partition's batches with
+  NOT_LEADER_OR_FOLLOWER (or another error) until the refused batch is retried, hold answers,
+  name the wrong leaders, and inject those faults at random with a seed (``produce_chaos``).
 """
 
 from __future__ import annotations
