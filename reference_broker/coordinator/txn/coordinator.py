@@ -698,13 +698,14 @@ class TransactionCoordinator:
         regex = re.compile(pattern) if pattern else None
         found = []
         for meta in self.txns.values():
+            if meta.is_(TxnState.DEAD):
+                continue
             if states and meta.state not in states:
                 continue
             if producer_ids and meta.producer_id not in producer_ids:
                 continue
-            if min_duration_ms >= 0 and not (
-                meta.is_(TxnState.ONGOING) and now - meta.start_ms >= min_duration_ms
-            ):
+            # Kafka's rule: whatever the state, the latest transaction began more than the filter ago.
+            if min_duration_ms >= 0 and now - meta.start_ms <= min_duration_ms:
                 continue
             if regex is not None and not regex.fullmatch(meta.transactional_id):
                 continue

@@ -354,3 +354,26 @@ async def test_offset_expiry_keeps_a_group_whose_offsets_are_pending(node: Node,
     groups.expire_offsets()  # an empty group without committed offsets, but with pending ones
     assert c.end_transaction("tx", pid, 0, commit=True) == 0
     assert groups.fetch_offsets("fresh", [("data", 0)])[1][("data", 0)][0].offset == 3
+
+
+async def test_duration_filter_lists_every_state_whose_transaction_began_long_enough_ago(
+    node: Node, clock: ManualClock
+) -> None:
+    """ListTransactions' duration filter (KIP-664) as Kafka applies it: a transaction in any state
+    but Dead is listed when its latest transaction began more than the filter ago."""
+    c = node.coordinator
+    committed = c.init_producer_id("done", TIMEOUT_MS).producer_id
+    assert c.add_partitions("done", committed, 0, [("data", 0)]) == 0
+    assert c.end_transaction("done", committed, 0, commit=True) == 0
+    clock.advance(5000)
+    ongoing = c.init_producer_id("open", TIMEOUT_MS).producer_id
+    assert c.add_partitions("open", ongoing, 0, [("data", 1)]) == 0
+    clock.advance(1000)
+
+    def listed(duration_ms: int) -> list[tuple[str, TxnState]]:
+        return [(m.transactional_id, m.state) for m in c.list_transactions(None, set(), duration_ms, None)]
+
+    assert listed(-1) == [("done", TxnState.COMPLETE_COMMIT), ("open", TxnState.ONGOING)]
+    assert listed(999) == [("done", TxnState.COMPLETE_COMMIT), ("open", TxnState.ONGOING)]
+    assert listed(1000) == [("done", TxnState.COMPLETE_COMMIT)]  # exactly the filter: not listed
+    assert listed(6000) == []
