@@ -1,12 +1,17 @@
-"""Reading a topic back the way a downstream application would: read_committed, to the end."""
+"""Reading a topic back the way a downstream application would (read_committed, to the end), producing
+input, and the copy query the prefix ownership tests start (on our broker and on Apache Kafka)."""
 
 from __future__ import annotations
 
 import time
+import uuid
+from pathlib import Path
+from typing import Any
 
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.records import ConsumerRecord
 from sdk.sync import Consumer, Producer
+from spark_integration import FORMAT
 
 
 def read_topic(bootstrap: str, topic: str, isolation_level: str = "read_committed") -> list[ConsumerRecord]:
@@ -38,3 +43,36 @@ def produce(bootstrap: str, topic: str, count: int) -> None:
         for i in range(count):
             producer.send(topic, f"v{i}".encode(), key=f"k{i}".encode())
         producer.flush()
+
+
+def start_copy(spark: Any, bootstrap: str, source: str, sink: str, checkpoint: Path, prefix: str,
+               keep_running: bool = False) -> Any:
+    """The copy query ``source`` -> ``sink`` under the ``transactional.id.prefix`` ``prefix``,
+    started: to the end of the input (``availableNow``), or ``keep_running``."""
+    writer = (
+        spark.readStream.format(FORMAT)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("key", "value")
+        .writeStream.format(FORMAT)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", sink)
+        .option("transactional.id.prefix", prefix)
+        .option("checkpointLocation", str(checkpoint))
+    )
+    trigger = {"processingTime": "200 milliseconds"} if keep_running else {"availableNow": True}
+    return writer.trigger(**trigger).start()
+
+
+def finished(query: Any) -> None:
+    """Wait for ``query`` to end, without an error."""
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+
+
+def names(kind: str) -> tuple[str, str, str, str]:
+    """Unique names: source topic, two sink topics, a transactional id prefix."""
+    tag = uuid.uuid4().hex[:8]
+    return f"{kind}-in-{tag}", f"{kind}-a-{tag}", f"{kind}-b-{tag}", f"{kind}-prefix-{tag}"

@@ -15,34 +15,9 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from spark_integration import FORMAT
-from tests.spark_integration.helpers import produce, read_topic
+from tests.spark_integration.helpers import finished, names, produce, read_topic, start_copy
 
 RECORDS = 60
-
-
-def _start(spark: Any, bootstrap: str, source: str, sink: str, checkpoint: Path, prefix: str,
-           keep_running: bool = False) -> Any:
-    """The copy query ``source`` -> ``sink`` under ``prefix``, started."""
-    writer = (
-        spark.readStream.format(FORMAT)
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .load()
-        .selectExpr("key", "value")
-        .writeStream.format(FORMAT)
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", sink)
-        .option("transactional.id.prefix", prefix)
-        .option("checkpointLocation", str(checkpoint))
-    )
-    trigger = {"processingTime": "200 milliseconds"} if keep_running else {"availableNow": True}
-    return writer.trigger(**trigger).start()
-
-
-def _finished(query: Any) -> None:
-    assert query.awaitTermination(120)
-    assert query.exception() is None
 
 
 def _wait_for_records(bootstrap: str, topic: str, count: int, timeout_s: float = 60) -> None:
@@ -52,26 +27,21 @@ def _wait_for_records(bootstrap: str, topic: str, count: int, timeout_s: float =
         time.sleep(0.2)
 
 
-def _names(kind: str) -> tuple[str, str, str, str]:
-    tag = uuid.uuid4().hex[:8]
-    return f"{kind}-in-{tag}", f"{kind}-a-{tag}", f"{kind}-b-{tag}", f"{kind}-prefix-{tag}"
-
-
 def test_a_new_checkpoint_with_a_used_prefix_is_refused_and_a_new_prefix_writes_everything(
     spark: Any, broker: Any, tmp_path: Path
 ) -> None:
-    source, first_sink, second_sink, prefix = _names("reuse")
+    source, first_sink, second_sink, prefix = names("reuse")
     produce(broker.bootstrap, source, RECORDS)
-    _finished(_start(spark, broker.bootstrap, source, first_sink, tmp_path / "first", prefix))
+    finished(start_copy(spark, broker.bootstrap, source, first_sink, tmp_path / "first", prefix))
     assert len(read_topic(broker.bootstrap, first_sink)) == RECORDS
 
-    second = _start(spark, broker.bootstrap, source, second_sink, tmp_path / "second", prefix)
+    second = start_copy(spark, broker.bootstrap, source, second_sink, tmp_path / "second", prefix)
     with pytest.raises(StreamingQueryException, match=r"new 'transactional\.id\.prefix'") as refused:
         second.awaitTermination(120)
     assert "checkpoint" in str(refused.value)
     assert read_topic(broker.bootstrap, second_sink, "read_uncommitted") == []
 
-    _finished(_start(spark, broker.bootstrap, source, second_sink, tmp_path / "third", f"{prefix}-new"))
+    finished(start_copy(spark, broker.bootstrap, source, second_sink, tmp_path / "third", f"{prefix}-new"))
     assert sorted(r.value or b"" for r in read_topic(broker.bootstrap, second_sink)) == sorted(
         f"v{i}".encode() for i in range(RECORDS))
 
@@ -79,13 +49,14 @@ def test_a_new_checkpoint_with_a_used_prefix_is_refused_and_a_new_prefix_writes_
 def test_a_second_running_query_with_the_same_prefix_fails_and_the_first_goes_on(
     spark: Any, broker: Any, tmp_path: Path
 ) -> None:
-    source, first_sink, second_sink, prefix = _names("twin")
+    source, first_sink, second_sink, prefix = names("twin")
     produce(broker.bootstrap, source, RECORDS)
-    first = _start(spark, broker.bootstrap, source, first_sink, tmp_path / "first", prefix, keep_running=True)
+    first = start_copy(spark, broker.bootstrap, source, first_sink, tmp_path / "first", prefix,
+                       keep_running=True)
     try:
         _wait_for_records(broker.bootstrap, first_sink, RECORDS)
-        second = _start(spark, broker.bootstrap, source, second_sink, tmp_path / "second", prefix,
-                        keep_running=True)
+        second = start_copy(spark, broker.bootstrap, source, second_sink, tmp_path / "second", prefix,
+                            keep_running=True)
         try:
             with pytest.raises(StreamingQueryException, match=r"transactional\.id\.prefix"):
                 second.awaitTermination(60)
@@ -103,7 +74,7 @@ def test_a_second_running_query_with_the_same_prefix_fails_and_the_first_goes_on
 
 
 def test_batch_writes_and_a_stream_never_share_a_prefix(spark: Any, broker: Any, tmp_path: Path) -> None:
-    source, stream_sink, batch_sink, prefix = _names("mixed")
+    source, stream_sink, batch_sink, prefix = names("mixed")
     produce(broker.bootstrap, source, RECORDS)
     frame = spark.range(0, 20, numPartitions=2).selectExpr("CAST(id AS STRING) AS value")
 
@@ -116,14 +87,14 @@ def test_batch_writes_and_a_stream_never_share_a_prefix(spark: Any, broker: Any,
     batch_write(prefix)
     assert len(read_topic(broker.bootstrap, batch_sink)) == 40
     # A stream on the batch writes' prefix is refused (their markers are no batch ids of its own).
-    refused = _start(spark, broker.bootstrap, source, stream_sink, tmp_path / "refused", prefix)
+    refused = start_copy(spark, broker.bootstrap, source, stream_sink, tmp_path / "refused", prefix)
     with pytest.raises(StreamingQueryException, match=r"batch writes"):
         refused.awaitTermination(120)
     assert read_topic(broker.bootstrap, stream_sink, "read_uncommitted") == []
 
     # A batch write on a stream's prefix is refused (it would overwrite the stream's markers).
     stream_prefix = f"{prefix}-stream"
-    _finished(_start(spark, broker.bootstrap, source, stream_sink, tmp_path / "stream", stream_prefix))
+    finished(start_copy(spark, broker.bootstrap, source, stream_sink, tmp_path / "stream", stream_prefix))
     with pytest.raises(Exception, match=r"streaming query"):
         batch_write(stream_prefix)
     assert len(read_topic(broker.bootstrap, batch_sink, "read_uncommitted")) == 40

@@ -19,24 +19,24 @@ from pyspark.errors import StreamingQueryException
 
 from spark_integration import audit
 from tests.spark_integration.cluster import finish_driver
-from tests.spark_integration.helpers import produce, read_topic
+from tests.spark_integration.helpers import finished, names, produce, read_topic, start_copy
 from tests.spark_integration.test_driver_crash import DRIVER, bang
-from tests.spark_integration.test_prefix_ownership import RECORDS, _finished, _names, _start
 
 pytestmark = pytest.mark.apache_kafka
 
+RECORDS = 60
 COPY_RECORDS = 3000
 PER_BATCH = 1000
 
 
 def test_a_reused_prefix_is_refused_on_apache_kafka(spark: Any, apache_kafka: Any, tmp_path: Path) -> None:
     bootstrap = apache_kafka.bootstrap
-    source, first_sink, second_sink, prefix = _names("ak-reuse")
+    source, first_sink, second_sink, prefix = names("ak-reuse")
     produce(bootstrap, source, RECORDS)
-    _finished(_start(spark, bootstrap, source, first_sink, tmp_path / "first", prefix))
+    finished(start_copy(spark, bootstrap, source, first_sink, tmp_path / "first", prefix))
     assert len(read_topic(bootstrap, first_sink)) == RECORDS
 
-    second = _start(spark, bootstrap, source, second_sink, tmp_path / "second", prefix)
+    second = start_copy(spark, bootstrap, source, second_sink, tmp_path / "second", prefix)
     with pytest.raises(StreamingQueryException, match=r"new 'transactional\.id\.prefix'"):
         second.awaitTermination(120)
     assert read_topic(bootstrap, second_sink, "read_uncommitted") == []
