@@ -257,7 +257,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             at_least(0),
         ),
         ConfigKey(
-            "log.message.timestamp.after.max.ms", _B.LONG, LONG_MAX, "Newest accepted timestamp.", at_least(0)
+            "log.message.timestamp.after.max.ms",
+            _B.LONG,
+            3_600_000,
+            "How far past the broker's clock a CreateTime timestamp may be (Kafka 4: one hour).",
+            at_least(0),
         ),
         ConfigKey("log.preallocate", _B.BOOLEAN, False, "Accepted; files are not preallocated."),
         ConfigKey("unclean.leader.election.enable", _B.BOOLEAN, False, "Accepted for compatibility."),

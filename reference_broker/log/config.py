@@ -160,7 +160,7 @@ class LogConfig:
     flush_interval_ms: int = LONG_MAX
     message_timestamp_type: str = "CreateTime"
     message_timestamp_before_max_ms: int = LONG_MAX
-    message_timestamp_after_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3_600_000
     cleanup_policy: tuple[str, ...] = ("delete",)
     producer_id_expiration_ms: int = _DAY_MS
     extra: Mapping[str, str] = field(default_factory=dict)

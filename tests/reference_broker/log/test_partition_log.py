@@ -226,7 +226,7 @@ def test_one_batch_per_client_append(open_log, make_batch):
 
 def test_client_control_batches_and_bad_timestamps_are_rejected(open_log, make_batch):
     plog = open_log(LogConfig(message_timestamp_before_max_ms=1_000, retention_ms=-1))
-    marker = build_control_batch(ControlType.COMMIT, 7, 0, 0)
+    marker = build_control_batch(ControlType.COMMIT, 7, 0, 0, timestamp_ms=5_000)
     with pytest.raises(InvalidRecordError):
         plog.append(marker, now_ms=0)
     with pytest.raises(InvalidTimestampError):
