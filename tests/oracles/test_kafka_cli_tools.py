@@ -434,8 +434,10 @@ DIFFERENCES = {
         f"nothing past it ({_ABORT_REFUSED})"
     ),
     "broker-api-versions": (
-        "usable versions: FindCoordinator 5 on ours, 6 on Kafka (share-group key type, KIP-932); "
-        "InitProducerId 6 on ours (2PC enabled by the embedded defaults), 5 on Kafka"
+        "usable versions: FindCoordinator 5 on ours, 6 on Kafka (v6, KIP-932, is stable and "
+        "advertised by Kafka 4.1); InitProducerId 6 on ours whatever transaction.two.phase.commit"
+        ".enable says, 5 on Kafka (v6 is latestVersionUnstable: Kafka advertises it only with "
+        "unstable.api.versions.enable)"
     ),
 }
 
