@@ -76,7 +76,9 @@ class ReferenceBrokerNode:
 
 
 class Nemesis:
-    """Runs faults from ``faults`` one after the other, ``interval`` seconds apart, in a thread.
+    """Runs faults from ``faults`` one after the other, ``interval`` seconds apart, in a thread:
+    rounds of every fault once, each round in a random order (so ``len(faults)`` faults cover them
+    all).
 
     ``hold`` is how long a fault lasts (a killed broker stays down, a paused process stays
     stopped) before it is healed; seconds are drawn from the range.
@@ -124,8 +126,11 @@ class Nemesis:
 
     def _run(self) -> None:
         try:
-            while not self._stop.wait(self.rng.uniform(*self.interval)):
-                self.run_fault(self.rng.choice(self.faults))
+            while True:
+                for fault in self.rng.sample(self.faults, len(self.faults)):
+                    if self._stop.wait(self.rng.uniform(*self.interval)):
+                        return
+                    self.run_fault(fault)
         except BaseException as exc:  # reported by stop()
             self.error = exc
 

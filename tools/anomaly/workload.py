@@ -36,6 +36,7 @@ from tools.anomaly.nemesis import FAULTS, Nemesis, Node
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STOP_GRACE_S = 30.0
 STABLE_TIMEOUT_S = 90.0
+MIN_FAULTS_GRACE_S = 180.0
 
 
 @dataclass
@@ -50,6 +51,9 @@ class WorkloadConfig:
     fault_interval: tuple[float, float] = (2.0, 5.0)
     fault_hold: tuple[float, float] = (0.5, 3.0)
     seed: int | None = None
+    #: Keep going past ``duration`` until the nemesis injected this many faults (at most
+    #: ``MIN_FAULTS_GRACE_S`` longer): with slow restarts a short run could miss a fault kind.
+    min_faults: int = 0
 
     @property
     def partitions(self) -> int:
@@ -313,7 +317,9 @@ def run_workload(bootstrap: str, nodes: Sequence[Node], run_dir: Path, config: W
     try:
         nemesis.start()
         end = time.monotonic() + config.duration
-        while time.monotonic() < end:
+        while time.monotonic() < end or (
+            nemesis.count < config.min_faults and time.monotonic() < end + MIN_FAULTS_GRACE_S
+        ):
             time.sleep(0.5)
             crashed += clients.restart_exited()
     finally:

@@ -29,7 +29,13 @@ KAFKA_PROPERTIES = {
 
 
 def run_and_check(bootstrap: str, nodes: Sequence[Node], run_dir: Path, seconds: float) -> RunResult:
-    config = WorkloadConfig(duration=seconds, faults=FAULTS, fault_interval=(1.0, 3.0), fault_hold=(0.5, 2.0))
+    config = WorkloadConfig(
+        duration=seconds,
+        faults=FAULTS,
+        fault_interval=(1.0, 3.0),
+        fault_hold=(0.5, 2.0),
+        min_faults=len(FAULTS),  # every fault kind at least once, however slow restarts are
+    )
     result = run_workload(bootstrap, nodes, run_dir, config)
     report = check(result.history)
     summary = (
@@ -39,7 +45,8 @@ def run_and_check(bootstrap: str, nodes: Sequence[Node], run_dir: Path, seconds:
     print(summary)
     assert report.valid, summary
     assert not result.crashed, summary  # a client that died by itself: its log in run_dir says why
-    assert result.faults >= 3, summary
+    injected = {op.fields["fault"] for op in result.history if op.f == "nemesis"}
+    assert injected == set(FAULTS), summary
     assert report.stats["txns-committed"] > 20 and report.stats["final-read"] > 1000, summary
     return result
 
