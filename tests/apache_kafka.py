@@ -374,11 +374,21 @@ class KafkaCluster:
     def __init__(self, data_dir: Path, size: int = 1, **properties: Any) -> None:
         if size < 1:
             raise ValueError("a Kafka cluster has at least one node")
-        ports = [(free_port(), free_port()) for _ in range(size)]
+        self._data_dir = data_dir
+        self._size = size
+        self._properties = properties
+        self._started_once = False
+        self.nodes = self._new_nodes()
+
+    def _new_nodes(self) -> list[KafkaNode]:
+        ports = [(free_port(), free_port()) for _ in range(self._size)]
         voters = ",".join(f"{i + 1}@127.0.0.1:{ctl}" for i, (_, ctl) in enumerate(ports))
         cluster_id = new_cluster_id()
-        self.nodes = [
-            KafkaNode(i + 1, data_dir / f"node-{i + 1}", port, ctl, voters, cluster_id, size, properties)
+        return [
+            KafkaNode(
+                i + 1, self._data_dir / f"node-{i + 1}", port, ctl, voters, cluster_id, self._size,
+                self._properties,
+            )
             for i, (port, ctl) in enumerate(ports)
         ]
 
@@ -390,10 +400,25 @@ class KafkaCluster:
         return self.nodes[node_id - 1]
 
     def start(self, timeout: float = START_TIMEOUT_S) -> KafkaCluster:
-        for node in self.nodes:
-            node.launch()  # a quorum needs its voters up together
-        for node in self.nodes:
-            node.wait_ready(timeout)
+        """Start every node. A first start that loses a port to another process between
+        ``free_port`` and the JVM's bind starts again on fresh ports (up to three times)."""
+        attempts = 1 if self._started_once else 3
+        for attempt in range(attempts):
+            try:
+                for node in self.nodes:
+                    node.launch()  # a quorum needs its voters up together
+                for node in self.nodes:
+                    node.wait_ready(timeout)
+            except (RuntimeError, TimeoutError) as exc:
+                if attempt + 1 == attempts or "Address already in use" not in str(exc):
+                    raise
+                self.kill()
+                for node in self.nodes:
+                    shutil.rmtree(node.data_dir, ignore_errors=True)
+                self.nodes = self._new_nodes()
+                continue
+            self._started_once = True
+            return self
         return self
 
     def stop(self) -> None:
