@@ -206,3 +206,17 @@ def print_ratio_table(
             cells.append(f"{rate[key]:>11,.0f}{speed:>9}")
             cells.append(f"{cpu[key]:>13.1f}{cost:>9}")
         print(f"| {client:<16} | " + " | ".join(cells) + " |")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds a process has used so far, user plus system, its ended threads included.
+
+    From /proc/<pid>/stat (utime and stime, in clock ticks): a JVM starts and ends threads of its
+    own, and the per-thread counters lose an ended thread's time. Linux only; ticks are 10 ms, so
+    a figure is only as good as the run is long.
+    """
+    with open(f"/proc/{pid}/stat") as f:
+        # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+        fields = f.read().rsplit(")", 1)[1].split()
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")

@@ -1,14 +1,19 @@
 """Broker throughput: confluent-kafka (librdkafka) as the load generator.
 
 Produces 100-byte messages with acks=all and idempotence on, then consumes them back, against
-the reference broker (a subprocess) and librdkafka's mock cluster in the same run, for 1 and 8
-partitions. Prints each target's msgs/s and MB/s (medians of several runs) and the
-reference/mock ratio: the median of the per-run ratios, their spread (quartiles from 5 runs on,
-below that the smallest and largest ratio: ``_common.spread``), and in how many runs the reference
-broker was at least as fast.
+the reference broker (a subprocess), librdkafka's mock cluster and Apache Kafka (one KRaft node,
+``tests/apache_kafka.py`` through ``_kafka``) in the same run, for 1 and 8 partitions. Prints
+each target's msgs/s and MB/s (medians of several runs), the broker's CPU per message, and on
+every other target's row the ratio reference/that target: the median of the per-run ratios,
+their spread (quartiles from 5 runs on, below that the smallest and largest ratio:
+``_common.spread``), and in how many runs the reference broker was at least as fast.
 
     python benchmarks/bench_broker.py [--messages 300000] [--runs 7] [--partitions 1 8] [--keep-gc]
                                       [--isolate-generator] [--baseline mock|reference]
+                                      [--brokers reference,mock,kafka]
+
+``--brokers`` picks the targets (default: every one that can run here; Kafka needs Java and
+Maven, and is left out with a message on stderr without them).
 
 Both targets run side by side and take turns run by run (see ``run_targets``): single runs on
 this shared 2-core machine vary by +-30%, so only several alternating runs, compared pair by
@@ -46,8 +51,13 @@ identical brokers shows how far this machine's noise alone moves the ratio (15 r
 partitions: median 1.02, quartiles 0.84-1.13).
 
 Throughput alone cannot show what a broker costs while the load generator is the bottleneck, so
-each row also gives the broker's CPU per message: the reference broker's process against the mock's
-one thread (``rdk:mock``, in this process), from the kernel's per-thread accounting.
+each row also gives the broker's CPU per message: the reference broker's process and Kafka's JVM
+(user plus system time from /proc/<pid>/stat, ended threads included, in 10 ms ticks) against the
+mock's one thread (``rdk:mock``, in this process, from the kernel's per-thread accounting).
+
+Kafka's JVM compiles its hot paths as it runs, so its target produces and consumes
+``KAFKA_WARM_UP`` messages, untimed, before the first run; it runs with Kafka's default settings
+(no fsync per request, as the reference broker does not fsync its log per request either).
 ``python benchmarks/produce_ceiling.py`` adds a third target, the reference broker with its log
 taken out of Produce, which says how much of the produce ratio is the log's work.
 
@@ -71,6 +81,7 @@ import contextlib
 import gc
 import os
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -79,13 +90,16 @@ from typing import NamedTuple
 
 import confluent_kafka as ck
 import confluent_kafka.admin  # ck.admin is not imported by confluent_kafka itself
-from _common import spread, spread_name  # a script beside this one, not a package
+from _common import process_cpu_seconds, spread, spread_name  # a script beside this one
+from _kafka import running_kafka, unavailable_reason
 
 from reference_broker.testing import BrokerProcess
 from sdk.testing.librdkafka_mock import LibrdkafkaMockCluster
 
 VALUE = b"v" * 100
 MOCK_THREAD = "rdk:mock"
+#: Messages Kafka's target produces and consumes untimed once started, for the JVM's JIT.
+KAFKA_WARM_UP = 50_000
 #: Whether the timed phases run with Python's cyclic garbage collector paused (``--keep-gc``).
 PAUSE_GC = True
 #: With ``--isolate-generator``: (the CPU of the load generator's Python thread, every other one's).
@@ -289,7 +303,7 @@ def consume(
             if err is None:
                 seen += 1
             elif err.code() == ck.KafkaError._PARTITION_EOF:
-                at_eof.add(msg.partition())
+                at_eof.add(msg.partition() or 0)
             else:
                 raise RuntimeError(f"consume failed: {err}")
         if seen:
@@ -334,18 +348,17 @@ class ReferenceTarget:
     def cpu_seconds(self) -> float:
         """CPU the broker process has used so far, all its threads."""
         assert self._broker.pid is not None
-        return threads_cpu_seconds(self._broker.pid)
+        return process_cpu_seconds(self._broker.pid)
 
 
 class SecondReferenceTarget(ReferenceTarget):
     """Another reference broker process in the mock's place (``--baseline reference``)."""
 
     name = "reference2"
-    label = "ref2"  # in the ratio's column headings
 
 
 class MockTarget:
-    name = label = "mock"
+    name = "mock"
 
     def __enter__(self) -> MockTarget:
         self._cluster = LibrdkafkaMockCluster(1)
@@ -364,6 +377,40 @@ class MockTarget:
         return threads_cpu_seconds("self", MOCK_THREAD)
 
 
+class KafkaTarget:
+    """Apache Kafka, one KRaft node (broker and controller) in a JVM of its own."""
+
+    name = "kafka"
+
+    def __enter__(self) -> KafkaTarget:
+        self._stack = contextlib.ExitStack()
+        cluster = self._stack.enter_context(running_kafka())
+        self.bootstrap = cluster.bootstrap
+        self._pid = cluster.nodes[0].pid
+        assert self._pid is not None
+        isolate_generator(self._pid)
+        topic = f"bench-warm-up-{uuid.uuid4().hex[:8]}"
+        self.create_topic(topic, 1)
+        with client_gc_paused():
+            produce(self.bootstrap, topic, KAFKA_WARM_UP, 1)
+            consume(self.bootstrap, topic, 1)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        create_topic(self.bootstrap, name, partitions)
+
+    def cpu_seconds(self) -> float:
+        """CPU the JVM has used so far, all its threads (Kafka's controller's too)."""
+        assert self._pid is not None
+        return process_cpu_seconds(self._pid)
+
+
+Target = ReferenceTarget | MockTarget | KafkaTarget
+BROKERS = ("reference", "mock", "kafka")
+
 PerRun = dict[str, dict[str, list[float]]]  # target -> phase -> one figure per run, in run order
 
 
@@ -375,16 +422,14 @@ class Measured(NamedTuple):
     preempted: PerRun  # times the load generator's thread was preempted (produce only)
 
 
-def run_targets(
-    targets: list[ReferenceTarget | MockTarget], partitions: int, messages: int, runs: int
-) -> Measured:
+def run_targets(targets: list[Target], partitions: int, messages: int, runs: int) -> Measured:
     """Produce and consume rates of every run, the targets taking turns run by run, and the CPU
     each broker spent on each phase.
 
-    Both targets are up for the whole measurement and each run measures every target once, in an
+    Every target is up for the whole measurement and each run measures every target once, in an
     order that alternates between runs, so a slow spell of the (shared, 2-core) machine or a
-    change of the load generator's batching regime hits both alike instead of one target's runs;
-    the two targets' figures of one run are a pair (see ``paired_ratios``).
+    change of the load generator's batching regime hits all alike instead of one target's runs;
+    the targets' figures of one run are paired (see ``paired_ratios``).
     Every target consumes the same messages: per partition, the newest as many as the target
     holding the fewest has (the mock keeps ~5 MiB per partition, about 45,000 of these messages).
     Reading more from one target than the other would not be the same measurement: the consumer
@@ -418,7 +463,7 @@ def run_targets(
 
 
 class PairedRatio(NamedTuple):
-    """reference/mock over the runs: the median of the per-run ratios and their spread."""
+    """reference/other target over the runs: the median of the per-run ratios and their spread."""
 
     median: float
     low: float  # the spread of the ratios (see ``_common.spread``)
@@ -427,7 +472,7 @@ class PairedRatio(NamedTuple):
     runs: int
 
 
-def paired_ratios(reference: list[float], mock: list[float]) -> PairedRatio:
+def paired_ratios(reference: list[float], other: list[float]) -> PairedRatio:
     """Compare run by run, not median with median.
 
     The two figures of one run were measured back to back, so they share the machine's state of
@@ -435,7 +480,7 @@ def paired_ratios(reference: list[float], mock: list[float]) -> PairedRatio:
     their ratio cancels most of that, and its median and spread say how sure the comparison is
     (a ratio of two medians can come from two different runs' conditions).
     """
-    ratios = [r / m for r, m in zip(reference, mock, strict=True)]
+    ratios = [r / o for r, o in zip(reference, other, strict=True)]
     low, high = spread(ratios)
     return PairedRatio(statistics.median(ratios), low, high, sum(ratio >= 1 for ratio in ratios), len(ratios))
 
@@ -457,8 +502,13 @@ def main() -> None:
         "--baseline",
         choices=("mock", "reference"),
         default="mock",
-        help="what the reference broker is compared with: the mock cluster, or (to see the"
-        " measurement's noise) a second reference broker",
+        help="what the reference broker is compared with in the mock's place: the mock cluster, or"
+        " (to see the measurement's noise) a second reference broker",
+    )
+    parser.add_argument(
+        "--brokers",
+        default=None,
+        help=f"comma-separated targets of {', '.join(BROKERS)} (default: all that can run here)",
     )
     args = parser.parse_args()
     global PAUSE_GC, ISOLATE
@@ -468,8 +518,8 @@ def main() -> None:
         if len(cpus) < 2:
             parser.error("--isolate-generator needs two CPUs")
         ISOLATE = (cpus[1], cpus[0])
+    brokers = chosen_brokers(parser, args.brokers)
     record_bytes = len(VALUE)
-    baseline_target = MockTarget() if args.baseline == "mock" else SecondReferenceTarget()
     print(
         f"{args.messages} messages of {record_bytes} bytes, acks=all, idempotent; median of {args.runs};"
         f" client GC {'running' if args.keep_gc else 'paused'} while timing"
@@ -477,38 +527,71 @@ def main() -> None:
     )
     header = (
         f"{'partitions':>10} {'phase':>8} {'target':>10} {'msgs/s':>12} {'MB/s':>8} {'cpu us/msg':>10}"
-        f" {'preempted':>9} {'ref/' + baseline_target.label:>9} {spread_name(args.runs):>11}"
-        f" {'ref>=' + baseline_target.label:>9}"
+        f" {'preempted':>9} {'ref/this':>9} {spread_name(args.runs):>11} {'ref>=this':>9}"
     )
     print(header)
-    with ReferenceTarget() as reference, baseline_target as baseline:
+    with contextlib.ExitStack() as stack:
+        targets: list[Target] = []
+        for broker in brokers:
+            target = new_target(broker, args.baseline)
+            stack.enter_context(target)  # each target's __enter__ returns itself
+            targets.append(target)
         for partitions in args.partitions:
-            measured = run_targets([reference, baseline], partitions, args.messages, args.runs)
-            _print_rows(partitions, measured, record_bytes, baseline.name)
+            measured = run_targets(targets, partitions, args.messages, args.runs)
+            _print_rows(partitions, measured, record_bytes)
 
 
-def _print_rows(partitions: int, measured: Measured, record_bytes: int, baseline: str) -> None:
+def chosen_brokers(parser: argparse.ArgumentParser, brokers: str | None) -> list[str]:
+    """The targets ``--brokers`` names (an error for an unknown one), or every known one; Kafka
+    left out, with the reason on stderr, when it cannot run here."""
+    names = BROKERS if brokers is None else [name.strip() for name in brokers.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(BROKERS))
+    if unknown or not names:
+        parser.error(f"--brokers takes some of {', '.join(BROKERS)}, not {brokers!r}")
+    if "kafka" in names:
+        reason = unavailable_reason()
+        if reason is not None:
+            print(f"Apache Kafka skipped: {reason}", file=sys.stderr)
+            names = [name for name in names if name != "kafka"]
+    if not names:
+        parser.error("no broker left to measure")
+    return list(dict.fromkeys(names))
+
+
+def new_target(broker: str, baseline: str) -> Target:
+    """The target called ``broker``; with ``--baseline reference`` the mock's place goes to a
+    second reference broker."""
+    if broker == "reference":
+        return ReferenceTarget()
+    if broker == "mock":
+        return MockTarget() if baseline == "mock" else SecondReferenceTarget()
+    return KafkaTarget()
+
+
+def _print_rows(partitions: int, measured: Measured, record_bytes: int) -> None:
     """A row per phase and target: median msgs/s and MB/s, the broker's median CPU per message,
-    the median count of the load generator's preemptions while producing, and on the reference
-    broker's row the paired throughput ratio to ``baseline`` (see ``paired_ratios``)."""
+    the median count of the load generator's preemptions while producing, and on every other
+    target's row, when the reference broker was measured too, the paired throughput ratio
+    reference/that target (see ``paired_ratios``)."""
     rates = measured.rates
     for phase in ("produce", "consume"):
-        paired = paired_ratios(rates[ReferenceTarget.name][phase], rates[baseline][phase])
+        reference = rates.get(ReferenceTarget.name)
         for name, phases in rates.items():
             rate = statistics.median(phases[phase])
             mbps = rate * record_bytes / 1e6
             cpu_us = statistics.median(measured.cpu[name][phase])
             counts = measured.preempted[name].get(phase)
             preempted = f"{statistics.median(counts):9.0f}" if counts else f"{'':9}"
-            shown = (
-                f"{paired.median:9.2f} {paired.low:5.2f}-{paired.high:<5.2f}"
-                f" {paired.wins:>3}/{paired.runs}"
-                if name == ReferenceTarget.name
-                else ""
-            )
+            shown = ""
+            if reference is not None and name != ReferenceTarget.name:
+                paired = paired_ratios(reference[phase], phases[phase])
+                shown = (
+                    f"{paired.median:9.2f} {paired.low:5.2f}-{paired.high:<5.2f}"
+                    f" {paired.wins:>3}/{paired.runs}"
+                )
             print(
                 f"{partitions:>10} {phase:>8} {name:>10} {rate:12,.0f} {mbps:8.1f} {cpu_us:10.2f}"
-                f" {preempted} {shown}"
+                f" {preempted} {shown}".rstrip()
             )
 
 

@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import spread_name
+from _common import process_cpu_seconds, spread_name
 from bench_broker import (  # a script beside this one, not a package
     MockTarget,
     ReferenceTarget,
@@ -34,7 +34,6 @@ from bench_broker import (  # a script beside this one, not a package
     create_topic,
     paired_ratios,
     produce,
-    threads_cpu_seconds,
 )
 
 from reference_broker.testing import LISTENING_PREFIX
@@ -92,7 +91,7 @@ class LoglessTarget:
         create_topic(self.bootstrap, name, partitions)
 
     def cpu_seconds(self) -> float:
-        return threads_cpu_seconds(self._proc.pid)
+        return process_cpu_seconds(self._proc.pid)
 
 
 def main() -> None:
@@ -107,7 +106,7 @@ def main() -> None:
         f" {spread_name(args.runs):>11} {'x>=mock':>8}"
     )
     with ReferenceTarget() as reference, LoglessTarget() as logless, MockTarget() as mock:
-        targets = [reference, logless, mock]
+        targets: list[ReferenceTarget | LoglessTarget | MockTarget] = [reference, logless, mock]
         orders = list(itertools.permutations(targets))
         for partitions in args.partitions:
             rates: dict[str, list[float]] = {t.name: [] for t in targets}

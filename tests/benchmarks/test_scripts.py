@@ -37,17 +37,46 @@ def assert_line(out: str, pattern: str) -> None:
     assert re.search(pattern, out, re.MULTILINE), out
 
 
+def assert_broker_rows(out: str, partitions: int, others: tuple[str, ...], runs: int) -> None:
+    """bench_broker's rows: the reference broker's (rate, MB/s, CPU, produce: preemptions) and
+    each other target's, which add the ratio reference/target, its spread and the wins."""
+    assert "ref/this" in out.splitlines()[1]
+    for phase in ("produce", "consume"):
+        figures = rf" +{NUMBER} +{NUMBER} +{NUMBER}" + (rf" +{NUMBER}" if phase == "produce" else "")
+        assert_line(out, rf"^ +{partitions} +{phase} +reference{figures}$")
+        ratio = rf" +{NUMBER} +{NUMBER}-{NUMBER} +\d/{runs}"
+        for target in others:
+            assert_line(out, rf"^ +{partitions} +{phase} +{target}{figures}{ratio}$")
+
+
 def test_bench_broker_against_the_mock_prints_every_row() -> None:
-    out = run_script("bench_broker.py", "--messages", "30000", "--runs", "2", "--partitions", "1", "2")
-    assert "ref/mock" in out.splitlines()[1]
+    out = run_script(
+        "bench_broker.py", *("--messages", "30000", "--runs", "2", "--partitions", "1", "2"),
+        *("--brokers", "reference,mock"),
+    )
     for partitions in (1, 2):
-        for phase in ("produce", "consume"):
-            # The reference row: rate, MB/s, CPU, (produce: preemptions), ratio, quartiles, wins.
-            preempted = rf" +{NUMBER}" if phase == "produce" else ""
-            reference = rf"^ +{partitions} +{phase} +reference +{NUMBER} +{NUMBER} +{NUMBER}{preempted}"
-            reference += rf" +{NUMBER} +{NUMBER}-{NUMBER} +\d/2$"
-            assert_line(out, reference)
-            assert_line(out, rf"^ +{partitions} +{phase} +mock +{NUMBER}")
+        assert_broker_rows(out, partitions, ("mock",), runs=2)
+    assert not re.search(r"^ +\d+ +\w+ +kafka ", out, re.MULTILINE), out
+
+
+@pytest.mark.apache_kafka
+def test_bench_broker_against_apache_kafka_prints_every_row() -> None:
+    from tests.apache_kafka import require_apache_kafka
+
+    require_apache_kafka()
+    out = run_script(
+        "bench_broker.py", *("--messages", "20000", "--runs", "1", "--partitions", "2"),
+        *("--brokers", "reference,kafka"),
+    )
+    assert_broker_rows(out, 2, ("kafka",), runs=1)
+
+
+def test_bench_broker_rejects_an_unknown_broker() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_broker.py"), "--brokers", "reference,redpanda"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )
+    assert result.returncode == 2 and "--brokers takes some of reference, mock, kafka" in result.stderr
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--isolate-generator needs two CPUs")
@@ -55,10 +84,10 @@ def test_bench_broker_against_a_second_reference_broker_with_the_generator_isola
     out = run_script(
         "bench_broker.py",
         *("--messages", "30000", "--runs", "1", "--partitions", "2"),
-        *("--baseline", "reference", "--isolate-generator"),
+        *("--baseline", "reference", "--isolate-generator", "--brokers", "reference,mock"),
     )
     assert "load generator alone on CPU" in out
-    assert "ref/ref2" in out.splitlines()[1]
+    assert "ref/this" in out.splitlines()[1]
     for phase in ("produce", "consume"):
         assert_line(out, rf"^ +2 +{phase} +reference +{NUMBER}")
         assert_line(out, rf"^ +2 +{phase} +reference2 +{NUMBER}")
