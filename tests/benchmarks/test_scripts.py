@@ -93,6 +93,35 @@ def test_bench_broker_against_a_second_reference_broker_with_the_generator_isola
         assert_line(out, rf"^ +2 +{phase} +reference2 +{NUMBER}")
 
 
+def assert_latency_rows(out: str, broker: str) -> None:
+    """bench_latency's rows for ``broker``: rate, p50 and p99 with their spreads, and on the SDK's
+    row the two ratios SDK/confluent-kafka."""
+    figures = rf"\| +{NUMBER} \| +{NUMBER} \| +{NUMBER}-{NUMBER} \| +{NUMBER} \| +{NUMBER}-{NUMBER} \|"
+    assert_line(out, rf"^\| {broker} +\| sdk +{figures} +{NUMBER} \| +{NUMBER} \|$")
+    assert_line(out, rf"^\| {broker} +\| confluent-kafka +{figures} +\| +\|$")
+
+
+def test_bench_latency_on_the_reference_broker_prints_both_clients() -> None:
+    out = run_script(
+        "bench_latency.py", *("--rate", "500", "--seconds", "0.2", "--warm-up", "0.1", "--runs", "1"),
+        *("--brokers", "reference"),
+    )
+    assert_latency_rows(out, "reference")
+    assert not re.search(r"^\| kafka ", out, re.MULTILINE), out
+
+
+@pytest.mark.apache_kafka
+def test_bench_latency_on_apache_kafka_prints_both_clients() -> None:
+    from tests.apache_kafka import require_apache_kafka
+
+    require_apache_kafka()
+    out = run_script(
+        "bench_latency.py", *("--rate", "500", "--seconds", "0.2", "--warm-up", "0.1", "--runs", "1"),
+        *("--brokers", "kafka"),
+    )
+    assert_latency_rows(out, "kafka")
+
+
 def test_produce_ceiling_prints_all_three_targets() -> None:
     out = run_script("produce_ceiling.py", "--messages", "5000", "--runs", "1", "--partitions", "1")
     for target in ("reference", "no-log"):
