@@ -383,17 +383,18 @@ class KafkaTarget:
     name = "kafka"
 
     def __enter__(self) -> KafkaTarget:
-        self._stack = contextlib.ExitStack()
-        cluster = self._stack.enter_context(running_kafka())
-        self.bootstrap = cluster.bootstrap
-        self._pid = cluster.nodes[0].pid
-        assert self._pid is not None
-        isolate_generator(self._pid)
-        topic = f"bench-warm-up-{uuid.uuid4().hex[:8]}"
-        self.create_topic(topic, 1)
-        with client_gc_paused():
-            produce(self.bootstrap, topic, KAFKA_WARM_UP, 1)
-            consume(self.bootstrap, topic, 1)
+        with contextlib.ExitStack() as stack:
+            cluster = stack.enter_context(running_kafka())
+            self.bootstrap = cluster.bootstrap
+            self._pid = cluster.nodes[0].pid
+            assert self._pid is not None
+            isolate_generator(self._pid)
+            topic = f"bench-warm-up-{uuid.uuid4().hex[:8]}"
+            self.create_topic(topic, 1)
+            with client_gc_paused():
+                produce(self.bootstrap, topic, KAFKA_WARM_UP, 1)
+                consume(self.bootstrap, topic, 1)
+            self._stack = stack.pop_all()  # Kafka stops at __exit__, or here if the warm-up failed
         return self
 
     def __exit__(self, *exc: object) -> None:
