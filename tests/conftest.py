@@ -38,7 +38,7 @@ def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     try:
         yield cluster.start().nodes[0]
     finally:
-        cluster.stop()
+        cluster.kill()  # its data is thrown away: no controlled shutdown to wait for
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def apache_kafka_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
         yield start
     finally:
         for cluster in started:
-            cluster.stop()
+            cluster.kill()
 
 
 # -- markers: ``unit`` (no process, no socket to a broker) and ``interop`` (real brokers, peers) ----
