@@ -3,8 +3,9 @@
 * ``mock_cluster``: librdkafka's mock cluster (3 brokers, a broker nobody here wrote), alive as long
   as the confluent-kafka object that created it. Topics are auto-created with 4 partitions on
   their first Metadata request.
-* ``kafka``: parametrized over the mock cluster and the reference broker; ``create_topic`` makes a
-  4-partition topic on either.
+* ``kafka``: parametrized over the mock cluster, the reference broker and Apache Kafka (the
+  session's ``apache_kafka`` node, marked ``apache_kafka``); ``create_topic`` makes a 4-partition
+  topic on any of them.
 * ``consume``: reads a topic back with confluent-kafka's Consumer (assign mode, partition EOF).
 * ``proxy_factory``: an asyncio TCP proxy on 127.0.0.1, one listener per broker, that rewrites
   Metadata responses so clients keep talking through it, and can cut every connection (at once,
@@ -81,7 +82,7 @@ class KafkaTarget:
         client = KafkaClient(self.bootstrap)
         await client.start()
         try:
-            if self.kind == "reference":
+            if self.kind in ("reference", "apache"):
                 request = messages.CreateTopicsRequest(
                     topics=[
                         messages.CreateTopicsRequest.CreatableTopic(
@@ -98,13 +99,42 @@ class KafkaTarget:
             deadline = time.monotonic() + 10
             while True:
                 meta = client.cluster.topic(name)
-                if meta is not None and len(meta.available) == partitions:
+                ready = meta is not None and len(meta.available) == partitions
+                if ready and (self.kind != "apache" or await _leaders_serve(client, name, partitions)):
                     return name
                 assert time.monotonic() < deadline, f"topic {name} did not become available"
                 await asyncio.sleep(0.05)
                 await client.refresh_metadata()
         finally:
             await client.close()
+
+
+async def _leaders_serve(client: KafkaClient, topic: str, partitions: int) -> bool:
+    """Whether every partition's leader answers ListOffsets for it. Kafka lists a new topic's
+    leader in Metadata a moment before that broker serves the partition (NOT_LEADER_OR_FOLLOWER
+    until then), and a test's first records must not meet that window by accident."""
+    by_leader: dict[int, list[int]] = {}
+    for partition in range(partitions):
+        by_leader.setdefault(client.cluster.leader_for(topic, partition), []).append(partition)
+    for leader, indexes in by_leader.items():
+        request = messages.ListOffsetsRequest(
+            replica_id=-1,
+            topics=[
+                messages.ListOffsetsRequest.ListOffsetsTopic(
+                    name=topic,
+                    partitions=[
+                        messages.ListOffsetsRequest.ListOffsetsPartition(
+                            partition_index=index, current_leader_epoch=-1, timestamp=-1
+                        )
+                        for index in indexes
+                    ],
+                )
+            ],
+        )
+        response = await client.send(leader, request)
+        if any(p.error_code for t in response.topics for p in t.partitions):
+            return False
+    return True
 
 
 def _reference_available() -> bool:
@@ -115,10 +145,12 @@ def _reference_available() -> bool:
     return True
 
 
-@pytest.fixture(params=["mock", "reference"])
+@pytest.fixture(params=["mock", "reference", pytest.param("apache", marks=pytest.mark.apache_kafka)])
 def kafka(request: pytest.FixtureRequest) -> KafkaTarget:
     if request.param == "mock":
         return KafkaTarget("mock", request.getfixturevalue("mock_cluster").bootstrap)
+    if request.param == "apache":
+        return KafkaTarget("apache", request.getfixturevalue("apache_kafka").bootstrap)
     if not _reference_available():
         pytest.skip("reference_broker.testing is not available")
     broker = request.getfixturevalue("broker")

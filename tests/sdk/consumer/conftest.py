@@ -1,14 +1,17 @@
-"""Fixtures for the consumer group tests: a reference broker that serves groups, and a ``bootstrap``
-over it and librdkafka's mock cluster (``mock_cluster`` from tests/sdk/conftest.py).
+"""Fixtures for the consumer group tests: a reference broker that serves groups, an Apache Kafka
+node with the same auto-creation settings, and a ``bootstrap`` over them and librdkafka's mock
+cluster (``mock_cluster`` from tests/sdk/conftest.py).
 
 The broker is a :class:`~reference_broker.testing.BrokerProcess`, whose embedded defaults already
-set ``group.initial.rebalance.delay.ms=0``, so a group forms at once. A test module that wants
-topics auto-created with another partition count overrides ``group_broker_partitions``.
+set ``group.initial.rebalance.delay.ms=0``, so a group forms at once (the Kafka nodes of
+tests/apache_kafka.py set it too). A test module that wants topics auto-created with another
+partition count overrides ``group_broker_partitions``; both brokers then auto-create with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -17,7 +20,7 @@ from reference_broker.testing import BrokerProcess
 
 @pytest.fixture(scope="module")
 def group_broker_partitions() -> int:
-    """``num.partitions`` of the module's ``group_broker`` (auto-created topics)."""
+    """``num.partitions`` of the module's ``group_broker`` and ``group_kafka`` (auto-created topics)."""
     return 1
 
 
@@ -28,9 +31,33 @@ def group_broker(group_broker_partitions: int) -> Iterator[BrokerProcess]:
         yield proc
 
 
-@pytest.fixture(params=["mock", "reference"])
+@pytest.fixture(scope="module")
+def group_kafka(
+    request: pytest.FixtureRequest, group_broker_partitions: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """Apache Kafka auto-creating topics with ``group_broker_partitions`` partitions: the session's
+    node when that is Kafka's default of 1, else a node of the module's own."""
+    if group_broker_partitions == 1:
+        yield request.getfixturevalue("apache_kafka")
+        return
+    from tests.apache_kafka import KafkaCluster, require_apache_kafka
+
+    require_apache_kafka()
+    cluster = KafkaCluster(
+        tmp_path_factory.mktemp("apache-kafka"), 1, **{"num.partitions": group_broker_partitions}
+    )
+    try:
+        yield cluster.start().nodes[0]
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=["mock", "reference", pytest.param("apache", marks=pytest.mark.apache_kafka)])
 def bootstrap(request: pytest.FixtureRequest) -> str:
-    """librdkafka's mock cluster, then the reference broker (``group_broker``)."""
+    """librdkafka's mock cluster, the reference broker (``group_broker``), Apache Kafka
+    (``group_kafka``)."""
     if request.param == "mock":
         return str(request.getfixturevalue("mock_cluster").bootstrap)
+    if request.param == "apache":
+        return str(request.getfixturevalue("group_kafka").bootstrap)
     return str(request.getfixturevalue("group_broker").bootstrap)

@@ -209,7 +209,7 @@ async def test_offset_lookups(kafka, topic_name):
         assert await consumer.end_offsets([tp]) == {tp: 10}
         assert consumer.partitions_for_topic(topic) in ({0, 1, 2, 3}, None)
         assert topic in await consumer.topics()
-        if kafka.kind == "reference":  # the mock answers -1 for timestamp lookups
+        if kafka.kind != "mock":  # the mock answers -1 for timestamp lookups
             found = await consumer.offsets_for_times({tp: 1_000_035})
             assert found == {tp: OffsetAndTimestamp(4, 1_000_040)}
             assert await consumer.offsets_for_times({tp: 2_000_000}) == {tp: None}

@@ -1,6 +1,6 @@
 """read_committed against real transactions: confluent-kafka's transactional producer writes to
-the reference broker (whose transaction coordinator writes the markers); our consumer must see
-exactly what confluent-kafka's read_committed consumer sees."""
+the reference broker and to Apache Kafka (whose transaction coordinators write the markers); our
+consumer must see exactly what confluent-kafka's read_committed consumer sees."""
 
 from __future__ import annotations
 
@@ -70,16 +70,19 @@ async def read_until_end(bootstrap: str, topic: str, isolation: str, partitions:
         return values
 
 
-async def test_read_committed_matches_confluent_kafka_on_real_transactions(broker, unique):
-    if not await _serves_transactions(broker.bootstrap):
+@pytest.mark.parametrize(
+    "kafka", ["reference", pytest.param("apache", marks=pytest.mark.apache_kafka)], indirect=True
+)
+async def test_read_committed_matches_confluent_kafka_on_real_transactions(kafka: KafkaTarget, unique):
+    if not await _serves_transactions(kafka.bootstrap):
         pytest.skip("the reference broker has no transaction coordinator yet")
-    topic = await KafkaTarget("reference", broker.bootstrap).create_topic(unique("txn"), partitions=2)
+    topic = await kafka.create_topic(unique("txn"), partitions=2)
     loop = asyncio.get_running_loop()
 
     def write() -> None:
-        first = transactional_producer(broker.bootstrap, unique("tid"))
-        second = transactional_producer(broker.bootstrap, unique("tid"))
-        plain = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+        first = transactional_producer(kafka.bootstrap, unique("tid"))
+        second = transactional_producer(kafka.bootstrap, unique("tid"))
+        plain = confluent_kafka.Producer({"bootstrap.servers": kafka.bootstrap, "log_level": 0})
         plain.produce(topic, b"plain-before", partition=0)  # not transactional: always visible
         assert plain.flush(20) == 0
         first.begin_transaction()
@@ -99,10 +102,10 @@ async def test_read_committed_matches_confluent_kafka_on_real_transactions(broke
         first.flush(20)  # written, but its transaction stays open: the LSO stops before it
 
     await loop.run_in_executor(None, write)
-    committed = await read_until_end(broker.bootstrap, topic, "read_committed", 2)
-    oracle = await loop.run_in_executor(None, confluent_read, broker.bootstrap, topic, "read_committed", 2)
+    committed = await read_until_end(kafka.bootstrap, topic, "read_committed", 2)
+    oracle = await loop.run_in_executor(None, confluent_read, kafka.bootstrap, topic, "read_committed", 2)
     assert sorted(committed) == sorted(oracle)
     assert not any(v.startswith(b"aborted") for v in committed) and b"still-open" not in committed
     assert {b"plain-before", b"committed-0", b"second-committed"} <= set(committed)
-    everything = await read_until_end(broker.bootstrap, topic, "read_uncommitted", 2)
+    everything = await read_until_end(kafka.bootstrap, topic, "read_uncommitted", 2)
     assert {b"aborted-0", b"still-open"} <= set(everything)

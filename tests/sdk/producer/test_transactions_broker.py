@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import confluent_kafka
 import pytest
@@ -36,8 +37,13 @@ from tests.sdk.producer.txn_helpers import TXN_BROKER, create_topic, txn_produce
 
 pytestmark = pytest.mark.asyncio
 
-@pytest.fixture(scope="module")
-def txn_broker() -> Iterator[BrokerProcess]:
+@pytest.fixture(scope="module", params=["reference", pytest.param("apache", marks=pytest.mark.apache_kafka)])
+def txn_broker(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The reference broker, then Apache Kafka (the session's node, which finalizes
+    ``transaction.version`` 2 as 4.x does by default)."""
+    if request.param == "apache":
+        yield request.getfixturevalue("apache_kafka")
+        return
     with BrokerProcess(config=TXN_BROKER) as proc:
         yield proc
 

@@ -4,8 +4,10 @@ flushed into the transaction before it ends."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import confluent_kafka
 import pytest
@@ -13,14 +15,20 @@ import pytest
 from reference_broker.testing import BrokerProcess
 from sdk.errors import IllegalStateError, TransactionAbortedError
 from sdk.sync import Producer
+from tests.sdk.producer.txn_helpers import create_topic
 
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-@pytest.fixture(scope="module")
-def txn_broker() -> Iterator[BrokerProcess]:
+@pytest.fixture(scope="module", params=["reference", pytest.param("apache", marks=pytest.mark.apache_kafka)])
+def txn_broker(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The reference broker, then Apache Kafka (the session's node, which finalizes
+    ``transaction.version`` 2 as 4.x does by default)."""
+    if request.param == "apache":
+        yield request.getfixturevalue("apache_kafka")
+        return
     with BrokerProcess(config={"num.partitions": 2, "transaction.state.log.num.partitions": 3}) as proc:
         yield proc
 
@@ -58,7 +66,7 @@ def _read_committed(bootstrap: str, topic: str, expected: int) -> list[bytes]:
 
 
 def test_sync_commit_abort_and_context(txn_broker):
-    topic = unique("sync-txn")
+    topic = asyncio.run(create_topic(txn_broker.bootstrap, unique("sync-txn")))  # 2 partitions
     with Producer(
         bootstrap_servers=txn_broker.bootstrap,
         transactional_id=unique("tid"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import confluent_kafka
 import pytest
@@ -41,8 +42,13 @@ END_TXN = EndTxnRequest.API_KEY
 TXN_OFFSET_COMMIT = TxnOffsetCommitRequest.API_KEY
 
 
-@pytest.fixture(scope="module")
-def tv2_broker() -> Iterator[BrokerProcess]:
+@pytest.fixture(scope="module", params=["reference", pytest.param("apache", marks=pytest.mark.apache_kafka)])
+def tv2_broker(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The reference broker, then Apache Kafka (the session's node, which finalizes
+    ``transaction.version`` 2 as 4.x does by default)."""
+    if request.param == "apache":
+        yield request.getfixturevalue("apache_kafka")
+        return
     with BrokerProcess(config=TXN_BROKER) as proc:
         yield proc
 
@@ -64,7 +70,7 @@ async def test_commit_abort_and_offsets_use_protocol_v2(tv2_broker):
         assert producer.transaction_version == 2
         await producer.partitions_for(topic)
         conn = await producer.client.get_connection(producer.client.cluster.leader_for(topic, 0))
-        assert conn.finalized_features == {"transaction.version": 2}  # from ApiVersions v3+
+        assert conn.finalized_features["transaction.version"] == 2  # from ApiVersions v3+
         produce_versions = record_produce_versions(producer, topic)
         sent = record_transactional_requests(producer)
         async with producer.transaction():
