@@ -187,6 +187,7 @@ class KafkaNode:
         cluster_id: str,
         cluster_size: int,
         properties: Mapping[str, Any],
+        features: Mapping[str, int] | None = None,
     ) -> None:
         self.node_id = node_id
         self.data_dir = data_dir
@@ -196,6 +197,9 @@ class KafkaNode:
         self._cluster_id = cluster_id
         self._cluster_size = cluster_size
         self._properties = dict(properties)
+        #: Feature levels the storage is formatted with (``StorageTool format --feature``), e.g.
+        #: ``{"transaction.version": 1}``: finalized features cannot be set by a broker property.
+        self._features = dict(features or {})
         self._process: subprocess.Popen[bytes] | None = None
         self._formatted = False
 
@@ -265,6 +269,7 @@ class KafkaNode:
             self._java(
                 "kafka.tools.StorageTool", "format", "--ignore-formatted",
                 "-t", self._cluster_id, "-c", str(self.properties_path),
+                *(arg for name, level in self._features.items() for arg in ("--feature", f"{name}={level}")),
             ),
             capture_output=True,
             text=True,
@@ -371,12 +376,15 @@ class KafkaNode:
 class KafkaCluster:
     """``size`` KRaft nodes, each broker and controller, sharing one static controller quorum."""
 
-    def __init__(self, data_dir: Path, size: int = 1, **properties: Any) -> None:
+    def __init__(
+        self, data_dir: Path, size: int = 1, *, features: Mapping[str, int] | None = None, **properties: Any
+    ) -> None:
         if size < 1:
             raise ValueError("a Kafka cluster has at least one node")
         self._data_dir = data_dir
         self._size = size
         self._properties = properties
+        self._features = features
         self._started_once = False
         self.nodes = self._new_nodes()
 
@@ -387,7 +395,7 @@ class KafkaCluster:
         return [
             KafkaNode(
                 i + 1, self._data_dir / f"node-{i + 1}", port, ctl, voters, cluster_id, self._size,
-                self._properties,
+                self._properties, self._features,
             )
             for i, (port, ctl) in enumerate(ports)
         ]

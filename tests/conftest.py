@@ -10,7 +10,7 @@ where it was not loaded (an install without that entry point's metadata,
 from __future__ import annotations
 
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -47,15 +47,17 @@ def apache_kafka_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
 
     ``apache_kafka_factory(**{"log.segment.bytes": 1048576})`` starts one node and returns its
     ``KafkaNode``; ``apache_kafka_factory(nodes=3, ...)`` starts a cluster and returns the
-    ``KafkaCluster``.
+    ``KafkaCluster``; ``features={"transaction.version": 1}`` formats the storage with those
+    feature levels.
     """
     from tests.apache_kafka import KafkaCluster, require_apache_kafka
 
     require_apache_kafka()
     started: list[KafkaCluster] = []
 
-    def start(nodes: int = 1, **properties: Any) -> Any:
-        cluster = KafkaCluster(tmp_path_factory.mktemp("apache-kafka"), nodes, **properties)
+    def start(nodes: int = 1, features: Mapping[str, int] | None = None, **properties: Any) -> Any:
+        data_dir = tmp_path_factory.mktemp("apache-kafka")
+        cluster = KafkaCluster(data_dir, nodes, features=features, **properties)
         started.append(cluster)
         cluster.start()
         return cluster.nodes[0] if nodes == 1 else cluster
