@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from reference_broker.testing import BrokerProcess
 from sdk import Producer
 from sdk.consumer import Consumer
 from sdk.consumer.listener import ConsumerRebalanceListener
@@ -25,12 +24,15 @@ def group_broker_partitions() -> int:
     return 4
 
 
-@pytest.fixture
-def bootstrap(group_broker: BrokerProcess) -> str:
-    """The reference broker only: librdkafka's mock cluster answers REBALANCE_IN_PROGRESS to
-    OffsetCommit while a rebalance is being prepared (Kafka accepts commits from the current
-    generation then), so commits on eager revocation fail there and records are read twice."""
-    return group_broker.bootstrap
+@pytest.fixture(params=["reference", pytest.param("apache", marks=pytest.mark.apache_kafka)])
+def bootstrap(request: pytest.FixtureRequest) -> str:
+    """The reference broker and Apache Kafka, not librdkafka's mock cluster: it answers
+    REBALANCE_IN_PROGRESS to OffsetCommit while a rebalance is being prepared (Kafka accepts
+    commits from the current generation then), so commits on eager revocation fail there and
+    records are read twice."""
+    if request.param == "apache":
+        return str(request.getfixturevalue("group_kafka").bootstrap)
+    return str(request.getfixturevalue("group_broker").bootstrap)
 
 
 async def fill(bootstrap: str, topic: str) -> set[tuple[int, int]]:
@@ -131,10 +133,9 @@ async def _until(condition: Any, what: str, timeout: float = 30) -> None:
         await asyncio.sleep(0.02)
 
 
-async def test_a_fenced_static_consumer_gets_a_clear_error_from_getmany(group_broker: BrokerProcess) -> None:
+async def test_a_fenced_static_consumer_gets_a_clear_error_from_getmany(bootstrap: str) -> None:
     from sdk.errors import FencedInstanceIdError  # type: ignore[attr-defined]
 
-    bootstrap = group_broker.bootstrap
     topic, group = f"fence-{uuid.uuid4().hex[:8]}", f"group-{uuid.uuid4().hex[:8]}"
     await fill(bootstrap, topic)
     settings = {**SETTINGS, "group_instance_id": "the-one", "enable_auto_commit": False}

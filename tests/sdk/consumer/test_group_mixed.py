@@ -293,7 +293,13 @@ async def shared(members: list[Any], partitions: set[TopicPartition], timeout: f
 # Each rebalance costs ~5 s on the mock cluster: it runs the cooperative case only.
 @pytest.mark.parametrize(
     ("bootstrap", "strategy"),
-    [("mock", "cooperative-sticky"), ("reference", "range"), ("reference", "cooperative-sticky")],
+    [
+        ("mock", "cooperative-sticky"),
+        ("reference", "range"),
+        ("reference", "cooperative-sticky"),
+        pytest.param("apache", "range", marks=pytest.mark.apache_kafka),
+        pytest.param("apache", "cooperative-sticky", marks=pytest.mark.apache_kafka),
+    ],
     indirect=["bootstrap"],
 )
 async def test_mixed_group_shares_partitions_as_members_join_and_leave(
