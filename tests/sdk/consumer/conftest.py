@@ -6,6 +6,7 @@ The broker is a :class:`~reference_broker.testing.BrokerProcess`, whose embedded
 set ``group.initial.rebalance.delay.ms=0``, so a group forms at once (the Kafka nodes of
 tests/apache_kafka.py set it too). A test module that wants topics auto-created with another
 partition count overrides ``group_broker_partitions``; both brokers then auto-create with it.
+Kafka nodes are killed at teardown: their data is thrown away.
 """
 
 from __future__ import annotations
@@ -33,23 +34,20 @@ def group_broker(group_broker_partitions: int) -> Iterator[BrokerProcess]:
 
 @pytest.fixture(scope="module")
 def group_kafka(
-    request: pytest.FixtureRequest, group_broker_partitions: int, tmp_path_factory: pytest.TempPathFactory
+    group_broker_partitions: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Any]:
-    """Apache Kafka auto-creating topics with ``group_broker_partitions`` partitions: the session's
-    node when that is Kafka's default of 1, else a node of the module's own."""
-    if group_broker_partitions == 1:
-        yield request.getfixturevalue("apache_kafka")
-        return
+    """An Apache Kafka node for one test module, with the group settings of ``group_broker``
+    (BrokerProcess's test defaults) that differ from Kafka's: topics auto-created with
+    ``group_broker_partitions`` partitions (Kafka: 1) and session timeouts from 1 s (Kafka: 6 s)."""
     from tests.apache_kafka import KafkaCluster, require_apache_kafka
 
     require_apache_kafka()
-    cluster = KafkaCluster(
-        tmp_path_factory.mktemp("apache-kafka"), 1, **{"num.partitions": group_broker_partitions}
-    )
+    settings = {"num.partitions": group_broker_partitions, "group.min.session.timeout.ms": 1000}
+    cluster = KafkaCluster(tmp_path_factory.mktemp("apache-kafka"), 1, **settings)
     try:
         yield cluster.start().nodes[0]
     finally:
-        cluster.stop()
+        cluster.kill()
 
 
 @pytest.fixture(params=["mock", "reference", pytest.param("apache", marks=pytest.mark.apache_kafka)])

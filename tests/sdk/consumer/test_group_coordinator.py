@@ -36,11 +36,13 @@ MOCK_PARTITIONS = 4  # what the mock cluster auto-creates
 # -- brokers --------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def reference(group_broker: BrokerProcess) -> str:
-    """The reference broker alone, for tests the mock cluster adds only its fixed ~5 s rebalance
-    wait to (or cannot run: it has no static membership)."""
-    return group_broker.bootstrap
+@pytest.fixture(params=["reference", pytest.param("apache", marks=pytest.mark.apache_kafka)])
+def reference(request: pytest.FixtureRequest) -> str:
+    """The reference broker and Apache Kafka, without the mock cluster, for tests it adds only
+    its fixed ~5 s rebalance wait to (or cannot run: it has no static membership)."""
+    if request.param == "apache":
+        return str(request.getfixturevalue("group_kafka").bootstrap)
+    return str(request.getfixturevalue("group_broker").bootstrap)
 
 
 async def create_topic(bootstrap: str, name: str, partitions: int) -> list[TopicPartition]:
@@ -352,17 +354,17 @@ async def test_dynamic_member_leaves_on_close(
     assert time.monotonic() - started < 10
 
 
-# -- static membership (reference broker) ---------------------------------------------------------
+# -- static membership (reference broker, Apache Kafka) -----------------------------------------------
 
 
 @pytest.mark.parametrize("role", ["follower", "leader"])
 async def test_static_member_restart_keeps_its_partitions_without_a_rebalance(
-    group_broker: BrokerProcess, members: Callable[..., Any], role: str
+    reference: str, members: Callable[..., Any], role: str
 ) -> None:
     """A static member restarting within its session timeout gets its partitions back and the
     others notice nothing (same generation, no listener call). A restarted leader is told to skip
     the assignment (JoinGroup v9, KIP-814)."""
-    bootstrap = group_broker.bootstrap
+    bootstrap = reference
     topic, group = unique("static"), unique("group")
     partitions = await create_topic(bootstrap, topic, 6)
     group_members = [
@@ -394,9 +396,9 @@ async def test_static_member_restart_keeps_its_partitions_without_a_rebalance(
 
 
 async def test_static_member_down_past_its_session_timeout_is_replaced(
-    group_broker: BrokerProcess, members: Callable[..., Any]
+    reference: str, members: Callable[..., Any]
 ) -> None:
-    bootstrap = group_broker.bootstrap
+    bootstrap = reference
     topic, group = unique("static-gone"), unique("group")
     partitions = await create_topic(bootstrap, topic, 4)
     stays = await members(bootstrap, group, [topic], instance_id="stays", session_timeout_ms=3000)
@@ -409,9 +411,9 @@ async def test_static_member_down_past_its_session_timeout_is_replaced(
 
 
 async def test_two_live_instances_with_one_id_fence_the_older(
-    group_broker: BrokerProcess, members: Callable[..., Any]
+    reference: str, members: Callable[..., Any]
 ) -> None:
-    bootstrap = group_broker.bootstrap
+    bootstrap = reference
     topic, group = unique("fenced"), unique("group")
     partitions = await create_topic(bootstrap, topic, 4)
     older = await members(bootstrap, group, [topic], instance_id="twin")
