@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 UNKNOWN_PRODUCER_ID = 59
 NO_LAST_ACKED = -1
+#: No producer id (Kafka's ``RecordBatch.NO_PRODUCER_ID``).
+NO_PRODUCER_ID = -1
 
 TopicPartitionKey = tuple[str, int]
 
@@ -110,6 +112,7 @@ class _PartitionSequences:
     """Sequence bookkeeping for one partition under one producer id and epoch."""
 
     __slots__ = (
+        "established_producer_id",
         "in_flight",
         "last_acked",
         "next_sequence",
@@ -132,6 +135,11 @@ class _PartitionSequences:
         #: A batch was put back for a retry and ``in_flight`` is not empty yet: only
         #: ``in_flight[0]`` may be sent.
         self.retrying = False
+        #: The producer id of the last batch the partition's leader acknowledged: from then on the
+        #: leader holds this producer's state and refuses any sequence but the next one. Before,
+        #: it takes whatever sequence comes first, so a later batch could overtake a first batch
+        #: that is answered NOT_LEADER_OR_FOLLOWER and be written ahead of it.
+        self.established_producer_id = NO_PRODUCER_ID
 
     def forget(self, batch: ProducerBatch) -> None:
         """``batch`` is acknowledged or failed; with nothing left unacknowledged, the partition
@@ -561,6 +569,9 @@ class TransactionManager:
             if state.in_flight and stale:
                 # Sequence 0 of the new epoch must not overtake old-epoch batches still pending.
                 return False
+            if state.in_flight and state.established_producer_id != self.producer_id:
+                # The leader has no state of this producer id yet: one batch at a time until it has.
+                return False
             # Nothing new while an expired batch's fate is unknown.
             return state.unresolved is None
         # A retry goes only when it is the oldest unacknowledged batch of its partition.
@@ -617,6 +628,7 @@ class TransactionManager:
         state.forget(batch)
         if (state.producer_id, state.producer_epoch) == (batch.producer_id, batch.producer_epoch):
             state.last_acked = max(state.last_acked, batch.last_sequence)
+            state.established_producer_id = batch.producer_id
 
     def on_failure(self, batch: ProducerBatch, error: BaseException) -> None:
         """A batch failed for good. Its sequence numbers now leave a gap unless it was written.

@@ -387,6 +387,8 @@ class KafkaProxy:
         self._window_error = NOT_LEADER_OR_FOLLOWER
         self._window_first_hold_s = 0.0
         self._window_hold_s = 0.0
+        self._not_leader_once = 0
+        self._not_leader_once_hold_s = 0.0
         self._chaos: ProduceChaos | None = None
         self.api_versions_max: int | None = None
         self.api_versions_seen: list[int] = []
@@ -458,6 +460,13 @@ class KafkaProxy:
         """The next ``responses`` Metadata answers name the wrong broker as every partition's
         leader, so the client's next Produce gets NOT_LEADER_OR_FOLLOWER from a real broker."""
         self._lying_metadata += responses
+
+    def not_leader_once(self, count: int = 1, hold_s: float = 0.0) -> None:
+        """Answer the next ``count`` Produce requests NOT_LEADER_OR_FOLLOWER, ``hold_s`` late, and
+        let every later one through: a broker that serves a new partition a moment after Metadata
+        named it leader (Apache Kafka after CreateTopics)."""
+        self._not_leader_once += count
+        self._not_leader_once_hold_s = hold_s
 
     def not_leader_windows(self, count: int = 1, first_hold_s: float = 0.0, hold_s: float = 0.0) -> None:
         """The next ``count`` Produce requests are answered NOT_LEADER_OR_FOLLOWER by the proxy
@@ -545,6 +554,10 @@ class KafkaProxy:
                     self._queue(pair, answer)
                     continue
             await self.paused.wait()
+            if api_key == _PRODUCE and self._not_leader_once:
+                self._not_leader_once -= 1
+                self._reject_whole_produce(pair, answer, body)
+                continue
             if api_key == _PRODUCE and (self._open_windows or self._windows or self._chaos is not None):
                 body = self._produce_faults(upstream, pair, answer, body)
                 if body is None:
@@ -690,6 +703,18 @@ class KafkaProxy:
             topic.partition_data = [p for p in topic.partition_data if (key, p.index) not in drop]
         request.topic_data = [t for t in request.topic_data if t.partition_data]
         return encode_request(request, header.request_api_version, header.correlation_id, header.client_id)
+
+    def _reject_whole_produce(self, pair: _Pair, answer: _Answer, body: bytes) -> None:
+        _, request = decode_request(body)
+        answer.rejected = [
+            (topic.name or topic.topic_id, part.index, NOT_LEADER_OR_FOLLOWER)
+            for topic in request.topic_data
+            for part in topic.partition_data
+        ]
+        self.not_leader_answers += len(answer.rejected)
+        answer.delay = self._not_leader_once_hold_s
+        answer.frame = self._rejection_frame(answer, [])
+        self._queue(pair, answer)
 
     def _rejection_frame(self, answer: _Answer, topics: list[Any]) -> bytes:
         response = messages.ProduceResponse(responses=topics)

@@ -209,16 +209,26 @@ def _drain_one(acc: RecordAccumulator, txn: TransactionManager, now: float) -> l
     return acc.drain(1, ready.get(1, []), 1_000_000, now, txn)
 
 
+def _establish(acc: RecordAccumulator, txn: TransactionManager) -> None:
+    """Partition 0's leader acknowledged a first batch (one record, sequence 0): it holds the
+    producer's state, so the partition pipelines and the tests' batches start at sequence 1."""
+    acc.append("t", 0, 1, None, b"new", None, RecordFuture.detached(), 24)
+    (opening,) = _drain_one(acc, txn, now_ms())
+    acc.unmute(opening)
+    txn.on_success(opening)
+
+
 def test_a_partition_with_a_retry_pending_drains_only_its_next_sequence():
     acc = _accumulator(linger_ms=0, retry_backoff=ExponentialBackoff(10, 10, jitter=0))
     txn = _idempotent()
+    _establish(acc, txn)
     now = now_ms()
     sent = []
     for _ in range(3):  # one batch per record (400-byte records, 1000-byte batches, sealed at drain)
         acc.append("t", 0, 1, None, b"x" * 400, None, RecordFuture.detached(), 421)
         sent += _drain_one(acc, txn, now_ms())
     first, second, third = sent
-    assert [b.base_sequence for b in sent] == [0, 1, 2]
+    assert [b.base_sequence for b in sent] == [1, 2, 3]
     # The first and third come back NOT_LEADER_OR_FOLLOWER (the second is still on the wire);
     # they go back in sequence order whatever order their answers came in.
     for batch in (third, first):
@@ -226,7 +236,7 @@ def test_a_partition_with_a_retry_pending_drains_only_its_next_sequence():
         txn.retry_pending(batch)
         acc.reenqueue(batch, now)
     acc.append("t", 0, 1, None, b"new", None, RecordFuture.detached(), 24)
-    assert [b.base_sequence for b in acc._batches["t"][0]] == [0, 2, -1]
+    assert [b.base_sequence for b in acc._batches["t"][0]] == [1, 3, -1]
     later = now_ms() + 20
     assert _drain_one(acc, txn, later) == [first]
     assert _drain_one(acc, txn, later) == []  # the third is not next, the new one waits
@@ -238,12 +248,13 @@ def test_a_partition_with_a_retry_pending_drains_only_its_next_sequence():
     txn.on_success(third)
     assert not txn.is_retrying("t", 0)
     (fresh,) = _drain_one(acc, txn, later)
-    assert fresh.base_sequence == 3
+    assert fresh.base_sequence == 4
 
 
 def test_reenqueue_puts_retries_before_new_batches_in_sequence_order():
     acc = _accumulator(linger_ms=0)
     txn = _idempotent()
+    _establish(acc, txn)
     now = now_ms()
     sent = []
     for _ in range(4):
@@ -261,6 +272,7 @@ def test_a_new_leader_gets_nothing_until_the_old_one_answered():
     # batch waits, or broker 2 could write it before broker 1 refuses the first one.
     acc = _accumulator(linger_ms=0)
     txn = _idempotent()
+    _establish(acc, txn)
     acc.append("t", 0, 1, None, b"x" * 400, None, RecordFuture.detached(), 421)
     (first,) = _drain_one(acc, txn, now_ms())
     acc.append("t", 0, 1, None, b"y" * 400, None, RecordFuture.detached(), 421)
@@ -270,4 +282,4 @@ def test_a_new_leader_gets_nothing_until_the_old_one_answered():
     acc.unmute(first)  # broker 1 answered
     ready, _, _ = acc.ready(moved, now_ms())
     (second,) = acc.drain(2, ready[2], 1_000_000, now_ms(), txn)
-    assert second.base_sequence == 1
+    assert second.base_sequence == 2

@@ -246,3 +246,31 @@ async def test_a_batch_for_the_new_leader_waits_for_the_old_leaders_answer(
         b"first",
         b"second",
     ]
+
+
+async def test_a_first_batch_answered_not_leader_is_not_overtaken_by_the_next(
+    kafka, consume, proxy_factory, topic_name
+):
+    # Apache Kafka names a new partition's leader in Metadata a moment before that broker serves
+    # it, and a leader with no state of a producer id takes whatever sequence comes first. The
+    # first Produce request is answered NOT_LEADER_OR_FOLLOWER (200 ms late, so batches queue
+    # behind it) and everything after it goes through: a second batch sent beside the first
+    # would be written ahead of it (the mock and Kafka store it; Kafka then refuses the retried
+    # first batch with OUT_OF_ORDER_SEQUENCE_NUMBER until the delivery timeout).
+    topic = await kafka.create_topic(topic_name)
+    proxy = await proxy_factory(kafka.bootstrap)
+    async with Producer(
+        bootstrap_servers=proxy.bootstrap, linger_ms=0, batch_size=1, retry_backoff_ms=20,
+        delivery_timeout_ms=30000, request_timeout_ms=10000,
+    ) as producer:
+        await producer.partitions_for(topic)
+        proxy.not_leader_once(1, hold_s=0.2)
+        futures = []
+        for i in range(40):
+            futures.append(await producer.send(topic, b"%06d" % i, partition=0))
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*futures)
+    assert proxy.not_leader_answers >= 1
+    consumed = await consume(kafka.bootstrap, topic, expected=40)
+    values = [r.value for r in sorted(consumed, key=lambda r: r.offset) if r.partition == 0]
+    assert values == [b"%06d" % i for i in range(40)]

@@ -27,11 +27,17 @@ def _batch(records: int = 3, partition: int = 0) -> ProducerBatch:
     return ProducerBatch("t", partition, builder, 0.0)
 
 
-def _manager() -> TransactionManager:
+def _manager(established: bool = True) -> TransactionManager:
+    """An idempotent manager with producer id 7, epoch 0. ``established``: partitions 0 and 1 of
+    "t" had a first batch (one record, sequence 0) acknowledged, so their leaders hold the
+    producer's state and the partitions pipeline; the tests' own batches start at sequence 1."""
     txn = TransactionManager()
     assert txn.needs_init(True)
     assert txn.begin_init(True) == (-1, -1)
     txn.set_producer_id(7, 0)
+    if established:
+        for partition in (0, 1):
+            txn.on_success(_drain(txn, _batch(1, partition)))
     return txn
 
 
@@ -42,16 +48,30 @@ def _drain(txn: TransactionManager, batch: ProducerBatch) -> ProducerBatch:
     return batch
 
 
+def test_a_partition_new_to_its_leader_sends_one_batch_until_the_first_is_acknowledged():
+    """The leader takes any first sequence from a producer id it has no state of: a second batch
+    sent beside the first could be written ahead of it when the first is answered NOT_LEADER."""
+    txn = _manager(established=False)
+    first = _drain(txn, _batch())
+    assert not txn.can_drain(_batch())
+    assert txn.can_retry(first, NotLeaderOrFollowerError())
+    txn.retry_pending(first)
+    assert txn.can_drain(first) and not txn.can_drain(_batch())
+    txn.on_success(first)
+    second, third = _drain(txn, _batch()), _drain(txn, _batch())  # established: pipelining
+    assert (first.base_sequence, second.base_sequence, third.base_sequence) == (0, 3, 6)
+
+
 def test_sequences_are_assigned_at_drain_and_stamped_in_the_batch():
     txn = _manager()
     b1, b2 = _drain(txn, _batch(3)), _drain(txn, _batch(2))
-    assert (b1.base_sequence, b2.base_sequence) == (0, 3)
+    assert (b1.base_sequence, b2.base_sequence) == (1, 4)
     header = RecordBatch(b2.close())
-    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 0, 3)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 0, 4)
     header.validate()
     txn.on_success(b1)
     txn.on_success(b2)
-    assert txn.sequence_state("t", 0) == (5, 4, 0)
+    assert txn.sequence_state("t", 0) == (6, 5, 0)
 
 
 def test_no_producer_id_no_drain():
@@ -175,7 +195,7 @@ def test_stale_partitions_keep_their_epoch_until_drained():
     txn.request_epoch_bump("t", 0)
     txn.begin_init(True)
     txn.set_producer_id(7, 1)
-    assert (b1.producer_epoch, b1.base_sequence) == (0, 0)  # partition 1 keeps its numbering
+    assert (b1.producer_epoch, b1.base_sequence) == (0, 1)  # partition 1 keeps its numbering
     assert not txn.can_drain(_batch(partition=1))  # new epoch must not overtake b1
     assert txn.can_drain(b1)
     txn.on_success(b1)
@@ -303,9 +323,10 @@ def test_fencing_is_fatal_and_aborted_batches_are_not_errors():
 def test_out_of_order_inside_a_transaction_is_abortable_not_retried():
     txn = _transactional()
     txn.begin_transaction()
-    b1, b2 = _batch(), _batch()
-    txn.can_drain(b1)
+    b0, b1, b2 = _batch(1), _batch(), _batch()
+    txn.can_drain(b0)
     txn.partitions_added(txn.take_new_partitions())
+    txn.on_success(_drain(txn, b0))  # the leader holds the producer's state: pipelining
     _drain(txn, b1)
     _drain(txn, b2)
     # b2 is behind b1, which is being retried: b2 follows it (no gap yet).
