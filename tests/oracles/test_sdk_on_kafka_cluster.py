@@ -324,3 +324,37 @@ def test_transactional_copy_is_exact_while_coordinators_and_leaders_are_killed(
     assert result.missing == 0, result
     assert result.order_violations == 0, result
     assert result.reader_violations == 0, result
+
+
+def test_clients_bootstrap_while_the_first_bootstrap_node_is_down(cluster: KafkaCluster) -> None:
+    """The first address of the bootstrap list is a dead node: the producer and a group consumer
+    start through the others and work, and the node rejoins afterwards."""
+    topic = f"boot-{uuid.uuid4().hex[:8]}"
+    create_topics(cluster.bootstrap, topic)
+    first = cluster.nodes[0]
+    first.kill()
+    try:
+
+        async def round_trip() -> list[bytes]:
+            async with Producer(
+                bootstrap_servers=cluster.bootstrap, acks="all", request_timeout_ms=5000
+            ) as producer:
+                for i in range(20):
+                    await producer.send_and_wait(topic, b"%02d" % i, partition=i % PARTITIONS)
+            got: list[bytes] = []
+            async with Consumer(
+                topic,
+                bootstrap_servers=cluster.bootstrap,
+                group_id=f"boot-{uuid.uuid4().hex[:8]}",
+                auto_offset_reset="earliest",
+                request_timeout_ms=5000,
+            ) as consumer:
+                deadline = time.monotonic() + 60
+                while len(got) < 20 and time.monotonic() < deadline:
+                    for records in (await consumer.getmany(timeout_ms=500)).values():
+                        got.extend(r.value for r in records)
+            return got
+
+        assert sorted(asyncio.run(round_trip())) == [b"%02d" % i for i in range(20)]
+    finally:
+        first.start()
