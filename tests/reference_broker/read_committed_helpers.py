@@ -99,6 +99,12 @@ def read_committed_confluent(
     return got
 
 
+def read_committed_values(bootstrap: str, topic: str, timeout: float = 30) -> list[bytes]:
+    """The values of partition 0 of ``topic`` a read_committed reader sees, waiting up to
+    ``timeout`` for the first and reading on to the last stable offset."""
+    return [value for _, _, value in read_committed_confluent(bootstrap, topic, 1, 1, timeout=timeout)]
+
+
 def read_committed_sdk(
     bootstrap: str, topic: str, partitions: int, expected: int, *,
     fetch_bytes: int | None = None, timeout: float = 60,

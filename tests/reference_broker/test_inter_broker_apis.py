@@ -12,7 +12,6 @@ listeners (its ``"listeners"`` in the message definitions lack ``"broker"``) is 
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -28,8 +27,10 @@ from sdk.protocol.messages import (
 from tests.reference_broker.wire import WireClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from tests.reference_broker.read_committed_helpers import read_committed_values  # noqa: E402
 
 WRITE_TXN_MARKERS = WriteTxnMarkersRequest.API_KEY
 #: Keys whose request definitions list no "broker" listener (controller or ZooKeeper-era only):
@@ -60,29 +61,6 @@ def open_transaction_of(wire: WireClient, topic: str) -> tuple[int, int]:
     return producer.producer_id, producer.producer_epoch
 
 
-def read_committed(bootstrap: str, topic: str, timeout_s: float = 30) -> list[bytes]:
-    """Committed values of partition 0 of ``topic``, waiting up to ``timeout_s`` for the first."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    got: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + timeout_s
-        while not got and time.monotonic() < deadline:
-            for msg in consumer.consume(10, timeout=0.2):
-                assert msg.error() is None, msg.error()
-                got.append(msg.value())
-    finally:
-        consumer.close()
-    return got
-
-
 def test_an_injected_abort_marker_is_refused_and_the_commit_stays_visible(
     broker_factory: BrokerFactory,
 ) -> None:
@@ -103,7 +81,7 @@ def test_an_injected_abort_marker_is_refused_and_the_commit_stays_visible(
         assert wire.request(MetadataRequest(topics=None), 12).brokers
     producer.commit_transaction(30)
 
-    assert read_committed(broker.bootstrap, topic) == [b"committed-value"]
+    assert read_committed_values(broker.bootstrap, topic) == [b"committed-value"]
     for answer in answers:
         [result] = answer.markers
         assert result.producer_id == producer_id

@@ -8,7 +8,6 @@ internal topic (``Topic.isInternal``), with the low watermark -1, and deletes no
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -21,6 +20,8 @@ from tests.reference_broker.wire import WireClient
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from tests.reference_broker.read_committed_helpers import read_committed_values  # noqa: E402
 
 INTERNAL_PARTITIONS = 3
 BROKER_CONFIG = {
@@ -110,29 +111,6 @@ def test_delete_records_on_internal_topics_is_refused_and_their_state_survives_a
         for name in INTERNAL_TOPICS
         for p in range(INTERNAL_PARTITIONS)
     }
-
-
-def read_committed_values(bootstrap: str, topic: str, timeout_s: float = 30) -> list[bytes]:
-    """The committed values of partition 0 of ``topic``, waiting up to ``timeout_s`` for one."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    got: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + timeout_s
-        while not got and time.monotonic() < deadline:
-            for msg in consumer.consume(10, timeout=0.2):
-                assert msg.error() is None, msg.error()
-                got.append(msg.value())
-    finally:
-        consumer.close()
-    return got
 
 
 @pytest.fixture(params=["reference_broker", pytest.param("apache_kafka", marks=pytest.mark.apache_kafka)])
