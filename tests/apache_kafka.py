@@ -31,7 +31,7 @@ import struct
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +164,13 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+def java_command(main_class: str, *args: str, jvm_options: Sequence[str] = ()) -> list[str]:
+    """The command line that runs ``main_class`` from Kafka's jars (the classpath is the one
+    element after ``-cp``, for a caller that puts classes of its own in front)."""
+    return ["java", *jvm_options, "-cp", str(kafka_jars() / "*"), main_class, *args]
+
+
+#: Every JVM started from Kafka's jars and not yet reaped, by PID: killed at interpreter exit.
 _RUNNING: dict[int, subprocess.Popen[bytes]] = {}
 
 
@@ -249,7 +256,7 @@ class KafkaNode:
         return {key: str(value) for key, value in settings.items()}
 
     def _java(self, main_class: str, *args: str) -> list[str]:
-        return ["java", "-cp", str(kafka_jars() / "*"), *self._jvm_options(), main_class, *args]
+        return java_command(main_class, *args, jvm_options=self._jvm_options())
 
     def _jvm_options(self) -> list[str]:
         return [
@@ -458,7 +465,7 @@ class KafkaCluster:
 
 def kafka_tool(main_class: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
     """Run a class from Kafka's jars (tools, test programs) against any broker, ours included."""
-    command = ["java", "-Xmx512m", "-cp", str(kafka_jars() / "*"), main_class, *args]
+    command = java_command(main_class, *args, jvm_options=["-Xmx512m"])
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
 
 

@@ -16,7 +16,6 @@ Invariants:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import fcntl
 import functools
@@ -33,7 +32,8 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.apache_kafka import kafka_jars
+from tests import apache_kafka
+from tests.apache_kafka import _RUNNING, kafka_jars
 
 _LOG4J2 = """status = warn
 appender.err.type = Console
@@ -46,16 +46,6 @@ rootLogger.appenderRef.err.ref = err
 """
 
 _QUICK_JVM = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto", "-Xlog:disable"]
-
-_RUNNING: dict[int, subprocess.Popen[bytes]] = {}
-
-
-@atexit.register
-def _stop_leftovers() -> None:
-    for process in list(_RUNNING.values()):
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-
 
 @functools.cache
 def _log_config() -> Path:
@@ -75,10 +65,8 @@ def java_command(main_class: str, *args: str, heap: str = "256m", quick: bool = 
         archive = _class_archive()
         options += _QUICK_JVM
         options.append(f"-XX:SharedArchiveFile={archive}" if archive.exists() else "")
-    return [
-        "java", *filter(None, options), f"-Dlog4j2.configurationFile={_log_config()}",
-        "-cp", str(kafka_jars() / "*"), main_class, *args,
-    ]
+    options.append(f"-Dlog4j2.configurationFile={_log_config()}")
+    return apache_kafka.java_command(main_class, *args, jvm_options=list(filter(None, options)))
 
 
 def _with_archive_dump(command: list[str]) -> tuple[list[str], Path | None]:
