@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from sdk.sync import Producer
 from spark_integration import audit, run_exactly_once
@@ -22,9 +23,17 @@ def _produce(bootstrap: str, topic: str, values: range) -> None:
         producer.flush()
 
 
-def test_run_exactly_once_survives_a_failed_job_and_task_retries(spark: Any, broker_factory: Any) -> None:
-    broker = broker_factory({"num.partitions": 2})
+@pytest.fixture(params=["reference_broker", pytest.param("apache_kafka", marks=pytest.mark.apache_kafka)])
+def pipeline_broker(request: pytest.FixtureRequest) -> Any:
+    """The session's reference broker, then Apache Kafka (the same pipeline, proven on both)."""
+    return request.getfixturevalue("broker" if request.param == "reference_broker" else "apache_kafka")
+
+
+def test_run_exactly_once_survives_a_failed_job_and_task_retries(spark: Any, pipeline_broker: Any) -> None:
+    broker = pipeline_broker
     source, sink, group = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("p-in", "p-out", "p-group"))
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(source, 2, 1)])[source].result(30)
     _produce(broker.bootstrap, source, range(2000))
     common = dict(bootstrap_servers=broker.bootstrap, input_topic=source, output_topic=sink, group_id=group,
                   transform=upper)
