@@ -80,7 +80,8 @@ class RecordAccumulator:
         self._drain_index: dict[int, int] = {}
         #: Partitions with a batch on the wire, when order needs one request at a time per partition.
         self._muted: set[tuple[str, int]] | None = set() if max_in_flight_per_partition == 1 else None
-        #: Per partition with batches on the wire: the broker they went to and how many they are.
+        #: With idempotence, per partition with batches on the wire: the broker they went to and
+        #: how many they are.
         self._on_wire: dict[tuple[str, int], list[int]] = {}
 
     # -- memory ---------------------------------------------------------------------------------
@@ -353,10 +354,11 @@ class RecordAccumulator:
                 txn.assign_sequence(batch)
             size += len(batch.close())
             drained.append(batch)
-            if wire is None:
-                self._on_wire[key] = [node_id, 1]
-            else:
-                wire[1] += 1
+            if txn is not None:  # without idempotence nothing waits on what is on the wire
+                if wire is None:
+                    self._on_wire[key] = [node_id, 1]
+                else:
+                    wire[1] += 1
             if self._muted is not None:
                 self._muted.add(key)
         else:
