@@ -160,8 +160,15 @@ def free_port() -> int:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's ``Uuid``)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's ``Uuid``).
+
+    Like Kafka's ``Uuid.randomUuid`` it never starts with ``-``: ``kafka-storage format -t -x...``
+    would read such an id as an option and fail.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def java_command(main_class: str, *args: str, jvm_options: Sequence[str] = ()) -> list[str]:

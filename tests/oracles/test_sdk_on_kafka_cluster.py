@@ -98,6 +98,7 @@ class NodeKiller(threading.Thread):
         self.every_s = every_s
         self.killed: list[int] = []
         self.stopping = threading.Event()
+        self.finished = threading.Event()
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -110,6 +111,8 @@ class NodeKiller(threading.Thread):
                 self.killed.append(node_id)
         except BaseException as exc:  # reported by the test
             self.error = exc
+        finally:
+            self.finished.set()
 
 
 def read_all(bootstrap: str, topic: str, expected: int) -> dict[int, list[tuple[int, bytes]]]:
@@ -144,10 +147,13 @@ def read_all(bootstrap: str, topic: str, expected: int) -> dict[int, list[tuple[
 
 
 async def produce_idempotently(
-    bootstrap: str, topic: str, per_partition: int
+    bootstrap: str, topic: str, minimum: int, until: threading.Event
 ) -> dict[int, list[tuple[int, bytes]]]:
-    """Send ``per_partition`` numbered records to each partition; the acknowledged (offset, value)."""
+    """Send numbered records to each partition, at least ``minimum`` each and on until ``until`` is
+    set (the kills are over), so a fast machine cannot finish before the first kill; the
+    acknowledged (offset, value) per partition."""
     acked: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
+    deadline = time.monotonic() + 120
     async with Producer(
         bootstrap_servers=bootstrap,
         enable_idempotence=True,
@@ -157,12 +163,14 @@ async def produce_idempotently(
         delivery_timeout_ms=120000,
         retry_backoff_max_ms=500,
     ) as producer:
-        for i in range(0, per_partition, 50):
+        sent = 0
+        while sent < minimum or (not until.is_set() and time.monotonic() < deadline):
             futures = []
-            for j in range(i, min(i + 50, per_partition)):
+            for j in range(sent, sent + 50):
                 for p in range(PARTITIONS):
                     value = f"{p}-{j:06d}".encode()
                     futures.append((p, value, await producer.send(topic, value, partition=p)))
+            sent += 50
             for p, value, future in futures:
                 metadata = await future
                 acked[p].append((metadata.offset, value))
@@ -174,7 +182,6 @@ def test_idempotent_producer_and_group_survive_leader_and_coordinator_kills(clus
     topic = f"idem-{uuid.uuid4().hex[:8]}"
     group = f"group-{uuid.uuid4().hex[:8]}"
     create_topics(cluster.bootstrap, topic)
-    per_partition = 3000
     # Kill the leader of partition 0, then of 1, 2, ...: each kill moves some leaders.
     targets = iter(range(PARTITIONS))
     killer = NodeKiller(
@@ -182,12 +189,13 @@ def test_idempotent_producer_and_group_survive_leader_and_coordinator_kills(clus
     )
     killer.start()
     try:
-        acked = asyncio.run(produce_idempotently(cluster.bootstrap, topic, per_partition))
+        acked = asyncio.run(produce_idempotently(cluster.bootstrap, topic, 3000, killer.finished))
     finally:
         killer.stopping.set()
         killer.join(120)
     assert killer.error is None, killer.error
-    assert len(killer.killed) >= 1, "the producer finished before any node was killed"
+    assert len(killer.killed) == 3, f"{len(killer.killed)} of 3 kills happened while producing"
+    per_partition = len(acked[0])
 
     stored = read_all(cluster.bootstrap, topic, per_partition * PARTITIONS)
     for p in range(PARTITIONS):
