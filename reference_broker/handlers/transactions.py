@@ -415,6 +415,36 @@ def handle_describe_producers(
     return R(topics=topics)
 
 
+def error_describe_transactions(
+    request: DescribeTransactionsRequest, version: int, code: int
+) -> DescribeTransactionsResponse:
+    """Every requested id carries the error (Kafka's ``DescribeTransactionsRequest.getErrorResponse``)."""
+    R = DescribeTransactionsResponse
+    return R(
+        transaction_states=[
+            R.TransactionState(error_code=code, transactional_id=t) for t in request.transactional_ids
+        ]
+    )
+
+
+def error_describe_producers(
+    request: DescribeProducersRequest, version: int, code: int
+) -> DescribeProducersResponse:
+    """Every requested partition carries the error (Kafka's ``DescribeProducersRequest.getErrorResponse``)."""
+    R = DescribeProducersResponse
+    return R(
+        topics=[
+            R.TopicResponse(
+                name=t.name,
+                partitions=[
+                    R.PartitionResponse(partition_index=i, error_code=code) for i in t.partition_indexes
+                ],
+            )
+            for t in request.topics
+        ]
+    )
+
+
 def _simple_error(response_cls: type[Message]) -> ErrorFunc:
     def error_response(request: object, version: int, code: int) -> Message:
         return response_cls(error_code=code)
@@ -446,5 +476,15 @@ def install(registry: HandlerRegistry) -> None:
         versions=(0, 2),
         error_response=_simple_error(ListTransactionsResponse),
     )
-    registry.register(DESCRIBE_TRANSACTIONS, handle_describe_transactions, versions=(0, 0))
-    registry.register(DESCRIBE_PRODUCERS, handle_describe_producers, versions=(0, 0))
+    registry.register(
+        DESCRIBE_TRANSACTIONS,
+        handle_describe_transactions,
+        versions=(0, 0),
+        error_response=error_describe_transactions,
+    )
+    registry.register(
+        DESCRIBE_PRODUCERS,
+        handle_describe_producers,
+        versions=(0, 0),
+        error_response=error_describe_producers,
+    )
