@@ -32,7 +32,7 @@ is ``topicwright-spark-write-<write id>``, a streaming query's ``topicwright-spa
 
 The driver-side ``commit`` only records progress: every task already committed its transaction,
 and Spark calls ``commit``/``abort`` in fresh processes, repeatedly, and with ``None`` messages
-for failed tasks (see issue 16), so no correctness may depend on them.
+for failed tasks, so no correctness may depend on them.
 
 The option ``commit.mode=two-phase`` (default ``per-task``) makes a whole micro-batch visible at
 once instead: tasks only prepare their transactions and the driver's ``commit`` completes them

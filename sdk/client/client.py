@@ -51,7 +51,7 @@ def _now_ms() -> float:
 #: Coordinator requests go over a connection of their own, named by a node id of its own as in
 #: Kafka's Java client (``Integer.MAX_VALUE - broker id``): a broker answers one connection's
 #: requests in order, so a JoinGroup or OffsetCommit sharing the consumer's fetch connection would
-#: wait out the Fetch long poll ahead of it (measured: every eager rebalance 500 ms longer).
+#: wait out the Fetch long poll ahead of it, and every eager rebalance with it.
 _COORDINATOR_NODE_BASE = 2**31 - 1
 #: Real broker ids are below this; the coordinator connections' ids above it.
 _COORDINATOR_NODE_MIN = 2**30
