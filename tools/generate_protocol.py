@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Generate the protocol tables in ``sdk/protocol`` from Kafka's JSON message definitions.
+"""Generate the protocol tables in ``sdk/protocol`` and the broker's internal record formats from
+Kafka's JSON definitions.
 
 Usage::
 
@@ -7,10 +8,14 @@ Usage::
 
 Reads ``message/*.json`` and ``errors.tsv`` from that folder and rewrites
 ``sdk/protocol/_generated_schemas.py``, ``sdk/protocol/_generated_errors.py`` and the type stub
-``sdk/protocol/_generated_messages.pyi`` (or writes them into ``--out-dir``, which is how the test
-suite checks that the committed files are current). The output keeps only what the codec needs
-(names, types, version ranges, defaults, tags) and none of the prose, so that the project carries
-its own compact definitions and re-generating against a newer Kafka is one command.
+``sdk/protocol/_generated_messages.pyi``; reads ``internal/{group,transaction,metadata}/*.json``
+(the records Kafka keeps in ``__consumer_offsets``, ``__transaction_state`` and the KRaft metadata
+log) and rewrites ``reference_broker/internal_records.py`` with its stub
+``reference_broker/internal_records.pyi``. ``--out-dir`` writes all five files into one folder
+instead, which is how the test suite checks that the committed files are current. The output keeps
+only what the codec needs (names, types, version ranges, defaults, tags) and none of the prose, so
+that the project carries its own compact definitions and re-generating against a newer Kafka is
+one command.
 """
 
 from __future__ import annotations
@@ -31,6 +36,12 @@ STUBS_FILE = "_generated_messages.pyi"
 OUT_SCHEMAS = OUT_DIR / SCHEMAS_FILE
 OUT_ERRORS = OUT_DIR / ERRORS_FILE
 OUT_STUBS = OUT_DIR / STUBS_FILE
+#: The internal record formats are the broker's storage, so they live in its package.
+INTERNAL_OUT_DIR = ROOT / "reference_broker"
+INTERNAL_RECORDS_FILE = "internal_records.py"
+INTERNAL_STUBS_FILE = "internal_records.pyi"
+#: The folders under ``internal/``, each one log's record definitions.
+INTERNAL_FOLDERS = ("group", "transaction", "metadata")
 
 OPEN_END = 0x7FFF
 PRIMITIVES = {
@@ -113,11 +124,15 @@ class Generator:
         is_array = type_name.startswith("[]")
         elem = type_name[2:] if is_array else type_name
         nullable = parse_versions(f.get("nullableVersions"))
+        # Kafka's rule: a tagged field without ``versions`` exists in its tagged versions.
+        versions = parse_versions(f.get("versions", f.get("taggedVersions")))
+        if versions is None:
+            raise SystemExit(f"field {f['name']} of {self.spec['name']} has no versions")
         out: dict[str, Any] = {
             "name": snake_case(f["name"]),
             "type": elem,
             "array": is_array,
-            "versions": parse_versions(f.get("versions")),
+            "versions": versions,
         }
         if nullable:
             out["nullable"] = nullable
@@ -159,6 +174,51 @@ def load_messages(source: Path) -> list[dict[str, Any]]:
         spec = json.loads(strip_comments(path.read_text()))
         messages.append(Generator(spec).message())
     return messages
+
+
+#: Fields that Kafka 4.1's definitions of an internal record have and the copy in ``../shared`` (an
+#: older snapshot) lacks, which the broker writes and reads. Each entry is the field in Kafka's JSON
+#: form and the field it follows; a definition that already has a field of that name is left alone,
+#: so a newer copy of the definitions makes the entry a no-op.
+NEWER_INTERNAL_FIELDS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    # KIP-939: the epoch that goes with NextProducerId.
+    "TransactionLogValue": [
+        (
+            "NextProducerId",
+            {"name": "NextProducerEpoch", "type": "int16", "default": -1, "taggedVersions": "1+", "tag": 3},
+        ),
+    ],
+}
+
+
+def add_newer_fields(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with the fields of ``NEWER_INTERNAL_FIELDS`` it lacks, each after its predecessor."""
+    fields = list(spec.get("fields", []))
+    for after, field in NEWER_INTERNAL_FIELDS.get(spec["name"], []):
+        names = [f["name"] for f in fields]
+        if field["name"] in names:
+            continue
+        if after not in names:
+            raise SystemExit(f"{spec['name']}: no field {after} to add {field['name']} after")
+        fields.insert(names.index(after) + 1, field)
+    return {**spec, "fields": fields}
+
+
+def load_internal_records(source: Path) -> list[dict[str, Any]]:
+    """The record definitions of ``internal/<folder>`` for each of ``INTERNAL_FOLDERS``, in order."""
+    records: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for folder in INTERNAL_FOLDERS:
+        directory = source / "internal" / folder
+        if not directory.is_dir():
+            raise SystemExit(f"{directory} is missing: the internal record definitions are required")
+        for path in sorted(directory.glob("*.json")):
+            spec = add_newer_fields(json.loads(strip_comments(path.read_text())))
+            if spec["name"] in seen:
+                raise SystemExit(f"{path}: a second internal record named {spec['name']}")
+            seen.add(spec["name"])
+            records.append(Generator(spec).message())
+    return records
 
 
 def load_errors(source: Path) -> list[tuple[int, str, str, bool]]:
@@ -368,26 +428,105 @@ def write_message_stubs(messages: list[dict[str, Any]], path: Path = OUT_STUBS) 
     path.write_text("\n".join(header + writer.lines) + "\n")
 
 
+INTERNAL_RECORDS_HEADER = '''\
+"""Generated by tools/generate_protocol.py from Kafka's internal record definitions. Do not edit.
+
+The keys and values of the records Kafka keeps in its own logs: ``__consumer_offsets``
+(OffsetCommitKey/Value, GroupMetadataKey/Value and the KIP-848 and share-group records),
+``__transaction_state`` (TransactionLogKey/Value) and the KRaft metadata log (TopicRecord,
+PartitionRecord, ...; ``API_KEY`` is the record type). Each is a message class like those of
+``sdk.protocol.messages``, built from the table below at import, so ``sdk.protocol.codec`` encodes
+and decodes it; ``internal_records.pyi`` declares the classes and their typed fields for type
+checkers. A ``__consumer_offsets`` or ``__transaction_state`` key or value is its int16 version
+followed by ``encode(record, version)``.
+"""
+# ruff: noqa
+'''
+
+INTERNAL_RECORDS_BUILDER = '''
+#: Every record class by name.
+RECORD_CLASSES: dict[str, type[Message]] = {}
+#: The metadata log's record classes by record type.
+METADATA_RECORD_TYPES: dict[int, type[Message]] = {}
+
+for _table in RECORDS:
+    _registry: dict[str, tuple[list[dict[str, Any]], type[Message]]] = {}
+    _cls = _build_struct(_table["name"], _table["name"], _table["fields"], _registry)
+    for _child_name, (_, _child) in _registry.items():
+        if not hasattr(_cls, _child_name):
+            setattr(_cls, _child_name, _child)
+    _cls.API_KEY = _table["api_key"]
+    _cls.KIND = _table["kind"]
+    _cls.VALID_VERSIONS = _table["valid"]
+    _cls.FLEXIBLE_FROM = _table["flexible"][0] if _table["flexible"] else None
+    RECORD_CLASSES[_cls.NAME] = _cls
+    globals()[_cls.NAME] = _cls
+    if _table["kind"] == "metadata":
+        METADATA_RECORD_TYPES[_table["api_key"]] = _cls
+'''
+
+
+def write_internal_records(records: list[dict[str, Any]], path: Path, stub_path: Path) -> None:
+    """The record tables with the loop that builds their classes, and the stub that types them."""
+    body = pprint.pformat(records, width=120, sort_dicts=False)
+    path.write_text(
+        f"{INTERNAL_RECORDS_HEADER}\nfrom typing import Any\n\n"
+        "from sdk.protocol.messages import Message, _build_struct\n\n"
+        f"RECORDS: list[dict[str, Any]] = {body}\n{INTERNAL_RECORDS_BUILDER}"
+    )
+    writer = StubWriter()
+    for record in records:
+        writer.lines.append("")
+        writer.message(record)
+    names = ["METADATA_RECORD_TYPES", "RECORD_CLASSES", *(r["name"] for r in records)]
+    header = [
+        '"""Generated by tools/generate_protocol.py from Kafka\'s internal record definitions. Do not edit.',
+        "",
+        "Type declarations of the record classes ``internal_records.py`` builds at import time.",
+        '"""',
+        "# ruff: noqa",
+        "",
+        "import uuid as _uuid",
+        "from typing import ClassVar, TypeAlias",
+        "",
+        "from sdk.protocol.messages import Message",
+        "",
+        "__all__ = [",
+        *[f"    {name!r}," for name in names],
+        "]",
+        "",
+        "RECORD_CLASSES: dict[str, type[Message]]",
+        "METADATA_RECORD_TYPES: dict[int, type[Message]]",
+    ]
+    stub_path.write_text("\n".join(header + writer.lines) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", type=Path, help="folder with message/*.json and errors.tsv")
     parser.add_argument(
         "--out-dir",
         type=Path,
-        default=OUT_DIR,
-        help="where to write the two generated modules (default: sdk/protocol); a scratch folder "
-        "lets a test compare a fresh generation with the committed files",
+        default=None,
+        help="one folder to write every generated file into (default: sdk/protocol for the protocol "
+        "and reference_broker for the internal records); a scratch folder lets a test compare a "
+        "fresh generation with the committed files",
     )
     args = parser.parse_args(argv)
-    out_dir: Path = args.out_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir: Path = args.out_dir or OUT_DIR
+    internal_dir: Path = args.out_dir or INTERNAL_OUT_DIR
     messages = load_messages(args.source)
+    records = load_internal_records(args.source)
+    out_dir.mkdir(parents=True, exist_ok=True)
     write_schemas(messages, api_release(args.source), out_dir / SCHEMAS_FILE)
     write_errors(load_errors(args.source), out_dir / ERRORS_FILE)
     write_message_stubs(messages, out_dir / STUBS_FILE)
+    write_internal_records(records, internal_dir / INTERNAL_RECORDS_FILE, internal_dir / INTERNAL_STUBS_FILE)
     print(f"wrote {len(messages)} message definitions to {out_dir / SCHEMAS_FILE}")
     print(f"wrote errors to {out_dir / ERRORS_FILE}")
     print(f"wrote message type stubs to {out_dir / STUBS_FILE}")
+    print(f"wrote {len(records)} internal record definitions to {internal_dir / INTERNAL_RECORDS_FILE}")
+    print(f"wrote internal record type stubs to {internal_dir / INTERNAL_STUBS_FILE}")
     return 0
 
 

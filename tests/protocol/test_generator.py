@@ -1,4 +1,5 @@
-"""The generator: committed tables must be what it makes from Kafka's definitions today.
+"""The generator: committed tables must be what it makes from Kafka's definitions today, for the
+protocol messages (``sdk/protocol``) and the internal records (``reference_broker/internal_records``).
 
 CI checks out ``shared/`` next to the repository, so the definitions are at
 ``../shared/kafka-protocol``; the test regenerates into a scratch folder and compares, which fails
@@ -17,13 +18,21 @@ from types import ModuleType
 
 import pytest
 
+from reference_broker import internal_records
 from sdk.protocol import messages
 from sdk.protocol.messages import MESSAGE_CLASSES, Message
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = ROOT / "tools" / "generate_protocol.py"
 DEFINITIONS = ROOT.parent / "shared" / "kafka-protocol"
-GENERATED = ("_generated_schemas.py", "_generated_errors.py", "_generated_messages.pyi")
+#: Each generated file by name, with where it is committed (``--out-dir`` writes them all to one folder).
+GENERATED = {
+    "_generated_schemas.py": ROOT / "sdk" / "protocol" / "_generated_schemas.py",
+    "_generated_errors.py": ROOT / "sdk" / "protocol" / "_generated_errors.py",
+    "_generated_messages.pyi": ROOT / "sdk" / "protocol" / "_generated_messages.pyi",
+    "internal_records.py": ROOT / "reference_broker" / "internal_records.py",
+    "internal_records.pyi": ROOT / "reference_broker" / "internal_records.pyi",
+}
 
 
 def _load_generator() -> ModuleType:
@@ -44,10 +53,9 @@ def test_committed_tables_are_current(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    for name in GENERATED:
+    for name, committed in GENERATED.items():
         fresh = (tmp_path / name).read_text()
-        committed = (ROOT / "sdk" / "protocol" / name).read_text()
-        assert fresh == committed, f"sdk/protocol/{name} is stale: run tools/generate_protocol.py"
+        assert fresh == committed.read_text(), f"{committed} is stale: run tools/generate_protocol.py"
 
 
 def test_version_ranges() -> None:
@@ -92,12 +100,24 @@ def test_out_dir_leaves_the_package_alone(tmp_path: Path) -> None:
     (source / "api_keys.tsv").write_text(
         "api_key\tname\tvalid_versions\tflexible_versions\tspec_from_kafka\tnote\n"
     )
-    before = {name: (ROOT / "sdk" / "protocol" / name).read_bytes() for name in GENERATED}
+    for folder in ("group", "transaction", "metadata"):
+        (source / "internal" / folder).mkdir(parents=True)
+    # A tagged field without ``versions`` exists in its tagged versions (Kafka's rule).
+    (source / "internal" / "transaction" / "PingLogValue.json").write_text(
+        '{"type": "data", "name": "PingLogValue", "validVersions": "0-1", "flexibleVersions": "1+",\n'
+        ' "fields": [{"name": "Count", "type": "int32", "versions": "0+"},\n'
+        '  {"name": "Note", "type": "string", "taggedVersions": "1+", "tag": 0, "default": "x"}]}\n'
+    )
+    (source / "internal" / "metadata" / "PingRecord.json").write_text(
+        '{"apiKey": 99, "type": "metadata", "name": "PingRecord", "validVersions": "0",\n'
+        ' "flexibleVersions": "0+", "fields": [{"name": "TopicId", "type": "uuid", "versions": "0+"}]}\n'
+    )
+    before = {name: committed.read_bytes() for name, committed in GENERATED.items()}
     out = tmp_path / "out"
     gen = _load_generator()
     assert gen.main([str(source), "--out-dir", str(out)]) == 0
-    for name in GENERATED:
-        assert (ROOT / "sdk" / "protocol" / name).read_bytes() == before[name]
+    for name, committed in GENERATED.items():
+        assert committed.read_bytes() == before[name]
     namespace: dict[str, object] = {}
     exec((out / "_generated_schemas.py").read_text(), namespace)
     (ping,) = namespace["MESSAGES"]  # type: ignore[misc]
@@ -114,6 +134,36 @@ def test_out_dir_leaves_the_package_alone(tmp_path: Path) -> None:
     assert "    payload: bytes | None" in stub  # nullable from v1
     assert "    hint: str\n" in stub
     assert "def __init__(self, *, payload: bytes | None = ..., hint: str = ...) -> None: ..." in stub
+    exec((out / "internal_records.py").read_text(), namespace)
+    ping_log, ping_record = namespace["RECORDS"]  # type: ignore[misc]
+    assert ping_log["fields"][1] == {"name": "note", "type": "string", "array": False,
+                                     "versions": (1, 0x7FFF), "tag": 0, "tagged": (1, 0x7FFF), "default": "x"}
+    assert namespace["METADATA_RECORD_TYPES"] == {99: namespace["PingRecord"]}  # type: ignore[index]
+    assert ping_record["kind"] == "metadata"
+    internal_stub = (out / "internal_records.pyi").read_text()
+    assert "class PingLogValue(Message):" in internal_stub
+    assert "    topic_id: _uuid.UUID\n" in internal_stub
+
+
+def test_missing_internal_definitions_are_refused(tmp_path: Path) -> None:
+    gen = _load_generator()
+    (tmp_path / "internal" / "group").mkdir(parents=True)
+    with pytest.raises(SystemExit, match="internal/transaction is missing"):
+        gen.load_internal_records(tmp_path)
+
+
+def test_newer_internal_fields_are_added_once() -> None:
+    """A field Kafka 4.1 has and the older copy of the definitions lacks goes after its predecessor;
+    a definition that has it already (a newer copy) is left as it is."""
+    gen = _load_generator()
+    older = {"name": "TransactionLogValue", "fields": [{"name": "ProducerId"}, {"name": "NextProducerId"},
+                                                       {"name": "ProducerEpoch"}]}
+    names = [f["name"] for f in gen.add_newer_fields(older)["fields"]]
+    assert names == ["ProducerId", "NextProducerId", "NextProducerEpoch", "ProducerEpoch"]
+    newer = gen.add_newer_fields(older)
+    assert gen.add_newer_fields(newer) == newer
+    with pytest.raises(SystemExit, match="no field NextProducerId"):
+        gen.add_newer_fields({"name": "TransactionLogValue", "fields": [{"name": "ProducerId"}]})
 
 
 def _stub_classes(body: list[ast.stmt], prefix: str, out: dict[str, dict[str, object]]) -> None:
@@ -136,13 +186,13 @@ def _stub_classes(body: list[ast.stmt], prefix: str, out: dict[str, dict[str, ob
             _stub_classes(node.body, f"{qualname}.", out)
 
 
-def test_stub_declares_every_runtime_class_and_field() -> None:
-    """The type stub names each message class, nested struct and field that ``messages`` builds,
-    with the same nesting, so type-checked code means the classes the runtime has."""
-    stub = ast.parse((ROOT / "sdk" / "protocol" / "_generated_messages.pyi").read_text())
+def _check_stub(stub_path: Path, classes: dict[str, type[Message]], module: ModuleType) -> None:
+    """The stub at ``stub_path`` declares each class of ``classes`` (as ``module`` exports them),
+    every nested struct and field, with the same nesting, and nothing else."""
+    stub = ast.parse(stub_path.read_text())
     declared: dict[str, dict[str, object]] = {}
     _stub_classes(stub.body, "", declared)
-    assert {q for q in declared if "." not in q} == set(MESSAGE_CLASSES)
+    assert {q for q in declared if "." not in q} == set(classes)
 
     seen: set[str] = set()
 
@@ -169,11 +219,21 @@ def test_stub_declares_every_runtime_class_and_field() -> None:
         if cls.API_KEY is not None:
             assert members["API_KEY"] == "ClassVar[int]"
 
-    for name, cls in MESSAGE_CLASSES.items():
-        assert getattr(messages, name) is cls
+    for name, cls in classes.items():
+        assert getattr(module, name) is cls
         check(cls, name)
     # Every class the stub declares exists at run time.
-    assert set(declared) == seen | set(MESSAGE_CLASSES)
+    assert set(declared) == seen | set(classes)
+
+
+def test_stub_declares_every_runtime_class_and_field() -> None:
+    """The type stub names each message class, nested struct and field that ``messages`` builds,
+    with the same nesting, so type-checked code means the classes the runtime has."""
+    _check_stub(GENERATED["_generated_messages.pyi"], MESSAGE_CLASSES, messages)
+
+
+def test_internal_records_stub_declares_every_runtime_class_and_field() -> None:
+    _check_stub(GENERATED["internal_records.pyi"], internal_records.RECORD_CLASSES, internal_records)
 
 
 PROBE = """\
@@ -186,12 +246,17 @@ metadata: bytes = request.protocols[0].metadata
 key: int = ProduceRequest.API_KEY
 ProduceRequest(acks="all")
 request.no_such_field
+from reference_broker.internal_records import GroupMetadataValue
+group = decode(GroupMetadataValue, b"", 3)
+instance: str | None = group.members[0].group_instance_id
+GroupMetadataValue(generation="7")
 """
 
 
 def test_type_checker_reads_the_stub(tmp_path: Path) -> None:
-    """mypy, with the project's configuration, sees typed classes through ``sdk.protocol.messages``:
-    nested structs by their aliases, decoded fields typed, wrong field types and names refused."""
+    """mypy, with the project's configuration, sees typed classes through ``sdk.protocol.messages``
+    and ``reference_broker.internal_records``: nested structs by their aliases, decoded fields typed,
+    wrong field types and names refused."""
     pytest.importorskip("mypy")
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
@@ -204,6 +269,7 @@ def test_type_checker_reads_the_stub(tmp_path: Path) -> None:
         check=False,
     )
     errors = [line for line in result.stdout.splitlines() if ": error:" in line]
-    assert [line.split(":")[1] for line in errors] == ["8", "9"], result.stdout
+    assert [line.split(":")[1] for line in errors] == ["8", "9", "13"], result.stdout
     assert 'Argument "acks" to "ProduceRequest" has incompatible type "str"; expected "int"' in errors[0]
     assert '"JoinGroupRequest" has no attribute "no_such_field"' in errors[1]
+    assert 'Argument "generation" to "GroupMetadataValue" has incompatible type "str"' in errors[2]

@@ -1,9 +1,8 @@
 """The ``__consumer_offsets`` record formats, as Kafka's group coordinator writes them.
 
-Kafka defines them in ``group-coordinator/src/main/resources/common/message`` (OffsetCommitKey,
-OffsetCommitValue, GroupMetadataKey, GroupMetadataValue). They are declared here as tables in the
-form ``sdk/protocol/_generated_schemas.py`` uses, and turned into message classes the protocol
-codec encodes and decodes, so no byte layout is written by hand.
+The record classes (OffsetCommitKey, OffsetCommitValue, GroupMetadataKey, GroupMetadataValue) are
+generated from Kafka's definitions into ``reference_broker.internal_records``; the protocol codec
+encodes and decodes them, so no byte layout is written by hand.
 
 A record's key is ``int16 key version`` + the key struct: versions 0-1 are an offset commit
 (group, topic, partition), version 2 is group metadata (group). Its value is ``int16 value
@@ -14,95 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import Any
 
-from sdk.protocol import messages
+from reference_broker.internal_records import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+)
 from sdk.protocol.codec import decode, encode
 from sdk.protocol.messages import Message
-
-OPEN = 0x7FFF
-
-
-def _field(name: str, type_: str, versions: tuple[int, int], default: Any, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "type": type_, "array": False, "versions": versions, "default": default, **extra}
-
-
-_MEMBER_METADATA = [
-    _field("member_id", "string", (0, OPEN), ""),
-    _field("group_instance_id", "string", (3, OPEN), None, nullable=(3, OPEN)),
-    _field("client_id", "string", (0, OPEN), ""),
-    _field("client_host", "string", (0, OPEN), ""),
-    _field("rebalance_timeout", "int32", (1, OPEN), -1),
-    _field("session_timeout", "int32", (0, OPEN), 0),
-    _field("subscription", "bytes", (0, OPEN), ""),
-    _field("assignment", "bytes", (0, OPEN), ""),
-]
-
-SCHEMAS: list[dict[str, Any]] = [
-    {
-        "name": "OffsetCommitKey",
-        "valid": (0, 1),
-        "flexible": None,
-        "fields": [
-            _field("group", "string", (0, 1), ""),
-            _field("topic", "string", (0, 1), ""),
-            _field("partition", "int32", (0, 1), 0),
-        ],
-    },
-    {
-        "name": "OffsetCommitValue",
-        "valid": (0, 4),
-        "flexible": (4, OPEN),
-        "fields": [
-            _field("offset", "int64", (0, OPEN), 0),
-            _field("leader_epoch", "int32", (3, OPEN), -1),
-            _field("metadata", "string", (0, OPEN), ""),
-            _field("commit_timestamp", "int64", (0, OPEN), 0),
-            _field("expire_timestamp", "int64", (1, 1), -1),
-        ],
-    },
-    {
-        "name": "GroupMetadataKey",
-        "valid": (2, 2),
-        "flexible": None,
-        "fields": [_field("group", "string", (2, 2), "")],
-    },
-    {
-        "name": "GroupMetadataValue",
-        "valid": (0, 4),
-        "flexible": (4, OPEN),
-        "fields": [
-            _field("protocol_type", "string", (0, OPEN), ""),
-            _field("generation", "int32", (0, OPEN), 0),
-            _field("protocol", "string", (0, OPEN), None, nullable=(0, OPEN)),
-            _field("leader", "string", (0, OPEN), None, nullable=(0, OPEN)),
-            _field("current_state_timestamp", "int64", (2, OPEN), -1),
-            {
-                "name": "members",
-                "type": "MemberMetadata",
-                "array": True,
-                "versions": (0, OPEN),
-                "struct": "MemberMetadata",
-                "fields": _MEMBER_METADATA,
-                "default": "[]",
-            },
-        ],
-    },
-]
-
-
-def _build(table: dict[str, Any]) -> Any:
-    """A message class made from ``table`` at import; it is ``Any`` to a type checker, which cannot
-    see fields that come from a table (Kafka's own messages have a generated stub instead)."""
-    cls = messages._build_struct(table["name"], table["name"], table["fields"], {})
-    cls.API_KEY = None
-    cls.KIND = "data"
-    cls.VALID_VERSIONS = table["valid"]
-    cls.FLEXIBLE_FROM = table["flexible"][0] if table["flexible"] else None
-    return cls
-
-
-OffsetCommitKey, OffsetCommitValue, GroupMetadataKey, GroupMetadataValue = (_build(t) for t in SCHEMAS)
 
 #: The versions Kafka 3.x/4.x writes (value v1 only when a v2-v4 OffsetCommit asked for a retention).
 OFFSET_KEY_VERSION = 1
@@ -150,7 +69,7 @@ def offset_value(
     return _versioned(version, value)
 
 
-def group_value(value: Message) -> bytes:
+def group_value(value: GroupMetadataValue) -> bytes:
     return _versioned(GROUP_VALUE_VERSION, value)
 
 
@@ -167,12 +86,12 @@ def parse_key(data: bytes) -> OffsetKey | GroupKey | None:
     return None
 
 
-def parse_offset_value(data: bytes) -> Any:
+def parse_offset_value(data: bytes) -> OffsetCommitValue:
     (version,) = struct.unpack_from(">h", data)
     return decode(OffsetCommitValue, memoryview(data)[2:], version)
 
 
-def parse_group_value(data: bytes) -> Message:
+def parse_group_value(data: bytes) -> GroupMetadataValue:
     (version,) = struct.unpack_from(">h", data)
     return decode(GroupMetadataValue, memoryview(data)[2:], version)
 

@@ -1,10 +1,9 @@
 """The ``__transaction_state`` record formats, as Kafka's transaction coordinator writes them.
 
-Kafka defines them in ``transaction-coordinator/src/main/resources/common/message``
-(TransactionLogKey v0, TransactionLogValue v0-1, v1 flexible with four tagged fields:
-PreviousProducerId, NextProducerId, ClientTransactionVersion and KIP-939's NextProducerEpoch). They are
-declared here as codec tables, like ``coordinator/group/records.py`` does, so no byte layout is
-written by hand.
+The record classes (TransactionLogKey v0, TransactionLogValue v0-1, v1 flexible with four tagged
+fields: PreviousProducerId, NextProducerId, ClientTransactionVersion and KIP-939's
+NextProducerEpoch) are generated from Kafka's definitions into ``reference_broker.internal_records``;
+the protocol codec encodes and decodes them, so no byte layout is written by hand.
 
 A record's key is ``int16 key version`` + TransactionLogKey (the transactional id); its value is
 ``int16 value version`` + TransactionLogValue, or null (a tombstone: the id expired).
@@ -14,79 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import Any
 
 from reference_broker.coordinator.group.records import java_string_hash
 from reference_broker.coordinator.txn.state import TransactionMetadata, TxnState
-from sdk.protocol import messages
+from reference_broker.internal_records import TransactionLogKey, TransactionLogValue
 from sdk.protocol.codec import decode, encode
 from sdk.protocol.messages import Message
-
-OPEN = 0x7FFF
-
-
-def _field(name: str, type_: str, versions: tuple[int, int], default: Any, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "type": type_, "array": False, "versions": versions, "default": default, **extra}
-
-
-SCHEMAS: list[dict[str, Any]] = [
-    {
-        "name": "TransactionLogKey",
-        "valid": (0, 0),
-        "flexible": None,
-        "fields": [_field("transactional_id", "string", (0, OPEN), "")],
-    },
-    {
-        "name": "TransactionLogValue",
-        "valid": (0, 1),
-        "flexible": (1, OPEN),
-        "fields": [
-            _field("producer_id", "int64", (0, OPEN), 0),
-            _field("previous_producer_id", "int64", (1, OPEN), -1, tag=0, tagged=(1, OPEN)),
-            _field("next_producer_id", "int64", (1, OPEN), -1, tag=1, tagged=(1, OPEN)),
-            _field("producer_epoch", "int16", (0, OPEN), 0),
-            _field("transaction_timeout_ms", "int32", (0, OPEN), 0),
-            _field("transaction_status", "int8", (0, OPEN), 0),
-            {
-                "name": "transaction_partitions",
-                "type": "PartitionsSchema",
-                "array": True,
-                "versions": (0, OPEN),
-                "nullable": (0, OPEN),
-                "struct": "PartitionsSchema",
-                "fields": [
-                    _field("topic", "string", (0, OPEN), ""),
-                    {
-                        "name": "partition_ids",
-                        "type": "int32",
-                        "array": True,
-                        "versions": (0, OPEN),
-                        "default": "[]",
-                    },
-                ],
-                "default": "[]",
-            },
-            _field("transaction_last_update_timestamp_ms", "int64", (0, OPEN), 0),
-            _field("transaction_start_timestamp_ms", "int64", (0, OPEN), 0),
-            _field("client_transaction_version", "int16", (1, OPEN), 0, tag=2, tagged=(1, OPEN)),
-            _field("next_producer_epoch", "int16", (1, OPEN), -1, tag=3, tagged=(1, OPEN)),
-        ],
-    },
-]
-
-
-def _build(table: dict[str, Any]) -> Any:
-    """A message class made from ``table`` at import; it is ``Any`` to a type checker, which cannot
-    see fields that come from a table (Kafka's own messages have a generated stub instead)."""
-    cls = messages._build_struct(table["name"], table["name"], table["fields"], {})
-    cls.API_KEY = None
-    cls.KIND = "data"
-    cls.VALID_VERSIONS = table["valid"]
-    cls.FLEXIBLE_FROM = table["flexible"][0] if table["flexible"] else None
-    return cls
-
-
-TransactionLogKey, TransactionLogValue = (_build(t) for t in SCHEMAS)
 
 KEY_VERSION = 0
 #: Kafka 3.x/4.x writes value version 1 (flexible) once the metadata version allows it.

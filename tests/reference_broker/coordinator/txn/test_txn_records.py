@@ -1,6 +1,7 @@
 """``__transaction_state`` records: the layout of Kafka's TransactionLogKey/Value, built by hand
-from the JSON definitions' field order, reads back through the codec tables; our v1 records
-round-trip; the partition of an id is Kafka's ``abs(hashCode) % partitions``."""
+from the JSON definitions' field order, reads back through the generated classes; our v1 records
+are the bytes the broker has always written (captured from the hand-declared tables the generated
+classes replaced) and round-trip; the partition of an id is Kafka's ``abs(hashCode) % partitions``."""
 
 from __future__ import annotations
 
@@ -41,6 +42,34 @@ def test_key_layout_and_round_trip_of_our_v1_values() -> None:
     loaded = records.parse_value(encoded)
     assert loaded.state is TxnState.PREPARE_COMMIT and loaded.partitions == {("a", 0), ("a", 1), ("b", 2)}
     assert (loaded.producer_id, loaded.previous_producer_id, loaded.producer_epoch) == (5, 4, 3)
+
+
+def test_record_bytes_are_unchanged() -> None:
+    assert records.key("tx-1").hex() == "0000000474782d31"
+    # Every tagged field away from its default: PreviousProducerId (0), NextProducerId (1),
+    # ClientTransactionVersion (2), NextProducerEpoch (3), written in tag order.
+    tagged = TransactionMetadata(
+        "tx-1",
+        5,
+        3,
+        30_000,
+        previous_producer_id=4,
+        start_ms=10,
+        last_update_ms=20,
+        client_txn_version=2,
+        next_producer_id=6,
+        next_producer_epoch=0,
+    )
+    encoded = records.value(tagged, TxnState.PREPARE_COMMIT, {("a", 1), ("a", 0), ("b", 2)})
+    assert encoded.hex() == (
+        "00010000000000000005000300007530020302610300000000000000010002620200000002000000000000000014"
+        "000000000000000a0400080000000000000004010800000000000000060202000203020000"
+    )
+    loaded = records.parse_value(encoded)
+    assert (loaded.client_txn_version, loaded.next_producer_id, loaded.next_producer_epoch) == (2, 6, 0)
+    # No tagged field away from its default: an empty tag section.
+    plain = records.value(TransactionMetadata("tx-2", 9, 0, 60_000), TxnState.EMPTY, set())
+    assert plain.hex() == "0001000000000000000900000000ea600001ffffffffffffffffffffffffffffffff00"
 
 
 def test_partition_for_matches_java_hashcode() -> None:
