@@ -63,7 +63,7 @@ CLASSIC = "classic"
 def _coordinator_for(broker: Broker, key: str, key_type: int) -> tuple[int, str | None]:
     if key_type == GROUP_KEY_TYPE:
         if broker.group_service is not None:
-            broker.group_service.store.ensure_topic()  # Kafka creates __consumer_offsets here
+            broker.group_service.ensure_offsets_topic()
         return ErrorCode.NONE, None
     if key_type == TRANSACTION_KEY_TYPE:
         if getattr(broker, "transaction_coordinator", None) is None:

@@ -40,9 +40,7 @@ import logging
 import struct
 from typing import TYPE_CHECKING
 
-from reference_broker.coordinator.txn.state import TV_2
 from reference_broker.handlers.common import error_code_of, find_topic
-from reference_broker.handlers.transactions import transactions_v2_enabled
 from reference_broker.log.results import RecordError, record_errors_of
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import ProduceRequest, ProduceResponse
@@ -175,14 +173,15 @@ def _append(
     )
 
 
-#: Coordinator errors a producer would not retry as such (Kafka's ReplicaManager): retriable ones
-#: become NOT_ENOUGH_REPLICAS, a fenced producer gets the produce path's INVALID_PRODUCER_EPOCH.
-_PRODUCE_ERROR_FOR: dict[int, int] = {
-    ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
-    ErrorCode.CONCURRENT_TRANSACTIONS: ErrorCode.NOT_ENOUGH_REPLICAS,
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.NOT_ENOUGH_REPLICAS,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE: ErrorCode.NOT_ENOUGH_REPLICAS,
-}
+#: Kafka's ReplicaManager: the implicit add's retriable coordinator errors become
+#: NOT_ENOUGH_REPLICAS, which every producer retries without a metadata refresh.
+_RETRIED_AS_NOT_ENOUGH_REPLICAS = frozenset(
+    {
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    }
+)
 
 
 def _transaction_check(
@@ -198,10 +197,8 @@ def _transaction_check(
     coordinator = broker.transaction_coordinator
     assert coordinator is not None
     if version >= 12 and transactional_id:
-        if not transactions_v2_enabled(broker):
-            return ErrorCode.UNSUPPORTED_VERSION
-        code = coordinator.add_partitions(transactional_id, producer_id, epoch, [tp], TV_2)
-        return _PRODUCE_ERROR_FOR.get(code, code)
+        code = coordinator.add_partition_implicitly(transactional_id, producer_id, epoch, tp)
+        return ErrorCode.NOT_ENOUGH_REPLICAS if code in _RETRIED_AS_NOT_ENOUGH_REPLICAS else code
     return coordinator.verify_produce(producer_id, epoch, tp)
 
 

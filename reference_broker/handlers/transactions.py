@@ -1,5 +1,7 @@
-"""Transaction APIs, answered by ``broker.transaction_coordinator`` (and, for TxnOffsetCommit, the
-group coordinator). InitProducerId is in ``producer_ids.py``.
+"""Transaction APIs, answered by ``broker.transaction_coordinator``; AddOffsetsToTxn and
+TxnOffsetCommit, which need the group coordinator too, by ``broker.txn_service``
+(``TransactionCoordinatorService.add_offsets`` / ``commit_offsets``). These handlers only translate
+between the protocol and those calls. InitProducerId is in ``producer_ids.py``.
 
 Versions served and per-version notes:
 
@@ -36,9 +38,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from reference_broker.coordinator.group.state import CommittedOffset
-from reference_broker.coordinator.txn.state import TV_2, TxnState
+from reference_broker.coordinator.txn.service import TransactionalOffsetCommit
+from reference_broker.coordinator.txn.state import TxnState
 from reference_broker.handlers.common import error_code_of
-from reference_broker.storage import CONSUMER_OFFSETS
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import (
     AddOffsetsToTxnRequest,
@@ -63,6 +65,7 @@ from sdk.protocol.messages import (
 if TYPE_CHECKING:
     from reference_broker.broker import Broker
     from reference_broker.coordinator.txn.coordinator import TransactionCoordinator
+    from reference_broker.coordinator.txn.service import TransactionCoordinatorService
     from reference_broker.handlers.registry import ErrorFunc, HandlerRegistry
     from reference_broker.network.server import RequestContext
 
@@ -83,6 +86,11 @@ PartitionResult = AddPartitionsToTxnResponse.AddPartitionsToTxnPartitionResult
 def _coordinator(broker: Broker) -> TransactionCoordinator:
     assert broker.transaction_coordinator is not None, "broker not started"
     return broker.transaction_coordinator
+
+
+def _service(broker: Broker) -> TransactionCoordinatorService:
+    assert broker.txn_service is not None, "broker not started"
+    return broker.txn_service
 
 
 def fenced_for(code: int, version: int, first_version_with_fenced: int) -> int:
@@ -179,14 +187,8 @@ def error_add_partitions(
 def handle_add_offsets(
     broker: Broker, ctx: RequestContext, request: AddOffsetsToTxnRequest
 ) -> AddOffsetsToTxnResponse:
-    if not request.group_id:
-        return AddOffsetsToTxnResponse(error_code=E.INVALID_GROUP_ID)
-    groups = broker.groups
-    if broker.group_service is not None:
-        broker.group_service.store.ensure_topic()
-    tp = (CONSUMER_OFFSETS, groups.partition_for(request.group_id))
-    code = _coordinator(broker).add_partitions(
-        request.transactional_id, request.producer_id, request.producer_epoch, [tp]
+    code = _service(broker).add_offsets(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
     )
     return AddOffsetsToTxnResponse(error_code=fenced_for(code, ctx.api_version, 2))
 
@@ -197,52 +199,29 @@ def handle_add_offsets(
 def handle_txn_offset_commit(
     broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRequest
 ) -> TxnOffsetCommitResponse:
-    groups = broker.groups
-    code: int
-    result: dict[tuple[str, int], int]
-    if not request.group_id:
-        code = E.INVALID_GROUP_ID
-    else:
-        tp = (CONSUMER_OFFSETS, groups.partition_for(request.group_id))
-        coordinator = _coordinator(broker)
-        code = 0
-        if ctx.api_version >= 5 and not transactions_v2_enabled(broker):
-            code = E.UNSUPPORTED_VERSION
-        elif ctx.api_version >= 5:  # transactions v2: the partition joins implicitly
-            if broker.group_service is not None:
-                broker.group_service.store.ensure_topic()
-            code = coordinator.add_partitions(
-                request.transactional_id, request.producer_id, request.producer_epoch, [tp], TV_2
-            )
-            code = E.INVALID_PRODUCER_EPOCH if code == E.PRODUCER_FENCED else code
-        if not code:
-            code = coordinator.verify_offset_commit(
-                request.transactional_id, request.producer_id, request.producer_epoch, tp
-            )
-    if code:
-        result = {(t.name, p.partition_index): code for t in request.topics for p in t.partitions}
-    else:
-        now = broker.clock.now_ms()
-        offsets = {
+    version = ctx.api_version
+    now = broker.clock.now_ms()
+    commit = TransactionalOffsetCommit(
+        transactional_id=request.transactional_id,
+        producer_id=request.producer_id,
+        producer_epoch=request.producer_epoch,
+        group_id=request.group_id,
+        generation=request.generation_id if version >= 3 else -1,
+        member_id=request.member_id if version >= 3 else "",
+        group_instance_id=request.group_instance_id if version >= 3 else None,
+        offsets={
             (t.name, p.partition_index): CommittedOffset(
                 p.committed_offset,
-                p.committed_leader_epoch if ctx.api_version >= 2 else -1,
+                p.committed_leader_epoch if version >= 2 else -1,
                 p.committed_metadata or "",
                 now,
             )
             for t in request.topics
             for p in t.partitions
-        }
-        result = groups.commit_transactional_offsets(
-            request.group_id,
-            request.producer_id,
-            request.producer_epoch,
-            request.generation_id if ctx.api_version >= 3 else -1,
-            request.member_id if ctx.api_version >= 3 else "",
-            request.group_instance_id if ctx.api_version >= 3 else None,
-            offsets,
-        )
-    return _offset_commit_response(result)
+        },
+    )
+    # v5 is transactions v2 (KIP-890): the partition joins the transaction implicitly.
+    return _offset_commit_response(_service(broker).commit_offsets(commit, add_partition=version >= 5))
 
 
 def _offset_commit_response(result: dict[tuple[str, int], int]) -> TxnOffsetCommitResponse:
@@ -273,19 +252,12 @@ def error_txn_offset_commit(
 def handle_end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:
     coordinator = _coordinator(broker)
     args = (request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
-    if ctx.api_version >= 5 and not transactions_v2_enabled(broker):
-        return EndTxnResponse(error_code=E.UNSUPPORTED_VERSION)
     if ctx.api_version >= 5:
         result = coordinator.end_transaction_v2(*args)
         return EndTxnResponse(
             error_code=result.error, producer_id=result.producer_id, producer_epoch=result.producer_epoch
         )
     return EndTxnResponse(error_code=fenced_for(coordinator.end_transaction(*args), ctx.api_version, 2))
-
-
-def transactions_v2_enabled(broker: Broker) -> bool:
-    """The broker finalizes transaction.version 2 or more (KIP-890's transactions v2)."""
-    return broker.config.get("transaction.version") >= TV_2
 
 
 # -- WriteTxnMarkers -----------------------------------------------------------------------

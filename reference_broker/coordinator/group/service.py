@@ -84,6 +84,22 @@ class GroupCoordinatorService:
         )
         self._loader: asyncio.Task[None] | None = None
 
+    def ensure_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` if this broker has none yet: Kafka does when a client
+        looks a group up (FindCoordinator) or sends its offsets to a transaction."""
+        self.store.ensure_topic()
+
+    def offsets_partition(self, group_id: str) -> tuple[str, int]:
+        """The ``__consumer_offsets`` partition of ``group_id``, the topic created first if needed."""
+        self.ensure_offsets_topic()
+        return CONSUMER_OFFSETS, self.coordinator.partition_for(group_id)
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A COMMIT/ABORT marker written to ``__consumer_offsets`` partition ``partition``: the
+        producer's pending transactional offsets there are published or dropped (Kafka's
+        ``GroupCoordinator.completeTransaction``)."""
+        self.coordinator.complete_transactional_offsets(partition, producer_id, commit)
+
     def _topic_exists(self, topic: str, partition: int) -> bool:
         meta = self.storage.topic(topic)
         return meta is not None and 0 <= partition < meta.num_partitions

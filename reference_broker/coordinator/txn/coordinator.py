@@ -81,6 +81,9 @@ class TxnConfig:
     max_timeout_ms: int = 900_000
     id_expiration_ms: int = 604_800_000
     num_partitions: int = 50
+    #: The broker's finalized ``transaction.version``: below TV_2 what needs transactions v2
+    #: (EndTxn v5, the implicit adds) is answered UNSUPPORTED_VERSION, as Kafka 4 does.
+    transaction_version: int = TV_2
 
 
 #: The highest epoch there is (Short.MaxValue): a fence or the last TV_2 bump may reach it.
@@ -345,6 +348,24 @@ class TransactionCoordinator:
             client_txn_version=client_txn_version,
         )
 
+    @property
+    def transactions_v2_enabled(self) -> bool:
+        """The broker finalizes transaction.version 2 or more (KIP-890's transactions v2)."""
+        return self.config.transaction_version >= TV_2
+
+    def add_partition_implicitly(
+        self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition
+    ) -> int:
+        """Transactions v2: Produce v12+ and TxnOffsetCommit v5 add their partition to the
+        producer's transaction themselves. UNSUPPORTED_VERSION while the broker's
+        transaction.version is below 2. The error is the one Kafka's AddPartitionsToTxnManager
+        hands both paths: PRODUCER_FENCED as INVALID_PRODUCER_EPOCH, which producers expect there;
+        the produce path translates the retriable ones further (``handlers.produce``)."""
+        if not self.transactions_v2_enabled:
+            return E.UNSUPPORTED_VERSION
+        code = self.add_partitions(transactional_id, producer_id, epoch, [tp], TV_2)
+        return E.INVALID_PRODUCER_EPOCH if code == E.PRODUCER_FENCED else code
+
     def verify_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, int]:
@@ -370,6 +391,8 @@ class TransactionCoordinator:
     ) -> EndResult:
         """EndTxn v5 (TV_2): the epoch is bumped; the answer carries the producer id and epoch to
         continue with."""
+        if not self.transactions_v2_enabled:
+            return EndResult(E.UNSUPPORTED_VERSION)
         return self._end_request(transactional_id, producer_id, epoch, commit, TV_2)
 
     def _end_request(

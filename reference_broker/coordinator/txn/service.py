@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -18,12 +19,14 @@ from reference_broker.coordinator.txn.coordinator import TopicPartition, Transac
 from reference_broker.coordinator.txn.state import TransactionMetadata
 from reference_broker.services import PeriodicTask
 from reference_broker.storage import CONSUMER_OFFSETS, TRANSACTION_STATE
+from sdk.protocol.errors import ErrorCode as E
 from sdk.protocol.errors import UnknownTopicOrPartitionError
 from sdk.records import ControlType
 
 if TYPE_CHECKING:
     from reference_broker.config import BrokerConfig
     from reference_broker.coordinator.group.service import GroupCoordinatorService
+    from reference_broker.coordinator.group.state import CommittedOffset
     from reference_broker.producer_ids import ProducerIdManager
     from reference_broker.storage import Storage
 
@@ -43,6 +46,7 @@ def txn_config(config: BrokerConfig, num_partitions: int | None = None) -> TxnCo
         max_timeout_ms=config.get("transaction.max.timeout.ms"),
         id_expiration_ms=config.get("transactional.id.expiration.ms"),
         num_partitions=num_partitions or config.get("transaction.state.log.num.partitions"),
+        transaction_version=config.get("transaction.version"),
     )
 
 
@@ -50,6 +54,21 @@ def _kill_after_prepare(transactional_id: str, meta: TransactionMetadata) -> Non
     if meta.transactional_id == transactional_id:
         log.warning("%s set: killing the broker after %s's prepare", KILL_AFTER_PREPARE_ENV, transactional_id)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransactionalOffsetCommit:
+    """A TxnOffsetCommit's content; generation -1, an empty member id and no instance id skip
+    the member checks (requests before v3 carry none)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+    generation: int
+    member_id: str
+    group_instance_id: str | None
+    offsets: dict[TopicPartition, CommittedOffset]
 
 
 class StorageTxnStore:
@@ -115,7 +134,54 @@ class TransactionCoordinatorService:
             topic, partition, control, producer_id, producer_epoch, COORDINATOR_EPOCH
         )
         if topic == CONSUMER_OFFSETS and self.groups is not None:
-            self.groups.coordinator.complete_transactional_offsets(partition, producer_id, commit)
+            self.groups.complete_transaction(partition, producer_id, commit)
+
+    # -- requests that involve the group coordinator too ---------------------------------
+
+    def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> int:
+        """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction."""
+        if not group_id:
+            return E.INVALID_GROUP_ID
+        groups = self._group_service()
+        return self.coordinator.add_partitions(
+            transactional_id, producer_id, epoch, [groups.offsets_partition(group_id)]
+        )
+
+    def commit_offsets(
+        self, commit: TransactionalOffsetCommit, *, add_partition: bool
+    ) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit: the group's ``__consumer_offsets`` partition must be in the producer's
+        ongoing transaction (``add_partition``, transactions v2: it joins here, as the produce
+        path's partitions do); then the group coordinator checks the member and keeps the offsets
+        pending until the transaction's marker. An error code for every partition otherwise."""
+        if not commit.group_id:
+            return dict.fromkeys(commit.offsets, E.INVALID_GROUP_ID)
+        groups = self._group_service()
+        tid, pid, epoch = commit.transactional_id, commit.producer_id, commit.producer_epoch
+        if add_partition:
+            tp = groups.offsets_partition(commit.group_id)
+            code = self.coordinator.add_partition_implicitly(tid, pid, epoch, tp)
+        else:
+            tp = (CONSUMER_OFFSETS, groups.coordinator.partition_for(commit.group_id))
+            code = 0
+        if not code:
+            code = self.coordinator.verify_offset_commit(tid, pid, epoch, tp)
+        if code:
+            return dict.fromkeys(commit.offsets, code)
+        return groups.coordinator.commit_transactional_offsets(
+            commit.group_id,
+            pid,
+            epoch,
+            commit.generation,
+            commit.member_id,
+            commit.group_instance_id,
+            commit.offsets,
+        )
+
+    def _group_service(self) -> GroupCoordinatorService:
+        if self.groups is None:
+            raise RuntimeError("the transaction coordinator runs without a group coordinator")
+        return self.groups
 
     async def start(self) -> None:
         """Load in the background (after the group coordinator has loaded); until then the
