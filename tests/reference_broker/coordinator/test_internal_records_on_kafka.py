@@ -1,0 +1,258 @@
+"""Apache Kafka 4.1 as the oracle of the internal record formats.
+
+Two consumer groups (a static member that stays, a dynamic one that leaves) commit offsets and a
+transactional producer commits a transaction (with offsets) on a Kafka node; then every record
+Kafka wrote to ``__consumer_offsets`` and ``__transaction_state`` is read raw and must decode with
+the generated classes of ``reference_broker.internal_records`` whole (no byte left over, no tagged
+field the definitions lack) and encode back to Kafka's own bytes, and the broker's readers
+(``records.parse_*``) must see the commits, the groups and the transaction.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+import uuid
+from typing import Any
+
+import confluent_kafka
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from reference_broker.coordinator.group import records as group_records
+from reference_broker.coordinator.txn import records as txn_records
+from reference_broker.coordinator.txn.state import TxnState
+from reference_broker.internal_records import RECORD_CLASSES, TransactionLogKey, TransactionLogValue
+from sdk.protocol.codec import decode_at, encode
+from sdk.protocol.messages import Message
+from tests.oracles.kafka_tools import wait_until
+
+#: ``tests.apache_kafka`` gives the internal topics this many partitions.
+INTERNAL_PARTITIONS = 5
+TIMEOUT_S = 60.0
+
+Record = tuple[bytes, bytes | None]
+
+
+def _group_key_classes() -> dict[int, type[Message]]:
+    """The ``__consumer_offsets`` key class of each key version (every group record's key)."""
+    out: dict[int, type[Message]] = {}
+    for name, cls in RECORD_CLASSES.items():
+        if cls.KIND != "data" or not name.endswith("Key") or cls is TransactionLogKey:
+            continue
+        lo, hi = cls.VALID_VERSIONS
+        for version in range(lo, hi + 1):
+            assert version not in out, f"key version {version}: {out[version].NAME} and {name}"
+            out[version] = cls
+    return out
+
+
+def _unknown_tags(msg: Message) -> list[str]:
+    """The structs of ``msg`` (itself included) that carried tagged fields the definition lacks."""
+    found = [msg.NAME] if msg.unknown_tags else []
+    for _, value in msg:
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, Message):
+                found += _unknown_tags(item)
+    return found
+
+
+def _decode_whole(cls: type[Message], data: bytes) -> Message:
+    """``data`` (int16 version + body) decoded as ``cls``, checked against Kafka's bytes."""
+    (version,) = struct.unpack_from(">h", data)
+    body = memoryview(data)[2:]
+    msg, end = decode_at(cls, body, 0, version)
+    assert end == len(body), f"{cls.NAME} v{version}: {len(body) - end} bytes left over"
+    assert not _unknown_tags(msg), f"{cls.NAME} v{version}: unknown tagged fields in {_unknown_tags(msg)}"
+    assert encode(msg, version) == bytes(body), f"{cls.NAME} v{version} does not encode back to Kafka's bytes"
+    return msg
+
+
+def _read_topic(bootstrap: str, topic: str) -> list[Record]:
+    """Every (key, value) of ``topic`` up to its end, read with a plain assignment (no group)."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"raw-reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    try:
+        consumer.assign(
+            [
+                confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                for p in range(INTERNAL_PARTITIONS)
+            ]
+        )
+        at_end: set[int] = set()
+        out: list[Record] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(at_end) < INTERNAL_PARTITIONS:
+            assert time.monotonic() < deadline, f"{topic}: only partitions {sorted(at_end)} read to their end"
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            error, partition = msg.error(), msg.partition()
+            if error is not None:
+                assert error.code() == confluent_kafka.KafkaError._PARTITION_EOF, error
+                assert partition is not None
+                at_end.add(partition)
+                continue
+            key = msg.key()
+            assert key is not None, f"{topic}: a record without a key"
+            out.append((key, msg.value()))
+        return out
+    finally:
+        consumer.close()
+
+
+def _consume_and_commit(bootstrap: str, topic: str, group: str, count: int, *, static: bool) -> None:
+    """A classic-protocol group member reads ``count`` records and commits, then closes (a dynamic
+    member leaves the group; a static one stays in it until its session times out)."""
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    if static:
+        config["group.instance.id"] = f"{group}-static"
+    consumer = confluent_kafka.Consumer(config)
+    try:
+        consumer.subscribe([topic])
+        seen = 0
+
+        def read_some() -> bool:
+            nonlocal seen
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen += 1
+            return seen >= count
+
+        wait_until(read_some, TIMEOUT_S, f"the group to read {count} records", poll=0)
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def _commit_transaction(bootstrap: str, topic: str, transactional_id: str, group: str) -> None:
+    """One transaction: a record in ``topic`` and an offset of ``group``, committed."""
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": transactional_id}
+    )
+    offsets_holder = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        producer.init_transactions(TIMEOUT_S)
+        producer.begin_transaction()
+        producer.produce(topic, key=b"k", value=b"in a transaction", partition=0)
+        producer.send_offsets_to_transaction(
+            [confluent_kafka.TopicPartition(topic, 0, 2)], offsets_holder.consumer_group_metadata(), TIMEOUT_S
+        )
+        producer.commit_transaction(TIMEOUT_S)
+    finally:
+        offsets_holder.close()
+
+
+@pytest.fixture(scope="module")
+def kafka_written(apache_kafka: Any) -> dict[str, Any]:
+    """The names used and the raw records of both internal topics after the group and the transaction."""
+    bootstrap = apache_kafka.bootstrap
+    suffix = uuid.uuid4().hex[:8]
+    topic, group, left_group, txn_group, transactional_id = (
+        f"records-{suffix}", f"group-{suffix}", f"left-group-{suffix}", f"txn-group-{suffix}", f"txn-{suffix}"
+    )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)]).values():
+        future.result(TIMEOUT_S)
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
+    for i in range(3):
+        producer.produce(topic, key=b"k", value=f"v{i}".encode(), partition=0)
+    assert producer.flush(TIMEOUT_S) == 0
+    _consume_and_commit(bootstrap, topic, group, 3, static=True)
+    _consume_and_commit(bootstrap, topic, left_group, 2, static=False)
+    _commit_transaction(bootstrap, topic, transactional_id, txn_group)
+
+    def transaction_records() -> list[Record]:
+        return [r for r in _read_topic(bootstrap, "__transaction_state")
+                if txn_records.parse_key(r[0]) == transactional_id]
+
+    # The coordinator writes CompleteCommit once the markers are written, after EndTxn answered.
+    def completed() -> bool:
+        return any(v is not None and txn_records.parse_value(v).state is TxnState.COMPLETE_COMMIT
+                   for _, v in transaction_records())
+
+    wait_until(completed, TIMEOUT_S, "Kafka to write the CompleteCommit record", poll=0.2)
+    return {
+        "topic": topic,
+        "group": group,
+        "left_group": left_group,
+        "txn_group": txn_group,
+        "transactional_id": transactional_id,
+        "offsets": _read_topic(bootstrap, "__consumer_offsets"),
+        "transactions": _read_topic(bootstrap, "__transaction_state"),
+    }
+
+
+def test_every_consumer_offsets_record_decodes_whole(kafka_written: dict[str, Any]) -> None:
+    key_classes = _group_key_classes()
+    kinds: set[str] = set()
+    for key, value in kafka_written["offsets"]:
+        (key_version,) = struct.unpack_from(">h", key)
+        assert key_version in key_classes, f"__consumer_offsets key version {key_version} is not defined"
+        key_class = key_classes[key_version]
+        _decode_whole(key_class, key)
+        if value is not None:
+            _decode_whole(RECORD_CLASSES[key_class.NAME.removesuffix("Key") + "Value"], value)
+        kinds.add(key_class.NAME)
+    assert {"OffsetCommitKey", "GroupMetadataKey"} <= kinds
+
+
+def test_every_transaction_state_record_decodes_whole(kafka_written: dict[str, Any]) -> None:
+    assert kafka_written["transactions"]
+    for key, value in kafka_written["transactions"]:
+        _decode_whole(TransactionLogKey, key)
+        if value is not None:
+            _decode_whole(TransactionLogValue, value)
+
+
+def test_the_broker_reads_kafkas_offsets_and_groups(kafka_written: dict[str, Any]) -> None:
+    topic, group, txn_group = kafka_written["topic"], kafka_written["group"], kafka_written["txn_group"]
+    left_group = kafka_written["left_group"]
+    offsets: dict[tuple[str, str, int], int] = {}
+    groups: dict[str, group_records.GroupMetadataValue | None] = {}
+    for key, value in kafka_written["offsets"]:
+        parsed = group_records.parse_key(key)
+        if isinstance(parsed, group_records.OffsetKey) and value is not None:
+            offset = group_records.parse_offset_value(value).offset
+            offsets[(parsed.group, parsed.topic, parsed.partition)] = offset
+        elif isinstance(parsed, group_records.GroupKey):
+            groups[parsed.group] = None if value is None else group_records.parse_group_value(value)
+    assert offsets[(group, topic, 0)] == 3
+    assert offsets[(left_group, topic, 0)] == 2
+    assert offsets[(txn_group, topic, 0)] == 2
+    # The static member stays in its group after closing.
+    stable = groups[group]
+    assert stable is not None and (stable.protocol_type, stable.protocol) == ("consumer", "range")
+    assert [m.group_instance_id for m in stable.members] == [f"{group}-static"]
+    assert stable.leader == stable.members[0].member_id and stable.members[0].assignment
+    # The dynamic member left: the group's last record has a new generation and no member.
+    left = groups[left_group]
+    assert left is not None and left.members == [] and left.protocol is None and left.generation == 2
+
+
+def test_the_broker_reads_kafkas_transaction(kafka_written: dict[str, Any]) -> None:
+    transactional_id, topic, txn_group = (
+        kafka_written["transactional_id"], kafka_written["topic"], kafka_written["txn_group"]
+    )
+    values = [txn_records.parse_value(v) for k, v in kafka_written["transactions"]
+              if v is not None and txn_records.parse_key(k) == transactional_id]
+    states = [v.state for v in values]
+    assert states[0] is TxnState.EMPTY and states[-1] is TxnState.COMPLETE_COMMIT
+    assert TxnState.ONGOING in states and TxnState.PREPARE_COMMIT in states
+    prepared = next(v for v in values if v.state is TxnState.PREPARE_COMMIT)
+    offsets_partition = group_records.partition_for(txn_group, INTERNAL_PARTITIONS)
+    assert prepared.partitions == {(topic, 0), ("__consumer_offsets", offsets_partition)}
+    assert len({v.producer_id for v in values}) == 1
+    assert values[-1].partitions == set()
