@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sdk import errors
+    from sdk.admin import AdminClient, AIOKafkaAdminClient
     from sdk.client import KafkaClient, TopicPartition
     from sdk.client.config import ClientConfig
     from sdk.consumer import (
@@ -113,11 +114,14 @@ _LAZY: dict[str, tuple[str, str]] = {
         )
     },
     "AIOKafkaConsumer": ("sdk.consumer", "Consumer"),
+    **{name: ("sdk.admin", name) for name in ("AdminClient", "AIOKafkaAdminClient")},
 }
 
 __all__ = [
+    "AIOKafkaAdminClient",
     "AIOKafkaConsumer",
     "AIOKafkaProducer",
+    "AdminClient",
     "BatchMetadata",
     "BufferExhaustedError",
     "CallablePartitioner",

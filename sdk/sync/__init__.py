@@ -12,7 +12,8 @@ delivery callback), because they would wait for that thread.
 """
 
 from sdk.sync._loop import LoopThread, shared_loop
+from sdk.sync.admin import AdminClient
 from sdk.sync.consumer import Consumer
 from sdk.sync.producer import DeliveryFuture, Producer
 
-__all__ = ["Consumer", "DeliveryFuture", "LoopThread", "Producer", "shared_loop"]
+__all__ = ["AdminClient", "Consumer", "DeliveryFuture", "LoopThread", "Producer", "shared_loop"]
