@@ -66,7 +66,9 @@ async def test_create_topics_validate_only_and_bad_replication(
     assert oracle_topic(cluster, topic) is None
 
 
-async def test_describe_and_list_topics_match_the_oracle(admin: AdminClient, cluster: Cluster, name: Any) -> None:
+async def test_describe_and_list_topics_match_the_oracle(
+    admin: AdminClient, cluster: Cluster, name: Any
+) -> None:
     topic, missing = name("d"), name("missing")
     assert (await admin.create_topics([NewTopic(topic, 3, 1)]))[topic] is None
     wait_for(lambda: oracle_topic(cluster, topic), topic)
@@ -117,9 +119,13 @@ async def test_describe_cluster_matches_the_oracle(admin: AdminClient, cluster: 
     assert description.controller.node_id in oracle.brokers
 
 
-async def test_incremental_alter_and_describe_configs(admin: AdminClient, cluster: Cluster, name: Any) -> None:
+async def test_incremental_alter_and_describe_configs(
+    admin: AdminClient, cluster: Cluster, name: Any
+) -> None:
     topic = name("cfg")
-    assert (await admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"retention.ms": "500000"})]))[topic] is None
+    assert (await admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"retention.ms": "500000"})]))[
+        topic
+    ] is None
     wait_for(lambda: oracle_topic(cluster, topic), topic)
     resource = ConfigResource(ConfigResourceType.TOPIC, topic)
     missing = ConfigResource("topic", name("missing"))
