@@ -36,11 +36,12 @@ from sdk.errors import (
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    UnknownTopicOrPartitionError,
     make_error,
 )
 from sdk.protocol.messages import Message, MetadataRequest
 
-__all__ = ["REROUTE_CODES", "AdminRouter", "Deadline", "run_per_item"]
+__all__ = ["REROUTE_CODES", "AdminRouter", "Deadline", "PartitionNotFoundError", "call_once", "run_per_item"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -58,6 +59,13 @@ REROUTE_CODES = frozenset(
         ErrorCode.REPLICA_NOT_AVAILABLE,
     }
 )
+
+
+class PartitionNotFoundError(UnknownTopicOrPartitionError):
+    """A partition beyond an existing topic's last one: final, unlike a topic not known yet
+    (which a cluster still creating it answers for a while)."""
+
+    retriable = False
 
 
 class Deadline:
@@ -166,8 +174,12 @@ class AdminRouter:
         if error is not None:
             raise error
         meta = cluster.topic(topic)
-        if meta is None or partition not in meta.partitions:
-            raise make_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} does not exist")
+        if meta is None:
+            raise make_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} is not known yet")
+        if partition not in meta.partitions:
+            raise PartitionNotFoundError(
+                f"{topic}-{partition} does not exist: the topic has {len(meta.partitions)}"
+            )
         leader = cluster.leader_for(topic, partition)
         if leader < 0:
             raise make_error(ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}-{partition} has no leader")
