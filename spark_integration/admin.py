@@ -152,7 +152,7 @@ def fetch_committed(
     request timeout (OffsetFetch with ``require_stable``)."""
 
     async def fetch(client: KafkaClient) -> OffsetAndMetadata | None:
-        channel = GroupChannel(client, group_id)
+        channel = GroupChannel.for_client(client, group_id)
         deadline = time.monotonic() + client.request_timeout_ms / 1000
         attempt = 0
         while True:

@@ -7,6 +7,12 @@ or a lost connection with ``invalidate``. Lookups asked for in the same event-lo
 together in one request where the broker has the batched form (FindCoordinator v4+, KIP-699);
 older brokers get one request per key. Retriable errors are retried with exponential backoff
 until ``timeout_ms`` has passed.
+
+``CoordinatorPort`` is the one way a coordinator's client (the consumer's group membership) reaches
+the network: find the coordinator, send it a request, forget it when it moved. Code written
+against the port runs unchanged on a scripted fake (``sdk.testing.mock_coordinator``), so its
+state machine is tested without a broker; ``ClientCoordinatorPort`` is the port over a
+``KafkaClient``.
 """
 
 from __future__ import annotations
@@ -15,13 +21,29 @@ import asyncio
 import enum
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
 
-from sdk.client.client import KafkaClient
-from sdk.errors import ErrorCode, KafkaError, KafkaTimeoutError, make_error
+from sdk.client.client import KafkaClient, coordinator_node_id
+from sdk.client.connection import pick_version
+from sdk.errors import (
+    DecodeError,
+    ErrorCode,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    make_error,
+)
 from sdk.protocol.messages import FindCoordinatorRequest
 
-__all__ = ["COORDINATOR_ERRORS", "CoordinatorLookup", "CoordinatorType"]
+__all__ = [
+    "COORDINATOR_ERRORS",
+    "ClientCoordinatorPort",
+    "CoordinatorLookup",
+    "CoordinatorPort",
+    "CoordinatorType",
+    "Sent",
+]
 
 log = logging.getLogger(__name__)
 
@@ -189,3 +211,95 @@ def _answer(error_code: int, node_id: int, message: str | None, key: str) -> int
 def _retrieve(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
         task.exception()
+
+
+class Sent(NamedTuple):
+    """A coordinator's answer: the response, the version the request went out at, and the node
+    (the coordinator's broker id) that answered."""
+
+    response: Any
+    version: int
+    node: int
+
+
+class CoordinatorPort(Protocol):
+    """Requests to the coordinator of one key (a group id or a transactional id).
+
+    ``send`` builds the request for the version chosen (the highest both sides support, at most
+    ``max_version``) and returns the answer; it raises ``KafkaConnectionError`` when the connection
+    was lost or the answer could not be read, ``KafkaTimeoutError`` when none came in
+    ``timeout_ms`` (the client's request timeout when None); either forgets the coordinator, so
+    the next request looks it up again. Error codes inside the answer are the caller's to read.
+    """
+
+    async def coordinator(self) -> int:
+        """The coordinator's broker id, looked up (FindCoordinator, with retries) when not known,
+        once it can be reached (``KafkaConnectionError`` when it cannot: a coordinator known down
+        is not ready, as in Java's ``ensureCoordinatorReady``)."""
+        ...
+
+    def forget(self, node: int | None = None) -> None:
+        """Forget the coordinator (only if it is still ``node``, when given)."""
+        ...
+
+    async def send(
+        self,
+        api_key: int,
+        build: Callable[[int], Any],
+        *,
+        max_version: int | None = None,
+        timeout_ms: float | None = None,
+    ) -> Sent:
+        """``build(version)`` sent to the coordinator; see the class docstring."""
+        ...
+
+
+class ClientCoordinatorPort:
+    """``CoordinatorPort`` over a ``KafkaClient``: the coordinator gets a connection of its own
+    (``coordinator_node_id``), so no Fetch long poll on the broker's connection delays it."""
+
+    def __init__(
+        self,
+        client: KafkaClient,
+        key_type: CoordinatorType,
+        key: str,
+        *,
+        lookup: CoordinatorLookup | None = None,
+    ) -> None:
+        self._client = client
+        self._key_type = key_type
+        self._key = key
+        self._lookup = lookup if lookup is not None else CoordinatorLookup(client)
+
+    async def coordinator(self) -> int:
+        node = await self._lookup.coordinator(self._key_type, self._key)
+        await self._client.get_connection(coordinator_node_id(node))
+        return node
+
+    def forget(self, node: int | None = None) -> None:
+        self._lookup.invalidate(self._key_type, self._key, node)
+
+    async def send(
+        self,
+        api_key: int,
+        build: Callable[[int], Any],
+        *,
+        max_version: int | None = None,
+        timeout_ms: float | None = None,
+    ) -> Sent:
+        node = await self.coordinator()
+        conn = await self._client.get_connection(coordinator_node_id(node))
+        version = pick_version(
+            api_key, conn.broker_versions.get(api_key), max_version=max_version, broker=conn.describe()
+        )
+        request = build(version)
+        try:
+            response = await conn.request(request, version, timeout_ms=timeout_ms)
+        except DecodeError as exc:
+            self.forget(node)
+            name = type(request).__name__
+            raise KafkaConnectionError(f"malformed answer to {name} v{version}: {exc}") from exc
+        except (KafkaConnectionError, KafkaTimeoutError):
+            self.forget(node)
+            raise
+        return Sent(response, version, node)

@@ -13,9 +13,9 @@ from sdk.client.client import KafkaClient
 from sdk.client.cluster import STALE_METADATA_ERRORS, TopicPartition
 from sdk.consumer.assignors import ConsumerPartitionAssignor, resolve_assignors
 from sdk.consumer.config import AIOKAFKA_IGNORED, ConsumerConfig, warn_ignored
+from sdk.consumer.consumer_coordinator import ConsumerCoordinator
 from sdk.consumer.errors import ConsumerStoppedError, NoGroupIdError, NoOffsetForPartitionError
 from sdk.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Fetcher
-from sdk.consumer.group_coordinator import GroupCoordinator
 from sdk.consumer.listener import ConsumerRebalanceListener
 from sdk.consumer.records import (
     ConsumerGroupMetadata,
@@ -220,7 +220,7 @@ class Consumer:
         self._state = _NEW
         self._client: KafkaClient | None = None
         self._fetcher: Fetcher | None = None
-        self._coordinator: GroupCoordinator | None = None
+        self._coordinator: ConsumerCoordinator | None = None
         self._subscription = SubscriptionState(self.config.auto_offset_reset)
         self._pattern_task: asyncio.Task[None] | None = None
         self._pattern_wake: asyncio.Event | None = None
@@ -257,7 +257,7 @@ class Consumer:
     async def _start_coordinator(self) -> None:
         cfg = self.config
         assert self._client is not None and cfg.group_id is not None
-        self._coordinator = GroupCoordinator(
+        self._coordinator = ConsumerCoordinator.for_client(
             self._client,
             self._subscription,
             group_id=cfg.group_id,

@@ -1,4 +1,4 @@
-"""GroupCoordinator: the consumer's membership in a group (Kafka's classic rebalance protocol).
+"""ConsumerCoordinator: the consumer's membership in a group (Kafka's classic rebalance protocol).
 
 The member finds its coordinator (FindCoordinator), joins (JoinGroup, repeated with the id the
 broker hands out on MEMBER_ID_REQUIRED), and syncs (SyncGroup); the member the broker elects
@@ -19,6 +19,11 @@ OffsetCommit up to v9 and OffsetFetch up to v9 (v10 names topics by id); the new
 ones (JoinGroup v5, SyncGroup v3, Heartbeat v3, LeaveGroup v2) to a broker that fails the flexible
 ones. Talking to the coordinator is ``group_channel``; the offset requests are ``group_offsets``;
 the rebalance decisions that need no broker are ``group_rebalance``.
+
+The network is reached only through a ``CoordinatorPort`` and time only through a ``Clock``, both
+injected: ``ConsumerCoordinator.for_client`` wires the real ones, and tests drive every state
+transition with ``sdk.testing.mock_coordinator`` and ``sdk.testing.mock_time`` instead (Java's
+``MockClient`` and ``MockTime``).
 """
 
 from __future__ import annotations
@@ -27,13 +32,18 @@ import asyncio
 import contextlib
 import enum
 import logging
-import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
+from sdk.client.backoff import ExponentialBackoff
 from sdk.client.client import KafkaClient
 from sdk.client.cluster import TopicPartition
-from sdk.client.coordinators import COORDINATOR_ERRORS
+from sdk.client.coordinators import (
+    COORDINATOR_ERRORS,
+    ClientCoordinatorPort,
+    CoordinatorPort,
+    CoordinatorType,
+)
 from sdk.consumer.assignors import (
     Assignment,
     ConsumerPartitionAssignor,
@@ -47,6 +57,7 @@ from sdk.consumer.assignors import (
 from sdk.consumer.assignors.validation import cooperative_violations
 from sdk.consumer.errors import CommitFailedError, ConsumerStoppedError
 from sdk.consumer.group_channel import LOAD_IN_PROGRESS, GroupChannel
+from sdk.consumer.group_clock import SYSTEM_CLOCK, Clock
 from sdk.consumer.group_offsets import (
     commit_errors,
     commit_request,
@@ -77,7 +88,7 @@ from sdk.protocol.messages import (
     SyncGroupRequest,
 )
 
-__all__ = ["GroupCoordinator", "MemberState"]
+__all__ = ["ClientTopics", "ConsumerCoordinator", "MemberState", "TopicMetadata"]
 
 log = logging.getLogger(__name__)
 
@@ -99,14 +110,49 @@ class _Retry(Exception):
         self.backoff = backoff
 
 
-class GroupCoordinator:
-    """One consumer's group membership (see the module docstring and the consumer contract)."""
+class TopicMetadata(Protocol):
+    """What the membership needs of the client's metadata: the leader watches the partition
+    counts of the topics it assigned, and has the client track them."""
+
+    def partition_count(self, topic: str) -> int | None:
+        """Partitions of ``topic`` in the latest metadata (None when unknown)."""
+        ...
+
+    def track(self, topic: str) -> None:
+        """Keep ``topic`` in the client's metadata refreshes."""
+        ...
+
+
+class ClientTopics:
+    """``TopicMetadata`` of a ``KafkaClient``."""
+
+    def __init__(self, client: KafkaClient) -> None:
+        self._client = client
+
+    def partition_count(self, topic: str) -> int | None:
+        partitions = self._client.cluster.partitions_for(topic)
+        return len(partitions) if partitions else None
+
+    def track(self, topic: str) -> None:
+        self._client.add_topic(topic)
+
+
+class ConsumerCoordinator:
+    """One consumer's group membership (see the module docstring and the consumer contract).
+
+    ``port`` reaches the group's coordinator, ``topics`` the client's metadata, ``clock`` time;
+    ``retry_backoff`` paces retries (default: a constant ``retry_backoff_ms``) and
+    ``request_timeout_ms`` bounds the requests the coordinator answers at once."""
 
     def __init__(
         self,
-        client: KafkaClient,
+        port: CoordinatorPort,
         subscription: SubscriptionState,
         *,
+        topics: TopicMetadata,
+        clock: Clock = SYSTEM_CLOCK,
+        retry_backoff: ExponentialBackoff | None = None,
+        request_timeout_ms: float = 30000,
         group_id: str,
         group_instance_id: str | None,
         session_timeout_ms: int,
@@ -119,7 +165,12 @@ class GroupCoordinator:
         assignors: Sequence[ConsumerPartitionAssignor],
         exclude_internal_topics: bool = True,
     ) -> None:
-        self._client = client
+        self._topics = topics
+        self._clock = clock
+        if retry_backoff is None:
+            retry_backoff = ExponentialBackoff(retry_backoff_ms, retry_backoff_ms)
+        self._retry_backoff = retry_backoff
+        self._request_timeout_ms = request_timeout_ms
         self._subscription = subscription
         self.group_id = group_id
         self.group_instance_id = group_instance_id
@@ -133,7 +184,9 @@ class GroupCoordinator:
         self.assignors = list(assignors)
         self.exclude_internal_topics = exclude_internal_topics
         self.protocol = rebalance_protocol(self.assignors)
-        self._channel = GroupChannel(client, group_id)
+        self._channel = GroupChannel(
+            port, group_id, retry_backoff=retry_backoff, request_timeout_ms=request_timeout_ms, clock=clock
+        )
         self.member_id = ""
         self.generation = -1
         #: What ``group_metadata()`` answers: the generation and member id of the last completed
@@ -152,12 +205,33 @@ class GroupCoordinator:
         #: Leader only: partition counts the last assignment was made with.
         self._assigned_counts: dict[str, int] = {}
         self._join_lock = asyncio.Lock()
-        self._last_poll = time.monotonic()
+        self._last_poll = clock.monotonic()
         self._last_committed: dict[TopicPartition, OffsetAndMetadata] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
         #: Rebalances completed (tests and metrics read it).
         self.rebalances = 0
+
+    @classmethod
+    def for_client(
+        cls, client: KafkaClient, subscription: SubscriptionState, *, group_id: str, **settings: Any
+    ) -> ConsumerCoordinator:
+        """The membership over ``client``: its connections, metadata, retry backoff and request
+        timeout, and the system clock. ``settings``: the constructor's group settings."""
+        return cls(
+            ClientCoordinatorPort(client, CoordinatorType.GROUP, group_id),
+            subscription,
+            topics=ClientTopics(client),
+            retry_backoff=client.retry_backoff,
+            request_timeout_ms=client.request_timeout_ms,
+            group_id=group_id,
+            **settings,
+        )
+
+    @property
+    def channel(self) -> GroupChannel:
+        """The channel to the coordinator (its version fallback is visible to tests)."""
+        return self._channel
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -165,7 +239,7 @@ class GroupCoordinator:
         """Start the heartbeat task and, with auto-commit, the commit task (joining waits for
         the first ``ensure_active_group``)."""
         loop = asyncio.get_running_loop()
-        self._last_poll = time.monotonic()
+        self._last_poll = self._clock.monotonic()
         self._tasks.append(loop.create_task(self._heartbeat_loop(), name=f"heartbeat-{self.group_id}"))
         if self.enable_auto_commit:
             self._tasks.append(loop.create_task(self._auto_commit_loop(), name=f"autocommit-{self.group_id}"))
@@ -199,7 +273,7 @@ class GroupCoordinator:
 
     def record_poll(self) -> None:
         """The application polled: restart the ``max_poll_interval_ms`` clock."""
-        self._last_poll = time.monotonic()
+        self._last_poll = self._clock.monotonic()
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         """The identity for ``send_offsets_to_transaction`` (KIP-447): the generation and member id
@@ -247,10 +321,9 @@ class GroupCoordinator:
         self._raise_if_fatal()
         if not self.need_rejoin():
             return True
-        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+        deadline = None if timeout_ms is None else self._clock.monotonic() + timeout_ms / 1000
         try:
-            async with asyncio.timeout_at(None if deadline is None else _loop_time(deadline)):
-                await self._join_lock.acquire()
+            await self._clock.wait_for(self._join_lock.acquire(), self._remaining(deadline))
         except TimeoutError:
             return False  # another task's join is under way
         try:
@@ -265,7 +338,7 @@ class GroupCoordinator:
             if self._closed:
                 raise ConsumerStoppedError("the consumer is closed")
             self._raise_if_fatal()
-            if deadline is not None and attempt and time.monotonic() >= deadline:
+            if deadline is not None and attempt and self._clock.monotonic() >= deadline:
                 return False
             try:
                 if not await self._join_once(deadline):
@@ -292,11 +365,14 @@ class GroupCoordinator:
         self.record_poll()
         return True
 
+    def _remaining(self, deadline: float | None) -> float | None:
+        return None if deadline is None else max(0.0, deadline - self._clock.monotonic())
+
     async def _backoff(self, attempt: int, deadline: float | None) -> None:
-        delay = self._client.retry_backoff.backoff_ms(attempt - 1) / 1000
+        delay = self._retry_backoff.backoff_ms(attempt - 1) / 1000
         if deadline is not None:
-            delay = max(0.0, min(delay, deadline - time.monotonic()))
-        await asyncio.sleep(delay)
+            delay = max(0.0, min(delay, deadline - self._clock.monotonic()))
+        await self._clock.sleep(delay)
 
     async def commit_offsets(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
         """OffsetCommit with the current generation and member id (generation -1 and no member in
@@ -337,7 +413,7 @@ class GroupCoordinator:
         wanted = [TopicPartition(*tp) for tp in partitions]
         if not wanted:
             return {}
-        deadline = time.monotonic() + self._client.request_timeout_ms / 1000
+        deadline = self._clock.monotonic() + self._request_timeout_ms / 1000
         attempt = 0
         while True:
             response, version = await self._channel.send_retrying(
@@ -349,9 +425,9 @@ class GroupCoordinator:
             if not unstable:
                 return result
             # A transactional commit to these partitions is pending: its outcome decides the offset.
-            if time.monotonic() > deadline:
+            if self._clock.monotonic() > deadline:
                 raise make_error(ErrorCode.UNSTABLE_OFFSET_COMMIT, f"OffsetFetch for group {self.group_id!r}")
-            await asyncio.sleep(self._client.retry_backoff.backoff_ms(attempt) / 1000)
+            await self._clock.sleep(self._retry_backoff.backoff_ms(attempt) / 1000)
             attempt += 1
 
     def _on_commit_error(self, code: int) -> None:
@@ -386,11 +462,10 @@ class GroupCoordinator:
         """Leader only: a subscribed topic's partition count differs from the last assignment's."""
         if not self._assigned_counts or self.leader_id != self.member_id:
             return False
-        cluster = self._client.cluster
         for topic, count in self._assigned_counts.items():
-            partitions = cluster.partitions_for(topic)
-            if partitions and len(partitions) != count:
-                self.request_rejoin(f"topic {topic} now has {len(partitions)} partitions, not {count}")
+            now = self._topics.partition_count(topic)
+            if now and now != count:
+                self.request_rejoin(f"topic {topic} now has {now} partitions, not {count}")
                 return True
         return False
 
@@ -398,8 +473,7 @@ class GroupCoordinator:
         """One JoinGroup + SyncGroup round; ``_Retry`` when it must be repeated, False when the
         coordinator could not be reached before ``deadline`` (nothing was changed then)."""
         try:
-            async with asyncio.timeout_at(None if deadline is None else _loop_time(deadline)):
-                conn, node = await self._channel.connection()
+            await self._clock.wait_for(self._channel.coordinator(), self._remaining(deadline))
         except TimeoutError:
             return False
         await self._settle_lost_partitions()
@@ -410,7 +484,6 @@ class GroupCoordinator:
         self._joined_topics = topics
         self.state = MemberState.REBALANCING
         reason, self._rejoin_reason = self._rejoin_reason, None
-        join_version = self._channel.version(conn, JoinGroupRequest.API_KEY)
         owned = sorted(self._subscription.assigned_partitions())
         protocols = [
             JoinGroupRequest.JoinGroupRequestProtocol(
@@ -437,8 +510,8 @@ class GroupCoordinator:
             reason=reason,
         )
         # The coordinator holds JoinGroup until every member joined or the rebalance timeout ends.
-        timeout_ms = max(self._client.request_timeout_ms, self.rebalance_timeout_ms + 5000)
-        response = await self._channel.send(conn, request, join_version, timeout_ms)
+        timeout_ms = max(self._request_timeout_ms, self.rebalance_timeout_ms + 5000)
+        response, _, node = await self._channel.send(JoinGroupRequest.API_KEY, lambda _: request, timeout_ms)
         self._check_join_error(response.error_code, response.member_id, node)
         self.member_id = response.member_id
         self.generation = response.generation_id
@@ -458,7 +531,6 @@ class GroupCoordinator:
             self._assigned_counts = {t: counts.get(t, 0) for t in topics}
         else:
             assignments = await self._assign(response.protocol_name, response.members)
-        sync_version = self._channel.version(conn, SyncGroupRequest.API_KEY)
         sync = SyncGroupRequest(
             group_id=self.group_id,
             generation_id=self.generation,
@@ -471,7 +543,9 @@ class GroupCoordinator:
                 for m, a in assignments.items()
             ],
         )
-        sync_response = await self._channel.send(conn, sync, sync_version, timeout_ms)
+        sync_response, sync_version, node = await self._channel.send(
+            SyncGroupRequest.API_KEY, lambda _: sync, timeout_ms
+        )
         self._check_sync_error(sync_response.error_code, node)
         if sync_version >= 5 and sync_response.protocol_name not in (None, self.protocol_name):
             raise make_error(
@@ -553,7 +627,7 @@ class GroupCoordinator:
         # yet: a change in any of them makes the leader rebalance the group.
         self._assigned_counts = {t: counts.get(t, 0) for t in self._joined_topics_or_empty()}
         for topic in self._assigned_counts:
-            self._client.add_topic(topic)
+            self._topics.track(topic)
         result = assignor.assign(counts, subscriptions, instance_ids)
         if self.protocol == RebalanceProtocol.COOPERATIVE:
             moved = cooperative_violations(subscriptions, result)
@@ -580,12 +654,11 @@ class GroupCoordinator:
         fetch_max_wait_ms later)."""
         if not topics:
             return {}
-        conn, _ = await self._channel.connection()
         request = MetadataRequest(
             topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
             allow_auto_topic_creation=False,
         )
-        response = await conn.request(request, conn.version_for(MetadataRequest.API_KEY))
+        response = (await self._channel.send(MetadataRequest.API_KEY, lambda _: request)).response
         counts = {}
         for topic in response.topics:
             if not topic.error_code and topic.name in topics:
@@ -705,20 +778,19 @@ class GroupCoordinator:
         """LeaveGroup for this (dynamic) member; best effort: the session timeout also removes it."""
         member_id = self.member_id
         self.member_id, self.generation, self.state = "", -1, MemberState.UNJOINED
+        def build(version: int) -> LeaveGroupRequest:
+            if version >= 3:
+                return LeaveGroupRequest(
+                    group_id=self.group_id,
+                    members=[LeaveGroupRequest.MemberIdentity(
+                        member_id=member_id, group_instance_id=self.group_instance_id, reason=reason)],
+                )
+            return LeaveGroupRequest(group_id=self.group_id, member_id=member_id)
+
         try:
             for attempt in range(2):
-                conn, _ = await self._channel.connection()
-                version = self._channel.version(conn, LeaveGroupRequest.API_KEY)
-                if version >= 3:
-                    request = LeaveGroupRequest(
-                        group_id=self.group_id,
-                        members=[LeaveGroupRequest.MemberIdentity(
-                            member_id=member_id, group_instance_id=self.group_instance_id, reason=reason)],
-                    )
-                else:
-                    request = LeaveGroupRequest(group_id=self.group_id, member_id=member_id)
                 try:
-                    response = await self._channel.send(conn, request, version)
+                    response = (await self._channel.send(LeaveGroupRequest.API_KEY, build)).response
                     break
                 except KafkaConnectionError:
                     if attempt:
@@ -737,7 +809,7 @@ class GroupCoordinator:
     async def _heartbeat_loop(self) -> None:
         interval = self.heartbeat_interval_ms / 1000
         while not self._closed:
-            await asyncio.sleep(interval)
+            await self._clock.sleep(interval)
             if self._fatal is not None:
                 continue
             if self._poll_timed_out():
@@ -758,7 +830,6 @@ class GroupCoordinator:
             interval = self.heartbeat_interval_ms / 1000
 
     async def _heartbeat(self) -> None:
-        conn, node = await self._channel.connection()
         generation, member_id = self.generation, self.member_id
         request = HeartbeatRequest(
             group_id=self.group_id,
@@ -766,8 +837,7 @@ class GroupCoordinator:
             member_id=member_id,
             group_instance_id=self.group_instance_id,
         )
-        version = self._channel.version(conn, HeartbeatRequest.API_KEY)
-        response = await self._channel.send(conn, request, version)
+        response, _, node = await self._channel.send(HeartbeatRequest.API_KEY, lambda _: request)
         code = response.error_code
         if not code or generation != self.generation or self.state != MemberState.STABLE:
             return  # answered for a generation we already left behind
@@ -788,7 +858,7 @@ class GroupCoordinator:
         # A poll blocked in a rebalance is still a poll: only a stable member can time out.
         if not self.member_id or self.state != MemberState.STABLE or self._join_lock.locked():
             return False
-        return (time.monotonic() - self._last_poll) * 1000 > self.max_poll_interval_ms
+        return (self._clock.monotonic() - self._last_poll) * 1000 > self.max_poll_interval_ms
 
     async def _on_poll_timeout(self) -> None:
         log.warning(
@@ -803,7 +873,7 @@ class GroupCoordinator:
     async def _auto_commit_loop(self) -> None:
         interval = self.auto_commit_interval_ms / 1000
         while not self._closed:
-            await asyncio.sleep(interval)
+            await self._clock.sleep(interval)
             try:
                 await self._commit_consumed(stop_when_closed=True)
             except asyncio.CancelledError:
@@ -830,7 +900,3 @@ class GroupCoordinator:
         if offsets:
             await self.commit_offsets(offsets)
 
-
-def _loop_time(monotonic_deadline: float) -> float:
-    """A ``time.monotonic()`` deadline on the running loop's clock (for ``asyncio.timeout_at``)."""
-    return asyncio.get_running_loop().time() + (monotonic_deadline - time.monotonic())

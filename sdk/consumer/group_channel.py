@@ -1,10 +1,10 @@
 """GroupChannel: how a group member talks to its group's coordinator.
 
-Finds the coordinator (``sdk.client.coordinators``), picks each request's version (the highest
-both sides support, capped at what the consumer speaks), forgets the coordinator when a request
-says it moved or the connection to it failed, and retries coordinator-routed requests
+Over a ``CoordinatorPort`` (``sdk.client.coordinators``: find the coordinator, send it requests,
+forget it when it moved or the connection to it failed), the channel picks each group request's
+version cap (the consumer speaks up to ``MAX_VERSIONS``) and retries coordinator-routed requests
 (OffsetCommit, OffsetFetch) until the request timeout. Membership decisions stay in
-``GroupCoordinator``; this module knows nothing of generations or listeners.
+``ConsumerCoordinator``; this module knows nothing of generations or listeners.
 
 Some brokers advertise the flexible versions of the group APIs but drop the connection on them or
 answer them malformed (librdkafka's mock cluster 2.x does both). After such a failure the channel
@@ -14,23 +14,21 @@ accepts, and the caller's retry succeeds.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
-from sdk.client.client import KafkaClient, broker_node_id, coordinator_node_id
-from sdk.client.connection import Connection, pick_version
-from sdk.client.coordinators import COORDINATOR_ERRORS, CoordinatorLookup, CoordinatorType
-from sdk.errors import (
-    DecodeError,
-    ErrorCode,
-    KafkaConnectionError,
-    KafkaError,
-    KafkaTimeoutError,
-    make_error,
+from sdk.client.backoff import ExponentialBackoff
+from sdk.client.client import KafkaClient
+from sdk.client.coordinators import (
+    COORDINATOR_ERRORS,
+    ClientCoordinatorPort,
+    CoordinatorPort,
+    CoordinatorType,
+    Sent,
 )
+from sdk.consumer.group_clock import SYSTEM_CLOCK, Clock
+from sdk.errors import ErrorCode, KafkaConnectionError, KafkaError, KafkaTimeoutError, make_error
 from sdk.protocol.messages import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -40,7 +38,13 @@ from sdk.protocol.messages import (
     SyncGroupRequest,
 )
 
-__all__ = ["MAX_VERSIONS", "NON_FLEXIBLE_MAX", "GroupChannel"]
+__all__ = [
+    "FLEXIBLE_FAILURES_TO_FALL_BACK",
+    "MAX_VERSIONS",
+    "NON_FLEXIBLE_MAX",
+    "FlexibleFallback",
+    "GroupChannel",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,92 +64,133 @@ NON_FLEXIBLE_MAX = {
     HeartbeatRequest.API_KEY: 3,
     LeaveGroupRequest.API_KEY: 2,
 }
+#: Flexible requests of one API a broker must lose in a row before it gets non-flexible ones.
+FLEXIBLE_FAILURES_TO_FALL_BACK = 2
 LOAD_IN_PROGRESS = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 
 
-def _broker_of(conn: Connection) -> int | None:
-    """The broker behind ``conn`` (coordinator connections have node ids of their own)."""
-    return None if conn.node_id is None else broker_node_id(conn.node_id)
+def _flexible(api_key: int, version: int) -> bool:
+    return api_key in NON_FLEXIBLE_MAX and version > NON_FLEXIBLE_MAX[api_key]
+
+
+class FlexibleFallback:
+    """Which brokers get the non-flexible group versions (see the module docstring)."""
+
+    def __init__(self, group_id: str) -> None:
+        self._group_id = group_id
+        #: (broker, api key) -> flexible requests lost in a row.
+        self._lost: dict[tuple[int, int], int] = {}
+        self._non_flexible: set[int] = set()
+
+    def non_flexible(self, node: int) -> bool:
+        return node in self._non_flexible
+
+    def cap(self, node: int, api_key: int) -> int | None:
+        """The highest version of ``api_key`` to send to broker ``node`` (None: no cap)."""
+        cap = MAX_VERSIONS.get(api_key)
+        if cap is not None and node in self._non_flexible:
+            cap = min(cap, NON_FLEXIBLE_MAX.get(api_key, cap))
+        return cap
+
+    def answered(self, node: int, api_key: int, version: int) -> None:
+        if _flexible(api_key, version):
+            self._lost.pop((node, api_key), None)
+
+    def lost(self, node: int, api_key: int, version: int, error: BaseException) -> None:
+        """A request of ``api_key`` at ``version`` to ``node`` got no readable answer."""
+        if _flexible(api_key, version) and node not in self._non_flexible:
+            log.warning(
+                "group %s: broker %s failed api %d v%d (%r): using non-flexible group versions with it",
+                self._group_id, node, api_key, version, error,
+            )
+            self._non_flexible.add(node)
 
 
 class GroupChannel:
-    """Requests to ``group_id``'s coordinator (see the module docstring)."""
+    """Requests to ``group_id``'s coordinator through ``port`` (see the module docstring).
+    ``clock``, ``retry_backoff`` and ``request_timeout_ms`` pace and bound ``send_retrying``."""
 
-    def __init__(self, client: KafkaClient, group_id: str) -> None:
-        self.client = client
+    def __init__(
+        self,
+        port: CoordinatorPort,
+        group_id: str,
+        *,
+        retry_backoff: ExponentialBackoff,
+        request_timeout_ms: float,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.port = port
         self.group_id = group_id
-        self._lookup = CoordinatorLookup(client)
-        self._no_flexible_nodes: set[int | None] = set()
+        self.retry_backoff = retry_backoff
+        self.request_timeout_ms = request_timeout_ms
+        self.clock = clock
+        self.fallback = FlexibleFallback(group_id)
+
+    @classmethod
+    def for_client(cls, client: KafkaClient, group_id: str) -> GroupChannel:
+        """The channel over ``client``'s connections, with its retry settings."""
+        return cls(
+            ClientCoordinatorPort(client, CoordinatorType.GROUP, group_id),
+            group_id,
+            retry_backoff=client.retry_backoff,
+            request_timeout_ms=client.request_timeout_ms,
+        )
 
     async def coordinator(self) -> int:
         """The coordinator's node id (looked up, with retries, when not known)."""
-        return await self._lookup.coordinator(CoordinatorType.GROUP, self.group_id)
+        return await self.port.coordinator()
 
     def forget(self, node: int | None = None) -> None:
         """Forget the coordinator (only if it is still ``node``, when given)."""
-        self._lookup.invalidate(CoordinatorType.GROUP, self.group_id, node)
+        self.port.forget(node)
 
-    async def connection(self) -> tuple[Connection, int]:
-        """A ready connection to the coordinator, and its node id."""
-        node = await self.coordinator()
-        return await self.client.get_connection(coordinator_node_id(node)), node
+    async def send(self, api_key: int, build: Callable[[int], Any], timeout_ms: float | None = None) -> Sent:
+        """``build(version)`` sent to the coordinator once; a lost connection or a timeout forgets
+        the coordinator (``KafkaConnectionError``, ``KafkaTimeoutError``)."""
+        node = await self.port.coordinator()
+        versions: list[int] = []
 
-    def version(self, conn: Connection, api_key: int) -> int:
-        cap = MAX_VERSIONS[api_key]
-        if _broker_of(conn) in self._no_flexible_nodes:
-            cap = min(cap, NON_FLEXIBLE_MAX.get(api_key, cap))
-        return pick_version(api_key, conn.broker_versions.get(api_key), max_version=cap)
+        def build_at(version: int) -> Any:
+            versions.append(version)
+            return build(version)
 
-    async def send(
-        self, conn: Connection, request: Any, version: int, timeout_ms: float | None = None
-    ) -> Any:
-        """One request on ``conn``; a lost connection or timeout forgets the coordinator."""
         try:
-            return await conn.request(request, version, timeout_ms=timeout_ms)
-        except (KafkaConnectionError, DecodeError) as exc:
-            api_key = request.API_KEY
-            if api_key in NON_FLEXIBLE_MAX and version > NON_FLEXIBLE_MAX[api_key]:
-                log.warning(
-                    "group %s: broker %s failed %s v%d (%r): using non-flexible group versions with it",
-                    self.group_id, _broker_of(conn), type(request).__name__, version, exc,
-                )
-                self._no_flexible_nodes.add(_broker_of(conn))
-            self.forget(_broker_of(conn))
-            if isinstance(exc, DecodeError):
-                raise KafkaConnectionError(f"malformed answer to {type(request).__name__}: {exc}") from exc
+            sent = await self.port.send(
+                api_key, build_at, max_version=self.fallback.cap(node, api_key), timeout_ms=timeout_ms
+            )
+        except KafkaConnectionError as exc:
+            if versions:
+                self.fallback.lost(node, api_key, versions[-1], exc)
             raise
-        except KafkaTimeoutError:
-            self.forget(_broker_of(conn))
-            raise
+        self.fallback.answered(sent.node, api_key, sent.version)
+        return sent
 
     async def send_retrying(
         self, api_key: int, build: Callable[[int], Any], coordinator_error: Callable[[Any], int]
     ) -> tuple[Any, int]:
         """``build(version)`` sent to the coordinator, re-finding it on coordinator errors and lost
-        connections until the client's request timeout; returns the response and its version.
+        connections until the request timeout; returns the response and its version.
         ``coordinator_error(response)`` is the response's coordinator-level error code (or 0)."""
-        client = self.client
-        deadline = time.monotonic() + client.request_timeout_ms / 1000
+        clock = self.clock
+        deadline = clock.monotonic() + self.request_timeout_ms / 1000
         attempt = 0
         last: BaseException | None = None
-        while time.monotonic() < deadline:
+        while clock.monotonic() < deadline:
             try:
-                conn, node = await self.connection()
-                version = self.version(conn, api_key)
-                response = await self.send(conn, build(version), version)
+                sent = await self.send(api_key, build)
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
                 last = exc
             else:
-                code = coordinator_error(response)
+                code = coordinator_error(sent.response)
                 if code in COORDINATOR_ERRORS:
-                    self.forget(node)
+                    self.forget(sent.node)
                     last = make_error(code)
                 elif code == LOAD_IN_PROGRESS:
                     last = make_error(code)
                 else:
-                    return response, version
-            await asyncio.sleep(client.retry_backoff.backoff_ms(attempt) / 1000)
+                    return sent.response, sent.version
+            await clock.sleep(self.retry_backoff.backoff_ms(attempt) / 1000)
             attempt += 1
         raise KafkaTimeoutError(f"no answer from the coordinator of group {self.group_id!r}: {last}")

@@ -1,6 +1,6 @@
 """OffsetCommit and OffsetFetch for a group: building the requests per version and reading the
 answers. Which generation and member a commit carries, and what a rejection means for the
-membership, is ``GroupCoordinator``'s business; this module only translates."""
+membership, is ``ConsumerCoordinator``'s business; this module only translates."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The decisions of a rebalance that need no broker: which protocol, what moves, what to tell.
 
-Kept apart from ``group_coordinator`` so they can be tested as plain functions: the protocol a
+Kept apart from ``consumer_coordinator`` so they can be tested as plain functions: the protocol a
 member runs (EAGER unless every assignor supports COOPERATIVE, as Kafka's ConsumerCoordinator
 chooses), and, for a new assignment, the partitions revoked and added under each protocol.
 """

@@ -1,6 +1,6 @@
 """SubscriptionState: what the consumer reads and where it is in each partition.
 
-One object shared by the Consumer, the Fetcher and the GroupCoordinator. It holds the
+One object shared by the Consumer, the Fetcher and the ConsumerCoordinator. It holds the
 subscription (topics, a pattern, or partitions assigned by hand), the current assignment, and per
 assigned partition its position, pause flag, pending offset reset and the broker's watermarks.
 It does no I/O; the others act on what it says (the fetcher fetches ``fetchable_partitions()``,

@@ -1,5 +1,5 @@
 """sdk.Consumer in subscribe mode: the consumer side of group membership (polling drives the
-GroupCoordinator; positions come from committed offsets; patterns follow new topics).
+ConsumerCoordinator; positions come from committed offsets; patterns follow new topics).
 
 Against librdkafka's mock cluster (which delays a new group's first rebalance by 3 s) and the
 reference broker (without that delay). The group protocol itself

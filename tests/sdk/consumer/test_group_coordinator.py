@@ -1,6 +1,6 @@
-"""GroupCoordinator against real brokers: librdkafka's mock cluster and the reference broker.
+"""ConsumerCoordinator against real brokers: librdkafka's mock cluster and the reference broker.
 
-Each member is a GroupCoordinator with its own KafkaClient and SubscriptionState, driven by a poll
+Each member is a ConsumerCoordinator with its own KafkaClient and SubscriptionState, driven by a poll
 loop that calls ``ensure_active_group`` and ``record_poll`` as the Consumer does. The reference
 broker runs with ``group.initial.rebalance.delay.ms=0`` so a group forms at once.
 """
@@ -20,8 +20,8 @@ from reference_broker.testing import BrokerProcess
 from sdk.client import KafkaClient
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.assignors import resolve_assignors
+from sdk.consumer.consumer_coordinator import ConsumerCoordinator, MemberState
 from sdk.consumer.errors import CommitFailedError
-from sdk.consumer.group_coordinator import GroupCoordinator, MemberState
 from sdk.consumer.listener import ConsumerRebalanceListener
 from sdk.consumer.records import OffsetAndMetadata
 from sdk.consumer.subscription import SubscriptionState
@@ -122,7 +122,7 @@ class Member:
         self.subscription = SubscriptionState("earliest")
         self.listener = Recorder(self)
         self.subscription.subscribe(list(topics), listener=self.listener)
-        self.coordinator = GroupCoordinator(
+        self.coordinator = ConsumerCoordinator.for_client(
             self.client,
             self.subscription,
             group_id=group,

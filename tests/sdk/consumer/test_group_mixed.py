@@ -1,4 +1,4 @@
-"""Mixed groups: our GroupCoordinator with confluent-kafka (librdkafka), aiokafka or kafka-python
+"""Mixed groups: our ConsumerCoordinator with confluent-kafka (librdkafka), aiokafka or kafka-python
 consumers in one group, with the same assignor, on librdkafka's mock cluster and on the reference
 broker. Whoever the broker elects leader computes the assignment for everyone, so this checks that
 each side reads the others' subscriptions and assignments (ConsumerProtocol v0-v3) and follows the
@@ -21,7 +21,7 @@ from reference_broker.testing import BrokerProcess
 from sdk.client import KafkaClient
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.assignors import resolve_assignors
-from sdk.consumer.group_coordinator import GroupCoordinator, MemberState
+from sdk.consumer.consumer_coordinator import ConsumerCoordinator, MemberState
 from sdk.consumer.listener import ConsumerRebalanceListener
 from sdk.consumer.subscription import SubscriptionState
 from sdk.protocol import messages
@@ -73,7 +73,7 @@ class OurMember:
         self.subscription = SubscriptionState("earliest")
         self.listener = Tracker()
         self.subscription.subscribe([topic], listener=self.listener)
-        self.coordinator = GroupCoordinator(
+        self.coordinator = ConsumerCoordinator.for_client(
             self.client, self.subscription, group_id=group, group_instance_id=None,
             session_timeout_ms=6000, heartbeat_interval_ms=200, rebalance_timeout_ms=8000,
             max_poll_interval_ms=30000, retry_backoff_ms=50, enable_auto_commit=False,
