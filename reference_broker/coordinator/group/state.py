@@ -20,6 +20,31 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
+class IllegalGroupTransition(Exception):
+    """A classic group was asked to move to a state its current one cannot lead to (a coordinator
+    bug, as Kafka's IllegalStateException: the request fails instead of corrupting the group)."""
+
+
+_S = GroupState
+#: Kafka's ``ClassicGroupState`` validPreviousStates: state -> the states it may be entered from.
+VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
+    _S.EMPTY: frozenset({_S.PREPARING_REBALANCE}),
+    _S.PREPARING_REBALANCE: frozenset({_S.STABLE, _S.COMPLETING_REBALANCE, _S.EMPTY}),
+    _S.COMPLETING_REBALANCE: frozenset({_S.PREPARING_REBALANCE}),
+    _S.STABLE: frozenset({_S.COMPLETING_REBALANCE}),
+    _S.DEAD: frozenset({_S.STABLE, _S.PREPARING_REBALANCE, _S.COMPLETING_REBALANCE, _S.EMPTY, _S.DEAD}),
+}
+
+
+def check_group_transition(group_id: str, current: GroupState, target: GroupState) -> None:
+    """Raise ``IllegalGroupTransition`` unless ``current`` may lead to ``target``."""
+    if current not in VALID_PREVIOUS_STATES[target]:
+        raise IllegalGroupTransition(
+            f"group {group_id} cannot move from {current.value} to {target.value}"
+            f" (only from {', '.join(sorted(s.value for s in VALID_PREVIOUS_STATES[target]))})"
+        )
+
+
 @dataclasses.dataclass
 class JoinResult:
     """What a JoinGroup request is answered with."""
@@ -120,6 +145,9 @@ class Group:
         self.pending_transactional_offsets: dict[int, dict[tuple[str, int], CommittedOffset]] = {}
 
     def transition(self, state: GroupState, now_ms: int) -> None:
+        """Move to ``state``, which the current state must be allowed to lead to
+        (``VALID_PREVIOUS_STATES``); a group being restored at load sets ``state`` directly."""
+        check_group_transition(self.group_id, self.state, state)
         self.state = state
         self.state_timestamp_ms = now_ms
 

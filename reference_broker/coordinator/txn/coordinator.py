@@ -53,6 +53,7 @@ from reference_broker.coordinator.txn.state import (
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     TransactionMetadata,
     TxnState,
+    check_txn_transition,
 )
 from sdk.protocol.errors import ErrorCode, KafkaError
 
@@ -148,6 +149,8 @@ class TransactionCoordinator:
     def _persist(self, meta: TransactionMetadata, **changes: object) -> int:
         """Write ``meta`` with ``changes`` applied, then apply them; an error code (0 if stored)."""
         target = dataclasses.replace(meta, **changes)  # type: ignore[arg-type]  # field names as keywords
+        if "state" in changes:
+            check_txn_transition(meta.transactional_id, meta.state, target.state)
         target.last_update_ms = self.clock.now_ms()
         if self.store is not None:
             try:
@@ -293,10 +296,10 @@ class TransactionCoordinator:
         if meta.client_producer_id != meta.producer_id:  # a keeper moved to a new producer id
             epoch = EPOCH_CEILING
         fenced_epoch = epoch + 1 if epoch < EPOCH_CEILING else epoch
-        meta.state = TxnState.PREPARE_EPOCH_FENCE  # in memory only, as in Kafka
+        meta.transition_to(TxnState.PREPARE_EPOCH_FENCE)  # in memory only, as in Kafka
         error = self._end(meta, commit=False, epoch=fenced_epoch, last_epoch=NO_PRODUCER_EPOCH)
         if meta.is_(TxnState.PREPARE_EPOCH_FENCE):  # the prepare write failed
-            meta.state = TxnState.ONGOING
+            meta.state = TxnState.ONGOING  # undone, not a transition: the fence never happened
         return error
 
     # -- the transaction -----------------------------------------------------------------
@@ -664,7 +667,7 @@ class TransactionCoordinator:
                     except Exception:
                         log.exception("expiring %s failed", meta.transactional_id)
                         continue
-                meta.state = TxnState.DEAD
+                meta.transition_to(TxnState.DEAD)
                 del self.txns[meta.transactional_id]
                 self.by_producer_id.pop(meta.producer_id, None)
                 expired += 1

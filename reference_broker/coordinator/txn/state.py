@@ -38,6 +38,37 @@ class TxnState(enum.Enum):
         return next((s for s in cls if s.display == name), None)
 
 
+class IllegalTxnTransition(Exception):
+    """A transactional id was asked to move to a state its current one cannot lead to (a
+    coordinator bug, as Kafka's IllegalStateException: the request fails and nothing is written)."""
+
+
+_T = TxnState
+_ENDED = frozenset({_T.EMPTY, _T.COMPLETE_COMMIT, _T.COMPLETE_ABORT})
+#: Kafka's ``TransactionState.VALID_PREVIOUS_STATES``: state -> the states it may be entered from.
+#: PrepareAbort from an ended state is transactions v2's abort of a transaction the coordinator
+#: has no partition of yet.
+VALID_PREVIOUS_STATES: dict[TxnState, frozenset[TxnState]] = {
+    _T.EMPTY: _ENDED,
+    _T.ONGOING: _ENDED | {_T.ONGOING},
+    _T.PREPARE_COMMIT: frozenset({_T.ONGOING}),
+    _T.PREPARE_ABORT: _ENDED | {_T.ONGOING, _T.PREPARE_EPOCH_FENCE},
+    _T.COMPLETE_COMMIT: frozenset({_T.PREPARE_COMMIT}),
+    _T.COMPLETE_ABORT: frozenset({_T.PREPARE_ABORT}),
+    _T.DEAD: _ENDED,
+    _T.PREPARE_EPOCH_FENCE: frozenset({_T.ONGOING}),
+}
+
+
+def check_txn_transition(transactional_id: str, current: TxnState, target: TxnState) -> None:
+    """Raise ``IllegalTxnTransition`` unless ``current`` may lead to ``target``."""
+    if current not in VALID_PREVIOUS_STATES[target]:
+        raise IllegalTxnTransition(
+            f"transaction {transactional_id} cannot move from {current.display} to {target.display}"
+            f" (only from {', '.join(sorted(s.display for s in VALID_PREVIOUS_STATES[target]))})"
+        )
+
+
 #: States in which no transaction is open: a new one may begin, the id may expire.
 COMPLETE = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 PREPARED = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
@@ -86,6 +117,12 @@ class TransactionMetadata:
 
     def is_(self, *states: TxnState) -> bool:
         return self.state in states
+
+    def transition_to(self, state: TxnState) -> None:
+        """Move to ``state`` in memory, which the current state must be allowed to lead to
+        (``VALID_PREVIOUS_STATES``)."""
+        check_txn_transition(self.transactional_id, self.state, state)
+        self.state = state
 
     @property
     def is_two_phase_commit(self) -> bool:
