@@ -569,8 +569,9 @@ class ConsumerCoordinator:
             self.member_id = member_id
             raise _Retry("the coordinator handed out a member id", backoff=False)
         if code == ErrorCode.UNKNOWN_MEMBER_ID:
+            # As Java's joinGroupIfNeeded: join again at once, as a new member.
             self.member_id = ""
-            raise _Retry("JoinGroup: unknown member id")
+            raise _Retry("JoinGroup: unknown member id", backoff=False)
         if code == ErrorCode.ILLEGAL_GENERATION:
             self.generation = -1
             raise _Retry("JoinGroup: illegal generation")
@@ -594,7 +595,7 @@ class ConsumerCoordinator:
         if code in _GENERATION_LOST:
             self._reset_generation(f"SyncGroup answered {make_error(code).name}",
                                    reset_member_id=code == ErrorCode.UNKNOWN_MEMBER_ID)
-            raise _Retry(f"SyncGroup: {make_error(code).name}")
+            raise _Retry(f"SyncGroup: {make_error(code).name}", backoff=False)
         if code in COORDINATOR_ERRORS:
             self._channel.forget(node)
             raise _Retry(f"SyncGroup: {make_error(code).name}")

@@ -277,6 +277,34 @@ async def test_rebalance_in_progress_on_join_and_sync_retries_at_once(member: Me
     assert member.time.monotonic() == 0
 
 
+@pytest.mark.parametrize(
+    ("error", "member_id_after"), [(ErrorCode.UNKNOWN_MEMBER_ID, ""), (ErrorCode.ILLEGAL_GENERATION, ME)]
+)
+async def test_sync_losing_the_generation_rejoins_at_once(
+    member: Member, error: int, member_id_after: str
+) -> None:
+    # Java's joinGroupIfNeeded goes on without a backoff after these, and keeps the member id
+    # after ILLEGAL_GENERATION.
+    member.join()
+    member.sync(error=error)
+    member.join(generation=2, match={"member_id": member_id_after})
+    member.sync([T0], match={"generation_id": 2})
+    assert await member.run(member.coordinator.ensure_active_group())
+    assert member.coordinator.generation == 2
+    assert member.time.monotonic() == 0
+
+
+async def test_join_answered_unknown_member_id_rejoins_at_once_without_the_id(member: Member) -> None:
+    await member.stable()
+    member.coordinator.request_rejoin("test")
+    member.join(error=ErrorCode.UNKNOWN_MEMBER_ID, member_id="", match={"member_id": ME})
+    member.join(generation=2, match={"member_id": ""})
+    member.sync([T0])
+    assert await member.run(member.coordinator.ensure_active_group())
+    assert member.coordinator.member_id == ME
+    assert member.time.monotonic() == 0
+
+
 # -- heartbeats -----------------------------------------------------------------------------------
 
 
@@ -594,3 +622,4 @@ async def test_ensure_active_group_gives_up_at_its_timeout_while_no_coordinator_
     assert not await member.run(member.coordinator.ensure_active_group(timeout_ms=1000))
     assert member.time.monotonic() == pytest.approx(1.0)
     assert member.port.requests == []
+
