@@ -1,4 +1,6 @@
-"""The classic group coordinator: Kafka's ``GroupCoordinator`` rebalance protocol and offset store.
+"""The classic group coordinator: Kafka's ``GroupCoordinator`` rebalance protocol (membership, as
+Kafka's ``GroupMetadataManager``), with the committed offsets in ``offsets.GroupOffsets`` (Kafka's
+``OffsetMetadataManager``), which this class fronts for the handlers.
 
 Everything here runs on the broker's event loop and never blocks: requests that must wait (JoinGroup
 until the join window closes, SyncGroup until the leader's assignment arrives) pass a callback that
@@ -20,6 +22,7 @@ from typing import Any, Protocol
 
 from reference_broker.clock import Clock
 from reference_broker.coordinator.group import records
+from reference_broker.coordinator.group.offsets import GroupOffsets
 from reference_broker.coordinator.group.state import (
     CommittedOffset,
     Group,
@@ -100,6 +103,7 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         #: ``__consumer_offsets`` partitions whose records are still being read at start-up.
         self.loading: set[int] = set()
+        self.offsets = GroupOffsets(self)
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -109,7 +113,7 @@ class GroupCoordinator:
     def is_loading(self, group_id: str) -> bool:
         return bool(self.loading) and self.partition_for(group_id) in self.loading
 
-    def _write(self, group_id: str, batch: list[Record]) -> int:
+    def write_records(self, group_id: str, batch: list[Record]) -> int:
         """Persist ``batch`` for ``group_id``; an error code (0 when stored)."""
         if self.store is None or not batch:
             return 0
@@ -144,14 +148,14 @@ class GroupCoordinator:
         return records.group_key(group.group_id), records.group_value(value)
 
     def _store_group(self, group: Group) -> int:
-        return self._write(group.group_id, [self._group_record(group)])
+        return self.write_records(group.group_id, [self._group_record(group)])
 
     def _new_member_id(self, client_id: str, group_instance_id: str | None) -> str:
         return f"{group_instance_id or client_id}-{uuid.uuid4()}"
 
     # -- heartbeats and session expiry ---------------------------------------------------
 
-    def _schedule_heartbeat(self, group: Group, member: Member) -> None:
+    def schedule_heartbeat(self, group: Group, member: Member) -> None:
         if member.heartbeat_timer is not None:
             member.heartbeat_timer.cancel()
         member.heartbeat_timer = self.clock.call_later(
@@ -164,7 +168,7 @@ class GroupCoordinator:
             return
         if member.awaiting_join or member.awaiting_sync:
             # A request of this member is in flight: it is alive (Kafka's hasSatisfiedHeartbeat).
-            self._schedule_heartbeat(group, member)
+            self.schedule_heartbeat(group, member)
             return
         log.info("member %s of group %s expired (session timeout)", member.member_id, group.group_id)
         self._remove_member_and_update(group, member)
@@ -276,7 +280,7 @@ class GroupCoordinator:
         # Stable
         if group.leader_id == member_id or not member.matches(protocols):
             return self._update_member_and_rebalance(group, member, member_args, respond)
-        self._schedule_heartbeat(group, member)
+        self.schedule_heartbeat(group, member)
         return respond(self._join_result(group, member))
 
     def _join_result(self, group: Group, member: Member) -> JoinResult:
@@ -321,7 +325,7 @@ class GroupCoordinator:
         if group.is_(GroupState.PREPARING_REBALANCE) and group.generation == 0:
             group.new_member_added = True
         group.add(member)
-        self._schedule_heartbeat(group, member)
+        self.schedule_heartbeat(group, member)
         self._maybe_prepare_rebalance(group, f"adding member {member_id}")
 
     def _update_member_and_rebalance(
@@ -333,7 +337,7 @@ class GroupCoordinator:
         member.session_timeout_ms = session_ms
         member.protocols = list(protocols)
         member.join_callback = respond
-        self._schedule_heartbeat(group, member)
+        self.schedule_heartbeat(group, member)
         self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoining")
 
     def _replace_static_member(
@@ -369,7 +373,7 @@ class GroupCoordinator:
         group.static_members[instance_id] = new_id
         if group.leader_id == old_id:
             group.leader_id = new_id
-        self._schedule_heartbeat(group, member)
+        self.schedule_heartbeat(group, member)
         if group.is_(GroupState.STABLE):
             if (
                 group.protocol_name in group.candidate_protocols()
@@ -480,7 +484,7 @@ class GroupCoordinator:
         for member in group.members.values():
             callback, member.join_callback = member.join_callback, None
             member.is_new = False
-            self._schedule_heartbeat(group, member)
+            self.schedule_heartbeat(group, member)
             if callback is not None:
                 callback(self._join_result(group, member))
 
@@ -539,7 +543,7 @@ class GroupCoordinator:
             return respond(SyncResult(E.UNKNOWN_MEMBER_ID))
         if group.is_(GroupState.PREPARING_REBALANCE):
             return respond(SyncResult(E.REBALANCE_IN_PROGRESS))
-        self._schedule_heartbeat(group, member)
+        self.schedule_heartbeat(group, member)
         group.pending_sync.discard(member_id)
         if group.is_(GroupState.STABLE):
             return respond(self._sync_result(group, member))
@@ -583,7 +587,7 @@ class GroupCoordinator:
             return E.ILLEGAL_GENERATION
         if group.is_(GroupState.EMPTY):
             return E.UNKNOWN_MEMBER_ID
-        self._schedule_heartbeat(group, member)
+        self.schedule_heartbeat(group, member)
         if group.is_(GroupState.PREPARING_REBALANCE):
             return E.REBALANCE_IN_PROGRESS
         return 0
@@ -643,7 +647,7 @@ class GroupCoordinator:
         elif group.is_(GroupState.PREPARING_REBALANCE):
             self._try_complete_join(group)
 
-    # -- offsets -------------------------------------------------------------------------
+    # -- offsets (``offsets.GroupOffsets``) ---------------------------------------------
 
     def commit_offsets(
         self,
@@ -655,69 +659,10 @@ class GroupCoordinator:
         *,
         api_version: int = 8,
     ) -> dict[tuple[str, int], int]:
-        """Kafka's ``handleCommitOffsets``: an error code per partition."""
-
-        def all_(code: int) -> dict[tuple[str, int], int]:
-            return dict.fromkeys(offsets, code)
-
-        if not group_id:
-            return all_(E.INVALID_GROUP_ID)
-        if self.is_loading(group_id):
-            return all_(E.COORDINATOR_LOAD_IN_PROGRESS)
-        group = self.groups.get(group_id)
-        if group is None:
-            if generation >= 0:
-                return all_(E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION)
-            group = self.groups[group_id] = Group(group_id, self.clock.now_ms())
-        if group.is_(GroupState.DEAD):
-            return all_(E.COORDINATOR_NOT_AVAILABLE)
-        if group.is_static_member_fenced(group_instance_id, member_id):
-            return all_(E.FENCED_INSTANCE_ID)
-        if not (generation < 0 and group.is_(GroupState.EMPTY)):
-            if group.is_(GroupState.COMPLETING_REBALANCE):
-                return all_(E.REBALANCE_IN_PROGRESS)
-            member = group.members.get(member_id)
-            if member is None:
-                return all_(E.UNKNOWN_MEMBER_ID)
-            if generation != group.generation:
-                return all_(E.ILLEGAL_GENERATION)
-            self._schedule_heartbeat(group, member)
-        result, accepted, batch = self._offset_records(group_id, offsets, transactional=False)
-        error = self._write(group_id, batch)
-        for tp, committed in accepted.items():
-            if not error:
-                group.offsets[tp] = committed
-            result[tp] = error
-        return result
-
-    def _offset_records(
-        self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset], *, transactional: bool
-    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], CommittedOffset], list[Record]]:
-        """The per-partition checks of a commit: (errors of the refused partitions, the accepted
-        offsets, their ``__consumer_offsets`` records). Transactional offsets carry no expiry."""
-        result: dict[tuple[str, int], int] = {}
-        accepted: dict[tuple[str, int], CommittedOffset] = {}
-        for tp, committed in offsets.items():
-            if not self.topic_exists(*tp):
-                result[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
-            elif len(committed.metadata.encode()) > self.config.offset_metadata_max_bytes:
-                result[tp] = E.OFFSET_METADATA_TOO_LARGE
-            else:
-                accepted[tp] = committed
-        batch: list[Record] = [
-            (
-                records.offset_key(group_id, t, p),
-                records.offset_value(
-                    c.offset,
-                    c.leader_epoch,
-                    c.metadata,
-                    c.commit_timestamp_ms,
-                    None if transactional else c.expire_timestamp_ms,
-                ),
-            )
-            for (t, p), c in accepted.items()
-        ]
-        return result, accepted, batch
+        """OffsetCommit: an error code per partition (``GroupOffsets.commit_offsets``)."""
+        return self.offsets.commit_offsets(
+            group_id, generation, member_id, group_instance_id, offsets, api_version=api_version
+        )
 
     def commit_transactional_offsets(
         self,
@@ -729,126 +674,34 @@ class GroupCoordinator:
         group_instance_id: str | None,
         offsets: dict[tuple[str, int], CommittedOffset],
     ) -> dict[tuple[str, int], int]:
-        """TxnOffsetCommit (Kafka's ``doTxnCommitOffsets``, KIP-447 checks when the member and
-        generation are given): the offsets are written as a transactional batch of
-        ``producer_id`` and kept pending until its transaction's marker
-        (``complete_transactional_offsets``)."""
-        if self.is_loading(group_id):
-            return dict.fromkeys(offsets, E.COORDINATOR_LOAD_IN_PROGRESS)
-        group = self.groups.get(group_id)
-        if group is None:
-            group = self.groups[group_id] = Group(group_id, self.clock.now_ms())
-        if group.is_(GroupState.DEAD):
-            return dict.fromkeys(offsets, E.COORDINATOR_NOT_AVAILABLE)
-        # As Kafka's validateMember: an instance id is checked first (unknown, or held by another
-        # member id: fenced), then the member id, then the generation.
-        if group_instance_id is not None and not (generation < 0 and group.is_(GroupState.EMPTY)):
-            if group_instance_id not in group.static_members:
-                return dict.fromkeys(offsets, E.UNKNOWN_MEMBER_ID)
-            if group.is_static_member_fenced(group_instance_id, member_id):
-                return dict.fromkeys(offsets, E.FENCED_INSTANCE_ID)
-        if member_id and member_id not in group.members:
-            return dict.fromkeys(offsets, E.UNKNOWN_MEMBER_ID)
-        if generation >= 0 and generation != group.generation:
-            return dict.fromkeys(offsets, E.ILLEGAL_GENERATION)
-        result, accepted, batch = self._offset_records(group_id, offsets, transactional=True)
-        error: int = E.NONE
-        if batch and self.store is not None:
-            try:
-                self.store.write_transactional(
-                    self.partition_for(group_id), batch, producer_id, producer_epoch
-                )
-            except Exception as exc:
-                log.info("transactional offset commit of group %s refused: %s", group_id, exc)
-                error = getattr(exc, "code", E.NONE) or E.COORDINATOR_NOT_AVAILABLE
-        if not error and accepted:
-            group.pending_transactional_offsets.setdefault(producer_id, {}).update(accepted)
-        for tp in accepted:
-            result[tp] = error
-        return result
+        """TxnOffsetCommit: pending until the marker (``GroupOffsets.commit_transactional_offsets``)."""
+        return self.offsets.commit_transactional_offsets(
+            group_id, producer_id, producer_epoch, generation, member_id, group_instance_id, offsets
+        )
 
     def complete_transactional_offsets(self, partition: int, producer_id: int, commit: bool) -> None:
-        """A transaction marker on ``__consumer_offsets`` partition ``partition``: the producer's
-        pending offsets of the groups there become committed (or are dropped)."""
-        for group in self.groups.values():
-            if self.partition_for(group.group_id) != partition:
-                continue
-            pending = group.pending_transactional_offsets.pop(producer_id, None)
-            if pending and commit:
-                group.offsets.update(pending)
+        """A marker on ``__consumer_offsets`` partition ``partition`` publishes or drops the
+        producer's pending offsets there."""
+        self.offsets.complete_transactional_offsets(partition, producer_id, commit)
 
     def load_transactional_offsets(self, pending: dict[int, list[Record]]) -> None:
-        """Offsets of transactions still open when the partition was read (by producer id)."""
-        now = self.clock.now_ms()
-        for producer_id, entries in pending.items():
-            for key_bytes, value_bytes in entries:
-                key = records.parse_key(key_bytes)
-                if not isinstance(key, records.OffsetKey) or value_bytes is None:
-                    continue
-                v = records.parse_offset_value(value_bytes)
-                group = self.groups.get(key.group)
-                if group is None:
-                    group = self.groups[key.group] = Group(key.group, now)
-                pending_offsets = group.pending_transactional_offsets.setdefault(producer_id, {})
-                pending_offsets[(key.topic, key.partition)] = CommittedOffset(
-                    v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
-                )
+        self.offsets.load_transactional_offsets(pending)
 
     def fetch_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool = False
     ) -> tuple[int, dict[tuple[str, int], tuple[CommittedOffset | None, int]]]:
-        """(group error, {partition: (committed offset or None, partition error)}); ``partitions``
-        None means every partition the group has an offset for."""
-        if self.is_loading(group_id):
-            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
-        group = self.groups.get(group_id)
-        stored = group.offsets if group is not None else {}
-        wanted = sorted(stored) if partitions is None else partitions
-        pending: set[tuple[str, int]] = set()
-        if require_stable and group is not None:
-            for txn_offsets in group.pending_transactional_offsets.values():
-                pending.update(txn_offsets)
-        answer: dict[tuple[str, int], tuple[CommittedOffset | None, int]] = {}
-        for tp in wanted:
-            if tp in pending:
-                answer[tp] = (None, E.UNSTABLE_OFFSET_COMMIT)
-            else:
-                answer[tp] = (stored.get(tp), E.NONE)
-        return E.NONE, answer
+        """OffsetFetch (``GroupOffsets.fetch_offsets``)."""
+        return self.offsets.fetch_offsets(group_id, partitions, require_stable)
 
     def delete_offsets(
         self, group_id: str, partitions: list[tuple[str, int]]
     ) -> tuple[int, dict[tuple[str, int], int]]:
-        """OffsetDelete (KIP-496): offsets of topics the group no longer consumes."""
-        if self.is_loading(group_id):
-            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
-        group = self.groups.get(group_id)
-        if group is None or group.is_(GroupState.DEAD):
-            return E.GROUP_ID_NOT_FOUND, {}
-        if group.is_(GroupState.EMPTY):
-            subscribed: set[str] = set()
-        else:
-            topics = group.subscribed_topics()
-            if topics is None:
-                return E.NON_EMPTY_GROUP, {}
-            subscribed = topics
-        result: dict[tuple[str, int], int] = {}
-        doomed = []
-        for tp in partitions:
-            if not self.topic_exists(*tp):
-                result[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
-            elif tp[0] in subscribed:
-                result[tp] = E.GROUP_SUBSCRIBED_TO_TOPIC
-            else:
-                result[tp] = 0
-                if tp in group.offsets:
-                    doomed.append(tp)
-        error = self._write(group_id, [(records.offset_key(group_id, t, p), None) for t, p in doomed])
-        if error:
-            return error, {}
-        for tp in doomed:
-            del group.offsets[tp]
-        return E.NONE, result
+        """OffsetDelete (``GroupOffsets.delete_offsets``)."""
+        return self.offsets.delete_offsets(group_id, partitions)
+
+    def expire_offsets(self) -> int:
+        """Offset retention, the periodic task (``GroupOffsets.expire_offsets``)."""
+        return self.offsets.expire_offsets()
 
     # -- admin ---------------------------------------------------------------------------
 
@@ -871,66 +724,18 @@ class GroupCoordinator:
             return E.GROUP_ID_NOT_FOUND
         if not group.is_(GroupState.EMPTY):
             return E.NON_EMPTY_GROUP
-        return self._drop_group(group)
+        return self.drop_group(group)
 
-    def _drop_group(self, group: Group) -> int:
+    def drop_group(self, group: Group) -> int:
         batch: list[Record] = [(records.offset_key(group.group_id, t, p), None) for t, p in group.offsets]
         batch.append((records.group_key(group.group_id), None))
-        error = self._write(group.group_id, batch)
+        error = self.write_records(group.group_id, batch)
         if error:
             return error
         group.offsets.clear()
         group.transition(GroupState.DEAD, self.clock.now_ms())
         del self.groups[group.group_id]
         return 0
-
-    def expire_offsets(self) -> int:
-        """Offset retention (KIP-211): an empty group's offsets expire ``offsets.retention.minutes``
-        after it became empty (or after their commit, if later); an explicit expire timestamp (v2-v4
-        retention_time_ms) wins. A group left with no offsets is removed. Tombstones are written.
-        Returns how many offsets expired."""
-        now = self.clock.now_ms()
-        expired_total = 0
-        for group in list(self.groups.values()):
-            if group.is_(GroupState.DEAD):
-                continue
-            if self.partition_for(group.group_id) in self.loading:
-                continue
-            expired = []
-            # A consumer group with members keeps the offsets of the topics it subscribes to; the
-            # others expire from their commit time (KIP-496).
-            subscribed = None if group.is_(GroupState.EMPTY) else group.subscribed_topics()
-            for tp, committed in group.offsets.items():
-                if committed.expire_timestamp_ms is not None:
-                    if now >= committed.expire_timestamp_ms:
-                        expired.append(tp)
-                elif group.is_(GroupState.EMPTY):
-                    base = max(group.state_timestamp_ms, committed.commit_timestamp_ms)
-                    if now - base >= self.config.offsets_retention_ms:
-                        expired.append(tp)
-                elif (
-                    subscribed is not None
-                    and tp[0] not in subscribed
-                    and now - committed.commit_timestamp_ms >= self.config.offsets_retention_ms
-                ):
-                    expired.append(tp)
-            if expired:
-                batch: list[tuple[bytes, bytes | None]] = [
-                    (records.offset_key(group.group_id, t, p), None) for t, p in expired
-                ]
-                if self._write(group.group_id, batch):
-                    continue
-                for tp in expired:
-                    del group.offsets[tp]
-                expired_total += len(expired)
-            if (
-                group.is_(GroupState.EMPTY)
-                and not group.offsets
-                and not group.pending_members
-                and not group.pending_transactional_offsets  # its transaction's marker will need it
-            ):
-                self._drop_group(group)  # Kafka's cleanupGroupMetadata: an empty group with no offsets
-        return expired_total
 
     def shutdown(self) -> None:
         """The broker is stopping: timers are cancelled and requests still waiting are answered
@@ -1013,6 +818,6 @@ class GroupCoordinator:
         if group.members:
             group.state = GroupState.STABLE
             for member in group.members.values():
-                self._schedule_heartbeat(group, member)
+                self.schedule_heartbeat(group, member)
         else:
             group.state = GroupState.EMPTY

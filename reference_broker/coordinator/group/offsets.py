@@ -1,0 +1,286 @@
+"""Committed offsets of the classic groups, Kafka's ``OffsetMetadataManager`` beside the membership
+of ``GroupCoordinator`` (Kafka's ``GroupMetadataManager``): OffsetCommit, TxnOffsetCommit and its
+offsets pending until the transaction's marker, OffsetFetch, OffsetDelete and offset retention.
+
+The groups themselves, their members and generations belong to the coordinator; this side reads
+them to validate a commit, creates a group that only commits offsets, and writes its records
+through the coordinator's store (``write_records``), so a commit takes effect only once written.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from reference_broker.coordinator.group import records
+from reference_broker.coordinator.group.state import CommittedOffset, Group, GroupState
+from sdk.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from reference_broker.coordinator.group.coordinator import GroupCoordinator, Record
+
+log = logging.getLogger("reference_broker.group_coordinator")
+
+E = ErrorCode
+
+
+class GroupOffsets:
+    """The offsets of every group of one ``GroupCoordinator``."""
+
+    def __init__(self, membership: GroupCoordinator):
+        self.membership = membership
+
+    def commit_offsets(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[tuple[str, int], CommittedOffset],
+        *,
+        api_version: int = 8,
+    ) -> dict[tuple[str, int], int]:
+        """Kafka's ``handleCommitOffsets``: an error code per partition."""
+
+        def all_(code: int) -> dict[tuple[str, int], int]:
+            return dict.fromkeys(offsets, code)
+
+        if not group_id:
+            return all_(E.INVALID_GROUP_ID)
+        if self.membership.is_loading(group_id):
+            return all_(E.COORDINATOR_LOAD_IN_PROGRESS)
+        group = self.membership.groups.get(group_id)
+        if group is None:
+            if generation >= 0:
+                return all_(E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION)
+            group = self.membership.groups[group_id] = Group(group_id, self.membership.clock.now_ms())
+        if group.is_(GroupState.DEAD):
+            return all_(E.COORDINATOR_NOT_AVAILABLE)
+        if group.is_static_member_fenced(group_instance_id, member_id):
+            return all_(E.FENCED_INSTANCE_ID)
+        if not (generation < 0 and group.is_(GroupState.EMPTY)):
+            if group.is_(GroupState.COMPLETING_REBALANCE):
+                return all_(E.REBALANCE_IN_PROGRESS)
+            member = group.members.get(member_id)
+            if member is None:
+                return all_(E.UNKNOWN_MEMBER_ID)
+            if generation != group.generation:
+                return all_(E.ILLEGAL_GENERATION)
+            self.membership.schedule_heartbeat(group, member)
+        result, accepted, batch = self._offset_records(group_id, offsets, transactional=False)
+        error = self.membership.write_records(group_id, batch)
+        for tp, committed in accepted.items():
+            if not error:
+                group.offsets[tp] = committed
+            result[tp] = error
+        return result
+
+    def _offset_records(
+        self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset], *, transactional: bool
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], CommittedOffset], list[Record]]:
+        """The per-partition checks of a commit: (errors of the refused partitions, the accepted
+        offsets, their ``__consumer_offsets`` records). Transactional offsets carry no expiry."""
+        result: dict[tuple[str, int], int] = {}
+        accepted: dict[tuple[str, int], CommittedOffset] = {}
+        for tp, committed in offsets.items():
+            if not self.membership.topic_exists(*tp):
+                result[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
+            elif len(committed.metadata.encode()) > self.membership.config.offset_metadata_max_bytes:
+                result[tp] = E.OFFSET_METADATA_TOO_LARGE
+            else:
+                accepted[tp] = committed
+        batch: list[Record] = [
+            (
+                records.offset_key(group_id, t, p),
+                records.offset_value(
+                    c.offset,
+                    c.leader_epoch,
+                    c.metadata,
+                    c.commit_timestamp_ms,
+                    None if transactional else c.expire_timestamp_ms,
+                ),
+            )
+            for (t, p), c in accepted.items()
+        ]
+        return result, accepted, batch
+
+    def commit_transactional_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[tuple[str, int], CommittedOffset],
+    ) -> dict[tuple[str, int], int]:
+        """TxnOffsetCommit (Kafka's ``doTxnCommitOffsets``, KIP-447 checks when the member and
+        generation are given): the offsets are written as a transactional batch of
+        ``producer_id`` and kept pending until its transaction's marker
+        (``complete_transactional_offsets``)."""
+        if self.membership.is_loading(group_id):
+            return dict.fromkeys(offsets, E.COORDINATOR_LOAD_IN_PROGRESS)
+        group = self.membership.groups.get(group_id)
+        if group is None:
+            group = self.membership.groups[group_id] = Group(group_id, self.membership.clock.now_ms())
+        if group.is_(GroupState.DEAD):
+            return dict.fromkeys(offsets, E.COORDINATOR_NOT_AVAILABLE)
+        # As Kafka's validateMember: an instance id is checked first (unknown, or held by another
+        # member id: fenced), then the member id, then the generation.
+        if group_instance_id is not None and not (generation < 0 and group.is_(GroupState.EMPTY)):
+            if group_instance_id not in group.static_members:
+                return dict.fromkeys(offsets, E.UNKNOWN_MEMBER_ID)
+            if group.is_static_member_fenced(group_instance_id, member_id):
+                return dict.fromkeys(offsets, E.FENCED_INSTANCE_ID)
+        if member_id and member_id not in group.members:
+            return dict.fromkeys(offsets, E.UNKNOWN_MEMBER_ID)
+        if generation >= 0 and generation != group.generation:
+            return dict.fromkeys(offsets, E.ILLEGAL_GENERATION)
+        result, accepted, batch = self._offset_records(group_id, offsets, transactional=True)
+        error: int = E.NONE
+        if batch and self.membership.store is not None:
+            try:
+                self.membership.store.write_transactional(
+                    self.membership.partition_for(group_id), batch, producer_id, producer_epoch
+                )
+            except Exception as exc:
+                log.info("transactional offset commit of group %s refused: %s", group_id, exc)
+                error = getattr(exc, "code", E.NONE) or E.COORDINATOR_NOT_AVAILABLE
+        if not error and accepted:
+            group.pending_transactional_offsets.setdefault(producer_id, {}).update(accepted)
+        for tp in accepted:
+            result[tp] = error
+        return result
+
+    def complete_transactional_offsets(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker on ``__consumer_offsets`` partition ``partition``: the producer's
+        pending offsets of the groups there become committed (or are dropped)."""
+        for group in self.membership.groups.values():
+            if self.membership.partition_for(group.group_id) != partition:
+                continue
+            pending = group.pending_transactional_offsets.pop(producer_id, None)
+            if pending and commit:
+                group.offsets.update(pending)
+
+    def load_transactional_offsets(self, pending: dict[int, list[Record]]) -> None:
+        """Offsets of transactions still open when the partition was read (by producer id)."""
+        now = self.membership.clock.now_ms()
+        for producer_id, entries in pending.items():
+            for key_bytes, value_bytes in entries:
+                key = records.parse_key(key_bytes)
+                if not isinstance(key, records.OffsetKey) or value_bytes is None:
+                    continue
+                v = records.parse_offset_value(value_bytes)
+                group = self.membership.groups.get(key.group)
+                if group is None:
+                    group = self.membership.groups[key.group] = Group(key.group, now)
+                pending_offsets = group.pending_transactional_offsets.setdefault(producer_id, {})
+                pending_offsets[(key.topic, key.partition)] = CommittedOffset(
+                    v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
+                )
+
+    def fetch_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool = False
+    ) -> tuple[int, dict[tuple[str, int], tuple[CommittedOffset | None, int]]]:
+        """(group error, {partition: (committed offset or None, partition error)}); ``partitions``
+        None means every partition the group has an offset for."""
+        if self.membership.is_loading(group_id):
+            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
+        group = self.membership.groups.get(group_id)
+        stored = group.offsets if group is not None else {}
+        wanted = sorted(stored) if partitions is None else partitions
+        pending: set[tuple[str, int]] = set()
+        if require_stable and group is not None:
+            for txn_offsets in group.pending_transactional_offsets.values():
+                pending.update(txn_offsets)
+        answer: dict[tuple[str, int], tuple[CommittedOffset | None, int]] = {}
+        for tp in wanted:
+            if tp in pending:
+                answer[tp] = (None, E.UNSTABLE_OFFSET_COMMIT)
+            else:
+                answer[tp] = (stored.get(tp), E.NONE)
+        return E.NONE, answer
+
+    def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete (KIP-496): offsets of topics the group no longer consumes."""
+        if self.membership.is_loading(group_id):
+            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
+        group = self.membership.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return E.GROUP_ID_NOT_FOUND, {}
+        if group.is_(GroupState.EMPTY):
+            subscribed: set[str] = set()
+        else:
+            topics = group.subscribed_topics()
+            if topics is None:
+                return E.NON_EMPTY_GROUP, {}
+            subscribed = topics
+        result: dict[tuple[str, int], int] = {}
+        doomed = []
+        for tp in partitions:
+            if not self.membership.topic_exists(*tp):
+                result[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
+            elif tp[0] in subscribed:
+                result[tp] = E.GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                result[tp] = 0
+                if tp in group.offsets:
+                    doomed.append(tp)
+        tombstones: list[Record] = [(records.offset_key(group_id, t, p), None) for t, p in doomed]
+        error = self.membership.write_records(group_id, tombstones)
+        if error:
+            return error, {}
+        for tp in doomed:
+            del group.offsets[tp]
+        return E.NONE, result
+
+    def expire_offsets(self) -> int:
+        """Offset retention (KIP-211): an empty group's offsets expire ``offsets.retention.minutes``
+        after it became empty (or after their commit, if later); an explicit expire timestamp (v2-v4
+        retention_time_ms) wins. A group left with no offsets is removed. Tombstones are written.
+        Returns how many offsets expired."""
+        now = self.membership.clock.now_ms()
+        expired_total = 0
+        for group in list(self.membership.groups.values()):
+            if group.is_(GroupState.DEAD):
+                continue
+            if self.membership.partition_for(group.group_id) in self.membership.loading:
+                continue
+            expired = []
+            # A consumer group with members keeps the offsets of the topics it subscribes to; the
+            # others expire from their commit time (KIP-496).
+            subscribed = None if group.is_(GroupState.EMPTY) else group.subscribed_topics()
+            for tp, committed in group.offsets.items():
+                if committed.expire_timestamp_ms is not None:
+                    if now >= committed.expire_timestamp_ms:
+                        expired.append(tp)
+                elif group.is_(GroupState.EMPTY):
+                    base = max(group.state_timestamp_ms, committed.commit_timestamp_ms)
+                    if now - base >= self.membership.config.offsets_retention_ms:
+                        expired.append(tp)
+                elif (
+                    subscribed is not None
+                    and tp[0] not in subscribed
+                    and now - committed.commit_timestamp_ms >= self.membership.config.offsets_retention_ms
+                ):
+                    expired.append(tp)
+            if expired:
+                batch: list[tuple[bytes, bytes | None]] = [
+                    (records.offset_key(group.group_id, t, p), None) for t, p in expired
+                ]
+                if self.membership.write_records(group.group_id, batch):
+                    continue
+                for tp in expired:
+                    del group.offsets[tp]
+                expired_total += len(expired)
+            if (
+                group.is_(GroupState.EMPTY)
+                and not group.offsets
+                and not group.pending_members
+                and not group.pending_transactional_offsets  # its transaction's marker will need it
+            ):
+                # Kafka's cleanupGroupMetadata: an empty group with no offsets is removed.
+                self.membership.drop_group(group)
+        return expired_total
