@@ -4,10 +4,10 @@ A fetch response's record data for a partition is kept as it came (``PartitionRe
 decoded one batch at a time as the application asks for records, so a prefetched megabyte costs
 nothing until it is read and ``max_records`` bounds the work of one ``getmany``.
 
-The per-record decoder (``decode_batch_records``) builds ``ConsumerRecord``s directly, without
-the intermediate ``sdk.records.Record`` objects, with the same inlined varint tables as
-``sdk.records.batch``: it is the consumer's hot path. Batch framing, CRC and decompression stay
-with ``RecordBatch``.
+``decode_batch_records`` builds ``ConsumerRecord``s directly, without the intermediate
+``sdk.records.Record`` objects, through the record reader's consumer output
+(``sdk.records.reader``: C when built, else its Python twin): it is the consumer's hot path.
+Batch framing, CRC and decompression stay with ``RecordBatch``.
 
 Transactions (read_committed): the response's aborted-transactions list gives, per producer id,
 the first offset of each aborted transaction. Walking batches in offset order, a producer becomes
@@ -18,34 +18,17 @@ ABORT control marker ends that (Kafka's ``CompletedFetch`` does the same).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Generator, Iterator
-from typing import Any, cast
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.errors import CorruptRecordInFetchError, RecordTooLargeForFetchError
 from sdk.consumer.records import ConsumerRecord
 from sdk.errors import SerializationError
-from sdk.records import ControlType, RecordBatch, iter_batches
-from sdk.records.batch import _read_headers
-from sdk.records.errors import CorruptRecordError, InvalidRecordCountError, InvalidRecordError
-from sdk.records.varint import decode_varint, decode_varlong, zigzag_decode
+from sdk.records import ControlType, RecordBatch, iter_batches, reader
+from sdk.records.errors import CorruptRecordError
 
-__all__ = ["COMPILED", "PartitionRecords", "decode_batch_records", "decode_records_python"]
-
-try:
-    from sdk.consumer import _decode
-
-    _decode.prepare(ConsumerRecord)
-    _compiled_decode = _decode.decode_records
-except ImportError:  # built at install when a C compiler is available; the Python twin otherwise
-    _compiled_decode = None
-
-#: Whether the C decoder (``sdk.consumer._decode``) is in use.
-COMPILED = _compiled_decode is not None
-
-_Z1 = tuple(zigzag_decode(b) for b in range(0x80))
-_Z2 = tuple(zigzag_decode(i - 0x80) if i >= 0x80 else 0 for i in range((0x7F << 7) + 0x100))
-_NO_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
+__all__ = ["PartitionRecords", "decode_batch_records"]
 
 
 def decode_batch_records(
@@ -53,153 +36,21 @@ def decode_batch_records(
 ) -> list[ConsumerRecord]:
     """The records of ``batch`` with offsets >= ``min_offset``, as ConsumerRecords.
 
-    Raises ``CorruptRecordError`` (from ``sdk.records``) for any defect, like iterating the batch.
-    The C decoder answers for well-formed records; anything it declines goes to the Python one.
+    Raises ``CorruptRecordError`` (from ``sdk.records``) for any defect, like iterating the batch;
+    then none of the batch's records is returned.
     """
-    # iter_records validates the frame (and the CRC) at once; closing it decodes nothing.
-    cast("Generator[Any, None, None]", batch.iter_records(check_crc=check_crc)).close()
-    data, pos, end = batch._records_section()
+    data, start, end = batch.records_section(check_crc=check_crc)
     if batch.attributes & 0x08:
-        ts_type, fixed_ts, base_ts = 1, batch.max_timestamp, 0
+        ts_type, fixed_ts = 1, batch.max_timestamp
     else:
-        ts_type, fixed_ts, base_ts = 0, None, batch.base_timestamp
-    args = (data, pos, end, batch.record_count, batch.base_offset, base_ts, fixed_ts, ts_type, min_offset,
-            topic, partition)
-    if _compiled_decode is not None:
-        found = _compiled_decode(*args)
-        if found is not None:
-            return cast("list[ConsumerRecord]", found)
-    return decode_records_python(*args)
-
-
-def decode_records_python(
-    data: bytes,
-    pos: int,
-    end: int,
-    count: int,
-    base_offset: int,
-    base_ts: int,
-    fixed_ts: int | None,
-    ts_type: int,
-    min_offset: int,
-    topic: str,
-    partition: int,
-) -> list[ConsumerRecord]:
-    """The Python decoder (the C one's twin): ``count`` records of ``data[pos:end]``."""
-    z1 = _Z1
-    z2 = _Z2
-    read_varint = decode_varint
-    new = object.__new__
-    cls = ConsumerRecord
-    out: list[ConsumerRecord] = []
-    append = out.append
-    no_headers = _NO_HEADERS
-    record_start = pos
-    index = 0
-    try:
-        for index in range(count):  # noqa: B007  # index is reported on error
-            record_start = pos
-            b = data[pos]
-            if b < 0x80:
-                length = z1[b]
-                pos += 1
-            else:
-                c = data[pos + 1]
-                if c < 0x80:
-                    length = z2[(c << 7) + b]
-                    pos += 2
-                else:
-                    length, pos = read_varint(data, pos)
-            record_end = pos + length
-            if record_end > end:
-                raise InvalidRecordError(f"record length {length} overruns the batch", record_start)
-            b = data[pos + 1]
-            if b < 0x80:
-                ts_delta = z1[b]
-                pos += 2
-            else:
-                ts_delta, pos = decode_varlong(data, pos + 1)
-            b = data[pos]
-            if b < 0x80:
-                offset_delta = z1[b]
-                pos += 1
-            else:
-                c = data[pos + 1]
-                if c < 0x80:
-                    offset_delta = z2[(c << 7) + b]
-                    pos += 2
-                else:
-                    offset_delta, pos = read_varint(data, pos)
-            b = data[pos]
-            if b < 0x80:
-                key_size = z1[b]
-                pos += 1
-            else:
-                c = data[pos + 1]
-                if c < 0x80:
-                    key_size = z2[(c << 7) + b]
-                    pos += 2
-                else:
-                    key_size, pos = read_varint(data, pos)
-            if key_size < 0:
-                key = None
-                key_size = -1
-            else:
-                key = data[pos : pos + key_size]
-                pos += key_size
-            b = data[pos]
-            if b < 0x80:
-                value_size = z1[b]
-                pos += 1
-            else:
-                c = data[pos + 1]
-                if c < 0x80:
-                    value_size = z2[(c << 7) + b]
-                    pos += 2
-                else:
-                    value_size, pos = read_varint(data, pos)
-            if value_size < 0:
-                value = None
-                value_size = -1
-            else:
-                value = data[pos : pos + value_size]
-                pos += value_size
-            if data[pos] == 0:
-                headers: Any = no_headers
-                pos += 1
-            else:
-                header_list, pos = _read_headers(data, pos, record_end)
-                headers = tuple(header_list)
-            if pos != record_end:
-                raise InvalidRecordError(
-                    f"record length {length} disagrees with its fields ({pos - record_end + length} bytes)",
-                    record_start,
-                )
-            offset = base_offset + offset_delta
-            if offset < min_offset:
-                continue
-            record = new(cls)
-            record.topic = topic
-            record.partition = partition
-            record.offset = offset
-            record.timestamp = base_ts + ts_delta if fixed_ts is None else fixed_ts
-            record.timestamp_type = ts_type
-            record.key = key
-            record.value = value
-            record.checksum = None
-            record.serialized_key_size = key_size
-            record.serialized_value_size = value_size
-            record.headers = headers
-            append(record)
-    except IndexError:
-        if record_start >= end:
-            raise InvalidRecordCountError(
-                f"recordCount is {count} but the records section holds {index}", record_start
-            ) from None
-        raise InvalidRecordError("record is cut off by the end of its section", record_start) from None
-    if pos != end:
-        raise InvalidRecordCountError(f"{end - pos} bytes remain after the {count} records", pos)
-    return out
+        ts_type, fixed_ts = 0, None
+    records, error = reader.core.read_records(
+        data, start, end, batch.record_count, batch.base_offset, batch.base_timestamp, fixed_ts,
+        ConsumerRecord, (ts_type, min_offset, topic, partition),
+    )
+    if error is not None:
+        raise error
+    return records
 
 
 def _end_offset(data: bytes) -> int | None:

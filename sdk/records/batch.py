@@ -1,13 +1,12 @@
-"""Read magic v2 record batches: a header view plus lazily decoded records.
+"""Read magic v2 record batches: a header view plus the records, read by the one record reader.
 
 ``RecordBatch`` parses only the 61-byte header on construction, so a broker or consumer can route,
-filter and validate batches without touching records. Iterating decodes records one at a time
-(after decompressing the records section once). The record loop is the consumer's hot path, so
-it is a single generator with the one- and two-byte varint cases inlined as table lookups; longer
-varints and headers take slower helper calls.
+filter and validate batches without touching records. Iterating reads the records through
+:mod:`sdk.records.reader` (after decompressing the records section once).
 
-Every defect raises a specific :class:`~sdk.records.errors.CorruptRecordError`; the loop bounds all
-reads by the records section, so lying length fields cannot cause big allocations or long loops.
+Every defect raises a specific :class:`~sdk.records.errors.CorruptRecordError`; the reader bounds
+all reads by the records section, so lying length fields cannot cause big allocations or long
+loops.
 """
 
 from __future__ import annotations
@@ -17,15 +16,16 @@ from collections.abc import Iterator
 
 import crc32c
 
+from sdk.records import reader
 from sdk.records.compression import Compression, decompress
 from sdk.records.control import ControlRecord, parse_control_record
 from sdk.records.errors import (
+    CorruptRecordError,
     CrcMismatchError,
     InvalidBatchLengthError,
     InvalidControlRecordError,
     InvalidMagicError,
     InvalidRecordCountError,
-    InvalidRecordError,
     TruncatedBatchError,
     UnsupportedCompressionError,
 )
@@ -43,17 +43,12 @@ from sdk.records.header import (
     MAGIC_OFFSET,
     MIN_BATCH_LENGTH,
 )
-from sdk.records.varint import BytesLike, decode_varint, decode_varlong, zigzag_decode
+from sdk.records.varint import BytesLike
 
 __all__ = ["Record", "RecordBatch", "iter_batches"]
 
 _INT32 = struct.Struct(">i")
 _INT32_MAX = 0x7FFFFFFF
-
-# zigzag value of a one-byte varint, indexed by the byte (< 0x80)
-_Z1 = tuple(zigzag_decode(b) for b in range(0x80))
-# zigzag value of a two-byte varint, indexed by (second << 7) + first, first >= 0x80
-_Z2 = tuple(zigzag_decode(i - 0x80) if i >= 0x80 else 0 for i in range((0x7F << 7) + 0x100))
 
 
 class Record:
@@ -69,11 +64,8 @@ class Record:
         value: bytes | None,
         headers: list[tuple[str, bytes | None]],
     ) -> None:
-        self.offset = offset
-        self.timestamp = timestamp
-        self.key = key
-        self.value = value
-        self.headers = headers
+        self.offset, self.timestamp = offset, timestamp
+        self.key, self.value, self.headers = key, value, headers
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Record):
@@ -95,166 +87,12 @@ class Record:
         )
 
 
-def _read_headers(data: bytes, pos: int, end: int) -> tuple[list[tuple[str, bytes | None]], int]:
-    """Decode a record's header section starting at its count; ``end`` is the record's end."""
-    count, pos = decode_varint(data, pos)
-    if count < 0:
-        raise InvalidRecordError(f"negative header count {count}", pos)
-    if count > (end - pos) // 2:  # each header takes at least two bytes
-        raise InvalidRecordError(f"{count} headers cannot fit in the record", pos)
-    headers: list[tuple[str, bytes | None]] = []
-    for _ in range(count):
-        size, pos = decode_varint(data, pos)
-        if size < 0 or pos + size > end:
-            raise InvalidRecordError(f"header key length {size} is invalid", pos)
-        try:
-            hkey = str(data[pos : pos + size], "utf-8")  # any buffer: bytes, bytearray, memoryview
-        except UnicodeDecodeError as exc:
-            raise InvalidRecordError(f"header key is not UTF-8: {exc}", pos) from exc
-        pos += size
-        size, pos = decode_varint(data, pos)
-        if size < 0:
-            headers.append((hkey, None))
-            continue
-        if pos + size > end:
-            raise InvalidRecordError(f"header value length {size} overruns the record", pos)
-        headers.append((hkey, data[pos : pos + size]))
-        pos += size
-    return headers, pos
-
-
-def _decode_records(
-    data: bytes,
-    pos: int,
-    end: int,
-    count: int,
-    base_offset: int,
-    base_timestamp: int,
-    log_append_time: int | None,
-) -> Iterator[Record]:
-    """Yield ``count`` records from ``data[pos:end]``; the section must hold exactly those.
-
-    Hand-inlined for speed: one-byte varints are a ``_Z1`` lookup, two-byte ones a ``_Z2``
-    lookup, longer ones a call. Records are created without running ``__init__``. Key and value
-    slices are not bounds-checked one by one: slicing cannot over-allocate, and a field that
-    overruns its record shows up in the final length check (or as an IndexError at the end).
-    """
-    z1 = _Z1
-    z2 = _Z2
-    read_varint = decode_varint
-    read_varlong = decode_varlong
-    new = object.__new__
-    cls = Record
-    record_start = pos
-    index = 0
-    try:
-        for index in range(count):  # noqa: B007  # index is reported on error
-            record_start = pos
-            # length (varint)
-            b = data[pos]
-            if b < 0x80:
-                length = z1[b]
-                pos += 1
-            else:
-                c = data[pos + 1]
-                if c < 0x80:
-                    length = z2[(c << 7) + b]
-                    pos += 2
-                else:
-                    length, pos = read_varint(data, pos)
-            record_end = pos + length
-            if record_end > end:
-                raise InvalidRecordError(f"record length {length} overruns the batch", record_start)
-            # attributes (int8, unused), then timestamp delta (varlong)
-            b = data[pos + 1]
-            if b < 0x80:
-                ts_delta = z1[b]
-                pos += 2
-            else:
-                ts_delta, pos = read_varlong(data, pos + 1)
-            # offset delta (varint)
-            b = data[pos]
-            if b < 0x80:
-                offset_delta = z1[b]
-                pos += 1
-            else:
-                c = data[pos + 1]
-                if c < 0x80:
-                    offset_delta = z2[(c << 7) + b]
-                    pos += 2
-                else:
-                    offset_delta, pos = read_varint(data, pos)
-            # key (varint length, negative = null)
-            b = data[pos]
-            if b < 0x80:
-                size = z1[b]
-                pos += 1
-            else:
-                c = data[pos + 1]
-                if c < 0x80:
-                    size = z2[(c << 7) + b]
-                    pos += 2
-                else:
-                    size, pos = read_varint(data, pos)
-            if size < 0:
-                key = None
-            else:
-                key = data[pos : pos + size]
-                pos += size
-            # value
-            b = data[pos]
-            if b < 0x80:
-                size = z1[b]
-                pos += 1
-            else:
-                c = data[pos + 1]
-                if c < 0x80:
-                    size = z2[(c << 7) + b]
-                    pos += 2
-                else:
-                    size, pos = read_varint(data, pos)
-            if size < 0:
-                value = None
-            else:
-                value = data[pos : pos + size]
-                pos += size
-            # headers
-            if data[pos] == 0:
-                headers: list[tuple[str, bytes | None]] = []
-                pos += 1
-            else:
-                headers, pos = _read_headers(data, pos, record_end)
-            if pos != record_end:
-                raise InvalidRecordError(
-                    f"record length {length} disagrees with its fields ({pos - record_end + length} bytes)",
-                    record_start,
-                )
-            record = new(cls)
-            record.offset = base_offset + offset_delta
-            record.timestamp = base_timestamp + ts_delta if log_append_time is None else log_append_time
-            record.key = key
-            record.value = value
-            record.headers = headers
-            yield record
-    except IndexError:
-        if record_start >= end:
-            raise InvalidRecordCountError(
-                f"recordCount is {count} but the records section holds {index}", record_start
-            ) from None
-        raise InvalidRecordError(
-            "record is cut off by the end of the records section", record_start
-        ) from None
-    except InvalidRecordError:
-        # Past the section's end, whatever was misread belongs to the next batch: the count lied.
-        if record_start >= end:
-            raise InvalidRecordCountError(
-                f"recordCount is {count} but the records section holds {index}", record_start
-            ) from None
-        raise
-    if pos != end:
-        raise InvalidRecordCountError(
-            f"{end - pos} bytes remain after the {count} records of recordCount", pos
-        )
+def _then_raise(records: list[Record], error: CorruptRecordError | None) -> Iterator[Record]:
+    """Yield ``records``, then raise ``error`` if there is one: records before a defect are
+    handed out before it is reported."""
+    yield from records
+    if error is not None:
+        raise error
 
 
 class RecordBatch:
@@ -440,28 +278,30 @@ class RecordBatch:
         self._decoded = decoded
         return decoded
 
-    def iter_records(self, *, check_crc: bool = True) -> Iterator[Record]:
-        """Validate the batch (CRC optional) and yield its records lazily.
-
-        Offsets are ``base_offset + offsetDelta``; timestamps are ``base_timestamp + delta``, or
-        ``max_timestamp`` for every record when the batch uses LogAppendTime.
-        """
+    def records_section(self, *, check_crc: bool = True) -> tuple[bytes, int, int]:
+        """Validate the batch (CRC optional) and return its records section as ``(data, start,
+        end)``: ``bytes`` holding the (decompressed) records at ``data[start:end]``."""
         self._check_frame()
         if check_crc:
             self._check_crc()
         if self.record_count < 0:
             raise InvalidRecordCountError(f"negative recordCount {self.record_count}", self._position + 57)
-        data, start, end = self._records_section()
+        return self._records_section()
+
+    def iter_records(self, *, check_crc: bool = True) -> Iterator[Record]:
+        """Validate the batch (CRC optional) at once and yield its records; a defect in the
+        records is raised after the records before it.
+
+        Offsets are ``base_offset + offsetDelta``; timestamps are ``base_timestamp + delta``, or
+        ``max_timestamp`` for every record when the batch uses LogAppendTime.
+        """
+        data, start, end = self.records_section(check_crc=check_crc)
         log_append_time = self.max_timestamp if self.attributes & ATTR_TIMESTAMP_TYPE else None
-        return _decode_records(
-            data,
-            start,
-            end,
-            self.record_count,
-            self.base_offset,
-            self.base_timestamp,
-            log_append_time,
+        base_offset, base_timestamp = self.base_offset, self.base_timestamp
+        records, error = reader.core.read_records(
+            data, start, end, self.record_count, base_offset, base_timestamp, log_append_time, Record
         )
+        return _then_raise(records, error)
 
     def __iter__(self) -> Iterator[Record]:
         return self.iter_records()

@@ -16,8 +16,11 @@ from sdk.records.errors import InvalidVarintError
 
 __all__ = [
     "ENCODED_CACHE_SIZE",
+    "INT32_MASK",
+    "INT64_MASK",
     "SMALL_VARINTS",
     "BytesLike",
+    "decode_bounded",
     "decode_varint",
     "decode_varlong",
     "encode_varint",
@@ -84,27 +87,34 @@ def size_of_varint(n: int) -> int:
     return max(1, (u.bit_length() + 6) // 7)
 
 
-def _decode(data: BytesLike, pos: int, max_bytes: int, mask: int) -> tuple[int, int]:
-    end = len(data)
+#: Masks to an int32's and an int64's bits: what Java keeps of a varint's and a varlong's.
+INT32_MASK = 0xFFFFFFFF
+INT64_MASK = 0xFFFFFFFFFFFFFFFF
+
+
+def decode_bounded(data: BytesLike, pos: int, limit: int, max_bytes: int, mask: int) -> tuple[int, int]:
+    """Read a zigzag varint of at most ``max_bytes`` from ``data[pos:limit]``, its bits masked to
+    ``mask``; return ``(value, position after it)``. The record reader bounds each field by its
+    record's end this way."""
     shift = 0
     result = 0
-    for i in range(pos, min(pos + max_bytes, end)):
+    for i in range(pos, min(pos + max_bytes, limit)):
         b = data[i]
         result |= (b & 0x7F) << shift
         if b < 0x80:
             result &= mask
             return (result >> 1) ^ -(result & 1), i + 1
         shift += 7
-    if pos + max_bytes > end:
+    if pos + max_bytes > limit:
         raise InvalidVarintError("varint runs past the end of the data", pos)
     raise InvalidVarintError(f"varint longer than {max_bytes} bytes", pos)
 
 
 def decode_varint(data: BytesLike, pos: int) -> tuple[int, int]:
     """Read a zigzag int32 varint at ``pos``; return ``(value, position after it)``."""
-    return _decode(data, pos, 5, 0xFFFFFFFF)
+    return decode_bounded(data, pos, len(data), 5, INT32_MASK)
 
 
 def decode_varlong(data: BytesLike, pos: int) -> tuple[int, int]:
     """Read a zigzag int64 varlong at ``pos``; return ``(value, position after it)``."""
-    return _decode(data, pos, 10, 0xFFFFFFFFFFFFFFFF)
+    return decode_bounded(data, pos, len(data), 10, INT64_MASK)

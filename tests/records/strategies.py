@@ -7,7 +7,13 @@ import struct
 import crc32c
 from hypothesis import strategies as st
 
-from sdk.records import Compression, RecordBatchBuilder
+from sdk.records import (
+    Compression,
+    InvalidRecordCountError,
+    InvalidRecordError,
+    InvalidVarintError,
+    RecordBatchBuilder,
+)
 
 INT16 = st.integers(-(2**15), 2**15 - 1)
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -78,3 +84,29 @@ def raw_batch(records_section: bytes, record_count: int, attributes: int = 0) ->
         record_count,
     )
     return fix_crc(header + records_section)
+
+
+# A well-formed record: length 8, attrs, ts 0, offset 0, null key, value b"ab", no headers.
+GOOD = b"\x10\x00\x00\x00\x01\x04ab\x00"
+
+#: Hand-written records sections, the record count their batch claims, and the error reading them
+#: must raise.
+MALFORMED_SECTIONS = [
+    (GOOD, -1, InvalidRecordCountError),  # negative count
+    (GOOD, 2, InvalidRecordCountError),  # more records claimed than present
+    (GOOD * 2, 1, InvalidRecordCountError),  # bytes left over
+    (b"\x12" + GOOD[1:] + b"\x00", 1, InvalidRecordError),  # length too long for fields
+    (b"\x0e" + GOOD[1:], 1, InvalidRecordError),  # length too short for fields
+    (b"\x7e" + GOOD[1:], 1, InvalidRecordError),  # length overruns the batch
+    (b"\x01" + GOOD[1:], 1, InvalidRecordError),  # negative length
+    (GOOD[:-1], 1, InvalidRecordError),  # cut off at the end
+    (b"\x10\x00\x00\x00\x01\x14ab\x00", 1, InvalidRecordError),  # value overruns
+    (b"\x10\x00\x00\x00\x0aab\x00\x00", 1, InvalidRecordError),  # key overruns
+    (b"\x14\x00\x00\x00\x01\x04ab\x01\x00\x01", 1, InvalidRecordError),  # negative headers
+    (b"\x14\x00\x00\x00\x01\x04ab\x02\x01x\x01", 1, InvalidRecordError),  # negative key len
+    (b"\x14\x00\x00\x00\x01\x04ab\x02\x02\xff\x01", 1, InvalidRecordError),  # not UTF-8
+    (b"\x14\x00\x00\x00\x01\x04ab\x7e\x02h\x01", 1, InvalidRecordError),  # too many headers
+    (b"\x14\x00\x00\x00\x01\x04ab\x02\x02h\x08", 1, InvalidRecordError),  # header value overruns
+    (b"\x20\x00" + b"\x80" * 10 + b"\x01\x00\x01\x01\x00", 1, InvalidVarintError),  # 11-byte ts
+    (b"\x80\x80\x80\x80\x80\x01", 1, InvalidVarintError),  # 6-byte length varint
+]

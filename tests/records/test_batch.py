@@ -29,7 +29,7 @@ from sdk.records import (
     iter_batches,
 )
 
-from .strategies import batch_specs, build, fix_crc, raw_batch
+from .strategies import GOOD, MALFORMED_SECTIONS, batch_specs, build, fix_crc, raw_batch
 
 
 def _batch(codec: Compression = Compression.NONE, n: int = 5, **kwargs: object) -> bytes:
@@ -245,38 +245,13 @@ def test_garbage_compressed_section() -> None:
             list(batch)
 
 
-# A well-formed record: length 8, attrs, ts 0, offset 0, null key, value b"ab", no headers.
-GOOD = b"\x10\x00\x00\x00\x01\x04ab\x00"
-
-
 def test_handwritten_records_parse() -> None:
     assert [(r.offset, r.key, r.value) for r in RecordBatch(raw_batch(GOOD, 1))] == [(0, None, b"ab")]
     compressed = raw_batch(compress(Compression.GZIP, GOOD * 2), 2, attributes=1)
     assert [r.value for r in RecordBatch(compressed)] == [b"ab", b"ab"]
 
 
-@pytest.mark.parametrize(
-    ("section", "count", "error"),
-    [
-        (GOOD, -1, InvalidRecordCountError),  # negative count
-        (GOOD, 2, InvalidRecordCountError),  # more records claimed than present
-        (GOOD * 2, 1, InvalidRecordCountError),  # bytes left over
-        (b"\x12" + GOOD[1:] + b"\x00", 1, InvalidRecordError),  # length too long for fields
-        (b"\x0e" + GOOD[1:], 1, InvalidRecordError),  # length too short for fields
-        (b"\x7e" + GOOD[1:], 1, InvalidRecordError),  # length overruns the batch
-        (b"\x01" + GOOD[1:], 1, InvalidRecordError),  # negative length
-        (GOOD[:-1], 1, InvalidRecordError),  # cut off at the end
-        (b"\x10\x00\x00\x00\x01\x14ab\x00", 1, InvalidRecordError),  # value overruns
-        (b"\x10\x00\x00\x00\x0aab\x00\x00", 1, InvalidRecordError),  # key overruns
-        (b"\x14\x00\x00\x00\x01\x04ab\x01\x00\x01", 1, InvalidRecordError),  # negative headers
-        (b"\x14\x00\x00\x00\x01\x04ab\x02\x01x\x01", 1, InvalidRecordError),  # negative key len
-        (b"\x14\x00\x00\x00\x01\x04ab\x02\x02\xff\x01", 1, InvalidRecordError),  # not UTF-8
-        (b"\x14\x00\x00\x00\x01\x04ab\x7e\x02h\x01", 1, InvalidRecordError),  # too many headers
-        (b"\x14\x00\x00\x00\x01\x04ab\x02\x02h\x08", 1, InvalidRecordError),  # header value overruns
-        (b"\x20\x00" + b"\x80" * 10 + b"\x01\x00\x01\x01\x00", 1, InvalidVarintError),  # 11-byte ts
-        (b"\x80\x80\x80\x80\x80\x01", 1, InvalidVarintError),  # 6-byte length varint
-    ],
-)
+@pytest.mark.parametrize(("section", "count", "error"), MALFORMED_SECTIONS)
 def test_malformed_records(section: bytes, count: int, error: type) -> None:
     for attributes, payload in ((0, section), (1, compress(Compression.GZIP, section))):
         batch = RecordBatch(raw_batch(payload, count, attributes=attributes))

@@ -15,11 +15,19 @@ import pytest
 
 from reference_broker.testing import InProcessBroker, run_in_process
 from sdk.client.cluster import TopicPartition
-from sdk.consumer import Consumer, fetch_records
+from sdk.consumer import Consumer
 from sdk.consumer.errors import CorruptRecordInFetchError, RecordTooLargeForFetchError
 from sdk.consumer.fetch_records import PartitionRecords, decode_batch_records
 from sdk.errors import SerializationError
-from sdk.records import Compression, ControlType, RecordBatch, RecordBatchBuilder, build_control_batch
+from sdk.records import (
+    Compression,
+    ControlType,
+    RecordBatch,
+    RecordBatchBuilder,
+    _reader_py,
+    build_control_batch,
+    reader,
+)
 from tests.sdk.conftest import KafkaTarget
 
 TP = TopicPartition("t", 3)
@@ -27,11 +35,11 @@ TP = TopicPartition("t", 3)
 
 @pytest.fixture(autouse=True, params=["compiled", "python"])
 def decoder(request, monkeypatch):
-    """Every test runs with the C decoder (when built) and with the Python twin alone."""
+    """Every test runs with the C record reader (when built) and with its Python twin."""
     if request.param == "python":
-        monkeypatch.setattr(fetch_records, "_compiled_decode", None)
-    elif not fetch_records.COMPILED:
-        pytest.skip("sdk.consumer._decode is not built")
+        monkeypatch.setattr(reader, "core", _reader_py)
+    elif not reader.COMPILED:
+        pytest.skip("sdk.records._reader is not built")
     return request.param
 
 
