@@ -1,5 +1,6 @@
 """The admin client (``AdminClient``) with what it takes (``sdk.admin.types``) and answers
-(``sdk.admin.results``); ``sdk.sync.AdminClient`` is its blocking facade."""
+(``sdk.admin.results``; ACL and SCRAM types in ``sdk.admin.security``); ``sdk.sync.AdminClient``
+is its blocking facade."""
 
 from sdk.admin.client import AdminClient, AdminConfig
 from sdk.admin.results import (
@@ -20,6 +21,20 @@ from sdk.admin.results import (
     TransactionDescription,
     TransactionListing,
 )
+from sdk.admin.security import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AclResourceType,
+    DeletedAcls,
+    PatternType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentials,
+    UserScramCredentialUpsertion,
+)
 from sdk.admin.types import (
     AbortTransactionSpec,
     AlterConfigOp,
@@ -38,6 +53,11 @@ AIOKafkaAdminClient = AdminClient
 __all__ = [
     "AIOKafkaAdminClient",
     "AbortTransactionSpec",
+    "AclBinding",
+    "AclBindingFilter",
+    "AclOperation",
+    "AclPermissionType",
+    "AclResourceType",
     "AdminClient",
     "AdminConfig",
     "AlterConfigOp",
@@ -49,6 +69,7 @@ __all__ = [
     "ConsumerGroupDescription",
     "ConsumerGroupListing",
     "ConsumerLag",
+    "DeletedAcls",
     "DeletedRecords",
     "IsolationLevel",
     "ListOffsetsResultInfo",
@@ -58,11 +79,17 @@ __all__ = [
     "Node",
     "OffsetSpec",
     "PartitionProducers",
+    "PatternType",
     "ProducerState",
     "RecordsToDelete",
     "ResourceConfigs",
+    "ScramCredentialInfo",
+    "ScramMechanism",
     "TopicDescription",
     "TopicPartitionInfo",
     "TransactionDescription",
     "TransactionListing",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
+    "UserScramCredentials",
 ]

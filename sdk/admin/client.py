@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from sdk.admin import configs as _configs
 from sdk.admin import groups as _groups
 from sdk.admin import records as _records
+from sdk.admin import security as _security
 from sdk.admin import topics as _topics
 from sdk.admin import transactions as _transactions
 from sdk.admin.results import (
@@ -33,6 +34,14 @@ from sdk.admin.results import (
     TransactionListing,
 )
 from sdk.admin.routing import AdminRouter, Deadline
+from sdk.admin.security import (
+    AclBinding,
+    AclBindingFilter,
+    DeletedAcls,
+    UserScramCredentialDeletion,
+    UserScramCredentials,
+    UserScramCredentialUpsertion,
+)
 from sdk.admin.types import (
     AbortTransactionSpec,
     AlterConfigOp,
@@ -81,11 +90,11 @@ def _names(values: Iterable[str] | str, argument: str) -> list[str]:
     return names
 
 
-def _instances(values: Iterable[Any], cls: type, argument: str) -> list[Any]:
+def _instances(values: Iterable[Any], cls: Any, argument: str) -> list[Any]:
     items = list(values)
     for item in items:
         if not isinstance(item, cls):
-            raise ValueError(f"{argument}: expected {cls.__name__} items, got {item!r}")
+            raise ValueError(f"{argument}: expected {getattr(cls, '__name__', cls)} items, got {item!r}")
     return items
 
 
@@ -418,3 +427,46 @@ class AdminClient:
         if not isinstance(spec, AbortTransactionSpec):
             raise ValueError(f"spec: expected an AbortTransactionSpec, not {spec!r}")
         await _transactions.abort_transaction(self._router, spec, self._deadline(timeout_ms))
+
+    # -- ACLs and SCRAM credentials -------------------------------------------------------------
+
+    async def create_acls(
+        self, acls: Iterable[AclBinding], timeout_ms: float | None = None
+    ) -> dict[AclBinding, KafkaError | None]:
+        """Add ACLs (the broker needs an authorizer): binding -> None or its error."""
+        bindings = _instances(acls, AclBinding, "acls")
+        return await _security.create_acls(self._router, bindings, self._deadline(timeout_ms))
+
+    async def describe_acls(
+        self, acl_filter: AclBindingFilter, timeout_ms: float | None = None
+    ) -> list[AclBinding]:
+        """The ACLs matching ``acl_filter``; raises the broker's error (``SecurityDisabledError``
+        without an authorizer)."""
+        _instances([acl_filter], AclBindingFilter, "acl_filter")
+        return await _security.describe_acls(self._router, acl_filter, self._deadline(timeout_ms))
+
+    async def delete_acls(
+        self, acl_filters: Iterable[AclBindingFilter], timeout_ms: float | None = None
+    ) -> dict[AclBindingFilter, DeletedAcls]:
+        """Delete the ACLs each filter matches: filter -> the deleted ACLs, or its error."""
+        filters = _instances(acl_filters, AclBindingFilter, "acl_filters")
+        return await _security.delete_acls(self._router, filters, self._deadline(timeout_ms))
+
+    async def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None, timeout_ms: float | None = None
+    ) -> dict[str, UserScramCredentials]:
+        """Mechanisms and iterations of each user's SCRAM credentials (every user's when None);
+        an unknown user carries ``ResourceNotFoundError``."""
+        names = None if users is None else _names(users, "users")
+        return await _security.describe_scram(self._router, names, self._deadline(timeout_ms))
+
+    async def alter_user_scram_credentials(
+        self,
+        alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion],
+        timeout_ms: float | None = None,
+    ) -> dict[str, KafkaError | None]:
+        """Set or delete SCRAM credentials (to the controller): user -> None or its error."""
+        changes = _instances(
+            alterations, UserScramCredentialUpsertion | UserScramCredentialDeletion, "alterations"
+        )
+        return await _security.alter_scram(self._router, changes, self._deadline(timeout_ms))

@@ -26,6 +26,14 @@ from sdk.admin.results import (
     TransactionDescription,
     TransactionListing,
 )
+from sdk.admin.security import (
+    AclBinding,
+    AclBindingFilter,
+    DeletedAcls,
+    UserScramCredentialDeletion,
+    UserScramCredentials,
+    UserScramCredentialUpsertion,
+)
 from sdk.admin.types import (
     AbortTransactionSpec,
     AlterConfigOp,
@@ -239,3 +247,34 @@ class AdminClient:
 
     def abort_transaction(self, spec: AbortTransactionSpec, timeout_ms: float | None = None) -> None:
         self._run(self._admin.abort_transaction(spec, timeout_ms))
+
+    # -- ACLs and SCRAM credentials -------------------------------------------------------------
+
+    def create_acls(
+        self, acls: Iterable[AclBinding], timeout_ms: float | None = None
+    ) -> dict[AclBinding, KafkaError | None]:
+        return self._run(self._admin.create_acls(list(acls), timeout_ms))
+
+    def describe_acls(
+        self, acl_filter: AclBindingFilter, timeout_ms: float | None = None
+    ) -> list[AclBinding]:
+        return self._run(self._admin.describe_acls(acl_filter, timeout_ms))
+
+    def delete_acls(
+        self, acl_filters: Iterable[AclBindingFilter], timeout_ms: float | None = None
+    ) -> dict[AclBindingFilter, DeletedAcls]:
+        return self._run(self._admin.delete_acls(list(acl_filters), timeout_ms))
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None, timeout_ms: float | None = None
+    ) -> dict[str, UserScramCredentials]:
+        return self._run(
+            self._admin.describe_user_scram_credentials(None if users is None else list(users), timeout_ms)
+        )
+
+    def alter_user_scram_credentials(
+        self,
+        alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion],
+        timeout_ms: float | None = None,
+    ) -> dict[str, KafkaError | None]:
+        return self._run(self._admin.alter_user_scram_credentials(list(alterations), timeout_ms))

@@ -1,0 +1,174 @@
+"""AdminClient's SCRAM credentials (on Apache Kafka's session node) and ACLs (on a Kafka node with
+the StandardAuthorizer), read back by confluent-kafka's AdminClient; the reference broker has
+neither API, which the calls report as UnsupportedVersionError."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import confluent_kafka.admin as oracle_admin
+import pytest
+
+from sdk.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AclResourceType,
+    AdminClient,
+    PatternType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
+from sdk.errors import DuplicateResourceError, ResourceNotFoundError, UnsupportedVersionError
+
+from .conftest import Cluster
+
+
+def oracle_scram(cluster: Cluster, users: list[str]) -> dict[str, set[tuple[int, int]]]:
+    """user -> {(mechanism, iterations)} as librdkafka describes them (empty: none)."""
+    oracle = cluster.oracle()
+    futures = oracle.describe_user_scram_credentials(users)
+    result = {}
+    for user, future in futures.items():
+        try:
+            description = future.result(timeout=15)
+        except Exception:
+            result[user] = set()
+            continue
+        result[user] = {(int(i.mechanism.value), i.iterations) for i in description.scram_credential_infos}
+    return result
+
+
+@pytest.mark.apache_kafka
+async def test_scram_credentials_set_described_and_deleted(apache_kafka: Any, name: Any) -> None:
+    cluster = Cluster("apache", apache_kafka.bootstrap)
+    alice, bob = name("alice"), name("bob")
+    async with AdminClient(bootstrap_servers=cluster.bootstrap) as admin:
+        # Kafka takes one alteration per user and request: alice's two fail together, bob's holds.
+        answers = await admin.alter_user_scram_credentials(
+            [
+                UserScramCredentialUpsertion(
+                    alice, ScramMechanism.SCRAM_SHA_256, "secret-a", iterations=8192
+                ),
+                UserScramCredentialUpsertion(alice, "SCRAM-SHA-512", "secret-a2"),
+                UserScramCredentialUpsertion(bob, ScramMechanism.SCRAM_SHA_512, "secret-b"),
+            ]
+        )
+        assert isinstance(answers[alice], DuplicateResourceError) and answers[bob] is None
+        for upsertion in (
+            UserScramCredentialUpsertion(alice, ScramMechanism.SCRAM_SHA_256, "secret-a", iterations=8192),
+            UserScramCredentialUpsertion(alice, "SCRAM-SHA-512", "secret-a2"),
+        ):
+            assert await admin.alter_user_scram_credentials([upsertion]) == {alice: None}
+        assert oracle_scram(cluster, [alice, bob]) == {alice: {(1, 8192), (2, 4096)}, bob: {(2, 4096)}}
+
+        missing = name("nobody")
+        described = await admin.describe_user_scram_credentials([alice, missing])
+        assert set(described[alice].credentials) == {
+            ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192),
+            ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+        }
+        assert isinstance(described[missing].error, ResourceNotFoundError)
+        assert bob in await admin.describe_user_scram_credentials()
+
+        deleted = await admin.alter_user_scram_credentials(
+            [UserScramCredentialDeletion(alice, ScramMechanism.SCRAM_SHA_256)]
+        )
+        assert deleted == {alice: None}
+        assert oracle_scram(cluster, [alice]) == {alice: {(2, 4096)}}
+
+    with pytest.raises(ValueError, match="iterations"):
+        UserScramCredentialUpsertion("u", ScramMechanism.SCRAM_SHA_256, "p", iterations=10)
+    with pytest.raises(ValueError, match="mechanism"):
+        UserScramCredentialDeletion("u", "MD5")
+
+
+@pytest.mark.apache_kafka
+async def test_acls_created_described_and_deleted(apache_kafka_factory: Any, name: Any) -> None:
+    node = apache_kafka_factory(
+        **{
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS",
+        }
+    )
+    cluster = Cluster("apache", node.bootstrap)
+    topic = name("orders")
+    read = AclBinding(
+        AclResourceType.TOPIC,
+        topic,
+        PatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    write = AclBinding(
+        AclResourceType.TOPIC,
+        "pay-",
+        PatternType.PREFIXED,
+        "User:bob",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.ALLOW,
+    )
+    async with AdminClient(bootstrap_servers=cluster.bootstrap) as admin:
+        assert await admin.create_acls([read, write]) == {read: None, write: None}
+        oracle = cluster.oracle()
+        everything = oracle_admin.AclBindingFilter(
+            oracle_admin.ResourceType.ANY,
+            None,
+            oracle_admin.ResourcePatternType.ANY,
+            None,
+            None,
+            oracle_admin.AclOperation.ANY,
+            oracle_admin.AclPermissionType.ANY,
+        )
+        seen = oracle.describe_acls(everything).result(timeout=15)
+        assert {(b.name, b.principal, b.operation.name, b.resource_pattern_type.name) for b in seen} == {
+            (topic, "User:alice", "READ", "LITERAL"),
+            ("pay-", "User:bob", "WRITE", "PREFIXED"),
+        }
+
+        assert await admin.describe_acls(AclBindingFilter(principal="User:alice")) == [read]
+        matching = await admin.describe_acls(
+            AclBindingFilter(AclResourceType.TOPIC, "pay-invoices", PatternType.MATCH)
+        )
+        assert matching == [write]
+
+        bob_filter = AclBindingFilter(principal="User:bob")
+        deleted = await admin.delete_acls([bob_filter])
+        assert deleted[bob_filter].error is None and deleted[bob_filter].acls == (write,)
+        left = oracle.describe_acls(everything).result(timeout=15)
+        assert [(b.name, b.principal) for b in left] == [(topic, "User:alice")]
+
+    with pytest.raises(ValueError, match="operation"):
+        AclBinding(
+            AclResourceType.TOPIC,
+            "t",
+            PatternType.LITERAL,
+            "User:x",
+            "*",
+            AclOperation.ANY,
+            AclPermissionType.ALLOW,
+        )
+
+
+async def test_the_reference_broker_reports_acls_and_scram_unsupported(broker: Any) -> None:
+    async with AdminClient(bootstrap_servers=broker.bootstrap) as admin:
+        with pytest.raises(UnsupportedVersionError):
+            await admin.describe_acls(AclBindingFilter())
+        binding = AclBinding(
+            AclResourceType.TOPIC,
+            "t",
+            PatternType.LITERAL,
+            "User:x",
+            "*",
+            AclOperation.READ,
+            AclPermissionType.ALLOW,
+        )
+        assert isinstance((await admin.create_acls([binding]))[binding], UnsupportedVersionError)
+        with pytest.raises(UnsupportedVersionError):
+            await admin.describe_user_scram_credentials()
