@@ -172,3 +172,74 @@ async def test_the_reference_broker_reports_acls_and_scram_unsupported(broker: A
         assert isinstance((await admin.create_acls([binding]))[binding], UnsupportedVersionError)
         with pytest.raises(UnsupportedVersionError):
             await admin.describe_user_scram_credentials()
+
+
+@pytest.fixture
+def scram_node(tmp_path: Any) -> Any:
+    """A Kafka node with a SASL_PLAINTEXT listener taking SCRAM logins (``.scram_bootstrap``)
+    beside its PLAINTEXT one."""
+    from tests.apache_kafka import KafkaCluster, free_port, require_apache_kafka
+
+    require_apache_kafka()
+    cluster = KafkaCluster(tmp_path / "kafka", 1)
+    node = cluster.nodes[0]
+    sasl_port = free_port()
+    node._properties.update(
+        {
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port},"
+            f"SASL://127.0.0.1:{sasl_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port},SASL://127.0.0.1:{sasl_port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+            **{
+                f"listener.name.sasl.{mechanism}.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                )
+                for mechanism in ("scram-sha-256", "scram-sha-512")
+            },
+        }
+    )
+    node.scram_bootstrap = f"127.0.0.1:{sasl_port}"
+    try:
+        cluster.start()
+        yield node
+    finally:
+        cluster.kill()
+
+
+def scram_login(bootstrap: str, mechanism: str, user: str, password: str) -> bool:
+    """Whether librdkafka logs in with these credentials (and then reads the metadata)."""
+    client = oracle_admin.AdminClient(
+        {
+            "bootstrap.servers": bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": mechanism,
+            "sasl.username": user,
+            "sasl.password": password,
+            "log_level": 0,
+        }
+    )
+    try:
+        client.list_topics(timeout=8)
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.apache_kafka
+async def test_a_scram_credential_set_by_the_admin_client_logs_in(scram_node: Any) -> None:
+    async with AdminClient(bootstrap_servers=scram_node.bootstrap) as admin:
+        answers = await admin.alter_user_scram_credentials(
+            [
+                UserScramCredentialUpsertion(
+                    "carol", ScramMechanism.SCRAM_SHA_256, "c-secret", iterations=4096
+                ),
+                UserScramCredentialUpsertion(
+                    "dave", ScramMechanism.SCRAM_SHA_512, "d-secret", iterations=5000
+                ),
+            ]
+        )
+        assert answers == {"carol": None, "dave": None}
+    assert scram_login(scram_node.scram_bootstrap, "SCRAM-SHA-256", "carol", "c-secret")
+    assert scram_login(scram_node.scram_bootstrap, "SCRAM-SHA-512", "dave", "d-secret")
+    assert not scram_login(scram_node.scram_bootstrap, "SCRAM-SHA-256", "carol", "wrong")
