@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import confluent_kafka
 import pytest
 
 from sdk.admin import NewPartitions, NewTopic
@@ -22,7 +23,8 @@ def test_sync_admin_creates_grows_describes_and_deletes(cluster: Cluster, name: 
         wait_for(lambda: len(oracle_topic(cluster, topic).partitions) == 4, "4 partitions")
         assert len(admin.describe_topics([topic])[topic].partitions) == 4
         assert topic in admin.list_topics()
-        assert admin.describe_cluster().cluster_id == cluster.oracle().list_topics(timeout=10).cluster_id
+        oracle = confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+        assert admin.describe_cluster().cluster_id == oracle.list_topics(timeout=10).cluster_id
         assert admin.delete_topics([topic]) == {topic: None}
         wait_for(lambda: oracle_topic(cluster, topic) is None, f"{topic} gone")
         assert isinstance(admin.delete_topics([topic])[topic], UnknownTopicOrPartitionError)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import confluent_kafka.admin as oracle_admin
 import pytest
-from confluent_kafka.admin import ConfigResource as OracleResource
 
 from sdk.admin import (
     AdminClient,
@@ -28,7 +28,7 @@ from .conftest import Cluster, oracle_topic, wait_for
 
 
 def oracle_configs(cluster: Cluster, topic: str) -> dict[str, Any]:
-    resource = OracleResource("topic", topic)
+    resource = oracle_admin.ConfigResource("topic", topic)
     oracle = cluster.oracle()  # kept alive until its answer is in
     futures = oracle.describe_configs([resource], request_timeout=10)
     entries = futures[resource].result(timeout=15)
