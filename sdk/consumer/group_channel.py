@@ -7,9 +7,13 @@ version cap (the consumer speaks up to ``MAX_VERSIONS``) and retries coordinator
 ``ConsumerCoordinator``; this module knows nothing of generations or listeners.
 
 Some brokers advertise the flexible versions of the group APIs but drop the connection on them or
-answer them malformed (librdkafka's mock cluster 2.x does both). After such a failure the channel
-speaks the newest non-flexible versions to that broker, which every Kafka broker since 2.3 also
-accepts, and the caller's retry succeeds.
+answer them malformed (librdkafka's mock cluster 2.x does both). A broker that loses
+``FLEXIBLE_FAILURES_TO_FALL_BACK`` flexible requests of one group API in a row, with no answer to
+that API in between, is then spoken to in the newest non-flexible versions, which every Kafka
+broker since 2.3 also accepts. One lost connection is not enough (a network blip says nothing
+about versions). The fallback is withdrawn when a non-flexible request to that broker is lost too
+(then the connection, not the versions, was at fault), and it lasts ``FALLBACK_TTL_S`` at most:
+then the flexible versions are tried again, so no run of bad luck downgrades a broker for good.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from sdk.protocol.messages import (
 )
 
 __all__ = [
+    "FALLBACK_TTL_S",
     "FLEXIBLE_FAILURES_TO_FALL_BACK",
     "MAX_VERSIONS",
     "NON_FLEXIBLE_MAX",
@@ -66,6 +71,8 @@ NON_FLEXIBLE_MAX = {
 }
 #: Flexible requests of one API a broker must lose in a row before it gets non-flexible ones.
 FLEXIBLE_FAILURES_TO_FALL_BACK = 2
+#: How long a broker gets the non-flexible versions before the flexible ones are tried again.
+FALLBACK_TTL_S = 600.0
 LOAD_IN_PROGRESS = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
 
 
@@ -76,19 +83,33 @@ def _flexible(api_key: int, version: int) -> bool:
 class FlexibleFallback:
     """Which brokers get the non-flexible group versions (see the module docstring)."""
 
-    def __init__(self, group_id: str) -> None:
+    def __init__(self, group_id: str, clock: Clock = SYSTEM_CLOCK) -> None:
         self._group_id = group_id
+        self._clock = clock
         #: (broker, api key) -> flexible requests lost in a row.
         self._lost: dict[tuple[int, int], int] = {}
-        self._non_flexible: set[int] = set()
+        #: broker -> until when (on the clock) it gets the non-flexible versions.
+        self._non_flexible: dict[int, float] = {}
 
     def non_flexible(self, node: int) -> bool:
-        return node in self._non_flexible
+        """Whether broker ``node`` gets the non-flexible versions now."""
+        until = self._non_flexible.get(node)
+        if until is None:
+            return False
+        if self._clock.monotonic() >= until:
+            log.info("group %s: flexible group versions with broker %s again", self._group_id, node)
+            self._withdraw(node)
+            return False
+        return True
+
+    def _withdraw(self, node: int) -> None:
+        self._non_flexible.pop(node, None)
+        self._lost = {k: v for k, v in self._lost.items() if k[0] != node}
 
     def cap(self, node: int, api_key: int) -> int | None:
         """The highest version of ``api_key`` to send to broker ``node`` (None: no cap)."""
         cap = MAX_VERSIONS.get(api_key)
-        if cap is not None and node in self._non_flexible:
+        if cap is not None and self.non_flexible(node):
             cap = min(cap, NON_FLEXIBLE_MAX.get(api_key, cap))
         return cap
 
@@ -98,12 +119,25 @@ class FlexibleFallback:
 
     def lost(self, node: int, api_key: int, version: int, error: BaseException) -> None:
         """A request of ``api_key`` at ``version`` to ``node`` got no readable answer."""
-        if _flexible(api_key, version) and node not in self._non_flexible:
+        if api_key not in NON_FLEXIBLE_MAX:
+            return
+        if not _flexible(api_key, version):
+            if node in self._non_flexible:
+                log.info(
+                    "group %s: broker %s lost a non-flexible request too (%r): flexible group versions again",
+                    self._group_id, node, error,
+                )
+                self._withdraw(node)
+            return
+        count = self._lost.get((node, api_key), 0) + 1
+        self._lost[(node, api_key)] = count
+        if count >= FLEXIBLE_FAILURES_TO_FALL_BACK and node not in self._non_flexible:
             log.warning(
-                "group %s: broker %s failed api %d v%d (%r): using non-flexible group versions with it",
-                self._group_id, node, api_key, version, error,
+                "group %s: broker %s failed %d flexible requests of api %d in a row (last v%d: %r): "
+                "using non-flexible group versions with it",
+                self._group_id, node, count, api_key, version, error,
             )
-            self._non_flexible.add(node)
+            self._non_flexible[node] = self._clock.monotonic() + FALLBACK_TTL_S
 
 
 class GroupChannel:
@@ -124,7 +158,7 @@ class GroupChannel:
         self.retry_backoff = retry_backoff
         self.request_timeout_ms = request_timeout_ms
         self.clock = clock
-        self.fallback = FlexibleFallback(group_id)
+        self.fallback = FlexibleFallback(group_id, clock)
 
     @classmethod
     def for_client(cls, client: KafkaClient, group_id: str) -> GroupChannel:

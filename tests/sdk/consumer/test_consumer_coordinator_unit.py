@@ -26,9 +26,10 @@ from sdk.consumer.assignors import (
 )
 from sdk.consumer.consumer_coordinator import ConsumerCoordinator, MemberState
 from sdk.consumer.errors import CommitFailedError
+from sdk.consumer.group_channel import FALLBACK_TTL_S
 from sdk.consumer.records import OffsetAndMetadata
 from sdk.consumer.subscription import SubscriptionState
-from sdk.errors import ErrorCode, FencedInstanceIdError
+from sdk.errors import ErrorCode, FencedInstanceIdError, KafkaConnectionError
 from sdk.protocol.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -42,7 +43,7 @@ from sdk.protocol.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from sdk.testing.mock_coordinator import MockCoordinator, MockTopics
+from sdk.testing.mock_coordinator import MockCoordinator, MockTopics, SentRequest
 from sdk.testing.mock_time import MockTime, settle
 
 pytestmark = pytest.mark.timeout(30)
@@ -623,3 +624,71 @@ async def test_ensure_active_group_gives_up_at_its_timeout_while_no_coordinator_
     assert member.time.monotonic() == pytest.approx(1.0)
     assert member.port.requests == []
 
+
+# -- the non-flexible fallback --------------------------------------------------------------------
+
+
+async def test_one_lost_connection_does_not_downgrade_the_group_versions(member: Member) -> None:
+    # A network blip under a flexible JoinGroup says nothing about the broker's versions: the
+    # retry, and every request after it, still speak the newest versions.
+    member.port.prepare_disconnect(JoinGroupRequest)
+    member.join()
+    member.sync([T0])
+    assert await member.run(member.coordinator.ensure_active_group())
+    assert [j.version for j in member.port.sent(JoinGroupRequest)] == [9, 9]
+    assert [s.version for s in member.port.sent(SyncGroupRequest)] == [5]
+    await member.coordinator.start()
+    await member.heartbeat_answered(0)
+    assert member.port.sent(HeartbeatRequest)[-1].version == 4
+    await member.coordinator.close(leave=False)
+
+
+def flexible_dropped(answer: Any) -> Any:
+    """A broker that closes the connection on flexible requests and answers the others (as
+    librdkafka's mock cluster does in some versions)."""
+
+    def respond(sent: SentRequest) -> Any:
+        flexible = type(sent.request).FLEXIBLE_FROM
+        if flexible is not None and sent.version >= flexible:
+            return KafkaConnectionError("connection closed by the broker")
+        return answer
+
+    return respond
+
+
+async def test_a_broker_that_drops_every_flexible_join_gets_the_non_flexible_versions(member: Member) -> None:
+    join = JoinGroupResponse(generation_id=1, protocol_type="consumer", protocol_name="range",
+                             leader=OTHER, member_id=ME)
+    for _ in range(3):
+        member.port.prepare_response(flexible_dropped(join), api=JoinGroupRequest)
+    member.sync([T0])
+    assert await member.run(member.coordinator.ensure_active_group())
+    assert [j.version for j in member.port.sent(JoinGroupRequest)] == [9, 9, 5]
+    assert [s.version for s in member.port.sent(SyncGroupRequest)] == [3]
+    assert member.coordinator.channel.fallback.non_flexible(0)
+
+
+async def test_the_fallback_is_withdrawn_when_non_flexible_requests_are_lost_too(member: Member) -> None:
+    for _ in range(2):
+        member.port.prepare_disconnect(JoinGroupRequest)
+    member.port.prepare_disconnect(JoinGroupRequest)  # a non-flexible one lost as well
+    member.join()
+    member.sync([T0])
+    assert await member.run(member.coordinator.ensure_active_group())
+    assert [j.version for j in member.port.sent(JoinGroupRequest)] == [9, 9, 5, 9]
+    assert not member.coordinator.channel.fallback.non_flexible(0)
+
+
+async def test_the_fallback_expires_and_the_flexible_versions_are_tried_again(member: Member) -> None:
+    for _ in range(2):
+        member.port.prepare_disconnect(JoinGroupRequest)
+    member.join()
+    member.sync([T0])
+    assert await member.run(member.coordinator.ensure_active_group())
+    assert member.coordinator.channel.fallback.non_flexible(0)
+    await member.time.tick(FALLBACK_TTL_S * 1000)
+    member.coordinator.request_rejoin("test")
+    member.join(generation=2)
+    member.sync([T0])
+    assert await member.run(member.coordinator.ensure_active_group())
+    assert [j.version for j in member.port.sent(JoinGroupRequest)] == [9, 9, 5, 9]

@@ -18,6 +18,7 @@ import pytest_asyncio
 
 from reference_broker.testing import BrokerProcess
 from sdk.client import KafkaClient
+from sdk.client.client import coordinator_node_id
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.assignors import resolve_assignors
 from sdk.consumer.consumer_coordinator import ConsumerCoordinator, MemberState
@@ -25,7 +26,7 @@ from sdk.consumer.errors import CommitFailedError
 from sdk.consumer.listener import ConsumerRebalanceListener
 from sdk.consumer.records import OffsetAndMetadata
 from sdk.consumer.subscription import SubscriptionState
-from sdk.errors import FencedInstanceIdError  # type: ignore[attr-defined]
+from sdk.errors import FencedInstanceIdError, KafkaConnectionError  # type: ignore[attr-defined]
 from sdk.protocol import messages
 
 pytestmark = pytest.mark.timeout(120)
@@ -554,3 +555,24 @@ async def test_leader_rebalances_when_a_subscribed_topic_appears(
     first = await members(bootstrap, group, [topic, later])
     second = await members(bootstrap, group, [topic, later])
     await settled([first, second], [*partitions, TopicPartition(later, 0)])
+
+
+async def test_a_connection_lost_under_a_flexible_join_keeps_the_flexible_versions(
+    broker_factory: Callable[..., BrokerProcess], members: Callable[..., Any]
+) -> None:
+    # A network blip under a JoinGroup (the coordinator holds it for the initial rebalance delay)
+    # must not make the member speak the non-flexible group versions to a real broker for good.
+    broker = broker_factory({"group.initial.rebalance.delay.ms": 2000})
+    topic, group = unique("blip"), unique("group")
+    partitions = await create_topic(broker.bootstrap, topic, 2)
+    member = await members(broker.bootstrap, group, [topic])
+    node = await member.coordinator.channel.coordinator()
+    async with asyncio.timeout(10):
+        while True:
+            conn = member.client.connection(coordinator_node_id(node))
+            if conn is not None and conn.in_flight:
+                break
+            await asyncio.sleep(0.001)
+    conn.close(KafkaConnectionError("connection cut by the test"))
+    await settled([member], partitions)
+    assert not member.coordinator.channel.fallback.non_flexible(node)
