@@ -18,7 +18,7 @@ from reference_broker.config import BrokerConfig, ConfigError
 from reference_broker.log.config import LogConfig
 from reference_broker.log.log_manager import LogManager, TopicMetadata
 from reference_broker.log.partition_log import AppendResult
-from reference_broker.log.producer_state import AppendOrigin
+from reference_broker.log.producer_state import AppendOrigin, ProducerStateEntry
 from sdk.protocol.errors import InvalidTopicError
 from sdk.records import RecordBatch, RecordBatchBuilder, iter_batches
 
@@ -178,6 +178,10 @@ class Storage:
 
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         return self.manager.get_log(topic, partition).delete_records_before(offset, now_ms=now_ms())
+
+    def active_producers(self, topic: str, partition: int) -> list[ProducerStateEntry]:
+        """The producers the partition's producer state holds (DescribeProducers)."""
+        return list(self.manager.get_log(topic, partition).producer_state.producers.values())
 
     # -- coordinators --------------------------------------------------------------------
 

@@ -365,7 +365,7 @@ def handle_describe_producers(
         partitions = []
         for index in topic.partition_indexes:
             try:
-                plog = broker.logs.manager.get_log(topic.name, index)
+                producers = broker.logs.active_producers(topic.name, index)
             except KafkaError as exc:
                 partitions.append(R.PartitionResponse(partition_index=index, error_code=error_code_of(exc)))
                 continue
@@ -380,7 +380,7 @@ def handle_describe_producers(
                         -1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset
                     ),
                 )
-                for entry in plog.producer_state.producers.values()
+                for entry in producers
             ]
             partitions.append(R.PartitionResponse(partition_index=index, active_producers=active))
         topics.append(R.TopicResponse(name=topic.name, partitions=partitions))
