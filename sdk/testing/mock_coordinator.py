@@ -148,7 +148,7 @@ class MockCoordinator:
     def verify(self) -> None:
         """Raise the first mismatch seen (background tasks may have swallowed it)."""
         if self._failures:
-            raise self._failures[0]
+            raise AssertionError(f"{len(self._failures)} request(s) did not match: {self._failures[0]}")
 
     # -- CoordinatorPort ------------------------------------------------------------------------
 

@@ -40,6 +40,8 @@ from sdk.protocol.messages import (
     MetadataResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -180,8 +182,10 @@ class Member:
                 self.port.verify()
                 raise AssertionError(f"stuck: in flight {self.port.in_flight} at {self.time.monotonic()} s")
             await self.time.tick(wake * 1000)
-        self.port.verify()
-        return task.result()
+        try:
+            return task.result()
+        finally:
+            self.port.verify()
 
     async def stable(self, partitions: Iterable[TopicPartition] = (T0, T1), *, generation: int = 1) -> None:
         """Join and sync as a follower of ``generation`` assigned ``partitions``."""
@@ -692,3 +696,106 @@ async def test_the_fallback_expires_and_the_flexible_versions_are_tried_again(me
     member.sync([T0])
     assert await member.run(member.coordinator.ensure_active_group())
     assert [j.version for j in member.port.sent(JoinGroupRequest)] == [9, 9, 5, 9]
+
+
+# -- timers, offsets, timeouts --------------------------------------------------------------------
+
+
+def fetch_answer(offset: int, error: int = 0) -> OffsetFetchResponse:
+    group = OffsetFetchResponse.OffsetFetchResponseGroup
+    topic = group.OffsetFetchResponseTopics(name=TOPIC, partitions=[
+        group.OffsetFetchResponseTopics.OffsetFetchResponsePartitions(
+            partition_index=0, committed_offset=offset, metadata="m", error_code=error)])
+    return OffsetFetchResponse(groups=[group(group_id=GROUP, topics=[topic])])
+
+
+async def test_auto_commit_commits_consumed_positions_every_interval() -> None:
+    member = Member(auto_commit=True)
+    await member.stable([T0])
+    await member.coordinator.start()
+    member.subscription.seek(T0, 10)
+    for _ in range(5000 // HEARTBEAT_MS + 1):
+        member.heartbeat()
+    member.commit([T0])
+    await member.time.tick(5000)
+    commits = member.port.sent(OffsetCommitRequest)
+    assert len(commits) == 1
+    assert commits[0].request.topics[0].partitions[0].committed_offset == 10
+    # Nothing consumed since: the next interval commits nothing.
+    await member.time.tick(5000)
+    assert len(member.port.sent(OffsetCommitRequest)) == 1
+    member.port.verify()
+    await member.coordinator.close(leave=False)
+
+
+async def test_committed_offsets_wait_out_a_pending_transaction_and_a_loading_coordinator(
+    member: Member,
+) -> None:
+    await member.stable([T0])
+    member.port.prepare_response(fetch_answer(-1, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
+    member.port.prepare_response(fetch_answer(-1, ErrorCode.UNSTABLE_OFFSET_COMMIT),
+                                 match={"require_stable": True})
+    member.port.prepare_response(fetch_answer(33))
+    committed = await member.run(member.coordinator.fetch_committed_offsets([T0]))
+    assert committed == {T0: OffsetAndMetadata(33, "m", -1)}
+    assert len(member.port.sent(OffsetFetchRequest)) == 3
+    assert member.time.monotonic() == pytest.approx(2 * BACKOFF_MS / 1000)
+
+
+async def test_a_heartbeat_without_answer_times_out_and_the_coordinator_is_found_again(
+    member: Member,
+) -> None:
+    await member.stable()
+    await member.coordinator.start()
+    await member.time.tick(HEARTBEAT_MS)
+    assert [s.name for s in member.port.in_flight] == ["HeartbeatRequest"]
+    await member.time.tick(member.port.request_timeout_ms)
+    assert member.port.in_flight == [] and member.port.known is None
+    member.heartbeat()
+    await member.time.tick(BACKOFF_MS)
+    member.port.verify()
+    assert len(member.port.sent(HeartbeatRequest)) == 2 and member.port.lookups == 2
+    assert not member.coordinator.need_rejoin()
+    await member.coordinator.close(leave=False)
+
+
+async def test_close_commits_then_revokes_then_leaves() -> None:
+    member = Member(auto_commit=True)
+    await member.stable([T0])
+    member.subscription.seek(T0, 5)
+    member.commit([T0])
+    member.leave()
+    await member.run(member.coordinator.close())
+    assert [r.name for r in member.port.requests[-2:]] == ["OffsetCommitRequest", "LeaveGroupRequest"]
+    assert member.listener.take() == [("revoked", {T0})]
+
+
+# -- the fakes themselves -------------------------------------------------------------------------
+
+
+async def test_a_request_that_does_not_match_its_script_fails_and_is_kept(member: Member) -> None:
+    member.join(match={"member_id": "someone else"})
+    with pytest.raises(AssertionError, match="member_id"):
+        await member.run(member.coordinator.ensure_active_group())
+    with pytest.raises(AssertionError, match="member_id"):
+        member.port.verify()
+
+
+async def test_mock_time_moves_only_when_told() -> None:
+    time = MockTime()
+    woken: list[float] = []
+
+    async def sleeper(seconds: float) -> None:
+        await time.sleep(seconds)
+        woken.append(time.monotonic())
+
+    tasks = [asyncio.ensure_future(sleeper(s)) for s in (2.0, 1.0)]
+    await settle()
+    assert woken == [] and time.sleeping() == 2
+    await time.tick(1500)
+    assert woken == [1.0]
+    with pytest.raises(TimeoutError):
+        await time.wait_for(asyncio.Event().wait(), 0)
+    await time.tick(500)
+    assert woken == [1.0, 2.0]
+    await asyncio.gather(*tasks)
