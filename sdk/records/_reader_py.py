@@ -200,8 +200,8 @@ def read_records(
                 record.partition = partition
                 record.timestamp_type = timestamp_type
                 record.checksum = None
-                record.serialized_key_size = max(key_size, -1)
-                record.serialized_value_size = max(value_size, -1)
+                record.serialized_key_size = key_size if key_size >= 0 else -1
+                record.serialized_value_size = value_size if value_size >= 0 else -1
             out.append(record)
     except (InvalidRecordError, InvalidRecordCountError) as exc:
         return out, exc

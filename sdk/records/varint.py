@@ -96,6 +96,14 @@ def decode_bounded(data: BytesLike, pos: int, limit: int, max_bytes: int, mask: 
     """Read a zigzag varint of at most ``max_bytes`` from ``data[pos:limit]``, its bits masked to
     ``mask``; return ``(value, position after it)``. The record reader bounds each field by its
     record's end this way."""
+    if pos + 1 < limit:  # one or two bytes: nearly every record field
+        b = data[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
+        c = data[pos + 1]
+        if c < 0x80:
+            u = (b & 0x7F) | (c << 7)
+            return (u >> 1) ^ -(u & 1), pos + 2
     shift = 0
     result = 0
     for i in range(pos, min(pos + max_bytes, limit)):
