@@ -7,7 +7,9 @@ allocate according to a lying length field (the whole module runs in a few secon
 from __future__ import annotations
 
 import struct
+from contextlib import suppress
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -50,14 +52,10 @@ def consume_one(buf: bytes, check_crc: bool) -> None:
 @given(st.binary(max_size=400))
 def test_random_bytes(data: bytes) -> None:
     for buf in (data, bytearray(data), memoryview(data)):
-        try:
+        with suppress(CorruptRecordError):
             consume(buf)
-        except CorruptRecordError:
-            pass
-    try:
+    with suppress(CorruptRecordError):
         consume_one(data, check_crc=False)
-    except CorruptRecordError:
-        pass
 
 
 @st.composite
@@ -87,14 +85,10 @@ def test_mutated_batches(case: tuple[bytes, bool]) -> None:
     data, repair_crc = case
     if repair_crc and len(data) >= 21:
         data = fix_crc(data)  # so the damage reaches the record parser
-    try:
+    with suppress(CorruptRecordError):
         consume(data + data)
-    except CorruptRecordError:
-        pass
-    try:
+    with suppress(CorruptRecordError):
         consume_one(data, check_crc=False)
-    except CorruptRecordError:
-        pass
 
 
 @FUZZ
@@ -106,10 +100,8 @@ def test_mutated_batches(case: tuple[bytes, bool]) -> None:
 def test_random_record_sections(section: bytes, count: int, codec: Compression) -> None:
     """Random records behind a valid header and CRC: exercises the record parser itself."""
     payload = compress(codec, section) if codec else section
-    try:
+    with suppress(CorruptRecordError):
         consume(raw_batch(payload, count, attributes=int(codec)))
-    except CorruptRecordError:
-        pass
 
 
 @FUZZ
@@ -129,10 +121,8 @@ def test_lying_header_fields(spec: dict, data: st.DataObject) -> None:
         struct.pack_into(">i", buf, 23, value)
     repaired = fix_crc(buf) if len(buf) >= 21 else bytes(buf)
     for candidate in (bytes(buf), repaired):
-        try:
+        with suppress(CorruptRecordError):
             consume(candidate)
-        except CorruptRecordError:
-            pass
 
 
 def test_huge_record_count_with_no_records_is_fast() -> None:
@@ -148,9 +138,5 @@ def test_huge_record_count_with_no_records_is_fast() -> None:
 def test_huge_lengths_in_records_do_not_allocate() -> None:
     # key length 2**30 inside a tiny record: must fail on bounds, not try to read 1 GiB.
     section = b"\x20\x00\x00\x00\xfe\xff\xff\xff\x07ab\x00"
-    try:
+    with pytest.raises(CorruptRecordError):  # overrunning key must be rejected
         consume(raw_batch(section, 1))
-    except CorruptRecordError:
-        pass
-    else:
-        raise AssertionError("overrunning key must be rejected")
