@@ -1,6 +1,8 @@
 """RecordAccumulator: per-partition queues of batches, and the producer's memory bound.
 
-The producer appends records straight into the open batch of their partition; the sender asks
+``try_append`` is the one place records enter batches (``send``, ``send_many`` and the sync
+facade all call it): it sizes the record, takes its memory, picks its partition (the sticky route
+of keyless records, or the partitioner) and appends it to the partition's open batch. The sender asks
 ``ready()`` which brokers have something worth sending (a full batch, a batch older than
 ``linger_ms``, a retry whose backoff passed, or anything at all while flushing, closing or when
 ``send`` is blocked on memory) and ``drain()``s one batch per partition into one Produce request
@@ -15,15 +17,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from time import time_ns as _time_ns
 from typing import TYPE_CHECKING, Any
 
 from sdk.client.backoff import ExponentialBackoff
 from sdk.client.cluster import ClusterMetadata
-from sdk.errors import BufferExhaustedError
+from sdk.errors import BufferExhaustedError, InvalidPartitionError, RecordTooLargeError
 from sdk.producer.batch import BatchSink, ProducerBatch
-from sdk.producer.futures import LazyRecordFuture
-from sdk.records import BATCH_OVERHEAD, RECORD_OVERHEAD, Compression, RecordBatchBuilder
+from sdk.producer.futures import LazyRecordFuture, RecordFuture
+from sdk.producer.partitioner import DefaultPartitioner, Partitioner
+from sdk.records import BATCH_OVERHEAD, RECORD_OVERHEAD, Compression, RecordBatchBuilder, headers_size
 
 if TYPE_CHECKING:
     from sdk.producer.transaction_manager import TransactionManager
@@ -32,10 +36,27 @@ __all__ = ["BATCH_OVERHEAD", "RECORD_OVERHEAD", "RecordAccumulator"]
 
 
 Deque = deque[ProducerBatch]
+HeadersArg = Iterable[tuple[str, bytes | None]] | None
+
+_new_object = object.__new__
 
 
 def now_ms() -> float:
     return time.monotonic() * 1000
+
+
+class _StickyRoute:
+    """Where a topic's keyless records go while nothing changes: ``sticky`` is the
+    DefaultPartitioner's state for the topic and ``batch`` the open batch of its partition. The
+    route holds while ``cluster.version == version``, ``sticky.used_up`` is false and
+    ``batch.full`` is false."""
+
+    __slots__ = ("batch", "sticky", "version")
+
+    def __init__(self) -> None:
+        self.sticky: Any = None
+        self.batch: Any = None
+        self.version = -1
 
 
 class RecordAccumulator:
@@ -52,6 +73,9 @@ class RecordAccumulator:
         retry_backoff: ExponentialBackoff,
         max_in_flight_per_partition: int | None = None,
         on_ready: Callable[[], None] | None = None,
+        cluster: ClusterMetadata | None = None,
+        partitioner: Partitioner | None = None,
+        max_request_size: int = 1048576,
     ):
         self.batch_size = batch_size
         self.linger_ms = linger_ms
@@ -60,6 +84,21 @@ class RecordAccumulator:
         self.delivery_timeout_ms = delivery_timeout_ms
         self.retry_backoff = retry_backoff
         self.on_ready = on_ready or (lambda: None)
+        #: The metadata ``try_append`` routes records by, and the partitioner that chooses.
+        self.cluster = cluster if cluster is not None else ClusterMetadata()
+        self.partitioner = partitioner if partitioner is not None else DefaultPartitioner(batch_size)
+        #: The partitioner when it is exactly the DefaultPartitioner, whose sticky state the fast
+        #: path follows (a subclass may change the rules, so it always gets asked).
+        self._sticky_partitioner = (
+            self.partitioner if type(self.partitioner) is DefaultPartitioner else None
+        )
+        #: Sticky routes for keyless records, per topic (see ``_update_route``).
+        self._routes: dict[str, _StickyRoute] = {}
+        self.max_request_size = max_request_size
+        #: Largest record (framing included) allowed by max_request_size and buffer_memory.
+        self.max_record_size = min(max_request_size - BATCH_OVERHEAD, buffer_memory)
+        #: Set when an append sealed a full batch (the producer then lets the sender run).
+        self.filled = False
         #: The loop the records' futures run their callbacks on (None when built outside one,
         #: as unit tests do with plain sinks).
         self.loop: asyncio.AbstractEventLoop | None
@@ -68,8 +107,7 @@ class RecordAccumulator:
         except RuntimeError:
             self.loop = None
         self._batches: dict[str, dict[int, Deque]] = {}
-        #: The batch still taking records, per topic and partition: the producer's fast path
-        #: appends to it directly (``RecordAccumulator.append`` handles everything else).
+        #: The batch still taking records, per topic and partition (``try_append``'s fast path).
         self.open: dict[str, dict[int, ProducerBatch]] = {}
         self._incomplete: set[ProducerBatch] = set()
         #: Bytes reserved, and sends waiting for room: public for the producer's inlined fast path.
@@ -172,77 +210,210 @@ class RecordAccumulator:
             dq = parts[partition] = deque()
         return dq
 
-    def append(
+    def record_size(self, key: bytes | None, value: bytes | None, headers: HeadersArg) -> int:
+        """Bytes a record can take in a batch (Kafka's upper bound), the one size check of every
+        send: ``RecordTooLargeError`` if the record could never fit in a request or in
+        ``buffer_memory``."""
+        size = RECORD_OVERHEAD
+        if key is not None:
+            size += len(key)
+        if value is not None:
+            size += len(value)
+        if headers:
+            size += headers_size(headers)
+        if size > self.max_record_size:
+            if size + BATCH_OVERHEAD > self.max_request_size:
+                raise RecordTooLargeError(
+                    f"the record is {size + BATCH_OVERHEAD} bytes serialized, larger than "
+                    f"max_request_size ({self.max_request_size})"
+                )
+            raise RecordTooLargeError(
+                f"the record is {size} bytes serialized, larger than buffer_memory ({self.buffer_memory})"
+            )
+        return size
+
+    def try_append(
         self,
         topic: str,
-        partition: int,
-        timestamp: int,
+        partition: int | None,
         key: bytes | None,
         value: bytes | None,
-        headers: Any,
-        future: LazyRecordFuture,
-        reserved: int,
-    ) -> bool:
-        """Add one record (its ``reserved`` bytes of memory taken already) to the partition's open
-        batch, or to a new one, and attach its future; True if this append filled a batch."""
-        key_size = -1 if key is None else len(key)
-        value_size = -1 if value is None else len(value)
-        parts = self._batches.get(topic)
-        dq = parts.get(partition) if parts is not None else None
-        if dq is None:
-            dq = self._deque(topic, partition)
-        filled = False
-        if dq:
-            batch = dq[-1]
-            if not batch.full:
-                delta = batch.builder.append(timestamp, key, value, headers)
-                if delta is not None:
-                    batch.attach(future, delta, timestamp, key_size, value_size, reserved)
-                    return False
-                self._seal(batch)
-                filled = True
-        batch = self._new_batch(topic, partition, dq)
-        delta = batch.builder.append(timestamp, key, value, headers)
-        assert delta is not None
-        batch.attach(future, delta, timestamp, key_size, value_size, reserved)
-        self.on_ready()
-        return filled
+        headers: HeadersArg,
+        timestamp_ms: int | None,
+        future: LazyRecordFuture | BatchSink | None,
+        size: int = -1,
+        reserved: bool = False,
+    ) -> LazyRecordFuture | BatchSink | None:
+        """Append one serialized record to its partition's open batch (opening one if needed) and
+        return what tracks it: ``future`` attached to the batch (a new ``RecordFuture`` when None),
+        or a ``BatchSink`` whose run the record joins. The only code that puts records in batches.
 
-    def append_many(
-        self, topic: str, partition: int, timestamp: int, items: list[Any], sink: BatchSink
-    ) -> bool:
-        """Add ``send_many`` records ``(key, value, size, headers)`` to one partition (memory
-        already reserved); each batch they land in gets one run entry. True if a batch filled."""
-        dq = self._deque(topic, partition)
-        batch = dq[-1] if dq and not dq[-1].full else self._new_batch(topic, partition, dq)
-        append = batch.builder.append
-        first = -1
-        count = reserved = 0
-        filled = False
-        for key, value, size, headers in items:
-            delta = append(timestamp, key, value, headers)
-            if delta is None:
-                if count:
-                    batch.runs.append([sink, first, count])
-                    sink.pending_runs += 1
-                    batch.reserved += reserved
-                self._seal(batch)
-                filled = True
+        ``size`` is ``record_size``'s answer when the caller has it; ``reserved`` says its memory
+        is taken already (``reserve``). Returns None, with nothing changed, when the record must
+        wait: for room in ``buffer_memory`` or for the topic's (or the partition's) metadata.
+        Raises ``RecordTooLargeError`` and, for a negative partition, ``InvalidPartitionError``.
+
+        The per-record fast path (Java's ``RecordAccumulator.append``): a keyless record rides
+        the topic's sticky route (the DefaultPartitioner's sticky partition and its open batch,
+        see ``_StickyRoute``), a record for a given partition joins that partition's open batch;
+        only a record that opens a batch or switches partitions asks metadata and partitioner.
+        """
+        if size < 0:
+            # record_size, inlined: this runs once per record.
+            size = RECORD_OVERHEAD if value is None else RECORD_OVERHEAD + len(value)
+            if key is not None:
+                size += len(key)
+            if headers:
+                size += headers_size(headers)
+            if size > self.max_record_size:
+                self.record_size(key, value, headers)  # raises RecordTooLargeError
+        if not reserved and (self.waiters or self.used + size > self.buffer_memory):
+            return None
+        if timestamp_ms is None:
+            timestamp_ms = _time_ns() // 1_000_000
+        batch = None
+        if partition is None:
+            route = self._routes.get(topic) if key is None else None
+            if route is not None and route.version == self.cluster.version:
+                sticky = route.sticky
+                batch = route.batch
+                if not sticky.used_up and not batch.full:
+                    delta = batch.builder.append(timestamp_ms, None, value, headers)
+                    if delta is not None:
+                        # The partitioner's accounting, as ``partition_keyless`` does it.
+                        produced = sticky.produced + size
+                        sticky.produced = produced
+                        if produced >= self.batch_size:
+                            sticky.used_up = True
+                    else:
+                        batch = None
+                else:
+                    batch = None
+        else:
+            parts = self.open.get(topic)
+            batch = parts.get(partition) if parts is not None else None
+            if batch is not None:
+                delta = batch.builder.append(timestamp_ms, key, value, headers)
+                if delta is None:
+                    batch = None
+        if batch is None:
+            # The general path: the partition from metadata and the partitioner, then its open
+            # batch or a new one (sealing a full one); a keyless record renews the sticky route.
+            meta = self.cluster.topics.get(topic)
+            if meta is None or not meta.partition_ids:
+                return None
+            keyless = False
+            if partition is None:
+                if key is None:
+                    partition = self.partitioner.partition_keyless(
+                        topic, meta.partition_ids, meta.available, size
+                    )
+                    keyless = True
+                else:
+                    partition = self.partitioner.partition(topic, key, meta.partition_ids, meta.available)
+            elif partition not in meta.partitions:
+                if partition < 0:
+                    raise InvalidPartitionError(f"partition {partition} is negative")
+                return None
+            dq = self._deque(topic, partition)
+            if dq and not dq[-1].full:
+                batch = dq[-1]
+                delta = batch.builder.append(timestamp_ms, key, value, headers)
+                if delta is None:
+                    self._seal(batch)
+                    self.filled = True
+            if batch is None or delta is None:
                 batch = self._new_batch(topic, partition, dq)
-                append = batch.builder.append
-                delta = append(timestamp, key, value, headers)
+                delta = batch.builder.append(timestamp_ms, key, value, headers)
                 assert delta is not None, "an empty batch takes any record"
-                count = reserved = 0
-            if not count:
-                first = delta
-            count += 1
-            reserved += size
-        if count:
-            batch.runs.append([sink, first, count])
-            sink.pending_runs += 1
-            batch.reserved += reserved
-        self.on_ready()
-        return filled
+                self.on_ready()
+            if keyless and self._sticky_partitioner is not None:
+                self._update_route(topic, partition, batch)
+        if not reserved:
+            self.used += size
+        batch.reserved += size
+        if future is None:
+            # RecordFuture(), its fields set here: cheaper than calling its constructor.
+            future = _new_object(RecordFuture)
+            future._callbacks = None
+        elif type(future) is BatchSink:
+            runs = batch.runs
+            run = runs[-1] if runs else None
+            if run is None or run[0] is not future or run[1] + run[2] != delta:
+                run = [future, delta, 0]
+                runs.append(run)
+                future.pending_runs += 1
+            run[2] += 1 + self._continue_run(topic, batch, future, timestamp_ms)
+            return future
+        elif type(future) is not RecordFuture:
+            batch.outcome.scan = True  # see BatchOutcome.scan
+        future._outcome = batch.outcome  # type: ignore[union-attr]  # a LazyRecordFuture here
+        future._delta = delta  # type: ignore[union-attr]
+        future._timestamp = timestamp_ms  # type: ignore[union-attr]
+        future._key_size = -1 if key is None else len(key)  # type: ignore[union-attr]
+        future._value_size = -1 if value is None else len(value)  # type: ignore[union-attr]
+        batch.futures.append(future)  # type: ignore[arg-type]
+        return future
+
+    def _continue_run(self, topic: str, batch: ProducerBatch, sink: BatchSink, timestamp_ms: int) -> int:
+        """After ``try_append`` put the record ``sink.records[sink.next]`` in ``batch``: append
+        the call's next records to the same batch while they take the same way (the same given
+        partition, or keyless records while the sticky route stays on this batch) and memory is
+        free, so a ``send_many`` call costs one ``try_append`` per batch, not per record. Advances
+        ``sink.next`` past them and returns how many followed the first."""
+        records = sink.records
+        start = index = sink.next + 1
+        if records is None:
+            sink.next = index
+            return 0
+        wanted = records[index - 1][0]
+        route = None
+        produced = limit = 0
+        if wanted is None:
+            route = self._routes.get(topic)
+            if route is None or route.batch is not batch or records[index - 1][1] is not None:
+                sink.next = index
+                return 0
+            produced, limit = route.sticky.produced, self.batch_size
+        append = batch.builder.append
+        waiters = self.waiters
+        used = self.used
+        room = self.buffer_memory - used
+        added = 0
+        end = len(records)
+        while index < end:
+            partition, key, value, headers, size = records[index]
+            if partition != wanted or waiters or added + size > room:
+                break
+            if route is not None and (key is not None or produced >= limit):
+                break
+            if append(timestamp_ms, key, value, headers) is None:
+                break
+            added += size
+            produced += size
+            index += 1
+        if route is not None:
+            route.sticky.produced = produced
+            if produced >= limit:
+                route.sticky.used_up = True
+        self.used = used + added
+        batch.reserved += added
+        sink.next = index
+        return index - start
+
+    def _update_route(self, topic: str, partition: int, batch: ProducerBatch) -> None:
+        """Remember (or forget) the topic's sticky route after a keyless record went through the
+        general path: the DefaultPartitioner's current sticky partition and the batch open there."""
+        sticky = self._sticky_partitioner.sticky(topic)  # type: ignore[union-attr]  # checked by the caller
+        if batch.full or sticky is None or sticky.used_up or sticky.partition != partition:
+            self._routes.pop(topic, None)
+            return
+        route = self._routes.get(topic)
+        if route is None:
+            route = self._routes[topic] = _StickyRoute()
+        route.sticky = sticky
+        route.batch = batch
+        route.version = self.cluster.version
 
     # -- the sender's side ----------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sdk.producer.futures import BatchOutcome, LazyRecordFuture, RecordFuture, resolve_futures
+from sdk.producer.futures import BatchOutcome, LazyRecordFuture, resolve_futures
 from sdk.producer.interceptors import InterceptorChain
 from sdk.producer.record_metadata import (
     CREATE_TIME,
@@ -42,11 +42,16 @@ def increment_sequence(sequence: int, increment: int) -> int:
 class BatchSink:
     """One future for all records of a ``send_many`` call, resolved when every run is written."""
 
-    __slots__ = ("count", "error", "future", "pending_runs", "ranges", "sealed", "topic")
+    __slots__ = ("count", "error", "future", "next", "pending_runs", "ranges", "records", "sealed", "topic")
 
     def __init__(self, future: Any, topic: str):
         self.future = future
         self.topic = topic
+        #: The call's records ``(partition, key, value, headers, size)``, serialized and sized,
+        #: and the index of the next one to append (``RecordAccumulator.try_append`` appends a
+        #: run of them at a time and moves it on).
+        self.records: list[tuple[Any, ...]] | None = None
+        self.next = 0
         self.count = 0
         self.pending_runs = 0
         self.ranges: list[OffsetRange] = []
@@ -147,21 +152,6 @@ class ProducerBatch:
     @property
     def has_sequence(self) -> bool:
         return self.base_sequence != NO_SEQUENCE
-
-    def attach(
-        self, future: LazyRecordFuture, delta: int, timestamp: int, key_size: int, value_size: int, size: int
-    ) -> None:
-        """Attach the future of the record just appended at ``delta`` to the batch's outcome, and
-        count the ``size`` bytes of memory it holds."""
-        if type(future) is not RecordFuture:
-            self.outcome.scan = True
-        future._outcome = self.outcome
-        future._delta = delta
-        future._timestamp = timestamp
-        future._key_size = key_size
-        future._value_size = value_size
-        self.futures.append(future)
-        self.reserved += size
 
     def estimated_size(self) -> int:
         return len(self.payload) if self.payload is not None else self.builder.estimated_size()

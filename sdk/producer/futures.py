@@ -176,7 +176,7 @@ class RecordFuture(LazyRecordFuture):
 
     @classmethod
     def detached(cls) -> RecordFuture:
-        """A future not in a batch yet: ``RecordAccumulator.append`` attaches it (``send``'s slow
+        """A future not in a batch yet: ``RecordAccumulator.try_append`` attaches it (``send``'s slow
         path creates it before waiting for metadata or memory)."""
         future = cls.__new__(cls)
         future._outcome = None

@@ -67,24 +67,6 @@ class Partitioner:
             self.record_appended(topic, partition, size)
         return partition
 
-    def partition_keyless_many(
-        self, topic: str, all_partitions: Sequence[int], available_partitions: Sequence[int], sizes: list[int]
-    ) -> list[tuple[int, int]]:
-        """Partitions for consecutive keyless records of the given sizes, as runs
-        ``(partition, count)`` in order (the batch API's entry point)."""
-        runs: list[tuple[int, int]] = []
-        current, count = -1, 0
-        for size in sizes:
-            partition = self.partition_keyless(topic, all_partitions, available_partitions, size)
-            if partition != current:
-                if count:
-                    runs.append((current, count))
-                current, count = partition, 0
-            count += 1
-        if count:
-            runs.append((current, count))
-        return runs
-
 
 class _Sticky:
     """The partition keyless records of a topic stick to, and the bytes they brought it so far."""
@@ -129,7 +111,7 @@ class DefaultPartitioner(Partitioner):
         return sticky.partition
 
     def sticky(self, topic: str) -> _Sticky | None:
-        """The topic's sticky state, for the producer's fast path (see ``Producer._update_route``):
+        """The topic's sticky state, for the producer's fast path (see ``RecordAccumulator.try_append``):
         while ``used_up`` is false it may append to ``partition`` and add the bytes to
         ``produced``, setting ``used_up`` once ``produced`` reaches ``batch_size``, exactly as
         ``partition_keyless`` would."""
@@ -182,29 +164,6 @@ class DefaultPartitioner(Partitioner):
         if produced >= self.batch_size:
             sticky.used_up = True
         return sticky.partition
-
-    def partition_keyless_many(
-        self, topic: str, all_partitions: Sequence[int], available_partitions: Sequence[int], sizes: list[int]
-    ) -> list[tuple[int, int]]:
-        runs: list[tuple[int, int]] = []
-        limit = self.batch_size
-        index, total = 0, len(sizes)
-        while index < total:
-            # The first record picks (or switches) the sticky partition; the rest of its budget
-            # is then filled by summing sizes only.
-            partition = self.partition_keyless(topic, all_partitions, available_partitions, sizes[index])
-            sticky = self._sticky[topic]
-            start = index
-            index += 1
-            produced = sticky.produced
-            while index < total and produced < limit:
-                produced += sizes[index]
-                index += 1
-            sticky.produced = produced
-            if produced >= limit:
-                sticky.used_up = True
-            runs.append((partition, index - start))
-        return runs
 
     def __repr__(self) -> str:
         return f"DefaultPartitioner(batch_size={self.batch_size})"

@@ -6,7 +6,6 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Callable, Iterable
-from time import time_ns as _time_ns
 from typing import Any
 
 from sdk.client.client import KafkaClient
@@ -17,111 +16,30 @@ from sdk.errors import (
     KafkaError,
     MetadataTimeoutError,
     ProducerClosedError,
-    RecordTooLargeError,
     SerializationError,
     make_error,
 )
 from sdk.producer.accumulator import RecordAccumulator, now_ms
-from sdk.producer.batch import ProducerBatch
+from sdk.producer.batch import BatchSink
 from sdk.producer.batch_api import BatchSendMixin, Headers
 from sdk.producer.config import ProducerConfig
 from sdk.producer.futures import LazyRecordFuture, RecordFuture
 from sdk.producer.interceptors import InterceptorChain, ProducerInterceptor, ProducerRecord
-from sdk.producer.partitioner import DefaultPartitioner, Partitioner, make_partitioner
+from sdk.producer.partitioner import Partitioner, make_partitioner
 from sdk.producer.record_metadata import RecordMetadata
 from sdk.producer.sender import Sender
 from sdk.producer.transaction_manager import TransactionManager
 from sdk.producer.transactions import TransactionalMixin, Transactions
-from sdk.records import BATCH_OVERHEAD, RECORD_OVERHEAD, headers_size, record_size_bound
 
-__all__ = ["PreparedRecord", "Producer"]
+__all__ = ["Producer"]
 
-#: ``(topic, key, value, partition, timestamp_ms, headers)`` after interceptors and serializers.
-PreparedRecord = tuple[str, "bytes | None", "bytes | None", "int | None", "int | None", "Headers | None"]
+#: ``(topic, partition, key, value, headers, timestamp_ms, size)`` after interceptors and
+#: serializers, in ``try_append``'s order (``size`` from ``RecordAccumulator.record_size``).
+PreparedRecord = tuple[str, "int | None", "bytes | None", "bytes | None", "Headers | None", "int | None", int]
 
 log = logging.getLogger(__name__)
 
-_new_object = object.__new__
-
-
 _NEW, _RUNNING, _CLOSING, _CLOSED = "new", "running", "closing", "closed"
-
-
-class _StickyRoute:
-    """Where a topic's keyless records go while nothing changes (``Producer._update_route``),
-    and the one place such a record is appended (``append``).
-
-    ``sticky`` is the DefaultPartitioner's state for the topic and ``batch`` the open batch of its
-    partition; the route holds while ``cluster.version == version``, ``sticky.used_up`` is false
-    and ``batch.full`` is false. ``cluster``, ``accumulator``, ``batch_size`` and the size bounds
-    are constants kept here so the fast path reads one object.
-    """
-
-    __slots__ = (
-        "accumulator",
-        "batch",
-        "batch_size",
-        "buffer_memory",
-        "cluster",
-        "max_record_size",
-        "sticky",
-        "version",
-    )
-
-    def __init__(
-        self, cluster: Any, accumulator: Any, batch_size: int, max_record_size: int, buffer_memory: int
-    ) -> None:
-        self.cluster = cluster
-        self.accumulator = accumulator
-        self.batch_size = batch_size
-        self.max_record_size = max_record_size
-        self.buffer_memory = buffer_memory
-        self.sticky: Any = None
-        self.batch: Any = None
-        self.version = -1
-
-    def append(
-        self, value: bytes, timestamp_ms: int | None, future: LazyRecordFuture | None
-    ) -> LazyRecordFuture | None:
-        """Append a keyless record of bytes without headers to the route's batch and return its
-        future (``future`` attached, or a new ``RecordFuture`` when None); None, with nothing
-        changed, when the route no longer holds or memory is short: the caller then takes the
-        general path. The per-record hot path: every test comes before any side effect, and the
-        bookkeeping of the accumulator (memory), the batch (its futures and reserved bytes) and
-        the DefaultPartitioner (sticky accounting, as ``partition_keyless`` does it) is written
-        out here rather than called, which is a third of the cost of a record."""
-        sticky = self.sticky
-        batch = self.batch
-        if sticky.used_up or batch.full or self.version != self.cluster.version:
-            return None
-        size = RECORD_OVERHEAD + len(value)
-        acc = self.accumulator
-        if size > self.max_record_size or acc.waiters or acc.used + size > self.buffer_memory:
-            return None
-        if timestamp_ms is None:
-            timestamp_ms = _time_ns() // 1_000_000
-        delta = batch.builder.append(timestamp_ms, None, value)
-        if delta is None:
-            return None
-        acc.used += size
-        batch.reserved += size
-        produced = sticky.produced + size
-        sticky.produced = produced
-        if produced >= self.batch_size:
-            sticky.used_up = True
-        if future is None:
-            # RecordFuture(), its fields set here: cheaper than calling its constructor.
-            future = _new_object(RecordFuture)
-            future._callbacks = None
-        else:
-            batch.outcome.scan = True  # a DeliveryFuture (see BatchOutcome.scan)
-        future._outcome = batch.outcome
-        future._delta = delta
-        future._timestamp = timestamp_ms
-        future._key_size = -1
-        future._value_size = size - RECORD_OVERHEAD
-        batch.futures.append(future)
-        return future
 
 
 class Producer(BatchSendMixin, TransactionalMixin):
@@ -271,23 +189,13 @@ class Producer(BatchSendMixin, TransactionalMixin):
         self._key_serializer = cfg.key_serializer
         self._value_serializer = cfg.value_serializer
         self._max_block_ms = cfg.max_block_ms
-        self._max_request_size = cfg.max_request_size
-        self._buffer_memory = cfg.buffer_memory
-        self._yield_pending = False
         self._cluster: Any = None
         #: True while ``send`` may proceed: started, not stopping, sender not failed.
         self._accepting = False
-        #: Largest record (framing included) allowed by max_request_size and buffer_memory.
-        self._max_record_size = min(cfg.max_request_size - BATCH_OVERHEAD, cfg.buffer_memory)
-        #: Nothing to serialize or intercept: ``send`` may take its fast path.
+        #: Nothing to serialize or intercept: ``send`` goes straight to the accumulator.
         self._plain = (
             self._interceptors is None and self._key_serializer is None and self._value_serializer is None
         )
-        #: The partitioner when it is exactly the DefaultPartitioner, whose sticky state the
-        #: fast path follows (a subclass may change the rules, so it always gets asked).
-        self._sticky = self._partitioner if type(self._partitioner) is DefaultPartitioner else None
-        #: Sticky routes for keyless records, per topic (see ``_update_route``).
-        self._routes: dict[str, _StickyRoute] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -315,6 +223,9 @@ class Producer(BatchSendMixin, TransactionalMixin):
             delivery_timeout_ms=cfg.delivery_timeout_ms,
             retry_backoff=client.retry_backoff,
             max_in_flight_per_partition=cfg.max_in_flight_requests_per_connection,
+            cluster=self._cluster,
+            partitioner=self._partitioner,
+            max_request_size=cfg.max_request_size,
         )
         self._sender = Sender(
             client,
@@ -496,75 +407,30 @@ class Producer(BatchSendMixin, TransactionalMixin):
         """
         if not self._accepting:
             self._check_running()
-        # The fast path: a keyless record of bytes, nothing to serialize or intercept, onto the
-        # topic's sticky route. Anything else (or a route that no longer holds) takes the
-        # general path.
-        route = self._routes.get(topic) if self._plain else None
-        if route is not None and key is None and partition is None and not headers and type(value) is bytes:
-            future = route.append(value, timestamp_ms, None)
-            if future is not None:
-                return future  # type: ignore[return-value]  # a LazyRecordFuture serves as a RecordFuture
-        elif (
-            partition is not None
-            and self._plain
-            and not headers
-            and type(value) is bytes
-            and (key is None or type(key) is bytes)
-        ):
-            direct = self._append_to_open_batch(topic, partition, key, value, timestamp_ms)
-            if direct is not None:
-                return direct
         interceptors = self._interceptors
         if interceptors is not None:
             record = interceptors.on_send(ProducerRecord(topic, value, key, partition, timestamp_ms, headers))
             topic, value, key, partition, timestamp_ms, headers = record
+        acc = self._accumulator
         try:
-            if self._key_serializer is not None or (key is not None and type(key) is not bytes):
-                key = self._serialize_key(topic, key)
-            if self._value_serializer is not None or (value is not None and type(value) is not bytes):
-                value = self._serialize_value(topic, value)
-            future = self.append_nowait((topic, key, value, partition, timestamp_ms, headers), None)
+            if not self._plain or (key is not None and type(key) is not bytes) or (
+                value is not None and type(value) is not bytes
+            ):
+                key, value = self._serialize(topic, key, value)
+            future = acc.try_append(topic, partition, key, value, headers, timestamp_ms, None)  # type: ignore[union-attr]  # set once started
             if future is None:
                 future = RecordFuture.detached()
-                await self._append_blocking(topic, key, value, partition, timestamp_ms, headers, future)
+                await self._append_waiting(topic, partition, key, value, headers, timestamp_ms, future)
         except KafkaError as exc:
             if interceptors is not None:
                 failed = RecordMetadata(topic, -1 if partition is None else partition, -1, -1)
                 interceptors.on_acknowledgement(failed, exc)
             raise
-        if self._yield_pending:
+        if acc.filled:  # type: ignore[union-attr]
             # A batch just filled up: let the sender put it on the wire while we keep producing.
-            self._yield_pending = False
+            acc.filled = False  # type: ignore[union-attr]
             await asyncio.sleep(0)
         return future  # type: ignore[return-value]  # a LazyRecordFuture serves as a RecordFuture
-
-    def _append_to_open_batch(
-        self, topic: str, partition: int, key: bytes | None, value: bytes, timestamp_ms: int | None
-    ) -> RecordFuture | None:
-        """The fast path of a record of bytes sent to a given partition (nothing to serialize,
-        intercept or partition): it joins the partition's open batch if that has room and the
-        memory is free without waiting. None, with nothing changed, sends it down the general
-        path, which opens batches, waits for memory and checks that the partition exists (an
-        open batch proves it does)."""
-        acc = self._accumulator
-        parts = acc.open.get(topic)  # type: ignore[union-attr]  # set once started
-        batch = parts.get(partition) if parts is not None else None
-        if batch is None or batch.full:
-            return None
-        key_size = -1 if key is None else len(key)
-        size = RECORD_OVERHEAD + len(value) + (0 if key is None else key_size)
-        if size > self._max_record_size or acc.waiters or acc.used + size > self._buffer_memory:  # type: ignore[union-attr]
-            return None
-        if timestamp_ms is None:
-            timestamp_ms = _time_ns() // 1_000_000
-        delta = batch.builder.append(timestamp_ms, key, value)
-        if delta is None:
-            return None
-        acc.used += size  # type: ignore[union-attr]
-        future = _new_object(RecordFuture)
-        future._callbacks = None
-        batch.attach(future, delta, timestamp_ms, key_size, len(value), size)
-        return future
 
     async def send_and_wait(
         self,
@@ -579,123 +445,16 @@ class Producer(BatchSendMixin, TransactionalMixin):
         future = await self.send(topic, value, key, partition, timestamp_ms, headers)
         return await future
 
-    def _serialize_key(self, topic: str, key: Any) -> bytes | None:
-        serializer = self._key_serializer
-        if serializer is None:
-            if isinstance(key, bytearray | memoryview):
-                return bytes(key)
-            raise SerializationError(
-                f"key must be bytes or None without a key_serializer, not {type(key).__name__}"
-            )
-        try:
-            return serializer(key)
-        except Exception as exc:
-            raise SerializationError(f"key_serializer failed for a record to {topic!r}: {exc!r}") from exc
-
-    def _serialize_value(self, topic: str, value: Any) -> bytes | None:
-        serializer = self._value_serializer
-        if serializer is None:
-            if isinstance(value, bytearray | memoryview):
-                return bytes(value)
-            raise SerializationError(
-                f"value must be bytes or None without a value_serializer, not {type(value).__name__}"
-            )
-        try:
-            return serializer(value)
-        except Exception as exc:
-            raise SerializationError(f"value_serializer failed for a record to {topic!r}: {exc!r}") from exc
-
     def _serialize(self, topic: str, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
-        """Key and value as bytes (for callers outside the hot path, e.g. the sync facade)."""
+        """Key and value as bytes: through the serializers when set, bytes-like objects copied,
+        anything else a ``SerializationError``."""
         if self._key_serializer is not None or (key is not None and type(key) is not bytes):
-            key = self._serialize_key(topic, key)
+            key = _serialize_one(self._key_serializer, "key", topic, key)
         if self._value_serializer is not None or (value is not None and type(value) is not bytes):
-            value = self._serialize_value(topic, value)
+            value = _serialize_one(self._value_serializer, "value", topic, value)
         return key, value
 
-    def _record_size(self, key: bytes | None, value: bytes | None, headers: Headers | None) -> int:
-        """Bytes a record can take in a batch (Kafka's upper bound); raises if it can never fit."""
-        size = record_size_bound(key, value, headers)
-        if size > self._max_record_size:
-            self._too_large(size)
-        return size
-
-    def _too_large(self, size: int) -> None:
-        if size + BATCH_OVERHEAD > self._max_request_size:
-            raise RecordTooLargeError(
-                f"the record is {size + BATCH_OVERHEAD} bytes serialized, larger than "
-                f"max_request_size ({self._max_request_size})"
-            )
-        raise RecordTooLargeError(
-            f"the record is {size} bytes serialized, larger than buffer_memory ({self._buffer_memory})"
-        )
-
-    def append_nowait(
-        self, record: PreparedRecord, future: LazyRecordFuture | None
-    ) -> LazyRecordFuture | None:
-        """Append a prepared record (``prepare_record``) if that needs no waiting, and return its
-        future: ``future`` attached to its batch, or a new ``RecordFuture`` when None. None, with
-        nothing done, when the topic's metadata or room in ``buffer_memory`` is missing (then
-        ``append`` waits for them). Loop thread only; facades call it once per record."""
-        topic, key, value, partition, timestamp_ms, headers = record
-        route = self._routes.get(topic)
-        if route is not None and key is None and partition is None and not headers and type(value) is bytes:
-            appended = route.append(value, timestamp_ms, future)
-            if appended is not None:
-                return appended
-        meta = self._cluster.topics.get(topic)
-        if meta is None or not meta.partition_ids:
-            return None
-        size = record_size_bound(key, value, headers)
-        if size > self._max_record_size:
-            self._too_large(size)
-        if partition is not None and partition not in meta.partitions:
-            if partition < 0:
-                raise InvalidPartitionError(f"partition {partition} is negative")
-            return None
-        if not self._accumulator.try_reserve(size):  # type: ignore[union-attr]  # set once started
-            return None
-        if future is None:
-            future = RecordFuture.detached()
-        self._append_reserved(topic, key, value, partition, timestamp_ms, headers, future, size, meta)
-        return future
-
-    def _append_reserved(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        partition: int | None,
-        timestamp_ms: int | None,
-        headers: Headers | None,
-        future: LazyRecordFuture,
-        size: int,
-        meta: Any,
-    ) -> None:
-        """The general path's last step, for a record whose memory is reserved: pick its
-        partition, append it (the accumulator keeps the books), and remember the sticky route
-        that the next keyless records of the topic can take."""
-        keyless = False
-        if partition is None:
-            if key is None:
-                partition = self._partitioner.partition_keyless(
-                    topic, meta.partition_ids, meta.available, size
-                )
-                keyless = True
-            else:
-                partition = self._partitioner.partition(topic, key, meta.partition_ids, meta.available)
-        if timestamp_ms is None:
-            timestamp_ms = _time_ns() // 1_000_000
-        acc = self._accumulator
-        assert acc is not None
-        if acc.append(topic, partition, timestamp_ms, key, value, headers, future, size):
-            self._yield_pending = True
-        if keyless and self._sticky is not None and not headers and type(value) is bytes:
-            self._update_route(topic, partition, acc.open.get(topic, {}).get(partition))
-
-    # -- the entry point for facades (sdk.sync) ------------------------------------------------
-
-    def prepare_record(
+    def _prepare_record(
         self,
         topic: str,
         value: Any = None,
@@ -704,12 +463,10 @@ class Producer(BatchSendMixin, TransactionalMixin):
         timestamp_ms: int | None = None,
         headers: Headers | None = None,
     ) -> PreparedRecord:
-        """Check that the producer accepts records, run the interceptors' ``on_send`` and the
-        serializers, and refuse a record that can never fit. Safe to call from any thread (it
-        touches no loop state), so a facade does this work on its caller's thread.
-
-        Returns ``(topic, key, value, partition, timestamp_ms, headers)`` for ``append_nowait`` /
-        ``append``."""
+        """For the sync facade, on its caller's thread (it touches no loop state): check that the
+        producer accepts records, run the interceptors' ``on_send`` and the serializers, and size
+        the record (``RecordTooLargeError`` if it can never fit). The result goes to the
+        accumulator's ``try_append`` on the loop thread, or to ``_append_waiting``."""
         if not self._accepting:
             self._check_running()
         interceptors = self._interceptors
@@ -722,65 +479,41 @@ class Producer(BatchSendMixin, TransactionalMixin):
             or (value is not None and type(value) is not bytes)
         ):
             key, value = self._serialize(topic, key, value)
-        # record_size_bound, inlined (once per record).
-        size = RECORD_OVERHEAD
-        if key is not None:
-            size += len(key)
-        if value is not None:
-            size += len(value)
-        if headers:
-            size += headers_size(headers)
-        if size > self._max_record_size:
-            self._too_large(size)
-        return (topic, key, value, partition, timestamp_ms, headers)
+        size = self._accumulator.record_size(key, value, headers)  # type: ignore[union-attr]  # set once started
+        return (topic, partition, key, value, headers, timestamp_ms, size)
 
-    async def append(self, record: PreparedRecord, future: LazyRecordFuture) -> None:
-        """Append a prepared record, waiting (up to ``max_block_ms``) for metadata and memory."""
-        if self.append_nowait(record, future) is None:
-            await self._append_blocking(*record, future)
-
-    def _update_route(self, topic: str, partition: int, batch: ProducerBatch | None) -> None:
-        """Remember (or forget) the topic's sticky route after a keyless record went through the
-        general path: the DefaultPartitioner's current sticky partition and the batch open there.
-        ``send`` then appends the next keyless records without asking the partitioner or the
-        accumulator, for as long as the route holds: same metadata version, sticky partition
-        not used up (a switch marks the old one used up), batch not sealed."""
-        sticky = self._sticky.sticky(topic)  # type: ignore[union-attr]  # only called with a DefaultPartitioner
-        if batch is None or batch.full or sticky is None or sticky.used_up or sticky.partition != partition:
-            self._routes.pop(topic, None)
-            return
-        route = self._routes.get(topic)
-        if route is None:
-            batch_size = self._sticky.batch_size  # type: ignore[union-attr]  # as above
-            route = self._routes[topic] = _StickyRoute(
-                self._cluster, self._accumulator, batch_size, self._max_record_size, self._buffer_memory
-            )
-        route.sticky = sticky
-        route.batch = batch
-        route.version = self._cluster.version
-
-    async def _append_blocking(
+    async def _append_waiting(
         self,
         topic: str,
+        partition: int | None,
         key: bytes | None,
         value: bytes | None,
-        partition: int | None,
-        timestamp_ms: int | None,
         headers: Headers | None,
-        future: LazyRecordFuture,
+        timestamp_ms: int | None,
+        future: LazyRecordFuture | BatchSink,
+        size: int = -1,
     ) -> None:
-        """The slow path: wait for the topic's metadata and for memory, then append (``future``
-        is attached to the record's batch)."""
+        """The slow path of ``try_append``: wait (up to ``max_block_ms``) for the topic's metadata
+        and for memory, then append (``future`` is attached to the record's batch)."""
         deadline = now_ms() + self._max_block_ms
-        await self._wait_for_topic(topic, partition, deadline)
-        size = self._record_size(key, value, headers)
         acc = self._accumulator
         assert acc is not None
-        await acc.reserve(size, max(0.0, deadline - now_ms()))
-        self._check_running_after_wait(size)
-        self._append_reserved(
-            topic, key, value, partition, timestamp_ms, headers, future, size, self._cluster.topics[topic]
-        )
+        if size < 0:
+            size = acc.record_size(key, value, headers)
+        while True:
+            await self._wait_for_topic(topic, partition, deadline)
+            await acc.reserve(size, max(0.0, deadline - now_ms()))
+            self._check_running_after_wait(size)
+            try:
+                appended = acc.try_append(
+                    topic, partition, key, value, headers, timestamp_ms, future, size, reserved=True
+                )
+            except BaseException:
+                acc.release(size)
+                raise
+            if appended is not None:
+                return
+            acc.release(size)  # the metadata lost the topic or partition meanwhile: wait again
 
     def _check_running_after_wait(self, reserved: int) -> None:
         try:
@@ -792,3 +525,19 @@ class Producer(BatchSendMixin, TransactionalMixin):
 
     def __repr__(self) -> str:
         return f"<Producer {self._state} bootstrap={self.config.bootstrap_servers!r}>"
+
+
+def _serialize_one(
+    serializer: Callable[[Any], bytes | None] | None, what: str, topic: str, obj: Any
+) -> bytes | None:
+    """``obj`` (a key or a value, named by ``what``) as bytes, or ``SerializationError``."""
+    if serializer is None:
+        if isinstance(obj, bytearray | memoryview):
+            return bytes(obj)
+        raise SerializationError(
+            f"{what} must be bytes or None without a {what}_serializer, not {type(obj).__name__}"
+        )
+    try:
+        return serializer(obj)
+    except Exception as exc:
+        raise SerializationError(f"{what}_serializer failed for a record to {topic!r}: {exc!r}") from exc

@@ -154,7 +154,7 @@ class RecordBatchBuilder:
         timestamp_ms: int | None,
         key: BytesLike | None,
         value: BytesLike | None,
-        headers: Iterable[tuple[str, BytesLike | None]] = (),
+        headers: Iterable[tuple[str, BytesLike | None]] | None = (),
         *,
         _enc: list[bytes] = SMALL_VARINTS,
         _attr_ts: list[bytes] = _ATTRS_TS,
@@ -162,7 +162,7 @@ class RecordBatchBuilder:
     ) -> int | None:
         """Add a record; return its offset delta, or None (nothing added) if the batch is full.
 
-        ``timestamp_ms`` None means now. Headers are ``(str, bytes | None)`` pairs. (The
+        ``timestamp_ms`` None means now. Headers are ``(str, bytes | None)`` pairs (None: none). (The
         underscore keywords are constants bound as locals for speed, not part of the API.)
         """
         count = self._count
@@ -214,7 +214,7 @@ class RecordBatchBuilder:
         delta: int,
         key: BytesLike | None,
         value: BytesLike | None,
-        headers: Iterable[tuple[str, BytesLike | None]],
+        headers: Iterable[tuple[str, BytesLike | None]] | None,
     ) -> int | None:
         """``append`` for any record: headers, fields and deltas of any size (varints encoded as
         needed). Same contract and same bytes as the fast path where both apply."""

@@ -1,7 +1,9 @@
 """The blocking producer: ``sdk.Producer`` driven on the shared loop thread (``sdk.sync._loop``).
 
-It reaches the async producer only through its facade entry points (``prepare_record`` on the
-caller's thread, ``append_nowait``/``append`` on the loop thread), never its private members.
+It drives the async producer as its ``send`` does, split across threads: the record is prepared
+(``Producer._prepare_record``: interceptors, serializers, size) on the caller's thread, and appended
+on the loop thread by the accumulator's ``try_append``, or by ``Producer._append_waiting`` when it
+must wait for metadata or memory.
 """
 
 from __future__ import annotations
@@ -246,7 +248,7 @@ class Producer:
         """
         if self._closing:
             raise ProducerClosedError("producer closed")
-        record = self._producer.prepare_record(topic, value, key, partition, timestamp_ms, headers)
+        record = self._producer._prepare_record(topic, value, key, partition, timestamp_ms, headers)
         # DeliveryFuture(), its fields set here: cheaper than calling the constructor. The
         # future carries the record through the queue: one object per record that the garbage
         # collector follows (the record tuple holds no such object, so the collector stops
@@ -466,7 +468,7 @@ class Producer:
         self._pump_scheduled = False
         if self._slow_task is not None:
             return  # the task drains the queue in order
-        append_nowait = self._producer.append_nowait
+        try_append = self._producer._accumulator.try_append  # type: ignore[union-attr]  # set once started
         queue = self._queue
         appended = 0
         # A bounded round, then the loop's other work (the sender) gets a turn: a caller thread
@@ -475,7 +477,8 @@ class Producer:
         for _ in range(min(len(queue), self.PUMP_ROUND)):
             future = popleft()
             try:
-                if append_nowait(future._record, future) is None:  # type: ignore[arg-type]  # set when queued
+                topic, partition, key, value, headers, timestamp_ms, size = future._record  # type: ignore[misc]  # set when queued
+                if try_append(topic, partition, key, value, headers, timestamp_ms, future, size) is None:
                     # Back at the head (callers only append at the tail): the task takes it.
                     queue.appendleft(future)
                     self._slow_task = self._runner.loop.create_task(self._drain_handover_task())
@@ -502,11 +505,16 @@ class Producer:
             while self._slow_task is not None:
                 await asyncio.shield(self._slow_task)
         producer = self._producer
+        try_append = producer._accumulator.try_append  # type: ignore[union-attr]  # set once started
         queue = self._queue
         while queue:
             future = queue[0]
             try:
-                await producer.append(future._record, future)  # type: ignore[arg-type]  # set when queued
+                topic, partition, key, value, headers, timestamp_ms, size = future._record  # type: ignore[misc]  # set when queued
+                if try_append(topic, partition, key, value, headers, timestamp_ms, future, size) is None:
+                    await producer._append_waiting(
+                        topic, partition, key, value, headers, timestamp_ms, future, size
+                    )
             except Exception as exc:
                 future.set_exception(exc)
             future._record = None

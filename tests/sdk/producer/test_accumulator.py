@@ -50,6 +50,7 @@ def _accumulator(**overrides) -> RecordAccumulator:
         buffer_memory=100_000,
         delivery_timeout_ms=1000,
         retry_backoff=ExponentialBackoff(100, 1000, jitter=0),
+        cluster=_cluster({0: 1, 1: 1, 2: 1}),
     )
     options.update(overrides)
     return RecordAccumulator(**options)
@@ -57,25 +58,30 @@ def _accumulator(**overrides) -> RecordAccumulator:
 
 def test_batches_fill_to_batch_size_then_a_new_one_starts():
     acc = _accumulator()
-    filled = [acc.append("t", 0, 1, None, b"x" * 100, None, RecordFuture.detached(), 121) for _ in range(20)]
+    filled = []
+    for _ in range(20):
+        acc.try_append("t", 0, None, b"x" * 100, None, 1, RecordFuture.detached())
+        filled.append(acc.filled)
+        acc.filled = False
     dq = acc._batches["t"][0]
     assert len(dq) == 3
     assert all(b.builder.estimated_size() <= 1000 for b in dq)
     assert filled.count(True) == 2
+    assert acc.memory_used == 20 * 121
     assert dq[0].full and not dq[-1].full
 
 
 def test_ready_waits_for_linger_unless_full_or_flushing():
     acc = _accumulator()
     cluster = _cluster({0: 1, 1: 2})
-    acc.append("t", 0, 1, None, b"x", None, RecordFuture.detached(), 30)
+    acc.try_append("t", 0, None, b"x", None, 1, RecordFuture.detached())
     now = now_ms()
     ready, delay, unknown = acc.ready(cluster, now)
     assert ready == {} and 0 < delay <= 50 and not unknown
     ready, _, _ = acc.ready(cluster, now + 60)
     assert set(ready) == {1}
     acc.begin_flush()
-    acc.append("t", 1, 1, None, b"x", None, RecordFuture.detached(), 30)
+    acc.try_append("t", 1, None, b"x", None, 1, RecordFuture.detached())
     ready, _, _ = acc.ready(cluster, now)
     assert set(ready) == {1, 2}
     acc.end_flush()
@@ -83,7 +89,7 @@ def test_ready_waits_for_linger_unless_full_or_flushing():
 
 def test_unknown_leader_is_reported():
     acc = _accumulator(linger_ms=0)
-    acc.append("t", 0, 1, None, b"x", None, RecordFuture.detached(), 30)
+    acc.try_append("t", 0, None, b"x", None, 1, RecordFuture.detached())
     ready, _, unknown = acc.ready(_cluster({0: -1}), now_ms())
     assert ready == {} and unknown == {"t"}
 
@@ -93,7 +99,7 @@ def test_drain_takes_one_batch_per_partition_within_max_request_size():
     cluster = _cluster({0: 1, 1: 1, 2: 1})
     for partition in range(3):
         for _ in range(12):
-            acc.append("t", partition, 1, None, b"x" * 100, None, RecordFuture.detached(), 121)
+            acc.try_append("t", partition, None, b"x" * 100, None, 1, RecordFuture.detached())
     ready, _, _ = acc.ready(cluster, now_ms())
     batches = acc.drain(1, ready[1], 2500, now_ms(), None)
     assert len(batches) == 2  # two ~1 KB batches fit in 2.5 KB, the third does not
@@ -121,7 +127,7 @@ async def test_memory_bound_blocks_then_fails():
 def test_expired_batches_and_reenqueue_order():
     acc = _accumulator(linger_ms=0)
     for _ in range(5):  # two per batch: three batches
-        acc.append("t", 0, 1, None, b"x" * 400, None, RecordFuture.detached(), 421)
+        acc.try_append("t", 0, None, b"x" * 400, None, 1, RecordFuture.detached())
     dq = acc._batches["t"][0]
     first, second = dq.popleft(), dq.popleft()
     first.base_sequence, second.base_sequence = 0, 5
@@ -137,8 +143,7 @@ def test_batches_complete_with_metadata_and_give_memory_back():
     acc = _accumulator(linger_ms=0)
     sinks = [RecordFuture.detached() for _ in range(3)]
     for i, sink in enumerate(sinks):
-        assert acc.try_reserve(50)
-        acc.append("t", 0, 1000 + i, b"k", b"v" * i, None, sink, 50)
+        acc.try_append("t", 0, b"k", b"v" * i, None, 1000 + i, sink)
     batch = acc._batches["t"][0].popleft()
     batch.close()
     acc.done(batch)
@@ -153,9 +158,11 @@ def test_split_keeps_records_sinks_runs_and_sequences():
     acc = _accumulator(linger_ms=0, batch_size=100_000)
     sinks = [RecordFuture.detached() for _ in range(3)]
     for i, sink in enumerate(sinks):
-        acc.append("t", 0, 1000 + i, b"k%d" % i, b"v%d" % i, [("h", b"x")], sink, 30)
+        acc.try_append("t", 0, b"k%d" % i, b"v%d" % i, [("h", b"x")], 1000 + i, sink)
     many = BatchSink(FakeFuture(), "t")
-    acc.append_many("t", 0, 2000, [(None, b"m%d" % i, 30, None) for i in range(5)], many)
+    for i in range(5):  # one run: consecutive records of one send_many call in one batch
+        assert acc.try_append("t", 0, None, b"m%d" % i, None, 2000, many) is many
+    assert acc._batches["t"][0][0].runs == [[many, 3, 5]] and many.pending_runs == 1
     many.count = 5
     many.seal()
     batch = acc._batches["t"][0].popleft()
@@ -212,7 +219,7 @@ def _drain_one(acc: RecordAccumulator, txn: TransactionManager, now: float) -> l
 def _establish(acc: RecordAccumulator, txn: TransactionManager) -> None:
     """Partition 0's leader acknowledged a first batch (one record, sequence 0): it holds the
     producer's state, so the partition pipelines and the tests' batches start at sequence 1."""
-    acc.append("t", 0, 1, None, b"new", None, RecordFuture.detached(), 24)
+    acc.try_append("t", 0, None, b"new", None, 1, RecordFuture.detached())
     (opening,) = _drain_one(acc, txn, now_ms())
     acc.unmute(opening)
     txn.on_success(opening)
@@ -225,7 +232,7 @@ def test_a_partition_with_a_retry_pending_drains_only_its_next_sequence():
     now = now_ms()
     sent = []
     for _ in range(3):  # one batch per record (400-byte records, 1000-byte batches, sealed at drain)
-        acc.append("t", 0, 1, None, b"x" * 400, None, RecordFuture.detached(), 421)
+        acc.try_append("t", 0, None, b"x" * 400, None, 1, RecordFuture.detached())
         sent += _drain_one(acc, txn, now_ms())
     first, second, third = sent
     assert [b.base_sequence for b in sent] == [1, 2, 3]
@@ -235,7 +242,7 @@ def test_a_partition_with_a_retry_pending_drains_only_its_next_sequence():
         assert txn.can_retry(batch, NotLeaderOrFollowerError())
         txn.retry_pending(batch)
         acc.reenqueue(batch, now)
-    acc.append("t", 0, 1, None, b"new", None, RecordFuture.detached(), 24)
+    acc.try_append("t", 0, None, b"new", None, 1, RecordFuture.detached())
     assert [b.base_sequence for b in acc._batches["t"][0]] == [1, 3, -1]
     later = now_ms() + 20
     assert _drain_one(acc, txn, later) == [first]
@@ -258,9 +265,9 @@ def test_reenqueue_puts_retries_before_new_batches_in_sequence_order():
     now = now_ms()
     sent = []
     for _ in range(4):
-        acc.append("t", 0, 1, None, b"x" * 400, None, RecordFuture.detached(), 421)
+        acc.try_append("t", 0, None, b"x" * 400, None, 1, RecordFuture.detached())
         sent += _drain_one(acc, txn, now_ms())
-    acc.append("t", 0, 1, None, b"new", None, RecordFuture.detached(), 24)
+    acc.try_append("t", 0, None, b"new", None, 1, RecordFuture.detached())
     for index in (2, 0, 3, 1):
         acc.reenqueue(sent[index], now)
     assert list(acc._batches["t"][0])[:4] == sent
@@ -273,9 +280,9 @@ def test_a_new_leader_gets_nothing_until_the_old_one_answered():
     acc = _accumulator(linger_ms=0)
     txn = _idempotent()
     _establish(acc, txn)
-    acc.append("t", 0, 1, None, b"x" * 400, None, RecordFuture.detached(), 421)
+    acc.try_append("t", 0, None, b"x" * 400, None, 1, RecordFuture.detached())
     (first,) = _drain_one(acc, txn, now_ms())
-    acc.append("t", 0, 1, None, b"y" * 400, None, RecordFuture.detached(), 421)
+    acc.try_append("t", 0, None, b"y" * 400, None, 1, RecordFuture.detached())
     moved = _cluster({0: 2})
     ready, _, _ = acc.ready(moved, now_ms())
     assert acc.drain(2, ready[2], 1_000_000, now_ms(), txn) == []

@@ -1,6 +1,7 @@
-"""The producer's per-record fast path: keyless records ride the topic's sticky route (the
-DefaultPartitioner's sticky partition and its open batch) without asking the partitioner or the
-accumulator, and fall back to the general path the moment anything the route assumed changes.
+"""The producer's per-record fast path (``RecordAccumulator.try_append``): keyless records ride the
+topic's sticky route (the DefaultPartitioner's sticky partition and its open batch) without asking
+the partitioner or the metadata, and fall back to the general path the moment anything the route
+assumed changes.
 
 The unit tests drive a Producer wired to an in-memory cluster view and accumulator (no sender), so
 they can change metadata, seal batches and exhaust memory between two sends; the end-to-end test
@@ -49,6 +50,8 @@ def _producer(**config: Any) -> tuple[Producer, RecordAccumulator, list[int]]:
         buffer_memory=producer.config.buffer_memory,
         delivery_timeout_ms=120_000,
         retry_backoff=ExponentialBackoff(100, 1000),
+        cluster=cluster,
+        partitioner=producer._partitioner,
     )
     producer._accumulator = accumulator
     producer._state, producer._accepting = "running", True
@@ -82,7 +85,7 @@ async def test_keyless_records_ask_the_partitioner_once_per_batch() -> None:
     # a sticky stint ends, never for the records in between.
     assert 5 <= len(asked) <= 14
     sticky = producer._partitioner.sticky("t")  # type: ignore[attr-defined]
-    route = producer._routes["t"]
+    route = accumulator._routes["t"]
     assert route.sticky is sticky and route.batch is accumulator.open["t"][sticky.partition]
     assert accumulator.memory_used == 40 * SIZE
     # Every record is where its future says, in send order per partition.
@@ -108,7 +111,7 @@ async def test_sticky_accounting_matches_the_partitioner() -> None:
 async def test_the_route_is_dropped_when_what_it_assumed_changes() -> None:
     producer, accumulator, asked = _producer(batch_size=16384)
     await producer.send("t", VALUE)
-    route = producer._routes["t"]
+    route = accumulator._routes["t"]
     await producer.send("t", VALUE)
     assert len(asked) == 1
     # New metadata (same layout): one trip through the partitioner, then the route again.
@@ -134,7 +137,7 @@ async def test_the_route_is_dropped_when_what_it_assumed_changes() -> None:
     [
         ({"key": b"k"}, 0),  # keyed: murmur2, never partition_keyless
         ({"partition": 3}, 0),  # explicit partition
-        ({"headers": [("h", b"1")]}, 1),  # keyless with headers: the general path asks
+        ({"headers": [("h", b"1")]}, 0),  # keyless with headers: the route takes it too
         ({"value": bytearray(b"ba")}, 0),  # converted to bytes first, then the route takes it
     ],
 )
@@ -157,27 +160,28 @@ async def test_no_memory_no_fast_path() -> None:
     for _ in range(3):
         await producer.send("t", VALUE)
     sticky = producer._partitioner.sticky("t")  # type: ignore[attr-defined]
-    batch = producer._routes["t"].batch
+    batch = accumulator._routes["t"].batch
     assert accumulator.memory_used == 3 * SIZE == sticky.produced
-    # Full: the route declines without a trace, and so does the general path (send would now
-    # wait for memory in _append_blocking).
-    assert producer.append_nowait(("t", None, VALUE, None, None, None), None) is None
+    # Full: try_append declines without a trace (send would now wait for memory in
+    # _append_waiting), for the route and for a partition's open batch alike.
+    assert accumulator.try_append("t", None, None, VALUE, None, None, None) is None
+    assert accumulator.try_append("t", sticky.partition, b"k", VALUE, None, None, None) is None
     assert accumulator.memory_used == 3 * SIZE == sticky.produced
     assert batch.record_count == 3 and len(batch.futures) == 3
 
 
 async def test_records_for_a_given_partition_join_its_open_batch_directly() -> None:
     """The explicit-partition fast path: once a partition has an open batch, records sent to it
-    (keyed or not) are appended there without the general path, with the same bookkeeping."""
+    (keyed or not) are appended there without asking the metadata, with the same bookkeeping."""
     producer, accumulator, _ = _producer(batch_size=16384)
-    general = producer.append_nowait
-    calls: list[Any] = []
+    calls: list[str] = []
 
-    def counting(record: Any, future: Any) -> Any:
-        calls.append(record)
-        return general(record, future)
+    class CountingTopics(dict):
+        def get(self, name: Any, default: Any = None) -> Any:
+            calls.append(name)
+            return super().get(name, default)
 
-    producer.append_nowait = counting  # type: ignore[method-assign]
+    accumulator.cluster.topics = CountingTopics(accumulator.cluster.topics)
     first = await producer.send("t", VALUE, partition=2)
     assert len(calls) == 1  # opened the batch
     rest = [await producer.send("t", VALUE, key=b"k%d" % i if i % 2 else None, partition=2) for i in range(9)]
@@ -188,14 +192,12 @@ async def test_records_for_a_given_partition_join_its_open_batch_directly() -> N
     assert [r.key for r in RecordBatch(batch.builder.build())] == [None] + [
         b"k%d" % i if i % 2 else None for i in range(9)
     ]
-    # A sealed batch, a partition without a batch, short memory or headers: the general path.
+    # A sealed batch, a partition without a batch: the general path; headers change nothing.
     accumulator._seal(batch)
     await producer.send("t", VALUE, partition=2)
     await producer.send("t", VALUE, partition=1)
     await producer.send("t", VALUE, partition=1, headers=[("h", b"1")])
-    assert len(calls) == 4
-    accumulator.used = producer.config.buffer_memory
-    assert producer._append_to_open_batch("t", 1, None, VALUE, None) is None
+    assert len(calls) == 3
 
 
 async def test_a_custom_partitioner_is_always_asked() -> None:
@@ -208,7 +210,7 @@ async def test_a_custom_partitioner_is_always_asked() -> None:
     producer, accumulator, _ = _producer(partitioner=always_two)
     for _ in range(5):
         await producer.send("t", VALUE)
-    assert chosen == [2] * 5 and not producer._routes
+    assert chosen == [2] * 5 and not accumulator._routes
     assert list(_records(accumulator)) == [2]
 
 
@@ -231,3 +233,35 @@ async def test_fast_path_records_round_trip(kafka, consume, topic_name) -> None:
         record = by_position[(md.partition, md.offset)]
         assert (record.key, record.value) == (key, value)
     assert len({md.partition for md in metadata}) == 4  # sticky switches spread the records
+
+
+async def test_send_many_appends_one_run_per_batch_through_try_append() -> None:
+    """``send_many`` records go through ``try_append`` a batch at a time: keyless records follow
+    the sticky route (switching partitions as ``send`` would), keyed ones their key's partition,
+    and each batch gets one run per stretch of the call, in order, with its memory counted."""
+    producer, accumulator, asked = _producer()
+    calls: list[Any] = []
+    general = accumulator.try_append
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0])
+        return general(*args, **kwargs)
+
+    accumulator.try_append = counting  # type: ignore[method-assign]
+    values = [b"%03d" % i + VALUE[3:] for i in range(40)]
+    records: list[tuple[bytes | None, bytes]] = [(None, v) for v in values[:30]]
+    records += [(b"k", v) for v in values[30:]]
+    future = await producer.send_many("t", records)
+    assert len(calls) < 20  # 30 keyless records in ~5 batches, then one call per keyed record
+    sticky = producer._partitioner.sticky("t")  # type: ignore[attr-defined]
+    assert accumulator.memory_used == 40 * SIZE + 10 * 1
+    placed = _records(accumulator)
+    keyed_partition = next(p for p, vs in placed.items() if values[-1] in vs)
+    assert [v for v in placed[keyed_partition] if v in values[30:]] == values[30:]
+    keyless = [v for p in sorted(placed) for v in placed[p] if v in values[:30]]
+    assert sorted(keyless) == values[:30]
+    for values_here in placed.values():
+        assert values_here == sorted(values_here)  # call order kept within each partition
+    runs = [run for dq in accumulator._batches["t"].values() for batch in dq for run in batch.runs]
+    assert sum(run[2] for run in runs) == 40 and not future.done()
+    assert len(asked) >= 4 and sticky is not None  # 30 x 121 bytes: several sticky stints

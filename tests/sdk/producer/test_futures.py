@@ -10,11 +10,14 @@ import time
 
 import pytest
 
+from sdk.client.backoff import ExponentialBackoff
+from sdk.client.cluster import ClusterMetadata, PartitionMetadata, TopicMetadata
 from sdk.errors import NotLeaderOrFollowerError
+from sdk.producer.accumulator import RecordAccumulator
 from sdk.producer.batch import ProducerBatch
 from sdk.producer.futures import RecordFuture
 from sdk.producer.record_metadata import LOG_APPEND_TIME, RecordMetadata
-from sdk.records import RecordBatch, RecordBatchBuilder
+from sdk.records import Compression, RecordBatch, RecordBatchBuilder
 from sdk.sync import DeliveryFuture
 
 
@@ -30,6 +33,21 @@ def _batch(loop: asyncio.AbstractEventLoop | None, n: int, partition: int = 2) -
         batch.futures.append(future)
         futures.append(future)
     return batch, futures
+
+
+def _accumulator() -> RecordAccumulator:
+    """An accumulator outside any loop (as the sync facade's futures are made) for topic "t"."""
+    cluster = ClusterMetadata()
+    cluster.topics["t"] = TopicMetadata("t", {0: PartitionMetadata("t", 0, 1, 0, (1,), (1,), (), None)})
+    return RecordAccumulator(
+        batch_size=16384,
+        linger_ms=5,
+        compression=Compression.NONE,
+        buffer_memory=100_000,
+        delivery_timeout_ms=120_000,
+        retry_backoff=ExponentialBackoff(100, 1000),
+        cluster=cluster,
+    )
 
 
 async def test_a_batch_resolves_all_its_futures_at_once() -> None:
@@ -161,15 +179,15 @@ async def test_split_moves_lazy_futures_and_their_waiters() -> None:
 
 
 def test_delivery_future_resolved_by_its_batch_wakes_waiting_threads() -> None:
-    batch = ProducerBatch("t", 0, RecordBatchBuilder(), 0.0, None)
+    accumulator = _accumulator()
     futures = [DeliveryFuture() for _ in range(3)]
     called: list[tuple[str, int]] = []
     futures[2].add_done_callback(
         lambda f: called.append((threading.current_thread().name, f.result().offset))
     )
-    for future in futures:  # what the loop thread's pump does, via Producer.append_nowait
-        delta = batch.builder.append(1000, None, b"x")
-        batch.attach(future, delta, 1000, -1, 1, 22)
+    for future in futures:  # what the loop thread's pump does
+        assert accumulator.try_append("t", 0, None, b"x", None, 1000, future) is future
+    batch = accumulator.open["t"][0]
     results: list[object] = []
     waiting = threading.Thread(target=lambda: results.append(futures[1].get(5)))
     waiting.start()
@@ -196,7 +214,8 @@ def test_delivery_future_set_directly_cancelled_or_timed_out() -> None:
     with pytest.raises(Exception, match="no acknowledgement"):
         pending.get(0.01)
     assert pending.cancel() and pending.cancelled() and "cancelled" in repr(pending)
-    batch = ProducerBatch("t", 0, RecordBatchBuilder(), 0.0, None)
-    batch.attach(pending, batch.builder.append(1, None, b"x"), 1, -1, 1, 22)
+    accumulator = _accumulator()
+    accumulator.try_append("t", 0, None, b"x", None, 1, pending)
+    batch = accumulator.open["t"][0]
     batch.fail(ValueError("late"), None)
     assert pending.cancelled()  # cancelled first: the batch's outcome does not change that
