@@ -89,6 +89,9 @@ class AdminRouter:
     def __init__(self, client: KafkaClient) -> None:
         self.client = client
         self.coordinators = CoordinatorLookup(client)
+        self._controller: int | None = None
+        #: Topics whose cached leaders an answer said were wrong: asked for again before use.
+        self._stale_topics: set[str] = set()
 
     async def send(
         self,
@@ -155,20 +158,28 @@ class AdminRouter:
 
     async def controller(self, deadline: Deadline) -> int:
         """The controller as the cluster metadata names it (a broker forwards to the active
-        KRaft controller); the least loaded broker when none is named."""
+        KRaft controller), remembered until ``forget_controller``; the least loaded broker when
+        none is named."""
+        if self._controller is not None and self._controller in self.client.cluster.brokers:
+            return self._controller
         response = await self.metadata([], deadline)
         controller = response.controller_id
         if controller >= 0 and controller in self.client.cluster.brokers:
-            return int(controller)
+            self._controller = int(controller)
+            return self._controller
         return await self.any_node()
+
+    def forget_controller(self) -> None:
+        self._controller = None
 
     async def leader(self, topic: str, partition: int, deadline: Deadline) -> int:
         """The partition's leader from the cached metadata, asking for it when unknown.
         Raises the topic's or partition's error (UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE)."""
         cluster = self.client.cluster
         leader = cluster.leader_for(topic, partition)
-        if leader >= 0:
+        if leader >= 0 and topic not in self._stale_topics:
             return leader
+        self._stale_topics.discard(topic)
         await self.metadata([topic], deadline)
         error = cluster.topic_error(topic)
         if error is not None:
@@ -186,11 +197,8 @@ class AdminRouter:
         return leader
 
     def forget_leaders(self, topics: Iterable[str]) -> None:
-        """Drop cached layouts, so the next ``leader`` asks the cluster again."""
-        cluster = self.client.cluster
-        for topic in topics:
-            cluster.topics.pop(topic, None)
-        cluster._by_leader = None  # the per-leader view is rebuilt from ``topics``
+        """Ask the cluster for these topics' leaders again before the next ``leader``."""
+        self._stale_topics.update(topics)
 
     async def coordinator(self, key_type: CoordinatorType, key: str) -> int:
         """The connection id of ``key``'s coordinator (its own connection, as the consumer's)."""

@@ -410,5 +410,10 @@ async def alter_scram(
         return {r.user: _error(r.error_code, r.error_message, f"user {r.user!r}") for r in response.results}
 
     return await run_per_item(
-        router, users, deadline, route=lambda _u: router.controller(deadline), send=send
+        router,
+        users,
+        deadline,
+        route=lambda _u: router.controller(deadline),
+        send=send,
+        reroute=lambda _u: router.forget_controller(),
     )

@@ -67,7 +67,12 @@ async def create_topics(
         return {t.name: _error(t.error_code, t.error_message, f"topic {t.name!r}") for t in response.topics}
 
     return await run_per_item(
-        router, by_name, deadline, route=lambda _name: router.controller(deadline), send=send
+        router,
+        by_name,
+        deadline,
+        route=lambda _name: router.controller(deadline),
+        reroute=lambda _name: router.forget_controller(),
+        send=send,
     )
 
 
@@ -93,6 +98,7 @@ async def delete_topics(
         topics,
         deadline,
         route=lambda _name: router.controller(deadline),
+        reroute=lambda _name: router.forget_controller(),
         send=send,
         final_codes={ErrorCode.UNKNOWN_TOPIC_OR_PARTITION},
     )
@@ -199,6 +205,7 @@ async def create_partitions(
         topic_partitions,
         deadline,
         route=lambda _name: router.controller(deadline),
+        reroute=lambda _name: router.forget_controller(),
         send=send,
         final_codes={ErrorCode.UNKNOWN_TOPIC_OR_PARTITION},
     )

@@ -106,6 +106,18 @@ async def test_items_of_a_killed_node_time_out_and_the_others_answer(three_nodes
         topic = name("kill")
         leaders = await spread_topic(admin, cluster, topic)
         victim = leaders[0]
+        replicated = name("replicated")
+        assert (await admin.create_topics([NewTopic(replicated, PARTITIONS, 3)]))[replicated] is None
+        wait_for(lambda: oracle_topic(cluster, replicated), replicated)
+        replicated_tps = [TopicPartition(replicated, p) for p in range(PARTITIONS)]
+        before = await admin.list_offsets(dict.fromkeys(replicated_tps, OffsetSpec.latest()))
+        assert all(answer.error is None for answer in before.values())  # leaders now cached
+        moved_leaders = {
+            p.partition
+            for p in (await admin.describe_topics([replicated]))[replicated].partitions
+            if p.leader == victim
+        }
+        assert moved_leaders, "the victim leads none of the replicated partitions"
         group = name("moved")
         while await admin.find_coordinator(group) != victim:
             group = name("moved")
@@ -122,6 +134,15 @@ async def test_items_of_a_killed_node_time_out_and_the_others_answer(three_nodes
                 assert isinstance(answer.error, KafkaTimeoutError), answer
             else:
                 assert (answer.error, answer.offset) == (None, RECORDS)
+
+        # The replicated partitions the victim led get new leaders: the cached ones are stale,
+        # the lost connection (or NOT_LEADER_OR_FOLLOWER) sends the client to the metadata again.
+        after = await admin.list_offsets(
+            dict.fromkeys(replicated_tps, OffsetSpec.earliest()), timeout_ms=60000
+        )
+        assert {tp.partition: (a.error, a.offset) for tp, a in after.items()} == dict.fromkeys(
+            range(PARTITIONS), (None, 0)
+        )
 
         # The group's coordinator moves to a live node (its offsets topic has three replicas):
         # the lost connection sends the admin client back to FindCoordinator until it answers.
