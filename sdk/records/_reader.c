@@ -60,10 +60,17 @@ raise_at(PyObject *cls, Py_ssize_t offset, const char *format, ...)
 ALWAYS_INLINE Py_ssize_t
 read_varint(const unsigned char *p, Py_ssize_t pos, Py_ssize_t limit, int max_bytes, int64_t *out)
 {
-    if (pos < limit && p[pos] < 0x80) {
-        uint64_t u = p[pos];
-        *out = (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
-        return pos + 1;
+    if (pos + 1 < limit) { /* one or two bytes: nearly every record field */
+        if (p[pos] < 0x80) {
+            uint64_t u = p[pos];
+            *out = (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+            return pos + 1;
+        }
+        if (p[pos + 1] < 0x80) {
+            uint64_t u = (uint64_t)(p[pos] & 0x7F) | ((uint64_t)p[pos + 1] << 7);
+            *out = (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+            return pos + 2;
+        }
     }
     uint64_t u = 0;
     int shift = 0;
