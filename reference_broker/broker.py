@@ -24,7 +24,7 @@ from reference_broker.handlers import HandlerRegistry
 from reference_broker.handlers import install_all as install_handlers
 from reference_broker.network.server import KafkaServer
 from reference_broker.producer_ids import ProducerIdManager
-from reference_broker.services import LogChores, ServiceRunner
+from reference_broker.services import LogChores, LogCleanerChore, ServiceRunner
 from reference_broker.storage import Storage
 from reference_broker.waiters import DataWaiters
 
@@ -119,6 +119,9 @@ class Broker:
                 storage.housekeeping,
             )
         )
+        if self.config.get("log.cleaner.enable"):
+            backoff_s = self.config.get("log.cleaner.backoff.ms") / 1000
+            self.services.add(LogCleanerChore(backoff_s, storage.clean_logs))
 
     async def stop(self) -> None:
         if self.server is not None:

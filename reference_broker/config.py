@@ -242,6 +242,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("log.cleaner.min.compaction.lag.ms", _B.LONG, 0, "Compaction lag.", at_least(0)),
         ConfigKey("log.cleaner.max.compaction.lag.ms", _B.LONG, LONG_MAX, "Compaction lag.", at_least(1)),
         ConfigKey("log.cleaner.min.cleanable.ratio", _B.DOUBLE, 0.5, "Compaction ratio.", between(0, 1)),
+        ConfigKey("log.cleaner.enable", _B.BOOLEAN, True, "Run the log cleaner (compaction)."),
+        ConfigKey(
+            "log.cleaner.backoff.ms", _B.LONG, 15_000, "Cleaner sleep when no log needs cleaning.",
+            at_least(0),
+        ),
         ConfigKey(
             "log.message.timestamp.type",
             _B.STRING,

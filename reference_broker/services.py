@@ -110,3 +110,25 @@ class LogChores:
 
     async def stop(self) -> None:
         return None
+
+
+class LogCleanerChore:
+    """The log cleaner (compaction) as a broker task: every ``log.cleaner.backoff.ms`` it compacts
+    the dirtiest compacted log that needs it, one log per run (Kafka's cleaner thread backs off
+    that long when no log needs cleaning)."""
+
+    name = "log-cleaner"
+    MIN_INTERVAL_S = 0.01
+
+    def __init__(self, backoff_s: float, clean: Callable[[], object]):
+        self._interval_s = max(backoff_s, self.MIN_INTERVAL_S)
+        self._clean = clean
+
+    async def start(self) -> None:
+        return None
+
+    def periodic_tasks(self) -> list[PeriodicTask]:
+        return [PeriodicTask("cleaner", self._interval_s, self._clean)]
+
+    async def stop(self) -> None:
+        return None

@@ -81,6 +81,10 @@ class Storage:
     def enforce_retention(self) -> None:
         self.manager.run_retention(now_ms())
 
+    def clean_logs(self) -> None:
+        """Compact the dirtiest compacted log that needs it (``cleanup.policy=compact``)."""
+        self.manager.run_cleaner(now_ms())
+
     def housekeeping(self) -> None:
         """fsync rolled segments (advancing recovery points) and expire idle producer ids."""
         self.manager.flush_logs(now_ms())

@@ -3,7 +3,9 @@
 Steps (Kafka's LogLoader, simplified for one node):
 
 1. Remove leftovers of interrupted operations: ``*.tmp`` files, index files whose ``.log`` is
-   gone (a segment deletion stops after unlinking the ``.log``).
+   gone (a segment deletion stops after unlinking the ``.log``), unfinished cleaner output
+   (``.cleaned``); a cleaner swap that reached its commit point (``.swap``) is completed, and
+   the swapped-in segment is validated like one after the recovery point (see ``cleaner``).
 2. Trust closed segments below the recovery point (facts come from their index files); validate
    every segment at or after it unless the last shutdown was clean (``.clean_shutdown``). The last
    segment's tail is always checked; damage running to its end (a torn write) is truncated, other
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from reference_broker.log._checkpoint import CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, Checkpoint
 from reference_broker.log._files import TMP_SUFFIX, fsync_dir, remove_quietly
+from reference_broker.log.cleaner import complete_interrupted_swaps
 from reference_broker.log.config import LogConfig
 from reference_broker.log.index import AbortedTxn
 from reference_broker.log.producer_state import AppendOrigin, ProducerAppendInfo, ProducerStateManager
@@ -83,6 +86,11 @@ def load_partition(
     marker = directory / CLEAN_SHUTDOWN_FILE
     clean = marker.exists() or not recover
     checkpoint = Checkpoint.read(directory)
+    swapped_from = complete_interrupted_swaps(directory)
+    if swapped_from is not None:  # a cleaned segment came in by recovery: validate it
+        clean = False
+        checkpoint = Checkpoint(checkpoint.log_start_offset,
+                                min(checkpoint.recovery_point, swapped_from))
     bases = _segment_bases(directory)
     _remove_leftovers(directory, bases)
     if not bases:

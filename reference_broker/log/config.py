@@ -7,8 +7,10 @@ CreateTopics / AlterConfigs (``segment.bytes``, ``retention.ms``...) and
 Invalid values raise ``ValueError("Invalid value X for configuration K: ...")`` naming the key, as
 Kafka's ``ConfigException`` does, so a handler can map it to INVALID_CONFIG with a useful message.
 
-Only ``cleanup.policy=delete`` is implemented. ``compact`` is accepted (and makes the log require
-keys, as Kafka does) but no cleaner runs, so a compacted topic simply keeps everything. Other
+``cleanup.policy`` ``delete`` is applied by retention (``PartitionLog.apply_retention``) and
+``compact`` by the log cleaner (``reference_broker.log.cleaner``: Kafka's LogCleaner semantics,
+driven by ``min.cleanable.dirty.ratio``, ``min.compaction.lag.ms``, ``max.compaction.lag.ms`` and
+``delete.retention.ms``); ``compact,delete`` gets both, and a compacted log requires keys. Other
 valid Kafka topic configs (``compression.type``, ``min.insync.replicas``...) are accepted and kept
 in :attr:`LogConfig.extra` so DescribeConfigs can echo them, but the log does not act on them.
 """
@@ -35,11 +37,11 @@ COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"
 #: Kafka topic configs that are valid but not acted on by this log (kept in ``extra``).
 _PASSTHROUGH_TOPIC_KEYS = frozenset({
     "compression.type", "compression.gzip.level", "compression.lz4.level",
-    "compression.zstd.level", "delete.retention.ms", "file.delete.delay.ms",
+    "compression.zstd.level", "file.delete.delay.ms",
     "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
-    "local.retention.bytes", "local.retention.ms", "max.compaction.lag.ms",
-    "message.downconversion.enable", "message.format.version", "min.cleanable.dirty.ratio",
-    "min.compaction.lag.ms", "min.insync.replicas", "preallocate", "remote.storage.enable",
+    "local.retention.bytes", "local.retention.ms",
+    "message.downconversion.enable", "message.format.version",
+    "min.insync.replicas", "preallocate", "remote.storage.enable",
     "remote.log.copy.disable", "remote.log.delete.on.disable", "unclean.leader.election.enable",
 })
 
@@ -68,6 +70,18 @@ def _int(lo: int) -> Callable[[str, Any], int]:
 
 def _long(lo: int) -> Callable[[str, Any], int]:
     return lambda key, raw: _parse_int(key, raw, lo, LONG_MAX)
+
+
+def _ratio(key: str, raw: Any) -> float:
+    if isinstance(raw, bool):
+        raise ValueError(f"Invalid value {raw!r} for configuration {key}: expected a double")
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"Invalid value {raw!r} for configuration {key}: expected a double") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"Invalid value {value} for configuration {key}: Value must be in [0, 1]")
+    return value
 
 
 def _choice(options: tuple[str, ...]) -> Callable[[str, Any], str]:
@@ -110,6 +124,10 @@ _TOPIC_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _long(0)),
     "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _long(0)),
     "cleanup.policy": ("cleanup_policy", _policy),
+    "delete.retention.ms": ("delete_retention_ms", _long(0)),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _long(0)),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", _long(1)),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
 }
 
 #: broker-level (server.properties) name -> topic-level name
@@ -128,6 +146,10 @@ _BROKER_KEYS = {
     "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
     "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
     "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
 }
 #: broker-level names given in coarser units: name -> (topic name, multiplier); the finer wins.
 _BROKER_UNIT_KEYS = {
@@ -162,6 +184,10 @@ class LogConfig:
     message_timestamp_before_max_ms: int = LONG_MAX
     message_timestamp_after_max_ms: int = 3_600_000
     cleanup_policy: tuple[str, ...] = ("delete",)
+    delete_retention_ms: int = _DAY_MS
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
     producer_id_expiration_ms: int = _DAY_MS
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -179,7 +205,8 @@ class LogConfig:
 
     @property
     def compacted(self) -> bool:
-        """``cleanup.policy`` contains ``compact``: appends need keys (no cleaner runs here)."""
+        """``cleanup.policy`` contains ``compact``: appends need keys and the cleaner compacts the
+        log (so batches may be followed by offset gaps)."""
         return "compact" in self.cleanup_policy
 
     # -- construction --------------------------------------------------------------------------

@@ -22,6 +22,7 @@ __all__ = [
     "SegmentCorrupt",
     "content_problem",
     "frame_problem",
+    "offset_mismatch",
     "scan_batches",
 ]
 
@@ -112,6 +113,11 @@ class SegmentCorrupt(Exception):
         self.corruption = corruption
 
 
+def offset_mismatch(base_offset: int, expected: int, gaps: bool) -> bool:
+    """Whether a batch's base offset breaks offset continuity (forward gaps allowed with ``gaps``)."""
+    return base_offset < expected if gaps else base_offset != expected
+
+
 def frame_problem(batch: RecordBatch | None, position: int, end: int) -> str | None:
     if batch is None:
         return "truncated batch header"
@@ -124,8 +130,10 @@ def frame_problem(batch: RecordBatch | None, position: int, end: int) -> str | N
     return None
 
 
-def content_problem(batch: RecordBatch, expected: int) -> str | None:
-    if batch.base_offset != expected:
+def content_problem(batch: RecordBatch, expected: int, *, gaps: bool = False) -> str | None:
+    """Why ``batch`` must not be served, or None. ``gaps``: the log is compacted, so a batch may
+    start after ``expected`` (the cleaner removed the batches between), never before it."""
+    if offset_mismatch(batch.base_offset, expected, gaps):
         return f"base offset {batch.base_offset}, expected {expected}"
     try:
         batch.validate()

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reference_broker.log._files import TMP_SUFFIX, atomic_write, fsync_dir, remove_quietly
+from reference_broker.log.cleaner import CleanerError, clean_log, cleanable, read_checkpoint, write_checkpoint
 from reference_broker.log.config import LogConfig
 from reference_broker.log.partition_log import PartitionLog
 from sdk.protocol.errors import (
@@ -531,6 +532,35 @@ class LogManager:
         """Expire idle producer ids on every log (``producer.id.expiration.ms``)."""
         now_ms = _now_ms() if now_ms is None else now_ms
         return sum(plog.remove_expired_producers(now_ms) for _, _, plog in self.logs())
+
+    def run_cleaner(self, now_ms: int | None = None) -> str | None:
+        """Compact the dirtiest compacted log that needs it (one log per call, see ``cleaner``);
+        returns its name, or None when no log needed cleaning."""
+        now_ms = _now_ms() if now_ms is None else now_ms
+        candidates = []
+        for _, _, plog in self.logs():
+            if not plog.config.compacted or plog.offline_reason is not None:
+                continue
+            try:
+                candidate = cleanable(plog, read_checkpoint(plog.directory), now_ms)
+            except (OSError, KafkaStorageError) as exc:
+                log.warning("cleaner skipped %s: %s", plog.name, exc)
+                continue
+            if candidate.clean_bytes + candidate.cleanable_bytes > 0 and candidate.should_clean:
+                candidates.append(candidate)
+        if not candidates:
+            return None
+        chosen = max(candidates, key=lambda c: c.cleanable_ratio)
+        plog = chosen.plog
+        try:
+            end = clean_log(plog, chosen, now_ms)
+            write_checkpoint(plog.directory, end)
+        except CleanerError as exc:
+            log.error("cleaning %s stopped, the log is left as it was: %s", plog.name, exc)
+            return None
+        except OSError as exc:
+            raise plog._go_offline(f"cleaning failed: {exc}") from exc
+        return plog.name
 
     def run_periodic(self, now_ms: int | None = None) -> None:
         """Retention, flushing and producer expiration in one call."""

@@ -678,6 +678,14 @@ class PartitionLog:
                  self.name, len(doomed), self._log_start_offset)
         return len(doomed)
 
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """Put the cleaner's rewrite ``new`` in place of the consecutive inactive segments ``old``
+        (whose files the cleaner has already replaced; see ``cleaner``)."""
+        first = self.segments.index(old[0])
+        self.segments[first: first + len(old)] = [new]
+        self._bases = [s.base_offset for s in self.segments]
+        self._segments_with_aborts = [s for s in self.segments if s.txn_index.entries]
+
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget producers idle longer than ``producer.id.expiration.ms``."""
         return self.producer_state.remove_expired(now_ms)

@@ -39,6 +39,7 @@ from reference_broker.log.integrity import (
     SegmentCorrupt,
     content_problem,
     frame_problem,
+    offset_mismatch,
     scan_batches,
 )
 from sdk.records import BATCH_HEADER_SIZE, CorruptRecordError, RecordBatch
@@ -293,7 +294,8 @@ class LogSegment:
                 if expected is None and batch.base_offset < state.next_offset:
                     reason: str | None = f"base offset {batch.base_offset} goes backwards"
                 else:
-                    reason = content_problem(batch, batch.base_offset if expected is None else expected)
+                    reason = content_problem(batch, batch.base_offset if expected is None else expected,
+                                             gaps=self.config.compacted)
                 if reason is not None:
                     if not resyncing:
                         first = expected if expected is not None else state.next_offset
@@ -351,7 +353,7 @@ class LogSegment:
         try:
             for pos, batch in scan_batches(self.fd, 0, self.size):
                 damage = self._corruption_at(pos)
-                if damage is None and batch.base_offset != expected:
+                if damage is None and offset_mismatch(batch.base_offset, expected, self.config.compacted):
                     damage = self.record_corruption(Corruption(
                         self.log_path, pos, expected,
                         self._damage_end(pos, batch.size_in_bytes, expected),
@@ -442,7 +444,8 @@ class LogSegment:
             try:
                 for pos, batch in scan_batches(self.fd, start, self.size):
                     damage = self._corruption_at(pos)
-                    if damage is None and expected is not None and batch.base_offset != expected:
+                    if damage is None and expected is not None and offset_mismatch(
+                            batch.base_offset, expected, self.config.compacted):
                         # The base offset is outside the CRC: never serve this batch, but keep
                         # walking past it by its length.
                         damage = self.record_corruption(Corruption(
@@ -530,8 +533,10 @@ class LogSegment:
                         return _view(buf, p), expected, True
                     buf = b"".join((buf[:p], pread_exact(self.fd, size, abs_pos)))
                     batch = RecordBatch(buf, p)
-                if beyond or abs_pos >= self.verified_upto or batch.base_offset != expected:
-                    reason = content_problem(batch, expected)
+                gaps = self.config.compacted
+                if (beyond or abs_pos >= self.verified_upto
+                        or offset_mismatch(batch.base_offset, expected, gaps)):
+                    reason = content_problem(batch, expected, gaps=gaps)
                 if reason is None and beyond:
                     return _view(buf, p), expected, True
             if reason is not None:

@@ -1,0 +1,474 @@
+"""Log compaction (``cleanup.policy=compact``), with Kafka's LogCleaner semantics.
+
+Choosing a log (Kafka's ``LogCleanerManager``): a compacted log's *dirty* range starts at its
+cleaner checkpoint (``cleaner-offset-checkpoint`` in the partition directory; the log start offset
+when missing or out of range) and ends at the first *uncleanable* offset: the lowest of the last
+stable offset (no open transaction, nothing beyond the high watermark is touched), the active
+segment's base offset and, with ``min.compaction.lag.ms``, the first segment holding a record newer
+than the lag; rounded down to a segment boundary. A log is cleaned when its dirty bytes / (clean
++ dirty bytes) exceeds ``min.cleanable.dirty.ratio``, or when ``max.compaction.lag.ms`` has passed
+for the first batch of a dirty segment; of those, the dirtiest one goes first, one log per pass.
+
+Cleaning (Kafka's ``Cleaner.doClean``): the key map records, for each key of the dirty range, the
+offset of its latest record (records of aborted transactions are not mapped). Then every segment
+below the first uncleanable offset is rewritten, in groups fitting ``segment.bytes``; a record
+survives when it is the latest of its key, or lies after the mapped range. Offsets never change (a
+consumer fetching a removed offset gets the next one). Batches:
+
+* records of aborted transactions are removed; an ABORT marker stays while a batch of its
+  transaction was seen in this pass, a COMMIT marker while a batch of its transaction was seen;
+  a marker none of whose data is left gets a delete horizon (now + ``delete.retention.ms``) and
+  is removed by a pass after the horizon (the two-pass rule);
+* a tombstone (null value) stays until the pass after its batch's delete horizon, which the first
+  pass that keeps it sets (KIP-534);
+* an emptied batch is dropped unless it is the last batch of a producer still known to the
+  producer state (its header keeps the sequence and epoch idempotence needs) or the last batch
+  before the first uncleanable offset; then its header is kept without records.
+
+Crash safety (Kafka's ``.cleaned``/``.swap`` protocol): a group is written to
+``<base>.log.cleaned`` and fsynced; ``<base>.swaprange`` records the end of the offset range it
+replaces; renaming it to ``<base>.log.swap`` is the commit point. Then the replaced segments are
+deleted and the swap file renamed to ``<base>.log``, and its indexes rebuilt.
+:func:`complete_interrupted_swaps` (called when a log is opened) discards ``.cleaned`` files and
+finishes any swap found, so after a crash a log holds either the old or the new segments, never
+both or neither.
+
+The cleaner runs on the broker's event loop (see ``LogManager.run_cleaner``), so it never races
+appends, reads or retention; a pass rewrites at most the log's inactive segments.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from reference_broker.log._cleaned_batches import empty_batch, filtered_batch
+from reference_broker.log._files import atomic_write, fsync_dir, pwrite_all, remove_quietly
+from reference_broker.log.index import AbortedTxn
+from reference_broker.log.offset_map import KeyOffsetMap
+from reference_broker.log.segment import (
+    INDEX_SUFFIXES,
+    LOG_SUFFIX,
+    FramingError,
+    LogSegment,
+    scan_batches,
+    segment_stem,
+)
+from sdk.records import ControlType, CorruptRecordError, Record, RecordBatch
+
+if TYPE_CHECKING:
+    from reference_broker.log.partition_log import PartitionLog
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "CLEANED_SUFFIX",
+    "SWAP_SUFFIX",
+    "LogToClean",
+    "clean_log",
+    "cleanable",
+    "complete_interrupted_swaps",
+    "read_checkpoint",
+    "write_checkpoint",
+]
+
+log = logging.getLogger("reference_broker.log.cleaner")
+
+CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+SWAP_RANGE_SUFFIX = ".swaprange"
+_INT32_MAX = (1 << 31) - 1
+
+
+# -- checkpoint ------------------------------------------------------------------------------------
+
+
+def read_checkpoint(directory: Path) -> int | None:
+    """The first dirty offset recorded by the last cleaning of this log, or None."""
+    try:
+        return int((directory / CHECKPOINT_FILE).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def write_checkpoint(directory: Path, offset: int) -> None:
+    """Record that everything below ``offset`` has been cleaned."""
+    atomic_write(directory / CHECKPOINT_FILE, f"{offset}\n".encode())
+
+
+# -- choosing --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogToClean:
+    """A log's cleanable range ``[first_dirty, first_uncleanable)`` and its dirtiness."""
+
+    plog: PartitionLog
+    first_dirty: int
+    first_uncleanable: int
+    clean_bytes: int
+    cleanable_bytes: int
+    needs_compaction_now: bool
+
+    @property
+    def cleanable_ratio(self) -> float:
+        total = self.clean_bytes + self.cleanable_bytes
+        return self.cleanable_bytes / total if total else 0.0
+
+    @property
+    def should_clean(self) -> bool:
+        """Kafka's rule: forced by ``max.compaction.lag.ms`` or dirtier than the ratio."""
+        if self.needs_compaction_now and self.cleanable_bytes > 0:
+            return True
+        return self.cleanable_ratio > self.plog.config.min_cleanable_dirty_ratio
+
+
+def cleanable(plog: PartitionLog, checkpoint: int | None, now_ms: int) -> LogToClean:
+    """The cleanable range of ``plog`` given its cleaner checkpoint (Kafka's cleanableOffsets)."""
+    config = plog.config
+    start = plog.log_start_offset
+    first_dirty = checkpoint if checkpoint is not None else start
+    if first_dirty < start or first_dirty > plog.log_end_offset:
+        first_dirty = start
+    segments = plog.segments
+    active = segments[-1]
+    inactive_dirty = segments[_floor(segments, first_dirty):-1]
+    bounds = [plog.last_stable_offset, active.base_offset]
+    if config.min_compaction_lag_ms > 0:
+        for segment in inactive_dirty:
+            if segment.largest_timestamp > now_ms - config.min_compaction_lag_ms:
+                bounds.append(segment.base_offset)
+                break
+    uncleanable = max(first_dirty, min(bounds))
+    # Round down to the segment holding it (the active segment when past the inactive ones).
+    holder = segments[_floor(segments, uncleanable)]
+    first_uncleanable = holder.base_offset
+    low = min(first_dirty, first_uncleanable)
+    cleanable_bytes = sum(
+        s.size for s in segments[_floor(segments, low):] if s.base_offset < first_uncleanable)
+    clean_bytes = sum(s.size for s in segments if s.base_offset < first_dirty)
+    earliest = min((ts for s in inactive_dirty if (ts := s.first_batch_timestamp()) > 0), default=None)
+    max_lag = max(config.max_compaction_lag_ms, 0)
+    needs_now = earliest is not None and earliest < now_ms - max_lag
+    return LogToClean(plog, first_dirty, first_uncleanable, clean_bytes, cleanable_bytes, needs_now)
+
+
+def _floor(segments: list[LogSegment], offset: int) -> int:
+    """Index of the segment holding ``offset`` (the first one for offsets below it)."""
+    return max(0, bisect.bisect_right([s.base_offset for s in segments], offset) - 1)
+
+
+# -- transactions ----------------------------------------------------------------------------------
+
+
+class _Transactions:
+    """Kafka's ``CleanedTransactionMetadata``: which transaction each batch of a pass belongs to,
+    and whether a marker may go."""
+
+    def __init__(self) -> None:
+        self._pending: list[AbortedTxn] = []  # aborted transactions not reached yet, by first offset
+        self._aborted: dict[int, tuple[AbortedTxn, bool]] = {}  # pid -> (txn, a batch was seen)
+        self._committed: set[int] = set()
+        self.kept_aborts: list[AbortedTxn] = []  # for the cleaned segment's transaction index
+
+    def add_aborted(self, txns: list[AbortedTxn]) -> None:
+        known = set(self._pending)
+        self._pending.extend(t for t in txns if t not in known)
+        self._pending.sort(key=lambda t: t.first_offset)
+
+    def _reach(self, offset: int) -> None:
+        while self._pending and self._pending[0].first_offset <= offset:
+            txn = self._pending.pop(0)
+            self._aborted.setdefault(txn.producer_id, (txn, False))
+
+    def on_data(self, batch: RecordBatch) -> bool:
+        """A data batch was read; True when it belongs to an aborted transaction."""
+        self._reach(batch.last_offset)
+        if not batch.is_transactional:
+            return False
+        found = self._aborted.get(batch.producer_id)
+        if found is not None:
+            self._aborted[batch.producer_id] = (found[0], True)
+            return True
+        self._committed.add(batch.producer_id)
+        return False
+
+    def on_marker(self, batch: RecordBatch) -> bool:
+        """A control batch was read; True when no batch of its transaction was seen (it may go)."""
+        self._reach(batch.last_offset)
+        if batch.record_count == 0:
+            return True  # a marker emptied by an earlier pass
+        try:
+            marker = batch.control_record()
+        except (CorruptRecordError, ValueError):
+            return False
+        pid = batch.producer_id
+        if marker.type == ControlType.ABORT:
+            found = self._aborted.pop(pid, None)
+            if found is not None and found[1]:
+                self.kept_aborts.append(found[0])
+                return False
+            return True
+        if marker.type == ControlType.COMMIT:
+            if pid in self._committed:
+                self._committed.discard(pid)
+                return False
+            return True
+        return False
+
+
+def _aborted_txns(plog: PartitionLog, start: int, end: int) -> list[AbortedTxn]:
+    """Aborted transactions overlapping ``[start, end)`` (Kafka's collectAbortedTransactions)."""
+    found: list[AbortedTxn] = []
+    if end <= start:
+        return found
+    for segment in plog.segments[_floor(plog.segments, start):]:
+        txns, done = segment.txn_index.collect(start, end)
+        found.extend(txns)
+        if done:
+            break
+    return found
+
+
+# -- cleaning --------------------------------------------------------------------------------------
+
+
+def _batches(segment: LogSegment) -> list[tuple[int, RecordBatch]]:
+    try:
+        return list(scan_batches(segment.fd, 0, segment.size, with_data=True))
+    except FramingError as exc:
+        raise CleanerError(f"{segment.log_path}: {exc}") from None
+
+
+class CleanerError(Exception):
+    """A segment could not be read for cleaning (the log is left as it was)."""
+
+
+def _build_map(plog: PartitionLog, first_dirty: int, end: int) -> KeyOffsetMap:
+    offsets = KeyOffsetMap()
+    txns = _Transactions()
+    txns.add_aborted(_aborted_txns(plog, first_dirty, end))
+    for segment in plog.segments[_floor(plog.segments, first_dirty):]:
+        if segment.base_offset >= end:
+            break
+        for _, batch in _batches(segment):
+            if batch.is_control:
+                txns.on_marker(batch)
+            elif not txns.on_data(batch):
+                for record in _records(segment, batch):
+                    if record.key is not None and record.offset >= first_dirty:
+                        offsets.put(bytes(record.key), record.offset)
+            if batch.last_offset >= first_dirty:
+                offsets.update_latest_offset(batch.last_offset)
+    offsets.update_latest_offset(end - 1)
+    return offsets
+
+
+def _records(segment: LogSegment, batch: RecordBatch) -> list[Record]:
+    try:
+        return list(batch)
+    except CorruptRecordError as exc:
+        raise CleanerError(f"{segment.log_path}: batch at offset {batch.base_offset}: {exc}") from None
+
+
+@dataclass
+class _Pass:
+    """What one cleaning pass needs to judge each batch."""
+
+    offsets: KeyOffsetMap
+    txns: _Transactions
+    now_ms: int
+    delete_retention_ms: int
+    last_of_producers: dict[int, tuple[int | None, int]]  # pid -> (last data offset, epoch)
+    round_end: int
+
+    def keep(self, segment: LogSegment, batch: RecordBatch) -> bytes | None:
+        """The bytes that replace ``batch`` in the cleaned segment (None: nothing)."""
+        control = batch.is_control
+        can_discard = self.txns.on_marker(batch) if control else self.txns.on_data(batch)
+        if control:
+            discard_records = (can_discard and batch.has_delete_horizon
+                               and batch.base_timestamp <= self.now_ms)
+        else:
+            discard_records = can_discard
+        retain_empty = (batch.producer_id >= 0 and self._last_of_producer(batch)) or (
+            batch.next_offset == self.round_end)
+        if discard_records and not retain_empty:
+            return None
+        records = [] if discard_records else _records(segment, batch)
+        kept = records if control else [r for r in records if self._retain(batch, r)]
+        if kept:
+            tombstones = any(r.value is None for r in kept)
+            set_horizon = (tombstones or (can_discard and control)) and not batch.has_delete_horizon
+            if len(kept) == len(records) and not set_horizon:
+                return bytes(batch.raw)
+            if set_horizon:
+                horizon: int | None = self.now_ms + self.delete_retention_ms
+            else:
+                horizon = batch.base_timestamp if batch.has_delete_horizon else None
+            return filtered_batch(batch, kept, horizon)
+        return empty_batch(batch) if retain_empty else None
+
+    def _last_of_producer(self, batch: RecordBatch) -> bool:
+        last = self.last_of_producers.get(batch.producer_id)
+        if last is None:
+            return False
+        data_offset, epoch = last
+        if data_offset is not None:
+            return batch.last_offset == data_offset
+        return batch.is_control and batch.producer_epoch == epoch
+
+    def _retain(self, batch: RecordBatch, record: Record) -> bool:
+        if record.offset > self.offsets.latest_offset:
+            return True
+        if record.key is None:
+            return False
+        if record.offset < self.offsets.get(bytes(record.key)):
+            return False
+        if record.value is not None:
+            return True
+        return not batch.has_delete_horizon or self.now_ms < batch.base_timestamp
+
+
+def clean_log(plog: PartitionLog, to_clean: LogToClean, now_ms: int) -> int:
+    """Clean ``plog`` up to ``to_clean.first_uncleanable``; returns the new checkpoint offset."""
+    end = to_clean.first_uncleanable
+    offsets = _build_map(plog, to_clean.first_dirty, end)
+    producers = {
+        pid: (entry.last_data_offset if entry.last_data_offset >= 0 else None, entry.producer_epoch)
+        for pid, entry in plog.producer_state.producers.items()
+    }
+    cleaning = _Pass(offsets, _Transactions(), now_ms, plog.config.delete_retention_ms, producers, end)
+    groups = _groups([s for s in plog.segments[:-1] if s.base_offset < end],
+                     plog.config.segment_bytes, end)
+    for group in groups:
+        _clean_group(plog, group, cleaning)
+    log.info("%s: cleaned offsets [%d, %d) (%d keys mapped from offset %d)", plog.name,
+             plog.log_start_offset, end, len(offsets), to_clean.first_dirty)
+    return end
+
+
+def _groups(segments: list[LogSegment], max_size: int, end: int) -> list[list[LogSegment]]:
+    """Consecutive segments whose total size fits ``segment.bytes`` (Kafka's groupSegmentsBySize)."""
+    groups: list[list[LogSegment]] = []
+    i = 0
+    while i < len(segments):
+        group = [segments[i]]
+        size = segments[i].size
+        i += 1
+        while i < len(segments) and size + segments[i].size <= max_size:
+            following = segments[i + 1].base_offset if i + 1 < len(segments) else end
+            if segments[i].size and following - 1 - group[0].base_offset > _INT32_MAX:
+                break
+            group.append(segments[i])
+            size += segments[i].size
+            i += 1
+        groups.append(group)
+    return groups
+
+
+def _clean_group(plog: PartitionLog, group: list[LogSegment], cleaning: _Pass) -> None:
+    directory = plog.directory
+    base = group[0].base_offset
+    index = plog.segments.index(group[-1])
+    group_end = plog.segments[index + 1].base_offset
+    cleaning.txns.kept_aborts = []
+    cleaned_path = directory / (segment_stem(base) + LOG_SUFFIX + CLEANED_SUFFIX)
+    fd = os.open(cleaned_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        position = 0
+        for i, segment in enumerate(group):
+            upper = group[i + 1].base_offset if i + 1 < len(group) else group_end
+            cleaning.txns.add_aborted(_aborted_txns(plog, segment.base_offset, upper))
+            for _, batch in _batches(segment):
+                data = cleaning.keep(segment, batch)
+                if data:
+                    pwrite_all(fd, data, position)
+                    position += len(data)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        remove_quietly(cleaned_path)
+        raise
+    os.close(fd)
+    mtime = group[-1].log_path.stat().st_mtime
+    os.utime(cleaned_path, (mtime, mtime))
+    atomic_write(directory / (segment_stem(base) + SWAP_RANGE_SUFFIX), f"{group_end}\n".encode())
+    swap_path = directory / (segment_stem(base) + LOG_SUFFIX + SWAP_SUFFIX)
+    os.replace(cleaned_path, swap_path)  # the commit point
+    fsync_dir(directory)
+    for segment in group:
+        segment.delete()
+    _finish_swap(directory, base)
+    segment = LogSegment.open_existing(directory, base, plog.config, cleaning.now_ms)
+    segment.rebuild_indexes()
+    segment.next_offset = group_end
+    segment.txn_index.reset(cleaning.txns.kept_aborts)
+    segment.flush()
+    plog.replace_segments(group, segment)
+
+
+def _finish_swap(directory: Path, base: int) -> None:
+    """Rename ``<base>.log.swap`` to ``<base>.log`` and drop the range file (both fsynced)."""
+    stem = segment_stem(base)
+    os.replace(directory / (stem + LOG_SUFFIX + SWAP_SUFFIX), directory / (stem + LOG_SUFFIX))
+    fsync_dir(directory)
+    remove_quietly(directory / (stem + SWAP_RANGE_SUFFIX))
+
+
+# -- recovery --------------------------------------------------------------------------------------
+
+
+def complete_interrupted_swaps(directory: Path) -> int | None:
+    """Discard unfinished ``.cleaned`` files and finish swaps a crash interrupted; returns the
+    lowest base offset of a swapped-in segment (whose indexes must be rebuilt), or None."""
+    lowest: int | None = None
+    for path in sorted(directory.glob("*" + CLEANED_SUFFIX)):
+        log.info("removing unfinished cleaner output %s", path)
+        remove_quietly(path)
+    for path in sorted(directory.glob("*" + LOG_SUFFIX + SWAP_SUFFIX)):
+        stem = path.name[: -len(LOG_SUFFIX + SWAP_SUFFIX)]
+        if len(stem) != 20 or not stem.isdigit():
+            continue
+        base = int(stem)
+        end = _swap_end(directory, path, base)
+        bases = sorted(int(p.name[:20]) for p in directory.glob("*" + LOG_SUFFIX)
+                       if p.name[:20].isdigit() and len(p.name) == 20 + len(LOG_SUFFIX))
+        for old in bases:
+            if base <= old < end:
+                old_stem = segment_stem(old)
+                for suffix in (LOG_SUFFIX, *INDEX_SUFFIXES):
+                    remove_quietly(directory / (old_stem + suffix))
+        for suffix in INDEX_SUFFIXES:
+            remove_quietly(directory / (stem + suffix))
+        _finish_swap(directory, base)
+        log.warning("%s: completed the swap of a cleaned segment at offset %d interrupted by a"
+                    " crash (replacing offsets [%d, %d))", directory.name, base, base, end)
+        lowest = base if lowest is None else min(lowest, base)
+    for path in directory.glob("*" + SWAP_RANGE_SUFFIX):
+        if not (directory / (path.name[:20] + LOG_SUFFIX + SWAP_SUFFIX)).exists():
+            remove_quietly(path)
+    return lowest
+
+
+def _swap_end(directory: Path, swap: Path, base: int) -> int:
+    """End of the offset range a swap file replaces: from its range file, else (Kafka's rule)
+    the offset after its last batch."""
+    try:
+        return int((directory / (segment_stem(base) + SWAP_RANGE_SUFFIX)).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        pass
+    end = base
+    fd = os.open(swap, os.O_RDONLY)
+    try:
+        for _, batch in scan_batches(fd, 0, os.fstat(fd).st_size):
+            end = batch.next_offset
+    except FramingError:
+        pass
+    finally:
+        os.close(fd)
+    return end
