@@ -16,9 +16,10 @@ fenced) for the next poll to act on, and stop fetching partitions that may no lo
 Versions sent (the highest both sides support, capped as below): FindCoordinator up to v6 (v4+
 batched), JoinGroup up to v9, SyncGroup up to v5, Heartbeat up to v4, LeaveGroup up to v5,
 OffsetCommit up to v9 and OffsetFetch up to v9 (v10 names topics by id); the newest non-flexible
-ones (JoinGroup v5, SyncGroup v3, Heartbeat v3, LeaveGroup v2) to a broker that fails the flexible
-ones. Talking to the coordinator is ``group_channel``; the offset requests are ``group_offsets``;
-the rebalance decisions that need no broker are ``group_rebalance``.
+ones (JoinGroup v5, SyncGroup v3, Heartbeat v3, LeaveGroup v2) to a broker that keeps losing the
+flexible ones. Talking to the coordinator is ``group_channel``; the offset requests are
+``group_offsets``; the leader's assignment is ``group_leader``; the rebalance decisions that need
+no broker are ``group_rebalance``.
 
 The network is reached only through a ``CoordinatorPort`` and time only through a ``Clock``, both
 injected: ``ConsumerCoordinator.for_client`` wires the real ones, and tests drive every state
@@ -33,7 +34,7 @@ import contextlib
 import enum
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from sdk.client.backoff import ExponentialBackoff
 from sdk.client.client import KafkaClient
@@ -50,14 +51,19 @@ from sdk.consumer.assignors import (
     RebalanceProtocol,
     Subscription,
     decode_assignment,
-    decode_subscription,
-    encode_assignment,
     encode_subscription,
 )
-from sdk.consumer.assignors.validation import cooperative_violations
 from sdk.consumer.errors import CommitFailedError, ConsumerStoppedError
 from sdk.consumer.group_channel import LOAD_IN_PROGRESS, GroupChannel
 from sdk.consumer.group_clock import SYSTEM_CLOCK, Clock
+from sdk.consumer.group_leader import (
+    ClientTopics,
+    TopicMetadata,
+    assign,
+    choose_assignor,
+    decode_members,
+    partition_counts,
+)
 from sdk.consumer.group_offsets import (
     commit_errors,
     commit_request,
@@ -82,13 +88,12 @@ from sdk.protocol.messages import (
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
-    MetadataRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
     SyncGroupRequest,
 )
 
-__all__ = ["ClientTopics", "ConsumerCoordinator", "MemberState", "TopicMetadata"]
+__all__ = ["ConsumerCoordinator", "MemberState"]
 
 log = logging.getLogger(__name__)
 
@@ -108,33 +113,6 @@ class _Retry(Exception):
     def __init__(self, reason: str, backoff: bool = True) -> None:
         super().__init__(reason)
         self.backoff = backoff
-
-
-class TopicMetadata(Protocol):
-    """What the membership needs of the client's metadata: the leader watches the partition
-    counts of the topics it assigned, and has the client track them."""
-
-    def partition_count(self, topic: str) -> int | None:
-        """Partitions of ``topic`` in the latest metadata (None when unknown)."""
-        ...
-
-    def track(self, topic: str) -> None:
-        """Keep ``topic`` in the client's metadata refreshes."""
-        ...
-
-
-class ClientTopics:
-    """``TopicMetadata`` of a ``KafkaClient``."""
-
-    def __init__(self, client: KafkaClient) -> None:
-        self._client = client
-
-    def partition_count(self, topic: str) -> int | None:
-        partitions = self._client.cluster.partitions_for(topic)
-        return len(partitions) if partitions else None
-
-    def track(self, topic: str) -> None:
-        self._client.add_topic(topic)
 
 
 class ConsumerCoordinator:
@@ -527,7 +505,7 @@ class ConsumerCoordinator:
         elif getattr(response, "skip_assignment", False):
             # A static leader rejoining a stable group (KIP-814): the assignment stands; keep
             # watching our topics so a later change still rebalances the group.
-            counts = await self._partition_counts(sorted(topics))
+            counts = await partition_counts(self._channel, sorted(topics))
             self._assigned_counts = {t: counts.get(t, 0) for t in topics}
         else:
             assignments = await self._assign(response.protocol_name, response.members)
@@ -611,60 +589,19 @@ class ConsumerCoordinator:
 
     async def _assign(self, protocol_name: str | None, members: list[Any]) -> dict[str, bytes]:
         """Leader: run the chosen assignor over every member's subscription."""
-        assignor = next((a for a in self.assignors if a.name == protocol_name), None)
-        if assignor is None:
-            raise make_error(
-                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-                f"the coordinator chose protocol {protocol_name!r}, which this member did not offer",
-            )
-        subscriptions: dict[str, Subscription] = {}
-        instance_ids: dict[str, str | None] = {}
-        for member in members:
-            subscriptions[member.member_id] = decode_subscription(bytes(member.metadata))
-            instance_ids[member.member_id] = member.group_instance_id
+        assignor = choose_assignor(self.assignors, protocol_name)
+        subscriptions, instance_ids = decode_members(members)
         topics = sorted({t for s in subscriptions.values() for t in s.topics})
-        counts = await self._partition_counts(topics)
+        counts = await partition_counts(self._channel, topics)
         # Our own topics (the ones this client's metadata tracks), 0 for those that do not exist
         # yet: a change in any of them makes the leader rebalance the group.
         self._assigned_counts = {t: counts.get(t, 0) for t in self._joined_topics_or_empty()}
         for topic in self._assigned_counts:
             self._topics.track(topic)
-        result = assignor.assign(counts, subscriptions, instance_ids)
-        if self.protocol == RebalanceProtocol.COOPERATIVE:
-            moved = cooperative_violations(subscriptions, result)
-            if moved:
-                # Kafka's leader refuses such an assignment too (validateCooperativeAssignment).
-                raise KafkaError(
-                    f"assignor {assignor.name} moved {sorted(moved)[:5]} between members without revoking "
-                    "them first, which the cooperative protocol forbids"
-                )
-        log.debug("group %s: leader assigned %s", self.group_id, result)
-        return {
-            member_id: encode_assignment(result.get(member_id) or Assignment(partitions=[]))
-            for member_id in subscriptions
-        }
+        return assign(assignor, self.protocol, subscriptions, instance_ids, counts)
 
     def _joined_topics_or_empty(self) -> frozenset[str]:
         return self._joined_topics or frozenset()
-
-    async def _partition_counts(self, topics: list[str]) -> dict[str, int]:
-        """Partition count of each topic that exists (one Metadata request, no auto-creation).
-
-        Asked on the coordinator connection: any broker answers Metadata, and the connection the
-        fetcher uses may have a Fetch long poll ahead of it (measured: SyncGroup up to
-        fetch_max_wait_ms later)."""
-        if not topics:
-            return {}
-        request = MetadataRequest(
-            topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
-            allow_auto_topic_creation=False,
-        )
-        response = (await self._channel.send(MetadataRequest.API_KEY, lambda _: request)).response
-        counts = {}
-        for topic in response.topics:
-            if not topic.error_code and topic.name in topics:
-                counts[topic.name] = len(topic.partitions)
-        return counts
 
     # -- listener steps -------------------------------------------------------------------------
 
