@@ -10,12 +10,22 @@ process). The median of ``--runs`` runs is reported, with the ratio to aiokafka.
     python benchmarks/bench_producer.py                      # everything, 200k messages, 3 runs
     python benchmarks/bench_producer.py --messages 50000 --targets mock --clients sdk,aiokafka
     python benchmarks/bench_producer.py --profile sdk        # where the time goes (cProfile)
+    python benchmarks/bench_producer.py --instructions --messages 30000 --targets reference --clients sdk
+
+CPU time per message moves by tens of percent on a machine that other work loads. For comparing
+two commits, ``--instructions`` counts instead the instructions the client process executes per
+message (valgrind's callgrind; slow, so use fewer messages): a run of ``--messages`` minus a run of
+one message (start-up, connection, warm-up), divided by the difference. It varies little with the
+load, so a change of a few percent shows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
+import shutil
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable
@@ -53,7 +63,7 @@ TARGETS = ["reference", "mock"]
 # -- the clients (each runs in a worker process) --------------------------------------------------
 
 
-async def _sdk(bootstrap: str, topic: str, n: int) -> float:
+async def _sdk(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     from sdk import Producer
 
     async with Producer(
@@ -69,7 +79,7 @@ async def _sdk(bootstrap: str, topic: str, n: int) -> float:
         return clock.stop()
 
 
-async def _sdk_send_many(bootstrap: str, topic: str, n: int) -> float:
+async def _sdk_send_many(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     from sdk import Producer
 
     async with Producer(
@@ -85,7 +95,7 @@ async def _sdk_send_many(bootstrap: str, topic: str, n: int) -> float:
         return clock.stop()
 
 
-def _sdk_sync(bootstrap: str, topic: str, n: int) -> float:
+def _sdk_sync(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     from sdk.sync import Producer
 
     with Producer(
@@ -100,7 +110,7 @@ def _sdk_sync(bootstrap: str, topic: str, n: int) -> float:
         return clock.stop()
 
 
-async def _aiokafka(bootstrap: str, topic: str, n: int) -> float:
+async def _aiokafka(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(
@@ -123,7 +133,7 @@ async def _aiokafka(bootstrap: str, topic: str, n: int) -> float:
         await producer.stop()
 
 
-async def _aiokafka_batch(bootstrap: str, topic: str, n: int) -> float:
+async def _aiokafka_batch(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(
@@ -156,7 +166,7 @@ async def _aiokafka_batch(bootstrap: str, topic: str, n: int) -> float:
         await producer.stop()
 
 
-def _kafka_python(bootstrap: str, topic: str, n: int) -> float:
+def _kafka_python(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     from kafka import KafkaProducer
 
     # kafka-python cannot read the mock cluster's (malformed) ApiVersions fallback answer to its
@@ -182,7 +192,7 @@ def _kafka_python(bootstrap: str, topic: str, n: int) -> float:
         producer.close()
 
 
-def _confluent(bootstrap: str, topic: str, n: int) -> float:
+def _confluent(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
     import confluent_kafka
 
     producer = confluent_kafka.Producer(
@@ -230,8 +240,40 @@ def measure(client: str, target: str, bootstrap: str, n: int) -> tuple[float, fl
     return measure_rate(__file__, client, target, bootstrap, topic, n)
 
 
+def count_instructions(client: str, bootstrap: str, n: int) -> int:
+    """Instructions callgrind counts in one run of ``client``'s worker over ``n`` messages."""
+    topic = f"bench-{client}-{uuid.uuid4().hex[:8]}"
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        os.path.abspath(__file__),
+        *("--worker", client, "--bootstrap", bootstrap, "--topic", topic, "--messages", str(n)),
+    ]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run(command, capture_output=True, text=True, timeout=3600, cwd=ROOT, env=env)
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if out.returncode != 0 or found is None:
+        raise RuntimeError(f"{client} under callgrind failed:\n{out.stderr[-3000:]}")
+    return int(found.group(1))
+
+
+def instructions_per_message(client: str, bootstrap: str, n: int) -> float:
+    """Instructions per message beyond a one-message run (start-up, connection, warm-up)."""
+    if n < 2:
+        raise SystemExit("--instructions needs --messages of at least 2")
+    return (count_instructions(client, bootstrap, n) - count_instructions(client, bootstrap, 1)) / (n - 1)
+
+
 def main() -> None:
-    args = client_parser(__doc__, 200_000, CLIENTS, TARGETS).parse_args()
+    parser = client_parser(__doc__, 200_000, CLIENTS, TARGETS)
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="instructions per message under valgrind's callgrind instead of time (see above)",
+    )
+    args = parser.parse_args()
     if args.worker:
         report_worker(WORKERS[args.worker], args)
         return
@@ -246,6 +288,8 @@ def main() -> None:
 
     clients = args.clients.split(",")
     targets = args.targets.split(",")
+    if args.instructions and shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind on the PATH")
     rate: dict[tuple[str, str], float] = {}
     cpu: dict[tuple[str, str], float] = {}
     for target in targets:
@@ -258,10 +302,16 @@ def main() -> None:
             cluster = MockClusterProcess()
         with cluster:
             for client in clients:
+                if args.instructions:
+                    per_message = instructions_per_message(client, cluster.bootstrap, args.messages)
+                    print(f"  {target:9s} {client:16s} {per_message:,.0f} instructions/message", flush=True)
+                    continue
                 runs = [measure(client, target, cluster.bootstrap, args.messages) for _ in range(args.runs)]
                 rate[(target, client)], cpu[(target, client)] = medians(runs)
                 show_runs(target, client, runs)
 
+    if args.instructions:
+        return
     print(
         f"\n{args.messages:,} messages x {args.runs} runs, 100-byte values, acks=all, idempotent, "
         f"linger {LINGER_MS} ms, batch {BATCH_SIZE} B. Median msgs/s (ratio vs aiokafka) and median "
