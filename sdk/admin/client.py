@@ -166,18 +166,20 @@ class AdminClient:
         names = _names(topics, "topics")
         return await _topics.delete_topics(self._router, names, self._deadline(timeout_ms))
 
-    async def list_topics(self, include_internal: bool = False, timeout_ms: float | None = None) -> list[str]:
+    async def list_topics(
+        self, include_internal: bool = False, *, timeout_ms: float | None = None
+    ) -> list[str]:
         """Every topic's name, sorted (internal ones only with ``include_internal``)."""
         return await _topics.list_topics(self._router, self._deadline(timeout_ms), include_internal)
 
     async def describe_topics(
-        self, topics: Iterable[str], timeout_ms: float | None = None
+        self, topics: Iterable[str], *, timeout_ms: float | None = None
     ) -> dict[str, TopicDescription]:
         """Partitions, leaders, replicas and ISR of each topic (``error`` set for a missing one)."""
         names = _names(topics, "topics")
         return await _topics.describe_topics(self._router, names, self._deadline(timeout_ms))
 
-    async def describe_cluster(self, timeout_ms: float | None = None) -> ClusterDescription:
+    async def describe_cluster(self, *, timeout_ms: float | None = None) -> ClusterDescription:
         """Cluster id, controller and brokers (DescribeCluster, or Metadata on older brokers)."""
         return await _topics.describe_cluster(self._router, self._deadline(timeout_ms))
 
@@ -199,6 +201,7 @@ class AdminClient:
         self,
         config_resources: Iterable[ConfigResource],
         include_synonyms: bool = False,
+        *,
         include_documentation: bool = False,
         timeout_ms: float | None = None,
     ) -> dict[ConfigResource, ResourceConfigs]:
@@ -214,6 +217,7 @@ class AdminClient:
         self,
         changes: Mapping[ConfigResource, Iterable[AlterConfigOp]],
         validate_only: bool = False,
+        *,
         timeout_ms: float | None = None,
     ) -> dict[ConfigResource, KafkaError | None]:
         """Set, delete, append to or subtract from single config keys of each resource."""
@@ -232,6 +236,7 @@ class AdminClient:
         self,
         config_resources: Iterable[ConfigResource],
         validate_only: bool = False,
+        *,
         timeout_ms: float | None = None,
     ) -> dict[ConfigResource, KafkaError | None]:
         """Replace each resource's whole set of overrides with ``ConfigResource.configs``
@@ -254,25 +259,42 @@ class AdminClient:
 
     async def list_consumer_groups(
         self,
+        broker_ids: Iterable[int] | None = None,
+        *,
         states: Iterable[str] | None = None,
         types: Iterable[str] | None = None,
         timeout_ms: float | None = None,
     ) -> list[ConsumerGroupListing]:
-        """The groups every broker coordinates (ListGroups to each), optionally only those in
-        ``states`` (e.g. "Stable", "Empty") or of ``types`` ("classic", "consumer")."""
+        """The groups the brokers coordinate (ListGroups to each of ``broker_ids``, every broker
+        when None), optionally only those in ``states`` (e.g. "Stable", "Empty") or of ``types``
+        ("classic", "consumer")."""
         state_names = _names(states or (), "states")
         type_names = _names(types or (), "types")
-        return await _groups.list_groups(self._router, self._deadline(timeout_ms), state_names, type_names)
+        nodes = None if broker_ids is None else _groups.check_broker_ids(broker_ids)
+        return await _groups.list_groups(
+            self._router, self._deadline(timeout_ms), state_names, type_names, nodes
+        )
 
     async def describe_consumer_groups(
-        self, group_ids: Iterable[str], timeout_ms: float | None = None
+        self,
+        group_ids: Iterable[str],
+        group_coordinator_id: int | None = None,
+        include_authorized_operations: bool = False,
+        *,
+        timeout_ms: float | None = None,
     ) -> dict[str, ConsumerGroupDescription]:
-        """State, assignor and members (with their assignments) of each group, from its coordinator."""
+        """State, assignor and members (with their assignments) of each group, from its
+        coordinator (``group_coordinator_id`` when given, else found per group)."""
         ids = _names(group_ids, "group_ids")
-        return await _groups.describe_groups(self._router, ids, self._deadline(timeout_ms))
+        coordinator = (
+            None if group_coordinator_id is None else _groups.check_broker_ids([group_coordinator_id])[0]
+        )
+        return await _groups.describe_groups(
+            self._router, ids, self._deadline(timeout_ms), coordinator, include_authorized_operations
+        )
 
     async def delete_consumer_groups(
-        self, group_ids: Iterable[str], timeout_ms: float | None = None
+        self, group_ids: Iterable[str], *, timeout_ms: float | None = None
     ) -> dict[str, KafkaError | None]:
         """Delete empty groups with their offsets: group -> None or its error
         (``NonEmptyGroupError``, ``GroupIdNotFoundError``)."""
@@ -282,24 +304,30 @@ class AdminClient:
     async def list_consumer_group_offsets(
         self,
         group_id: str,
+        group_coordinator_id: int | None = None,
         partitions: Iterable[TopicPartition] | None = None,
+        *,
         require_stable: bool = False,
         timeout_ms: float | None = None,
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """The group's committed offsets (of ``partitions``, or every partition it committed);
         partitions without a committed offset are left out. Raises the group's error."""
         _names([group_id], "group_id")
+        coordinator = (
+            None if group_coordinator_id is None else _groups.check_broker_ids([group_coordinator_id])[0]
+        )
         wanted = (
             None if partitions is None else [check_topic_partition(tp, "partitions") for tp in partitions]
         )
         return await _groups.list_group_offsets(
-            self._router, group_id, wanted, require_stable, self._deadline(timeout_ms)
+            self._router, group_id, wanted, require_stable, self._deadline(timeout_ms), coordinator
         )
 
     async def alter_consumer_group_offsets(
         self,
         group_id: str,
         offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        *,
         timeout_ms: float | None = None,
     ) -> dict[TopicPartition, KafkaError | None]:
         """Commit ``offsets`` for a group with no active members (``UnknownMemberIdError`` while
@@ -309,7 +337,7 @@ class AdminClient:
         return await _groups.alter_group_offsets(self._router, group_id, entries, self._deadline(timeout_ms))
 
     async def delete_consumer_group_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartition], timeout_ms: float | None = None
+        self, group_id: str, partitions: Iterable[TopicPartition], *, timeout_ms: float | None = None
     ) -> dict[TopicPartition, KafkaError | None]:
         """Forget the group's committed offsets of ``partitions`` (OffsetDelete; refused with
         ``GroupSubscribedToTopicError`` for topics the group's members consume)."""
@@ -322,6 +350,7 @@ class AdminClient:
         group_id: str,
         partitions: Iterable[TopicPartition] | None = None,
         isolation_level: IsolationLevel | str = IsolationLevel.READ_UNCOMMITTED,
+        *,
         timeout_ms: float | None = None,
     ) -> dict[TopicPartition, ConsumerLag]:
         """Committed offset, end offset and lag per partition (the group's committed partitions,
@@ -370,6 +399,7 @@ class AdminClient:
         self,
         topic_partition_offsets: Mapping[TopicPartition, OffsetSpec],
         isolation_level: IsolationLevel | str = IsolationLevel.READ_UNCOMMITTED,
+        *,
         timeout_ms: float | None = None,
     ) -> dict[TopicPartition, ListOffsetsResultInfo]:
         """The earliest, latest, max-timestamp or by-time offset of each partition (ListOffsets,
@@ -390,6 +420,7 @@ class AdminClient:
         producer_ids: Iterable[int] | None = None,
         duration_ms: int | None = None,
         transactional_id_pattern: str | None = None,
+        *,
         timeout_ms: float | None = None,
     ) -> list[TransactionListing]:
         """Transactional ids every broker coordinates (ListTransactions to each), optionally only
@@ -405,7 +436,7 @@ class AdminClient:
         )
 
     async def describe_transactions(
-        self, transactional_ids: Iterable[str], timeout_ms: float | None = None
+        self, transactional_ids: Iterable[str], *, timeout_ms: float | None = None
     ) -> dict[str, TransactionDescription]:
         """State, producer id/epoch, timeout and partitions of each transactional id, from its
         transaction coordinator."""
@@ -413,14 +444,14 @@ class AdminClient:
         return await _transactions.describe_transactions(self._router, ids, self._deadline(timeout_ms))
 
     async def describe_producers(
-        self, partitions: Iterable[TopicPartition], timeout_ms: float | None = None
+        self, partitions: Iterable[TopicPartition], *, timeout_ms: float | None = None
     ) -> dict[TopicPartition, PartitionProducers]:
         """The producers the leader of each partition knows, with any open transaction's first
         offset (where a hanging transaction shows)."""
         tps = [check_topic_partition(tp, "partitions") for tp in partitions]
         return await _transactions.describe_producers(self._router, tps, self._deadline(timeout_ms))
 
-    async def abort_transaction(self, spec: AbortTransactionSpec, timeout_ms: float | None = None) -> None:
+    async def abort_transaction(self, spec: AbortTransactionSpec, *, timeout_ms: float | None = None) -> None:
         """Abort a hanging transaction on one partition (KIP-664): an ABORT marker written by the
         partition's leader (WriteTxnMarkers). Needs CLUSTER_ACTION permission on the cluster;
         raises the broker's error (``ClusterAuthorizationFailedError`` without it)."""
@@ -431,14 +462,14 @@ class AdminClient:
     # -- ACLs and SCRAM credentials -------------------------------------------------------------
 
     async def create_acls(
-        self, acls: Iterable[AclBinding], timeout_ms: float | None = None
+        self, acls: Iterable[AclBinding], *, timeout_ms: float | None = None
     ) -> dict[AclBinding, KafkaError | None]:
         """Add ACLs (the broker needs an authorizer): binding -> None or its error."""
         bindings = _instances(acls, AclBinding, "acls")
         return await _security.create_acls(self._router, bindings, self._deadline(timeout_ms))
 
     async def describe_acls(
-        self, acl_filter: AclBindingFilter, timeout_ms: float | None = None
+        self, acl_filter: AclBindingFilter, *, timeout_ms: float | None = None
     ) -> list[AclBinding]:
         """The ACLs matching ``acl_filter``; raises the broker's error (``SecurityDisabledError``
         without an authorizer)."""
@@ -446,14 +477,14 @@ class AdminClient:
         return await _security.describe_acls(self._router, acl_filter, self._deadline(timeout_ms))
 
     async def delete_acls(
-        self, acl_filters: Iterable[AclBindingFilter], timeout_ms: float | None = None
+        self, acl_filters: Iterable[AclBindingFilter], *, timeout_ms: float | None = None
     ) -> dict[AclBindingFilter, DeletedAcls]:
         """Delete the ACLs each filter matches: filter -> the deleted ACLs, or its error."""
         filters = _instances(acl_filters, AclBindingFilter, "acl_filters")
         return await _security.delete_acls(self._router, filters, self._deadline(timeout_ms))
 
     async def describe_user_scram_credentials(
-        self, users: Iterable[str] | None = None, timeout_ms: float | None = None
+        self, users: Iterable[str] | None = None, *, timeout_ms: float | None = None
     ) -> dict[str, UserScramCredentials]:
         """Mechanisms and iterations of each user's SCRAM credentials (every user's when None);
         an unknown user carries ``ResourceNotFoundError``."""
@@ -463,6 +494,7 @@ class AdminClient:
     async def alter_user_scram_credentials(
         self,
         alterations: Iterable[UserScramCredentialUpsertion | UserScramCredentialDeletion],
+        *,
         timeout_ms: float | None = None,
     ) -> dict[str, KafkaError | None]:
         """Set or delete SCRAM credentials (to the controller): user -> None or its error."""

@@ -4,11 +4,12 @@ FindCoordinator and looked up again on NOT_COORDINATOR / COORDINATOR_NOT_AVAILAB
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sdk.admin.results import ConsumerGroupDescription, ConsumerGroupListing, MemberDescription
 from sdk.admin.routing import AdminRouter, Deadline, run_per_item
+from sdk.admin.security import AclOperation
 from sdk.admin.types import check_topic_partition
 from sdk.client.cluster import TopicPartition
 from sdk.client.coordinators import CoordinatorType
@@ -26,6 +27,7 @@ from sdk.protocol.messages import (
 
 __all__ = [
     "alter_group_offsets",
+    "check_broker_ids",
     "check_offsets",
     "delete_group_offsets",
     "delete_groups",
@@ -41,6 +43,8 @@ OFFSET_MAX_VERSION = 9
 #: ListGroups: states_filter from v4, types_filter from v5.
 LIST_GROUPS_STATES_VERSION = 4
 LIST_GROUPS_TYPES_VERSION = 5
+#: DescribeGroups answers authorized_operations from v3.
+DESCRIBE_GROUPS_OPERATIONS_VERSION = 3
 
 
 def check_offsets(offsets: Mapping[Any, OffsetAndMetadata | int]) -> dict[TopicPartition, OffsetAndMetadata]:
@@ -54,18 +58,31 @@ def check_offsets(offsets: Mapping[Any, OffsetAndMetadata | int]) -> dict[TopicP
     return entries
 
 
-def _group_route(router: AdminRouter, group_id: str) -> Any:
+def check_broker_ids(values: Iterable[Any]) -> list[int]:
+    ids = list(values)
+    for value in ids:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"broker id: {value!r} is not a broker id")
+    return ids
+
+
+def _group_route(router: AdminRouter, group_id: str, coordinator: int | None = None) -> Any:
     async def route(_key: object) -> int:
+        if coordinator is not None:
+            return coordinator
         return await router.coordinator(CoordinatorType.GROUP, group_id)
 
     return route
 
 
 async def list_groups(
-    router: AdminRouter, deadline: Deadline, states: list[str], types: list[str]
+    router: AdminRouter, deadline: Deadline, states: list[str], types: list[str], broker_ids: list[int] | None
 ) -> list[ConsumerGroupListing]:
-    response = await router.metadata([], deadline)
-    brokers = sorted(b.node_id for b in response.brokers)
+    if broker_ids is None:
+        response = await router.metadata([], deadline)
+        brokers = sorted(b.node_id for b in response.brokers)
+    else:
+        brokers = sorted(set(broker_ids))
     min_version = LIST_GROUPS_TYPES_VERSION if types else LIST_GROUPS_STATES_VERSION if states else None
 
     async def route(node: int) -> int:
@@ -96,6 +113,13 @@ async def list_groups(
     return [listings[g] for g in sorted(listings)]
 
 
+def _operations(bits: int) -> frozenset[AclOperation] | None:
+    """DescribeGroups' authorized_operations bit field (INT32_MIN: not asked for)."""
+    if bits == -(2**31):
+        return None
+    return frozenset(op for op in AclOperation if bits & (1 << int(op)))
+
+
 def _member(member: Any) -> MemberDescription:
     assignment: frozenset[TopicPartition] = frozenset()
     if member.member_assignment:
@@ -111,28 +135,49 @@ def _member(member: Any) -> MemberDescription:
 
 
 async def describe_groups(
-    router: AdminRouter, group_ids: Sequence[str], deadline: Deadline
+    router: AdminRouter,
+    group_ids: Sequence[str],
+    deadline: Deadline,
+    coordinator: int | None,
+    include_authorized_operations: bool,
 ) -> dict[str, ConsumerGroupDescription]:
     async def route(group_id: str) -> int:
+        if coordinator is not None:
+            return coordinator
         return await router.coordinator(CoordinatorType.GROUP, group_id)
 
     async def send(node: int, ids: list[str]) -> dict[str, ConsumerGroupDescription | KafkaError]:
-        request = DescribeGroupsRequest(groups=ids)
-        response, _ = await router.send(node, DescribeGroupsRequest.API_KEY, lambda _v: request, deadline)
+        request = DescribeGroupsRequest(
+            groups=ids, include_authorized_operations=include_authorized_operations
+        )
+        response, _ = await router.send(
+            node,
+            DescribeGroupsRequest.API_KEY,
+            lambda _v: request,
+            deadline,
+            min_version=DESCRIBE_GROUPS_OPERATIONS_VERSION if include_authorized_operations else None,
+        )
         answers: dict[str, ConsumerGroupDescription | KafkaError] = {}
         for g in response.groups:
             if g.error_code:
                 answers[g.group_id] = make_error(g.error_code, f"group {g.group_id!r}")
                 continue
             members = tuple(_member(m) for m in g.members)
-            coordinator = router.coordinators.cached(CoordinatorType.GROUP, g.group_id)
+            found = (
+                coordinator
+                if coordinator is not None
+                else router.coordinators.cached(CoordinatorType.GROUP, g.group_id)
+            )
             answers[g.group_id] = ConsumerGroupDescription(
                 g.group_id,
                 g.group_state,
                 g.protocol_type,
                 g.protocol_data,
                 members,
-                -1 if coordinator is None else coordinator,
+                -1 if found is None else found,
+                authorized_operations=_operations(g.authorized_operations)
+                if include_authorized_operations
+                else None,
             )
         return answers
 
@@ -207,6 +252,7 @@ async def list_group_offsets(
     partitions: Sequence[TopicPartition] | None,
     require_stable: bool,
     deadline: Deadline,
+    coordinator: int | None = None,
 ) -> dict[TopicPartition, OffsetAndMetadata]:
     async def send(
         node: int, _keys: list[int]
@@ -240,7 +286,7 @@ async def list_group_offsets(
             router,
             [0],
             deadline,
-            route=_group_route(router, group_id),
+            route=_group_route(router, group_id, coordinator),
             send=send,
             reroute=lambda _key: router.forget_coordinator(CoordinatorType.GROUP, group_id),
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from sdk.admin.security import AclOperation
 from sdk.client.cluster import TopicPartition
 from sdk.errors import KafkaError
 
@@ -126,6 +127,8 @@ class ConsumerGroupDescription:
     members: tuple[MemberDescription, ...] = ()
     coordinator: int = -1
     error: KafkaError | None = None
+    #: What this client may do with the group, when asked for (``include_authorized_operations``).
+    authorized_operations: frozenset[AclOperation] | None = None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any
 import confluent_kafka
 import pytest
 
-from sdk.admin import AdminClient, NewTopic
+from sdk.admin import AclOperation, AdminClient, NewTopic
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.records import OffsetAndMetadata
 from sdk.errors import GroupIdNotFoundError, NonEmptyGroupError, UnknownMemberIdError
@@ -119,8 +119,17 @@ async def test_list_describe_and_offsets_of_a_group(
         TopicPartition(topic, p): (2, "") for p in range(PARTITIONS)
     }
     assert {tp.partition: o.offset for tp, o in offsets.items()} == oracle_committed(cluster, topic, group)
-    some = await admin.list_consumer_group_offsets(group, [TopicPartition(topic, 1)])
+    coordinator = await admin.find_coordinator(group)
+    some = await admin.list_consumer_group_offsets(group, coordinator, [TopicPartition(topic, 1)])
     assert list(some) == [TopicPartition(topic, 1)]
+
+    # aiokafka's positional arguments: the coordinator given, authorized operations asked for.
+    [again] = (await admin.describe_consumer_groups([group], coordinator, True)).values()
+    assert again.coordinator == coordinator and again.members == described.members
+    assert again.authorized_operations is not None
+    assert {AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE} <= again.authorized_operations
+    listed_here = await admin.list_consumer_groups([coordinator])
+    assert group in {g.group_id for g in listed_here}
 
     states = {g.group_id: g.state for g in await admin.list_consumer_groups(states=["Stable"])}
     assert states.get(group) == "Stable"
