@@ -18,6 +18,8 @@ log = logging.getLogger("reference_broker.log")
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 CHECKPOINT_FILE = "partition.checkpoint"
+#: Written by the log cleaner (``cleaner``); its presence also says segments may have offset gaps.
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 
 
 @dataclass

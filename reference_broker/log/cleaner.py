@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from reference_broker.log._checkpoint import CLEANER_CHECKPOINT_FILE
 from reference_broker.log._cleaned_batches import empty_batch, filtered_batch
 from reference_broker.log._files import atomic_write, fsync_dir, pwrite_all, remove_quietly
 from reference_broker.log.index import AbortedTxn
@@ -77,7 +78,7 @@ __all__ = [
 
 log = logging.getLogger("reference_broker.log.cleaner")
 
-CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+CHECKPOINT_FILE = CLEANER_CHECKPOINT_FILE
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 SWAP_RANGE_SUFFIX = ".swaprange"
@@ -337,6 +338,8 @@ class _Pass:
 def clean_log(plog: PartitionLog, to_clean: LogToClean, now_ms: int) -> int:
     """Clean ``plog`` up to ``to_clean.first_uncleanable``; returns the new checkpoint offset."""
     end = to_clean.first_uncleanable
+    if read_checkpoint(plog.directory) is None:  # before any gap exists: see LogSegment.cleaned
+        write_checkpoint(plog.directory, to_clean.first_dirty)
     offsets = _build_map(plog, to_clean.first_dirty, end)
     producers = {
         pid: (entry.last_data_offset if entry.last_data_offset >= 0 else None, entry.producer_epoch)
@@ -405,6 +408,7 @@ def _clean_group(plog: PartitionLog, group: list[LogSegment], cleaning: _Pass) -
         segment.delete()
     _finish_swap(directory, base)
     segment = LogSegment.open_existing(directory, base, plog.config, cleaning.now_ms)
+    segment.cleaned = True
     segment.rebuild_indexes()
     segment.next_offset = group_end
     segment.txn_index.reset(cleaning.txns.kept_aborts)

@@ -25,6 +25,7 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
+from reference_broker.log._checkpoint import CLEANER_CHECKPOINT_FILE
 from reference_broker.log._files import pread_exact, pwrite_all, read_mapped, remove_quietly
 from reference_broker.log.config import LogConfig
 from reference_broker.log.index import (
@@ -98,6 +99,8 @@ class LogSegment:
         self.verified_upto = 0
         self.indexes_loaded = False
         self.corruptions: list[Corruption] = []
+        #: the cleaner rewrote this segment (or one of its log): batches may skip offsets
+        self.cleaned = False
         jitter = config.segment_jitter_ms
         self.jitter_ms = random.randrange(jitter) if jitter > 0 else 0
 
@@ -120,6 +123,7 @@ class LogSegment:
         """A segment found on disk; only its size is read, indexes load on demand."""
         seg = cls(directory, base_offset, config, now_ms)
         seg.size = seg.log_path.stat().st_size
+        seg.cleaned = (directory / CLEANER_CHECKPOINT_FILE).exists()
         return seg
 
     @property
@@ -198,6 +202,12 @@ class LogSegment:
                 self.max_timestamp, self.offset_of_max_timestamp - self.base_offset
             )
         self.write_index_entries()
+
+    @property
+    def gaps_allowed(self) -> bool:
+        """Whether a batch may start after the previous one's next offset: the log is compacted,
+        or was cleaned once (a topic switched from ``compact`` to ``delete`` keeps its gaps)."""
+        return self.cleaned or self.config.compacted
 
     # -- metadata ------------------------------------------------------------------------------
 
@@ -295,7 +305,7 @@ class LogSegment:
                     reason: str | None = f"base offset {batch.base_offset} goes backwards"
                 else:
                     reason = content_problem(batch, batch.base_offset if expected is None else expected,
-                                             gaps=self.config.compacted)
+                                             gaps=self.gaps_allowed)
                 if reason is not None:
                     if not resyncing:
                         first = expected if expected is not None else state.next_offset
@@ -353,7 +363,7 @@ class LogSegment:
         try:
             for pos, batch in scan_batches(self.fd, 0, self.size):
                 damage = self._corruption_at(pos)
-                if damage is None and offset_mismatch(batch.base_offset, expected, self.config.compacted):
+                if damage is None and offset_mismatch(batch.base_offset, expected, self.gaps_allowed):
                     damage = self.record_corruption(Corruption(
                         self.log_path, pos, expected,
                         self._damage_end(pos, batch.size_in_bytes, expected),
@@ -445,7 +455,7 @@ class LogSegment:
                 for pos, batch in scan_batches(self.fd, start, self.size):
                     damage = self._corruption_at(pos)
                     if damage is None and expected is not None and offset_mismatch(
-                            batch.base_offset, expected, self.config.compacted):
+                            batch.base_offset, expected, self.gaps_allowed):
                         # The base offset is outside the CRC: never serve this batch, but keep
                         # walking past it by its length.
                         damage = self.record_corruption(Corruption(
@@ -533,7 +543,7 @@ class LogSegment:
                         return _view(buf, p), expected, True
                     buf = b"".join((buf[:p], pread_exact(self.fd, size, abs_pos)))
                     batch = RecordBatch(buf, p)
-                gaps = self.config.compacted
+                gaps = self.gaps_allowed
                 if (beyond or abs_pos >= self.verified_upto
                         or offset_mismatch(batch.base_offset, expected, gaps)):
                     reason = content_problem(batch, expected, gaps=gaps)

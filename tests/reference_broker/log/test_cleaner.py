@@ -342,3 +342,17 @@ def test_leftover_swap_without_its_range_file_replaces_what_it_covers(open_log, 
     assert complete_interrupted_swaps(log_dir) == 0
     reopened = open_log(COMPACT)
     assert _rows(reopened) == rows
+
+
+def test_a_cleaned_log_switched_to_delete_still_serves_its_gaps(open_log, log_dir):
+    plog = open_log(COMPACT)
+    _fill(plog, 60)
+    _compact(plog)
+    before = _rows(plog)
+    delete = LogConfig(**{**COMPACT.__dict__, "cleanup_policy": ("delete",)})
+    plog.update_config(delete)
+    plog._close_files()
+    (log_dir / "partition.checkpoint").unlink()
+    reopened = open_log(delete)
+    assert reopened.corruptions == []
+    assert _rows(reopened) == before
