@@ -239,7 +239,8 @@ class OffsetSpec:
 class AbortTransactionSpec:
     """A hanging transaction to abort (KIP-664): the partition where it is open, its producer id
     and epoch, and the coordinator epoch to stamp the marker with (``describe_producers`` shows
-    all three)."""
+    all three; its ``coordinator_epoch`` is None before any marker, and 0 is then the one to use,
+    as Kafka's ``kafka-transactions.sh abort`` does)."""
 
     topic_partition: TopicPartition
     producer_id: int
