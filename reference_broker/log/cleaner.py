@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 from reference_broker.log._checkpoint import CLEANER_CHECKPOINT_FILE
 from reference_broker.log._cleaned_batches import empty_batch, filtered_batch
 from reference_broker.log._files import atomic_write, fsync_dir, pwrite_all, remove_quietly
-from reference_broker.log.index import AbortedTxn
+from reference_broker.log.index import AbortedTxn, OffsetIndex, TimeIndex
 from reference_broker.log.offset_map import KeyOffsetMap
 from reference_broker.log.segment import (
     INDEX_SUFFIXES,
@@ -347,7 +347,7 @@ def clean_log(plog: PartitionLog, to_clean: LogToClean, now_ms: int) -> int:
     }
     cleaning = _Pass(offsets, _Transactions(), now_ms, plog.config.delete_retention_ms, producers, end)
     groups = _groups([s for s in plog.segments[:-1] if s.base_offset < end],
-                     plog.config.segment_bytes, end)
+                     plog.config.segment_bytes, plog.config.segment_index_bytes, end)
     for group in groups:
         _clean_group(plog, group, cleaning)
     log.info("%s: cleaned offsets [%d, %d) (%d keys mapped from offset %d)", plog.name,
@@ -355,20 +355,32 @@ def clean_log(plog: PartitionLog, to_clean: LogToClean, now_ms: int) -> int:
     return end
 
 
-def _groups(segments: list[LogSegment], max_size: int, end: int) -> list[list[LogSegment]]:
-    """Consecutive segments whose total size fits ``segment.bytes`` (Kafka's groupSegmentsBySize)."""
+def _groups(segments: list[LogSegment], max_size: int, index_bytes: int,
+            end: int) -> list[list[LogSegment]]:
+    """Consecutive segments whose total size fits ``segment.bytes``, whose index entries fit one
+    index of ``segment.index.bytes`` and whose offsets fit 32-bit deltas (Kafka's
+    groupSegmentsBySize)."""
+    for segment in segments:
+        segment.ensure_indexes()
     groups: list[list[LogSegment]] = []
     i = 0
     while i < len(segments):
         group = [segments[i]]
         size = segments[i].size
+        offset_entries, time_entries = len(segments[i].offset_index), len(segments[i].time_index)
         i += 1
         while i < len(segments) and size + segments[i].size <= max_size:
+            nxt = segments[i]
             following = segments[i + 1].base_offset if i + 1 < len(segments) else end
-            if segments[i].size and following - 1 - group[0].base_offset > _INT32_MAX:
+            if nxt.size and following - 1 - group[0].base_offset > _INT32_MAX:
                 break
-            group.append(segments[i])
-            size += segments[i].size
+            if ((offset_entries + len(nxt.offset_index)) * OffsetIndex.ENTRY_SIZE > index_bytes
+                    or (time_entries + len(nxt.time_index)) * TimeIndex.ENTRY_SIZE > index_bytes):
+                break
+            group.append(nxt)
+            size += nxt.size
+            offset_entries += len(nxt.offset_index)
+            time_entries += len(nxt.time_index)
             i += 1
         groups.append(group)
     return groups

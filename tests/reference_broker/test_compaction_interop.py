@@ -258,3 +258,24 @@ def test_internal_topics_are_compacted_and_recover_after_restart(broker_factory:
         producer.begin_transaction()
         producer.produce(topic, key=b"k", value=b"fenced", partition=0)
         producer.commit_transaction(10)
+
+
+@pytest.mark.interop
+def test_kill_9_while_the_cleaner_runs_loses_no_latest_value(broker_factory: Any) -> None:
+    broker = broker_factory({"log.cleaner.backoff.ms": 10})
+    topic = f"compacted-{uuid.uuid4().hex[:8]}"
+    work = run_workload(broker.bootstrap, topic)
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+    for round_ in range(6):
+        ts = work.sentinel_base + work.sentinels * PHASE_MS
+        _produce(producer, topic, [(b"sentinel-%d" % work.sentinels, b"s")], ts, work.rows)
+        producer.flush(30)
+        work.sentinels += 1
+        time.sleep(0.02 * round_)  # vary where in the cleaner's work the kill lands
+        broker.restart(kill=True)
+        got = _consume_all(broker.bootstrap, topic)
+        produced = {r[0]: r for r in work.rows}
+        assert all(produced[r[0]] == r for r in got), "a record moved to another offset"
+        assert set(work.expected()) <= set(got), "a key's latest value was lost"
+    producer.flush(30)
+    assert compact_until_settled(broker.bootstrap, topic, work) == work.expected()

@@ -356,3 +356,19 @@ def test_a_cleaned_log_switched_to_delete_still_serves_its_gaps(open_log, log_di
     reopened = open_log(delete)
     assert reopened.corruptions == []
     assert _rows(reopened) == before
+
+
+def test_groups_are_bounded_by_segment_and_index_sizes(open_log):
+    small_index = LogConfig(**{**COMPACT.__dict__, "segment_index_bytes": 24})
+    plog = open_log(small_index)
+    rows = _fill(plog, 120, keys=6)
+    _compact(plog)
+    rows += _fill(plog, 60, keys=6)
+    plog.roll(3_000)
+    before = len(plog.segments)
+    _compact(plog)
+    assert len(plog.segments) < before  # small cleaned segments were merged
+    assert all(len(s.offset_index) * 8 <= 24 for s in plog.segments)
+    active = plog.active_segment.base_offset
+    newest = {key: offset for offset, key, _ in rows if offset < active}
+    assert _rows(plog) == [r for r in rows if r[0] < active and newest[r[1]] == r[0]]
