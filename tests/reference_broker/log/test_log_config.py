@@ -100,3 +100,22 @@ def test_broker_properties_and_unit_precedence() -> None:
                                             ).retention_ms == 7
     with pytest.raises(ValueError, match=r"log\.segment\.bytes"):
         LogConfig.from_broker_properties({"log.segment.bytes": "x"})
+
+
+def test_compaction_settings_have_kafkas_names_defaults_and_bounds() -> None:
+    config = LogConfig()
+    assert (config.delete_retention_ms, config.min_compaction_lag_ms, config.max_compaction_lag_ms,
+            config.min_cleanable_dirty_ratio) == (86_400_000, 0, LONG_MAX, 0.5)
+    topic = LogConfig.from_properties({
+        "delete.retention.ms": "5", "min.compaction.lag.ms": "6", "max.compaction.lag.ms": "7",
+        "min.cleanable.dirty.ratio": "0.25"})
+    assert (topic.delete_retention_ms, topic.min_compaction_lag_ms, topic.max_compaction_lag_ms,
+            topic.min_cleanable_dirty_ratio) == (5, 6, 7, 0.25)
+    assert topic.to_properties()["min.cleanable.dirty.ratio"] == "0.25"
+    broker = LogConfig.from_broker_properties({
+        "log.cleaner.delete.retention.ms": "8", "log.cleaner.min.cleanable.ratio": "0.1"})
+    assert (broker.delete_retention_ms, broker.min_cleanable_dirty_ratio) == (8, 0.1)
+    with pytest.raises(ValueError, match=re.escape("min.cleanable.dirty.ratio: Value must be in")):
+        LogConfig.from_properties({"min.cleanable.dirty.ratio": "1.5"})
+    with pytest.raises(ValueError, match=re.escape("max.compaction.lag.ms")):
+        LogConfig.from_properties({"max.compaction.lag.ms": "0"})
