@@ -117,11 +117,11 @@ def run_workload(bootstrap: str, topic: str) -> Workload:
     return work
 
 
-def _consume_all(bootstrap: str, topic: str) -> list[Row]:
+def _consume_all(bootstrap: str, topic: str, isolation: str = "read_uncommitted") -> list[Row]:
     consumer = confluent_kafka.Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:6]}",
         "enable.partition.eof": True, "enable.auto.commit": False,
-        "isolation.level": "read_uncommitted",
+        "isolation.level": isolation,
     })
     try:
         consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
@@ -173,6 +173,7 @@ def test_compacted_topic_reads_as_the_latest_value_per_key(broker_factory: Any) 
     assert {r[1] for r in got} >= {b"key-2", b"key-3", b"txn-only-1"}
     assert b"key-4" not in {r[1] for r in got}  # its tombstone is gone too
     assert len(got) < len(work.rows) // 4
+    assert _consume_all(broker.bootstrap, topic, "read_committed") == got
 
 
 @pytest.mark.interop

@@ -372,3 +372,24 @@ def test_groups_are_bounded_by_segment_and_index_sizes(open_log):
     active = plog.active_segment.base_offset
     newest = {key: offset for offset, key, _ in rows if offset < active}
     assert _rows(plog) == [r for r in rows if r[0] < active and newest[r[1]] == r[0]]
+
+
+def test_rewritten_segments_get_offset_and_time_indexes(open_log, log_dir):
+    plog = open_log(COMPACT)
+    rows = []
+    for i in range(60):
+        key, value = b"k%d" % (i % 5), b"v%d" % i
+        rows.append((plog.append(_batch([(key, value)], ts=10_000 + i), now_ms=1_000).base_offset,
+                     10_000 + i))
+    _compact(plog)
+    surviving = {r[0] for r in _rows(plog)}
+    cleaned = [s for s in plog.segments[:-1] if s.size]
+    assert cleaned and all(s.offset_index.path.exists() and s.time_index.path.exists()
+                           for s in cleaned)
+    for _, ts in rows:
+        expected = min((o, t) for o, t in rows if t >= ts and o in surviving)
+        assert plog.offset_for_timestamp(ts) == expected
+    plog.close()
+    reopened = open_log(COMPACT)
+    assert reopened.offset_for_timestamp(10_000) == min((o, t) for o, t in rows if o in surviving)
+    assert {r[0] for r in _rows(reopened)} == surviving
