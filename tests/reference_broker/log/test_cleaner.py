@@ -393,3 +393,20 @@ def test_rewritten_segments_get_offset_and_time_indexes(open_log, log_dir):
     reopened = open_log(COMPACT)
     assert reopened.offset_for_timestamp(10_000) == min((o, t) for o, t in rows if o in surviving)
     assert {r[0] for r in _rows(reopened)} == surviving
+
+
+def test_compact_and_delete_both_apply(open_log):
+    both = LogConfig(**{**COMPACT.__dict__, "cleanup_policy": ("compact", "delete"),
+                        "retention_ms": 5_000})
+    plog = open_log(both)
+    old = [(plog.append(_batch([(b"k%d" % (i % 5), b"old%d" % i)], ts=1_000), now_ms=1_000)
+            .base_offset) for i in range(30)]
+    rows = [(plog.append(_batch([(b"k%d" % (i % 5), b"new%d" % i)], ts=8_000), now_ms=8_000)
+             .base_offset, b"k%d" % (i % 5), b"new%d" % i) for i in range(30)]
+    plog.roll(9_000)
+    assert plog.apply_retention(9_000) > 0  # the segments holding only old records go
+    start = plog.log_start_offset
+    assert start > old[0]
+    _compact(plog, now_ms=9_000)
+    assert plog.log_start_offset == start
+    assert _rows(plog) == _latest(rows, plog.log_end_offset)
