@@ -258,9 +258,10 @@ class RecordAccumulator:
         see ``_StickyRoute``), a record for a given partition joins that partition's open batch;
         only a record that opens a batch or switches partitions asks metadata and partitioner.
         """
+        value_size = -1 if value is None else len(value)
         if size < 0:
             # record_size, inlined: this runs once per record.
-            size = RECORD_OVERHEAD if value is None else RECORD_OVERHEAD + len(value)
+            size = RECORD_OVERHEAD if value_size < 0 else RECORD_OVERHEAD + value_size
             if key is not None:
                 size += len(key)
             if headers:
@@ -351,7 +352,7 @@ class RecordAccumulator:
         future._delta = delta  # type: ignore[union-attr]
         future._timestamp = timestamp_ms  # type: ignore[union-attr]
         future._key_size = -1 if key is None else len(key)  # type: ignore[union-attr]
-        future._value_size = -1 if value is None else len(value)  # type: ignore[union-attr]
+        future._value_size = value_size  # type: ignore[union-attr]
         batch.futures.append(future)  # type: ignore[arg-type]
         return future
 

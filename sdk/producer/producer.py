@@ -407,17 +407,35 @@ class Producer(BatchSendMixin, TransactionalMixin):
         """
         if not self._accepting:
             self._check_running()
+        acc = self._accumulator
+        if self._plain and (key is None or type(key) is bytes) and (value is None or type(value) is bytes):
+            # Nothing to intercept or serialize: straight to the accumulator.
+            future = acc.try_append(topic, partition, key, value, headers, timestamp_ms, None)  # type: ignore[union-attr]  # set once started
+            if future is None:
+                future = RecordFuture.detached()
+                await self._append_waiting(topic, partition, key, value, headers, timestamp_ms, future)
+        else:
+            future = await self._send_prepared(topic, value, key, partition, timestamp_ms, headers)
+        if acc.filled:  # type: ignore[union-attr]
+            # A batch just filled up: let the sender put it on the wire while we keep producing.
+            acc.filled = False  # type: ignore[union-attr]
+            await asyncio.sleep(0)
+        return future  # type: ignore[return-value]  # a LazyRecordFuture serves as a RecordFuture
+
+    async def _send_prepared(
+        self, topic: str, value: Any, key: Any, partition: int | None, timestamp_ms: int | None, headers: Any
+    ) -> LazyRecordFuture:
+        """``send`` for a record to intercept or serialize first; a failure is reported to the
+        interceptors' ``on_acknowledgement`` too."""
         interceptors = self._interceptors
         if interceptors is not None:
             record = interceptors.on_send(ProducerRecord(topic, value, key, partition, timestamp_ms, headers))
             topic, value, key, partition, timestamp_ms, headers = record
         acc = self._accumulator
+        assert acc is not None
         try:
-            if not self._plain or (key is not None and type(key) is not bytes) or (
-                value is not None and type(value) is not bytes
-            ):
-                key, value = self._serialize(topic, key, value)
-            future = acc.try_append(topic, partition, key, value, headers, timestamp_ms, None)  # type: ignore[union-attr]  # set once started
+            key, value = self._serialize(topic, key, value)
+            future = acc.try_append(topic, partition, key, value, headers, timestamp_ms, None)
             if future is None:
                 future = RecordFuture.detached()
                 await self._append_waiting(topic, partition, key, value, headers, timestamp_ms, future)
@@ -426,11 +444,7 @@ class Producer(BatchSendMixin, TransactionalMixin):
                 failed = RecordMetadata(topic, -1 if partition is None else partition, -1, -1)
                 interceptors.on_acknowledgement(failed, exc)
             raise
-        if acc.filled:  # type: ignore[union-attr]
-            # A batch just filled up: let the sender put it on the wire while we keep producing.
-            acc.filled = False  # type: ignore[union-attr]
-            await asyncio.sleep(0)
-        return future  # type: ignore[return-value]  # a LazyRecordFuture serves as a RecordFuture
+        return future  # type: ignore[return-value]  # None of the future given, never a sink
 
     async def send_and_wait(
         self,
@@ -457,11 +471,11 @@ class Producer(BatchSendMixin, TransactionalMixin):
     def _prepare_record(
         self,
         topic: str,
-        value: Any = None,
-        key: Any = None,
-        partition: int | None = None,
-        timestamp_ms: int | None = None,
-        headers: Headers | None = None,
+        value: Any,
+        key: Any,
+        partition: int | None,
+        timestamp_ms: int | None,
+        headers: Headers | None,
     ) -> PreparedRecord:
         """For the sync facade, on its caller's thread (it touches no loop state): check that the
         producer accepts records, run the interceptors' ``on_send`` and the serializers, and size
