@@ -42,6 +42,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -238,9 +239,10 @@ def _aborted_txns(plog: PartitionLog, start: int, end: int) -> list[AbortedTxn]:
 # -- cleaning --------------------------------------------------------------------------------------
 
 
-def _batches(segment: LogSegment) -> list[tuple[int, RecordBatch]]:
+def _batches(segment: LogSegment) -> Iterator[tuple[int, RecordBatch]]:
+    """The segment's batches, read a window at a time (never the whole file at once)."""
     try:
-        return list(scan_batches(segment.fd, 0, segment.size, with_data=True))
+        yield from scan_batches(segment.fd, 0, segment.size, with_data=True)
     except FramingError as exc:
         raise CleanerError(f"{segment.log_path}: {exc}") from None
 

@@ -190,6 +190,9 @@ class LogManager:
         self._configs: dict[str, LogConfig] = {}
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._closed = False
+        #: logs the cleaner failed to read (damaged data): skipped until the next start, as Kafka
+        #: marks a partition uncleanable
+        self._uncleanable: set[str] = set()
         self._load(_now_ms() if now_ms is None else now_ms)
 
     # -- meta.properties -------------------------------------------------------------------
@@ -539,7 +542,8 @@ class LogManager:
         now_ms = _now_ms() if now_ms is None else now_ms
         candidates = []
         for _, _, plog in self.logs():
-            if not plog.config.compacted or plog.offline_reason is not None:
+            if (not plog.config.compacted or plog.offline_reason is not None
+                    or plog.name in self._uncleanable):
                 continue
             try:
                 candidate = cleanable(plog, read_checkpoint(plog.directory), now_ms)
@@ -556,7 +560,9 @@ class LogManager:
             end = clean_log(plog, chosen, now_ms)
             write_checkpoint(plog.directory, end)
         except CleanerError as exc:
-            log.error("cleaning %s stopped, the log is left as it was: %s", plog.name, exc)
+            log.error("cleaning %s stopped (the rest of the log is left as it was); it is not"
+                      " cleaned again until the broker restarts: %s", plog.name, exc)
+            self._uncleanable.add(plog.name)
             return None
         except OSError as exc:
             raise plog._go_offline(f"cleaning failed: {exc}") from exc

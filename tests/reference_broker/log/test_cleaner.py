@@ -410,3 +410,36 @@ def test_compact_and_delete_both_apply(open_log):
     _compact(plog, now_ms=9_000)
     assert plog.log_start_offset == start
     assert _rows(plog) == _latest(rows, plog.log_end_offset)
+
+
+def test_a_log_with_damaged_data_is_left_uncleaned_and_skipped(tmp_path, caplog):
+    manager = LogManager(tmp_path, LogConfig(segment_bytes=600))
+    try:
+        manager.create_topic("damaged", 1, {"cleanup.policy": "compact"}, now_ms=1_000)
+        plog = manager.get_log("damaged", 0)
+        _fill(plog, 40)
+        before = _rows(plog)
+        first = plog.segments[0]
+        with open(first.log_path, "r+b") as f:  # flip a byte inside the first batch's records
+            f.seek(first.size - 5)
+            byte = f.read(1)
+            f.seek(first.size - 5)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        assert manager.run_cleaner(2_000) is None
+        assert manager.run_cleaner(2_000) is None
+        stops = [r for r in caplog.records if "cleaning damaged-0 stopped" in r.getMessage()]
+        assert len(stops) == 1  # not tried again
+        assert [r for r in before if r[0] >= first.next_offset] == [
+            r for r in _rows_from(plog, first.next_offset)]
+    finally:
+        manager.close()
+
+
+def _rows_from(plog: PartitionLog, offset: int) -> list[Row]:
+    out: list[Row] = []
+    while offset < plog.log_end_offset:
+        result = plog.read(offset, 1 << 20)
+        batches = list(iter_batches(bytes(result.data)))
+        out += [(r.offset, r.key, r.value) for b in batches for r in b]
+        offset = result.next_offset
+    return out
