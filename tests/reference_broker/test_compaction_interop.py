@@ -280,3 +280,19 @@ def test_kill_9_while_the_cleaner_runs_loses_no_latest_value(broker_factory: Any
         assert set(work.expected()) <= set(got), "a key's latest value was lost"
     producer.flush(30)
     assert compact_until_settled(broker.bootstrap, topic, work) == work.expected()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+async def test_log_cleaner_enable_decides_whether_the_cleaner_task_runs(
+    tmp_path: Path, enabled: bool
+) -> None:
+    from reference_broker.broker import Broker
+    from reference_broker.config import BrokerConfig
+
+    config = BrokerConfig.build(tmp_path, port=0, properties={
+        "log.cleaner.enable": str(enabled).lower(), "log.cleaner.backoff.ms": 250})
+    async with Broker(config) as broker:
+        cleaner = broker.services.get("log-cleaner")
+        assert (cleaner is not None) == enabled
+        if cleaner is not None:
+            assert [t.interval_s for t in cleaner.periodic_tasks()] == [0.25]
