@@ -4,9 +4,10 @@ A handler is ``handle(broker, ctx, request) -> response | None`` (None: send not
 produce). Most are plain ``def``: the network layer calls them in the same callback that read the
 request and, when nothing is queued before it, writes the answer straight away, without the task,
 wake-ups and loop iterations an ``async def`` handler costs. Only handlers that wait are
-``async def`` (Fetch's long poll, the group join and sync waits); they run as tasks. Each module's ``install(registry)``
-registers its APIs with the versions it implements; ApiVersions advertises exactly the registry's
-contents, so an API is advertised if and only if its module is in ``FAMILIES``.
+``async def`` (Fetch's long poll, the group join and sync waits); they run as tasks. Each
+module's ``install(registry)`` registers its APIs with the versions it implements; ApiVersions
+advertises exactly the registry's contents, so an API is advertised if and only if its module is
+in ``FAMILIES``.
 """
 
 from reference_broker.handlers import (
