@@ -100,8 +100,11 @@ def _is_interop(item: pytest.Item) -> bool:
     return False
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test ``unit`` or ``interop`` so that either set runs alone (``-m unit``)."""
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
+    """Mark every test ``unit`` or ``interop`` so that either set runs alone (``-m unit``), before
+    any other plugin selects by markers; on an xdist worker, once every other plugin has reordered
+    the tests, hand the modules out slowest first."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if "apache_kafka" in fixtures or "apache_kafka_factory" in fixtures:
@@ -110,3 +113,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.interop)
         else:
             item.add_marker(pytest.mark.unit)
+    yield
+    if hasattr(config, "workerinput"):
+        order_modules_slowest_first(items)
+
+
+# -- running in parallel: ``pytest -n 3 --dist loadfile --no-loadscope-reorder`` (pytest-xdist) ---
+#
+# Each worker is a pytest session of its own: session fixtures (``broker``, ``apache_kafka``,
+# ``spark``) start once per worker, module fixtures once per worker that runs the module, and
+# ``--dist loadfile`` keeps each module on one worker, so a module fixture (a 3-node cluster, say)
+# starts once. xdist hands the modules out in the order the workers collected them, so that
+# order is slowest first: the run then ends on many short modules spread over every worker, not
+# on one long one. (xdist's own reordering, most tests first, would undo it: hence
+# ``--no-loadscope-reorder``.)
+
+
+def _cost_rank(item: pytest.Item) -> int:
+    """0 for the slowest kind of test, 3 for the fastest."""
+    for rank, marker in enumerate(("slow", "apache_kafka", "interop")):
+        if item.get_closest_marker(marker):
+            return rank
+    return 3
+
+
+def order_modules_slowest_first(items: list[pytest.Item]) -> None:
+    """Stable-sort ``items`` by the rank of their module (its slowest test's): a module with a
+    ``slow`` test first, then one with an Apache Kafka test, then other interop, then unit; each
+    module keeps the order pytest gave its tests."""
+    module_rank: dict[str, int] = {}
+    for item in items:
+        module = _module_of(item)
+        module_rank[module] = min(module_rank.get(module, 3), _cost_rank(item))
+    items.sort(key=lambda item: module_rank[_module_of(item)])
+
+
+def _module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]

@@ -44,6 +44,7 @@ def test_a_node_serves_a_peer_client(apache_kafka: Any) -> None:
     assert _round_trip(apache_kafka.bootstrap, topic, 100) == [str(i).encode() for i in range(100)]
 
 
+@pytest.mark.slow
 def test_a_killed_node_restarts_with_its_data(apache_kafka_factory: Any) -> None:
     node = apache_kafka_factory(**{"log.flush.interval.messages": 1})
     topic = f"fixture-{uuid.uuid4().hex[:8]}"

@@ -23,7 +23,7 @@ from sdk.records import murmur2_partition
 from tests.apache_kafka import kafka_jars
 from tests.oracles.kafka_tools import java_command
 
-pytestmark = [pytest.mark.apache_kafka, pytest.mark.usefixtures("kafka_jars_available")]
+pytestmark = [pytest.mark.apache_kafka, pytest.mark.slow, pytest.mark.usefixtures("kafka_jars_available")]
 
 SOURCE = Path(__file__).parent / "java" / "ClientPeer.java"
 PARTITIONS = 3

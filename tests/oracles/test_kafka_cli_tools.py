@@ -33,7 +33,7 @@ from confluent_kafka.admin import AdminClient
 from reference_broker.testing import BrokerProcess
 from tests.oracles.kafka_tools import create_topic, run_tool
 
-pytestmark = [pytest.mark.apache_kafka, pytest.mark.usefixtures("kafka_jars_available")]
+pytestmark = [pytest.mark.apache_kafka, pytest.mark.slow, pytest.mark.usefixtures("kafka_jars_available")]
 
 TOPICS = "org.apache.kafka.tools.TopicCommand"
 CONFIGS = "kafka.admin.ConfigCommand"

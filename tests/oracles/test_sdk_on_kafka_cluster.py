@@ -38,7 +38,7 @@ import itertools
 
 from eos_copy import run_soak
 
-pytestmark = pytest.mark.apache_kafka
+pytestmark = [pytest.mark.apache_kafka, pytest.mark.slow]
 
 PARTITIONS = 4
 INTERNAL_PARTITIONS = 3

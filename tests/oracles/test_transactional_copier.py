@@ -28,7 +28,7 @@ from tests.oracles.kafka_tools import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.apache_kafka, pytest.mark.usefixtures("kafka_jars_available")]
+pytestmark = [pytest.mark.apache_kafka, pytest.mark.slow, pytest.mark.usefixtures("kafka_jars_available")]
 
 COPIER = "org.apache.kafka.tools.TransactionalMessageCopier"
 PARTITIONS = 2

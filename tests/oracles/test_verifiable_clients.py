@@ -30,7 +30,7 @@ from tests.oracles.kafka_tools import (
     write_properties,
 )
 
-pytestmark = [pytest.mark.apache_kafka, pytest.mark.usefixtures("kafka_jars_available")]
+pytestmark = [pytest.mark.apache_kafka, pytest.mark.slow, pytest.mark.usefixtures("kafka_jars_available")]
 
 RECORDS = 20_000
 PARTITIONS = 3

@@ -25,9 +25,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from spark_integration import audit
 from tests.spark_integration.cluster import finish_driver, speculative_successes, task_attempts
 from tests.spark_integration.helpers import produce, read_topic
+
+pytestmark = pytest.mark.slow
 
 DRIVER = Path(__file__).with_name("stream_driver.py")
 RECORDS = 100_000

@@ -27,6 +27,7 @@ def _wait_for_records(bootstrap: str, topic: str, count: int, timeout_s: float =
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_a_new_checkpoint_with_a_used_prefix_is_refused_and_a_new_prefix_writes_everything(
     spark: Any, broker: Any, tmp_path: Path
 ) -> None:
@@ -73,6 +74,7 @@ def test_a_second_running_query_with_the_same_prefix_fails_and_the_first_goes_on
     assert sorted(values) == sorted(f"v{i}".encode() for i in range(RECORDS) for _ in range(2))
 
 
+@pytest.mark.slow
 def test_batch_writes_and_a_stream_never_share_a_prefix(spark: Any, broker: Any, tmp_path: Path) -> None:
     source, stream_sink, batch_sink, prefix = names("mixed")
     produce(broker.bootstrap, source, RECORDS)

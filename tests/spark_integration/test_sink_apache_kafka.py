@@ -22,7 +22,7 @@ from tests.spark_integration.cluster import finish_driver
 from tests.spark_integration.helpers import finished, names, produce, read_topic, start_copy
 from tests.spark_integration.test_driver_crash import DRIVER, bang
 
-pytestmark = pytest.mark.apache_kafka
+pytestmark = [pytest.mark.apache_kafka, pytest.mark.slow]
 
 RECORDS = 60
 COPY_RECORDS = 3000

@@ -13,11 +13,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from spark_integration import audit
 from tests.spark_integration.cluster import finish_driver as finish
 from tests.spark_integration.cluster import task_attempts
 from tests.spark_integration.helpers import produce, read_topic
 from tests.spark_integration.test_driver_crash import DRIVER, bang
+
+pytestmark = pytest.mark.slow
 
 RECORDS = 20_000
 PER_BATCH = 5000

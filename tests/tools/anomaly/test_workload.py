@@ -21,6 +21,8 @@ from tools.anomaly.checker import check
 from tools.anomaly.nemesis import FAULTS, Node, ReferenceBrokerNode
 from tools.anomaly.workload import RunResult, WorkloadConfig, run_workload
 
+pytestmark = pytest.mark.slow
+
 #: Kafka with the reference broker's test settings: killed clients' transactions aborted promptly.
 KAFKA_PROPERTIES = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
