@@ -176,13 +176,18 @@ def test_bench_group_times_both_clients_for_each_strategy() -> None:
             assert_line(out, rf"^\| {strategy} \| {client} {figures}\|$")
 
 
-def test_bench_spark_compares_exactly_once_with_at_least_once_in_both_modes() -> None:
-    out = run_script("bench_spark.py", "--messages", "2000", "--runs", "1", "--mode", "batch,stream",
+@pytest.mark.slow
+def test_bench_spark_compares_exactly_once_with_at_least_once() -> None:
+    # Stream mode only: its branch of the script (checkpoint, trigger, micro-batches) holds more
+    # that can break than batch mode's one write, and the sink's batch path has tests of its own.
+    out = run_script("bench_spark.py", "--messages", "2000", "--runs", "1", "--mode", "stream",
                      "--batch", "1000", "--warm-up", "0")
-    for mode in ("batch", "stream"):
-        assert_line(out, rf"^\| {mode} +\| +{NUMBER} \| +{NUMBER} \| +{NUMBER} \|$")
+    assert_line(out, rf"^\| stream +\| +{NUMBER} \| +{NUMBER} \| +{NUMBER} \|$")
+    assert_line(out, rf"^\| stream +\| +{NUMBER} \| +{NUMBER} \|$")
+    assert not re.search(r"^\| batch ", out, re.MULTILINE), out
 
 
+@pytest.mark.slow
 def test_eos_soak_copies_exactly_once_through_bounces() -> None:
     out = run_script(
         "eos_soak.py", *("--messages", "2000", "--bounces", "1", "--copier", "sdk", "--timeout", "150")
