@@ -261,6 +261,7 @@ def test_internal_topics_are_compacted_and_recover_after_restart(broker_factory:
         producer.commit_transaction(10)
 
 
+@pytest.mark.slow
 @pytest.mark.interop
 def test_kill_9_while_the_cleaner_runs_loses_no_latest_value(broker_factory: Any) -> None:
     broker = broker_factory({"log.cleaner.backoff.ms": 10})

@@ -141,6 +141,7 @@ def values_for(topic: str, count: int = 6) -> list[bytes]:
     return [f"{len(topic)}:{i}".encode() for i in range(count)]
 
 
+@pytest.mark.slow
 def test_topics_named_up_to_249_characters_are_created_and_survive_restarts(any_broker: Broker) -> None:
     broker = any_broker
     tag = uuid.uuid4().hex[:6]
@@ -158,6 +159,7 @@ def test_topics_named_up_to_249_characters_are_created_and_survive_restarts(any_
         assert consume_all(broker, name, 2, 7) == sorted([*values_for(name), b"after-restart"])
 
 
+@pytest.mark.slow
 def test_a_producer_auto_creates_a_249_character_topic_that_survives_a_restart(any_broker: Broker) -> None:
     broker = any_broker
     name = long_name(249, uuid.uuid4().hex[:6])
@@ -166,6 +168,7 @@ def test_a_producer_auto_creates_a_249_character_topic_that_survives_a_restart(a
     assert consume_all(broker, name, 2, 6) == sorted(values_for(name))
 
 
+@pytest.mark.slow
 def test_deleting_long_named_topics_then_restarting_leaves_no_trace(any_broker: Broker) -> None:
     broker = any_broker
     tag = uuid.uuid4().hex[:6]

@@ -165,6 +165,7 @@ def quick_retention_target(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue("apache_kafka_factory")(**settings).bootstrap)
 
 
+@pytest.mark.slow
 def test_spanning_abort_stays_invisible_after_retention_deletes_its_first_segment(
     quick_retention_target: str,
 ) -> None:
@@ -184,6 +185,7 @@ def committed_end_offset(bootstrap: str, topic: str) -> int:
         return int(consumer.end_offsets([tp])[tp])
 
 
+@pytest.mark.slow
 def test_open_transaction_losing_its_first_segment_to_delete_records(
     target: str, request: pytest.FixtureRequest
 ) -> None:

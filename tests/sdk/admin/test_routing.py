@@ -19,7 +19,7 @@ from sdk.errors import KafkaTimeoutError
 
 from .conftest import Cluster, oracle_topic, wait_for
 
-pytestmark = pytest.mark.apache_kafka
+pytestmark = [pytest.mark.apache_kafka, pytest.mark.slow]
 
 PARTITIONS = 6
 RECORDS = 3

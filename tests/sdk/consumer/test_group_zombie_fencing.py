@@ -163,6 +163,7 @@ def cluster_bootstrap(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue("broker_factory")(REFERENCE_BROKER_CONFIG).bootstrap)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
 @pytest.mark.parametrize("membership", ["dynamic", "static", "static-replaced"])
 def test_a_member_dropped_during_its_transaction_cannot_commit_it(

@@ -31,6 +31,7 @@ def eos_broker() -> Iterator[BrokerProcess]:
         yield proc
 
 
+@pytest.mark.slow
 def test_exactly_once_copy_survives_copier_and_broker_kills(
     eos_broker: BrokerProcess, tmp_path: Path
 ) -> None:
