@@ -41,11 +41,12 @@ def _first_copies(values):
     return first
 
 
-async def _send_loop(producer, topic, count, delay_every=50, min_duration_s=0.0):
+async def _send_loop(producer, topic, count, delay_every=50, min_duration_s=0.0, all_sent=None):
     """Keyed records (all 4 partitions), each value numbered; returns values by partition.
 
     With ``min_duration_s`` the sends are paced to last at least that long, so faults injected on
-    a timer hit the loop however fast the machine is.
+    a timer hit the loop however fast the machine is. ``all_sent`` (an event) is set once every
+    record is handed to the producer, before their acknowledgements are awaited.
     """
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -56,6 +57,8 @@ async def _send_loop(producer, topic, count, delay_every=50, min_duration_s=0.0)
         if i % delay_every == 0:
             due = start + min_duration_s * i / count
             await asyncio.sleep(max(0.002, due - loop.time()))
+    if all_sent is not None:
+        all_sent.set()
     sent: dict[int, list[bytes]] = {}
     for i, future in futures:
         md = await future
@@ -66,7 +69,11 @@ async def _send_loop(producer, topic, count, delay_every=50, min_duration_s=0.0)
 async def _chaos(proxy, stop: asyncio.Event):
     """Every 60 ms one fault: cut everything, cut after 3000 more bytes, or drop the next Produce
     response. Drops do not pile up: while a partition retries, the producer sends one batch at a
-    time, and a backlog of drops would swallow every answer it gets."""
+    time, and a backlog of drops would swallow every answer it gets.
+
+    Faults stop at ``stop``: on a machine loaded enough that a retry's reconnect and round trip
+    take longer than 60 ms, faults without end would cut every attempt (no broker fails like that),
+    and the producer could only wait out its delivery timeout."""
     step = 0
     while not stop.is_set():
         await asyncio.sleep(0.06)
@@ -95,7 +102,8 @@ async def test_connections_cut_mid_request_keep_order_without_duplicates(
     ) as producer:
         chaos = asyncio.create_task(_chaos(proxy, stop))
         try:
-            sent = await _send_loop(producer, topic, 3000, min_duration_s=1.0)
+            # Faults for as long as records are being sent; the last ones are acknowledged after.
+            sent = await _send_loop(producer, topic, 3000, min_duration_s=1.0, all_sent=stop)
         finally:
             stop.set()
             await chaos
