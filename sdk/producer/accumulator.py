@@ -27,7 +27,14 @@ from sdk.errors import BufferExhaustedError, InvalidPartitionError, RecordTooLar
 from sdk.producer.batch import BatchSink, ProducerBatch
 from sdk.producer.futures import LazyRecordFuture, RecordFuture
 from sdk.producer.partitioner import DefaultPartitioner, Partitioner
-from sdk.records import BATCH_OVERHEAD, RECORD_OVERHEAD, Compression, RecordBatchBuilder, headers_size
+from sdk.records import (
+    BATCH_OVERHEAD,
+    RECORD_OVERHEAD,
+    Compression,
+    RecordBatchBuilder,
+    headers_size,
+    record_size_bound,
+)
 
 if TYPE_CHECKING:
     from sdk.producer.transaction_manager import TransactionManager
@@ -214,13 +221,7 @@ class RecordAccumulator:
         """Bytes a record can take in a batch (Kafka's upper bound), the one size check of every
         send: ``RecordTooLargeError`` if the record could never fit in a request or in
         ``buffer_memory``."""
-        size = RECORD_OVERHEAD
-        if key is not None:
-            size += len(key)
-        if value is not None:
-            size += len(value)
-        if headers:
-            size += headers_size(headers)
+        size = record_size_bound(key, value, headers)
         if size > self.max_record_size:
             if size + BATCH_OVERHEAD > self.max_request_size:
                 raise RecordTooLargeError(
