@@ -221,7 +221,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "log.cleanup.policy",
             _B.LIST,
             ["delete"],
-            "delete (compaction is not implemented).",
+            "delete (retention), compact (the log cleaner), or both.",
             choices=("delete", "compact"),
         ),
         ConfigKey(
