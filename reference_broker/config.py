@@ -307,6 +307,25 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ),
         ConfigKey("group.max.size", _B.INT, INT_MAX, "Most members a group may have.", at_least(1)),
         ConfigKey(
+            "group.coordinator.rebalance.protocols",
+            _B.LIST,
+            ["classic", "consumer"],
+            "Group protocols served; 'consumer' (KIP-848) offers ConsumerGroupHeartbeat/Describe.",
+        ),
+        ConfigKey(
+            "group.consumer.heartbeat.interval.ms", _B.INT, 5000, "KIP-848 heartbeat interval.", at_least(1)
+        ),
+        ConfigKey(
+            "group.consumer.session.timeout.ms", _B.INT, 45000, "KIP-848 member session timeout.", at_least(1)
+        ),
+        ConfigKey(
+            "group.consumer.assignors",
+            _B.LIST,
+            ["uniform", "range"],
+            "Server-side assignors of consumer groups; the first is the default.",
+        ),
+        ConfigKey("group.consumer.max.size", _B.INT, INT_MAX, "Consumer group size limit.", at_least(1)),
+        ConfigKey(
             "offset.metadata.max.bytes", _B.INT, 4096, "Longest commit metadata string.", at_least(0)
         ),
         ConfigKey(
