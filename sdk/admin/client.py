@@ -459,6 +459,22 @@ class AdminClient:
             raise ValueError(f"spec: expected an AbortTransactionSpec, not {spec!r}")
         await _transactions.abort_transaction(self._router, spec, self._deadline(timeout_ms))
 
+    async def list_transactions_with_prefix(
+        self, prefix: str, *, timeout_ms: float | None = None
+    ) -> list[TransactionListing]:
+        """The unfinished transactions (open, or KIP-939 prepared) of the transactional ids that
+        start with ``prefix``."""
+        deadline = self._deadline(timeout_ms)
+        return await _transactions.list_transactions_with_prefix(self._router, deadline, prefix)
+
+    async def abort_transactions_with_prefix(
+        self, prefix: str, *, timeout_ms: float | None = None
+    ) -> list[str]:
+        """Abort the unfinished transaction of every transactional id that starts with ``prefix``
+        (fencing its producer, as a new producer of the id would); returns the ids aborted."""
+        deadline = self._deadline(timeout_ms)
+        return await _transactions.abort_transactions_with_prefix(self._router, deadline, prefix)
+
     # -- ACLs and SCRAM credentials -------------------------------------------------------------
 
     async def create_acls(

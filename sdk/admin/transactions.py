@@ -1,10 +1,19 @@
 """Transactions: ListTransactions (to every broker), DescribeTransactions (to each id's
 transaction coordinator), DescribeProducers and the KIP-664 abort (WriteTxnMarkers), both to the
-partition's leader: the leader holds the producer state and writes the marker."""
+partition's leader: the leader holds the producer state and writes the marker.
+
+``list_transactions_with_prefix`` and ``abort_transactions_with_prefix`` find and end the open
+transactions of every transactional id under a prefix, as a sink does on restore (Flink's
+KafkaSink aborts its lingering ids the same way): the abort is the fencing InitProducerId a new
+producer of the id would send, so the transaction coordinator aborts the transaction, bumps the
+epoch and writes the markers itself; unlike KIP-664's abort it needs no cluster permission and
+also ends a KIP-939 prepared transaction.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sdk.admin.results import (
@@ -17,25 +26,35 @@ from sdk.admin.routing import AdminRouter, Deadline, call_once, run_per_item
 from sdk.admin.types import AbortTransactionSpec
 from sdk.client.cluster import TopicPartition
 from sdk.client.coordinators import CoordinatorType
-from sdk.errors import KafkaError, make_error
+from sdk.errors import KafkaError, UnsupportedVersionError, make_error
 from sdk.protocol.messages import (
     DescribeProducersRequest,
     DescribeTransactionsRequest,
+    InitProducerIdRequest,
     ListTransactionsRequest,
     WriteTxnMarkersRequest,
 )
 
 __all__ = [
+    "OPEN_TRANSACTION_STATES",
     "abort_transaction",
+    "abort_transactions_with_prefix",
     "check_ids",
     "describe_producers",
     "describe_transactions",
     "list_transactions",
+    "list_transactions_with_prefix",
 ]
 
 #: ListTransactions: duration_filter from v1, transactional_id_pattern from v2.
 LIST_TRANSACTIONS_DURATION_VERSION = 1
 LIST_TRANSACTIONS_PATTERN_VERSION = 2
+#: ListTransactions' names of the states of a transaction that is not finished: a KIP-939 prepared
+#: transaction is "Ongoing" on the coordinator.
+OPEN_TRANSACTION_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+#: The transaction timeout of the fencing InitProducerId (any value the broker accepts: the id
+#: gets no transaction from it).
+FENCING_TIMEOUT_MS = 60_000
 
 
 def check_ids(values: Iterable[Any], argument: str) -> list[int]:
@@ -240,3 +259,71 @@ async def abort_transaction(router: AdminRouter, spec: AbortTransactionSpec, dea
         send=send,
         reroute=lambda: router.forget_leaders([tp.topic]),
     )
+
+
+def prefix_pattern(prefix: str) -> str:
+    """A regular expression, the same in Java and Python, for the ids that start with ``prefix``."""
+    return "^" + re.escape(prefix) + ".*"
+
+
+async def list_transactions_with_prefix(
+    router: AdminRouter, deadline: Deadline, prefix: str, states: Sequence[str] = OPEN_TRANSACTION_STATES
+) -> list[TransactionListing]:
+    """The transactions in ``states`` whose transactional id starts with ``prefix``: filtered by
+    the brokers (ListTransactions v2's pattern) where they can, by the client otherwise."""
+    if not isinstance(prefix, str) or not prefix:
+        raise ValueError(f"prefix: must be a non-empty str, not {prefix!r}")
+    try:
+        found = await list_transactions(router, deadline, list(states), [], None, prefix_pattern(prefix))
+    except UnsupportedVersionError:  # brokers before ListTransactions v2 (Kafka 3.8)
+        found = await list_transactions(router, deadline, list(states), [], None, None)
+    return [t for t in found if t.transactional_id.startswith(prefix)]
+
+
+async def abort_transactions_with_prefix(
+    router: AdminRouter,
+    deadline: Deadline,
+    prefix: str,
+    keep: Callable[[str], bool] = lambda _tid: False,
+) -> list[str]:
+    """Abort the open (or KIP-939 prepared) transaction of every transactional id that starts
+    with ``prefix`` and that ``keep`` does not keep; returns the ids aborted, sorted. Each is
+    fenced with InitProducerId, so a producer still using the id gets PRODUCER_FENCED."""
+    lingering = await list_transactions_with_prefix(router, deadline, prefix)
+    ids = sorted(t.transactional_id for t in lingering if not keep(t.transactional_id))
+
+    async def route(transactional_id: str) -> int:
+        return await router.coordinator(CoordinatorType.TRANSACTION, transactional_id)
+
+    async def send(node: int, batch: list[str]) -> dict[str, bool | KafkaError]:
+        answers: dict[str, bool | KafkaError] = {}
+        for transactional_id in batch:
+
+            def fencing(_version: int, tid: str = transactional_id) -> InitProducerIdRequest:
+                return InitProducerIdRequest(
+                    transactional_id=tid,
+                    transaction_timeout_ms=FENCING_TIMEOUT_MS,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                )
+
+            response, _ = await router.send(node, InitProducerIdRequest.API_KEY, fencing, deadline)
+            answers[transactional_id] = (
+                make_error(response.error_code, f"fencing transactional id {transactional_id!r}")
+                if response.error_code
+                else True
+            )
+        return answers
+
+    answers = await run_per_item(
+        router,
+        ids,
+        deadline,
+        route=route,
+        send=send,
+        reroute=lambda tid: router.forget_coordinator(CoordinatorType.TRANSACTION, tid),
+    )
+    for answer in answers.values():
+        if isinstance(answer, KafkaError):
+            raise answer
+    return ids

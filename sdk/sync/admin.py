@@ -282,6 +282,14 @@ class AdminClient:
     def abort_transaction(self, spec: AbortTransactionSpec, *, timeout_ms: float | None = None) -> None:
         self._run(self._admin.abort_transaction(spec, timeout_ms=timeout_ms))
 
+    def list_transactions_with_prefix(
+        self, prefix: str, *, timeout_ms: float | None = None
+    ) -> list[TransactionListing]:
+        return self._run(self._admin.list_transactions_with_prefix(prefix, timeout_ms=timeout_ms))
+
+    def abort_transactions_with_prefix(self, prefix: str, *, timeout_ms: float | None = None) -> list[str]:
+        return self._run(self._admin.abort_transactions_with_prefix(prefix, timeout_ms=timeout_ms))
+
     # -- ACLs and SCRAM credentials -------------------------------------------------------------
 
     def create_acls(

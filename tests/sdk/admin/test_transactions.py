@@ -141,3 +141,38 @@ async def test_list_transactions_filters(
         await admin.list_transactions(producer_ids=[-5])
     with pytest.raises(ValueError, match="producer_epoch"):
         AbortTransactionSpec(TopicPartition(topic, 0), 1, -1, 0)
+
+
+async def test_abort_transactions_with_prefix_ends_only_that_prefixes_open_transactions(
+    admin: AdminClient, cluster: Cluster, name: Any, producers: list[Any]
+) -> None:
+    topic, prefix = name("t"), name("sink")
+    assert (await admin.create_topics([NewTopic(topic, 1, 1)]))[topic] is None
+    wait_for(lambda: oracle_topic(cluster, topic), topic)
+    for tid in (f"{prefix}-0", f"{prefix}-7", f"other-{prefix}-0"):
+        producers.append(open_transaction(cluster, tid, topic))
+
+    listed = await admin.list_transactions_with_prefix(prefix)
+    assert sorted(t.transactional_id for t in listed) == [f"{prefix}-0", f"{prefix}-7"]
+    assert {t.state for t in listed} == {"Ongoing"}
+
+    assert await admin.abort_transactions_with_prefix(prefix) == [f"{prefix}-0", f"{prefix}-7"]
+    wait_for(lambda: not asyncio_run_listing(cluster, prefix), f"{prefix} transactions ended")
+    # Offsets 0-3 were the prefix's two transactions, 4-5 the other one's, still open: the
+    # partition's stable offset moves up to it and no further.
+    tp = TopicPartition(topic, 0)
+    stable = await admin.list_offsets({tp: OffsetSpec.latest()}, IsolationLevel.READ_COMMITTED)
+    assert stable[tp].offset == 4
+    assert [t.transactional_id for t in await admin.list_transactions_with_prefix(f"other-{prefix}")] == [
+        f"other-{prefix}-0"
+    ]
+    with pytest.raises(ValueError, match="prefix"):
+        await admin.list_transactions_with_prefix("")
+
+
+def asyncio_run_listing(cluster: Cluster, prefix: str) -> list[Any]:
+    """The prefix's unfinished transactions, asked with the blocking admin client."""
+    from sdk.sync import AdminClient as SyncAdminClient
+
+    with SyncAdminClient(bootstrap_servers=cluster.bootstrap) as admin:
+        return admin.list_transactions_with_prefix(prefix)
