@@ -32,7 +32,7 @@ from reference_broker.testing import BrokerProcess
 from sdk import Producer, TopicPartition
 from sdk.consumer import Consumer
 from sdk.errors import KafkaError, KafkaTimeoutError
-from sdk.producer.transactions import is_fatal
+from sdk.producer.transaction_errors import is_fatal
 
 log = logging.getLogger(__name__)
 

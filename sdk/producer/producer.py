@@ -28,8 +28,9 @@ from sdk.producer.interceptors import InterceptorChain, ProducerInterceptor, Pro
 from sdk.producer.partitioner import Partitioner, make_partitioner
 from sdk.producer.record_metadata import RecordMetadata
 from sdk.producer.sender import Sender
+from sdk.producer.transaction_api import TransactionalMixin
 from sdk.producer.transaction_manager import TransactionManager
-from sdk.producer.transactions import TransactionalMixin, Transactions
+from sdk.producer.transaction_operations import Transactions
 
 __all__ = ["Producer"]
 
@@ -156,7 +157,7 @@ class Producer(BatchSendMixin, TransactionalMixin):
         :param sasl_mechanism: ``'PLAIN'`` or a ``SaslMechanism`` instance.
         :param sasl_plain_username: user name for ``PLAIN``.
         :param sasl_plain_password: password for ``PLAIN``.
-        :param transactional_id: makes the producer transactional (``sdk.producer.transactions``):
+        :param transactional_id: makes the producer transactional (``sdk.producer.transaction_operations``):
             ``start()`` runs ``init_transactions()`` (not with ``enable_two_phase_commit``),
             records are sent only inside a transaction
             (``begin_transaction()`` ... ``commit_transaction()``/``abort_transaction()``, or

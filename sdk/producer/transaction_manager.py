@@ -28,7 +28,7 @@ transaction makes it abortable (``last_error``; sends, commit and offsets then r
 ``TransactionAbortableError``); a fenced or unauthorised producer is fatal (``fatal_error``).
 Where the idempotent producer would bump its epoch at once, a transactional one fails the batch
 instead and bumps the epoch when the transaction is aborted (KIP-360). The requests themselves
-are sent by ``sdk.producer.transactions``.
+are sent by ``sdk.producer.transaction_requests``.
 
 With transaction protocol v2 (KIP-890, ``transaction_v2``) no partition is added explicitly: a
 partition joins the transaction with its first Produce request, and ending a transaction gives
@@ -172,7 +172,7 @@ class TransactionManager:
         #: out) and transactions can be prepared and kept.
         self.two_phase_commit = two_phase_commit
         #: KIP-890 transaction protocol v2 in use (decided from the coordinator's ApiVersions by
-        #: ``sdk.producer.transactions``): partitions are added implicitly by Produce, offsets by
+        #: ``sdk.producer.transaction_operations``): partitions are added implicitly by Produce, offsets by
         #: TxnOffsetCommit v5, and EndTxn v5 gives the next producer id and epoch.
         self.transaction_v2 = False
         #: The prepared transaction's state: set by ``prepare`` or by an InitProducerId that kept

@@ -379,7 +379,7 @@ class Producer:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    # -- transactions (sdk.producer.transactions) ----------------------------------------------
+    # -- transactions (sdk.producer.transaction_api) ---------------------------------------------
 
     def init_transactions(self, keep_prepared_transaction: bool = False) -> None:
         """See ``sdk.Producer.init_transactions`` (the constructor already did it, except with
