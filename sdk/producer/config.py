@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from sdk.client.config import ClientConfig
 from sdk.errors import ConfigError
 from sdk.producer.interceptors import ProducerInterceptor
+from sdk.producer.partitioner import Partitioner
 from sdk.records import Compression
 
 __all__ = ["ProducerConfig"]
@@ -54,8 +55,12 @@ def _warn_ignored(option: str, value: Any) -> None:
 
 @dataclass
 class ProducerConfig(ClientConfig):
-    """Validated producer settings (see ``Producer`` for what each one means); the connection
-    settings are ``ClientConfig``'s."""
+    """Validated producer settings; the connection settings are ``ClientConfig``'s.
+
+    The one declaration of every producer option's name, type and default: ``Producer.__init__``
+    takes its keyword arguments with these defaults (``= ProducerConfig.<name>``), documents each
+    one, and tests/sdk/producer/test_config_declaration.py checks that the two list the same
+    options with the same types, so neither can change alone."""
 
     default_client_id: ClassVar[str] = "sdk-producer"
 
@@ -72,7 +77,7 @@ class ProducerConfig(ClientConfig):
     transactional_id: str | None = None
     transaction_timeout_ms: float = 60000
     enable_two_phase_commit: bool = False
-    partitioner: Any = None
+    partitioner: Partitioner | str | Callable[..., int] | None = None
     interceptors: Iterable[ProducerInterceptor] = ()
     key_serializer: Callable[[Any], bytes | None] | None = None
     value_serializer: Callable[[Any], bytes | None] | None = None
