@@ -214,6 +214,8 @@ class KafkaNode:
         #: Feature levels the storage is formatted with (``StorageTool format --feature``), e.g.
         #: ``{"transaction.version": 1}``: finalized features cannot be set by a broker property.
         self._features = dict(features or {})
+        #: More ``StorageTool format`` arguments (e.g. ``--add-scram``), set before the first start.
+        self.format_args: list[str] = []
         self._process: subprocess.Popen[bytes] | None = None
         self._formatted = False
 
@@ -284,6 +286,7 @@ class KafkaNode:
                 "kafka.tools.StorageTool", "format", "--ignore-formatted",
                 "-t", self._cluster_id, "-c", str(self.properties_path),
                 *(arg for name, level in self._features.items() for arg in ("--feature", f"{name}={level}")),
+                *self.format_args,
             ),
             capture_output=True,
             text=True,
