@@ -14,6 +14,7 @@ from reference_broker.handlers import (
     api_versions,
     cluster,
     configs,
+    consumer_group_heartbeat,
     fetch,
     groups,
     list_offsets,
@@ -41,6 +42,7 @@ FAMILIES = (
     groups,
     offsets,
     transactions,
+    consumer_group_heartbeat,
 )
 
 

@@ -13,8 +13,9 @@ Versions served and per-version notes:
 - SyncGroup (14) v0-5: v5+ protocol_type/protocol_name checked and returned. ``async``: followers
   wait for the leader's assignment.
 - Heartbeat (12) v0-4, LeaveGroup (13) v0-5 (v3+ several members, by member id or instance id).
-- ListGroups (16) v0-5 (v4 states filter, v5 types filter: these groups are all "classic"),
-  DescribeGroups (15) v0-6 (v6: GROUP_ID_NOT_FOUND for an unknown group), DeleteGroups (42) v0-2.
+- ListGroups (16) v0-5 (v4 states filter, v5 types filter: "classic", or "consumer" for the
+  KIP-848 groups), DescribeGroups (15) v0-6 (v6: GROUP_ID_NOT_FOUND for an unknown group; a
+  consumer group is described as an unknown one, as Kafka does), DeleteGroups (42) v0-2.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from reference_broker.coordinator.group.state import GroupState, JoinResult, SyncResult
+from reference_broker.handlers.consumer_group_heartbeat import listed_consumer_groups
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
     DeleteGroupsRequest,
@@ -55,6 +57,7 @@ AUTHORIZED_OPS_OMITTED = -(2**31)
 # READ (3), DELETE (6), DESCRIBE (8): everything a group allows on an ACL-less broker.
 ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 CLASSIC = "classic"
+CONSUMER = "consumer"
 
 
 # -- FindCoordinator ---------------------------------------------------------------------
@@ -75,7 +78,7 @@ def _coordinator_for(broker: Broker, key: str, key_type: int) -> tuple[int, str 
 def handle_find_coordinator(
     broker: Broker, ctx: RequestContext, request: FindCoordinatorRequest
 ) -> FindCoordinatorResponse:
-    host, port, node = broker.advertised_host, broker.advertised_port, broker.node_id
+    (host, port), node = broker.advertised_address(ctx), broker.node_id
     if ctx.api_version < 4:
         error, message = _coordinator_for(broker, request.key, request.key_type)
         if error:
@@ -254,6 +257,14 @@ def handle_list_groups(broker: Broker, ctx: RequestContext, request: ListGroupsR
                 protocol_type=group.protocol_type or "",
                 group_state=group.state.value,
                 group_type=CLASSIC,
+            )
+        )
+    for group_id, state in listed_consumer_groups(broker):
+        if (states and state.lower() not in states) or (types and CONSUMER not in types):
+            continue
+        listed.append(
+            ListGroupsResponse.ListedGroup(
+                group_id=group_id, protocol_type=CONSUMER, group_state=state, group_type=CONSUMER
             )
         )
     return ListGroupsResponse(error_code=ErrorCode.NONE, groups=listed)

@@ -6,11 +6,14 @@ Versions served and per-version notes:
   otherwise an explicit expiry kept with the offset); v6+ committed leader epoch; v7+
   group.instance.id (a fenced static member gets FENCED_INSTANCE_ID). generation -1 with an empty
   member id commits for a group that has no members (assign mode). A group that does not exist
-  answers ILLEGAL_GENERATION to a generation >= 0 (GROUP_ID_NOT_FOUND from v9, as Kafka). v10
+  answers ILLEGAL_GENERATION to a generation >= 0 (GROUP_ID_NOT_FOUND from v9, as Kafka). For a
+  KIP-848 consumer group the field is the member epoch (STALE_MEMBER_EPOCH; before v9
+  UNSUPPORTED_VERSION for its members). v10
   (topic ids, KIP-848) is not served.
 - OffsetFetch (9) v1-9: v2+ a null topic list means every committed partition, and a top-level
   error; v5+ leader epoch; v7+ require_stable (UNSTABLE_OFFSET_COMMIT while a transaction holds a
-  pending offset for the partition); v8+ several groups at once. No committed offset: -1.
+  pending offset for the partition); v8+ several groups at once; v9 member id and epoch, checked
+  for a consumer group (KIP-848: STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID). No committed offset: -1.
 - OffsetDelete (47) v0: offsets of topics the group does not subscribe to (GROUP_SUBSCRIBED_TO_TOPIC
   otherwise); any offset of an empty group.
 """
@@ -93,11 +96,15 @@ def offset_commit_error(request: OffsetCommitRequest, version: int, code: int) -
 
 
 def _fetch_group(
-    broker: Broker, group_id: str, topics: list[tuple[str, list[int]]] | None, require_stable: bool
+    broker: Broker,
+    group_id: str,
+    topics: list[tuple[str, list[int]]] | None,
+    require_stable: bool,
+    member: tuple[str | None, int] = (None, -1),
 ) -> tuple[int, list[tuple[str, list[tuple[int, int, int, str | None, int]]]]]:
     """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])])."""
     wanted = None if topics is None else [(t, p) for t, parts in topics for p in parts]
-    error, found = broker.groups.fetch_offsets(group_id, wanted, require_stable)
+    error, found = broker.groups.fetch_offsets(group_id, wanted, require_stable, member)
     if error:
         return error, []
     by_topic: dict[str, list[tuple[int, int, int, str | None, int]]] = {}
@@ -121,7 +128,8 @@ def handle_offset_fetch(
         groups = []
         for g in request.groups:
             topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
-            error, answer = _fetch_group(broker, g.group_id, topics, require_stable)
+            member = (g.member_id, g.member_epoch) if version >= 9 else (None, -1)
+            error, answer = _fetch_group(broker, g.group_id, topics, require_stable, member)
             groups.append(
                 OffsetFetchResponse.OffsetFetchResponseGroup(
                     group_id=g.group_id,

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from reference_broker.clock import Clock
-from reference_broker.coordinator.group import records
+from reference_broker.coordinator.group import consumer_records, records
+from reference_broker.coordinator.group.consumer_coordinator import ConsumerGroupCoordinator
 from reference_broker.coordinator.group.offsets import GroupOffsets
 from reference_broker.coordinator.group.state import (
     CommittedOffset,
@@ -104,6 +105,8 @@ class GroupCoordinator:
         #: ``__consumer_offsets`` partitions whose records are still being read at start-up.
         self.loading: set[int] = set()
         self.offsets = GroupOffsets(self)
+        #: The KIP-848 consumer groups; their offsets stay in ``groups`` (a ``Group`` without members).
+        self.consumer = ConsumerGroupCoordinator(self)
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -207,6 +210,12 @@ class GroupCoordinator:
             return respond(JoinResult(E.INVALID_SESSION_TIMEOUT, member_id))
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
+        consumer_group = self.consumer.groups.get(group_id)
+        # A consumer group with members takes no classic member here (Kafka's mixed groups are not
+        # implemented); an empty one is deleted and the group becomes classic, as in Kafka.
+        consumer_members = consumer_group is not None and bool(consumer_group.members)
+        if consumer_group is not None and (consumer_members or self.consumer.delete_group(consumer_group)):
+            return respond(JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id))
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
@@ -688,10 +697,14 @@ class GroupCoordinator:
         self.offsets.load_transactional_offsets(pending)
 
     def fetch_offsets(
-        self, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool = False
+        self,
+        group_id: str,
+        partitions: list[tuple[str, int]] | None,
+        require_stable: bool = False,
+        member: tuple[str | None, int] = (None, -1),
     ) -> tuple[int, dict[tuple[str, int], tuple[CommittedOffset | None, int]]]:
         """OffsetFetch (``GroupOffsets.fetch_offsets``)."""
-        return self.offsets.fetch_offsets(group_id, partitions, require_stable)
+        return self.offsets.fetch_offsets(group_id, partitions, require_stable, member)
 
     def delete_offsets(
         self, group_id: str, partitions: list[tuple[str, int]]
@@ -706,12 +719,16 @@ class GroupCoordinator:
     # -- admin ---------------------------------------------------------------------------
 
     def list_groups(self) -> list[Group]:
-        return [g for g in self.groups.values() if not g.is_(GroupState.DEAD)]
+        """The classic groups (a consumer group's offsets holder is listed by ``consumer.groups``)."""
+        listed = [g for g in self.groups.values() if g.group_id not in self.consumer.groups]
+        return [g for g in listed if not g.is_(GroupState.DEAD)]
 
     def describe_group(self, group_id: str) -> tuple[int, Group | None]:
         if self.is_loading(group_id):
             return E.COORDINATOR_LOAD_IN_PROGRESS, None
         group = self.groups.get(group_id)
+        if group_id in self.consumer.groups:
+            return E.NONE, None  # not a classic group: described as Kafka describes an unknown one
         return E.NONE, (group if group is not None and not group.is_(GroupState.DEAD) else None)
 
     def delete_group(self, group_id: str) -> int:
@@ -719,9 +736,14 @@ class GroupCoordinator:
             return E.INVALID_GROUP_ID
         if self.is_loading(group_id):
             return E.COORDINATOR_LOAD_IN_PROGRESS
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            error = self.consumer.delete_group(consumer_group)
+            if error:
+                return error
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
-            return E.GROUP_ID_NOT_FOUND
+            return E.NONE if consumer_group is not None else E.GROUP_ID_NOT_FOUND
         if not group.is_(GroupState.EMPTY):
             return E.NON_EMPTY_GROUP
         return self.drop_group(group)
@@ -740,6 +762,7 @@ class GroupCoordinator:
     def shutdown(self) -> None:
         """The broker is stopping: timers are cancelled and requests still waiting are answered
         NOT_COORDINATOR (clients look the coordinator up again and retry there)."""
+        self.consumer.shutdown()
         for group in self.groups.values():
             if group.join_timer is not None:
                 group.join_timer.cancel()
@@ -763,7 +786,11 @@ class GroupCoordinator:
         wins, a tombstone deletes) into groups and offsets."""
         offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
         group_values: dict[str, Any] = {}
+        consumer_replay = consumer_records.ConsumerGroupReplay()
         for key_bytes, value_bytes in partition_records:
+            if consumer_records.is_consumer_group_key(key_bytes):
+                consumer_replay.add(key_bytes, value_bytes)
+                continue
             key = records.parse_key(key_bytes)
             if isinstance(key, records.OffsetKey):
                 if value_bytes is None:
@@ -793,6 +820,7 @@ class GroupCoordinator:
                 self._restore_group(group, value, now)
             group.offsets = live_offsets
             self.groups[group_id] = group
+        self.consumer.load(consumer_replay)
 
     def _restore_group(self, group: Group, v: Any, now: int) -> None:
         """Rebuild ``group`` from a GroupMetadataValue: Stable with its members, or Empty."""

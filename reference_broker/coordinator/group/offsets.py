@@ -50,7 +50,16 @@ class GroupOffsets:
         if self.membership.is_loading(group_id):
             return all_(E.COORDINATOR_LOAD_IN_PROGRESS)
         group = self.membership.groups.get(group_id)
-        if group is None:
+        if group_id in self.membership.consumer.groups:
+            # A KIP-848 group: the member epoch is checked instead of the generation.
+            code = self.membership.consumer.validate_offset_commit(
+                group_id, member_id, generation, transactional=False, api_version=api_version
+            )
+            if code:
+                return all_(code)
+            now = self.membership.clock.now_ms()
+            group = self.membership.groups.setdefault(group_id, Group(group_id, now))
+        elif group is None:
             if generation >= 0:
                 return all_(E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION)
             group = self.membership.groups[group_id] = Group(group_id, self.membership.clock.now_ms())
@@ -58,7 +67,9 @@ class GroupOffsets:
             return all_(E.COORDINATOR_NOT_AVAILABLE)
         if group.is_static_member_fenced(group_instance_id, member_id):
             return all_(E.FENCED_INSTANCE_ID)
-        if not (generation < 0 and group.is_(GroupState.EMPTY)):
+        if group_id in self.membership.consumer.groups:
+            pass
+        elif not (generation < 0 and group.is_(GroupState.EMPTY)):
             if group.is_(GroupState.COMPLETING_REBALANCE):
                 return all_(E.REBALANCE_IN_PROGRESS)
             member = group.members.get(member_id)
@@ -125,16 +136,24 @@ class GroupOffsets:
             group = self.membership.groups[group_id] = Group(group_id, self.membership.clock.now_ms())
         if group.is_(GroupState.DEAD):
             return dict.fromkeys(offsets, E.COORDINATOR_NOT_AVAILABLE)
+        if group_id in self.membership.consumer.groups:
+            code = self.membership.consumer.validate_offset_commit(
+                group_id, member_id, generation, transactional=True, api_version=0
+            )
+            if code:
+                return dict.fromkeys(offsets, code)
         # As Kafka's validateMember: an instance id is checked first (unknown, or held by another
         # member id: fenced), then the member id, then the generation.
-        if group_instance_id is not None and not (generation < 0 and group.is_(GroupState.EMPTY)):
+        if group_id in self.membership.consumer.groups:
+            pass
+        elif group_instance_id is not None and not (generation < 0 and group.is_(GroupState.EMPTY)):
             if group_instance_id not in group.static_members:
                 return dict.fromkeys(offsets, E.UNKNOWN_MEMBER_ID)
             if group.is_static_member_fenced(group_instance_id, member_id):
                 return dict.fromkeys(offsets, E.FENCED_INSTANCE_ID)
-        if member_id and member_id not in group.members:
+        elif member_id and member_id not in group.members:
             return dict.fromkeys(offsets, E.UNKNOWN_MEMBER_ID)
-        if generation >= 0 and generation != group.generation:
+        elif generation >= 0 and generation != group.generation:
             return dict.fromkeys(offsets, E.ILLEGAL_GENERATION)
         result, accepted, batch = self._offset_records(group_id, offsets, transactional=True)
         error: int = E.NONE
@@ -180,12 +199,20 @@ class GroupOffsets:
                 )
 
     def fetch_offsets(
-        self, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool = False
+        self,
+        group_id: str,
+        partitions: list[tuple[str, int]] | None,
+        require_stable: bool = False,
+        member: tuple[str | None, int] = (None, -1),
     ) -> tuple[int, dict[tuple[str, int], tuple[CommittedOffset | None, int]]]:
         """(group error, {partition: (committed offset or None, partition error)}); ``partitions``
-        None means every partition the group has an offset for."""
+        None means every partition the group has an offset for. ``member`` (OffsetFetch v9: member
+        id, member epoch) is checked against a consumer group's member."""
         if self.membership.is_loading(group_id):
             return E.COORDINATOR_LOAD_IN_PROGRESS, {}
+        member_error = self.membership.consumer.validate_offset_fetch(group_id, *member)
+        if member_error:
+            return member_error, {}
         group = self.membership.groups.get(group_id)
         stored = group.offsets if group is not None else {}
         wanted = sorted(stored) if partitions is None else partitions
@@ -252,11 +279,14 @@ class GroupOffsets:
             # A consumer group with members keeps the offsets of the topics it subscribes to; the
             # others expire from their commit time (KIP-496).
             subscribed = None if group.is_(GroupState.EMPTY) else group.subscribed_topics()
+            consumer_group = self.membership.consumer.groups.get(group.group_id)
+            if consumer_group is not None and consumer_group.members:
+                subscribed = consumer_group.subscribed_topic_names()
             for tp, committed in group.offsets.items():
                 if committed.expire_timestamp_ms is not None:
                     if now >= committed.expire_timestamp_ms:
                         expired.append(tp)
-                elif group.is_(GroupState.EMPTY):
+                elif group.is_(GroupState.EMPTY) and subscribed is None:
                     base = max(group.state_timestamp_ms, committed.commit_timestamp_ms)
                     if now - base >= self.membership.config.offsets_retention_ms:
                         expired.append(tp)
@@ -277,6 +307,7 @@ class GroupOffsets:
                 expired_total += len(expired)
             if (
                 group.is_(GroupState.EMPTY)
+                and group.group_id not in self.membership.consumer.groups
                 and not group.offsets
                 and not group.pending_members
                 and not group.pending_transactional_offsets  # its transaction's marker will need it

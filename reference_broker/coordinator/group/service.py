@@ -9,6 +9,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from reference_broker.clock import Clock
+from reference_broker.coordinator.group.consumer_coordinator import ConsumerGroupConfig
+from reference_broker.coordinator.group.consumer_group import TopicInfo
 from reference_broker.coordinator.group.coordinator import GroupConfig, GroupCoordinator, Record
 from reference_broker.services import PeriodicTask
 from reference_broker.storage import CONSUMER_OFFSETS
@@ -31,6 +33,16 @@ def group_config(config: BrokerConfig, num_partitions: int | None = None) -> Gro
         offset_metadata_max_bytes=config.get("offset.metadata.max.bytes"),
         offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
         num_partitions=num_partitions or config.get("offsets.topic.num.partitions"),
+    )
+
+
+def consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
+    """The KIP-848 coordinator's settings (``group.consumer.*``)."""
+    return ConsumerGroupConfig(
+        heartbeat_interval_ms=config.get("group.consumer.heartbeat.interval.ms"),
+        session_timeout_ms=config.get("group.consumer.session.timeout.ms"),
+        assignors=tuple(config.get("group.consumer.assignors")),
+        max_size=config.get("group.consumer.max.size"),
     )
 
 
@@ -82,7 +94,12 @@ class GroupCoordinatorService:
         self.coordinator = GroupCoordinator(
             clock, group_config(config, num_partitions), self.store, topic_exists=self._topic_exists
         )
+        self.coordinator.consumer.configure(consumer_group_config(config), self._topic_info)
         self._loader: asyncio.Task[None] | None = None
+
+    def _topic_info(self, name: str) -> TopicInfo | None:
+        meta = self.storage.topic(name)
+        return None if meta is None else TopicInfo(meta.topic_id, meta.name, meta.num_partitions)
 
     def ensure_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` if this broker has none yet: Kafka does when a client
