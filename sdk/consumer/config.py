@@ -32,7 +32,6 @@ AIOKAFKA_IGNORED = {
     "connections_max_idle_ms": "connections are kept until the consumer stops",
     "sasl_kerberos_service_name": "GSSAPI (Kerberos) is not supported",
     "sasl_kerberos_domain_name": "GSSAPI (Kerberos) is not supported",
-    "sasl_oauth_token_provider": "OAUTHBEARER is not supported",
 }
 
 

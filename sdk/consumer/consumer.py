@@ -117,6 +117,7 @@ class Consumer:
         sasl_mechanism: Any = None,
         sasl_plain_username: str | None = None,
         sasl_plain_password: str | None = None,
+        sasl_oauth_token_provider: Any = None,
         **aiokafka_options: Any,
     ) -> None:
         """Settings (aiokafka's names and defaults; times in milliseconds):
@@ -163,8 +164,9 @@ class Consumer:
         :param sasl_mechanism: 'PLAIN' or a ``SaslMechanism``.
         :param sasl_plain_username: PLAIN user name.
         :param sasl_plain_password: PLAIN password.
+        :param sasl_oauth_token_provider: OAUTHBEARER's token provider (a ``token()`` coroutine).
         :param aiokafka_options: aiokafka's options without a meaning here (``api_version``,
-            ``loop``, ``connections_max_idle_ms``, ``sasl_kerberos_*``, ``sasl_oauth_token_provider``),
+            ``loop``, ``connections_max_idle_ms``, ``sasl_kerberos_*``),
             accepted with a warning; any other name is a ``ConfigError``.
         """
         for option, value in aiokafka_options.items():
@@ -208,6 +210,7 @@ class Consumer:
             sasl_mechanism=sasl_mechanism,
             sasl_plain_username=sasl_plain_username,
             sasl_plain_password=sasl_plain_password,
+            sasl_oauth_token_provider=sasl_oauth_token_provider,
         )
         self.config.validate()
         for topic in topics:

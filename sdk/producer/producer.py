@@ -115,6 +115,7 @@ class Producer(BatchSendMixin, TransactionalMixin):
         sasl_mechanism: str | SaslMechanism | None = ProducerConfig.sasl_mechanism,
         sasl_plain_username: str | None = ProducerConfig.sasl_plain_username,
         sasl_plain_password: str | None = ProducerConfig.sasl_plain_password,
+        sasl_oauth_token_provider: Any = ProducerConfig.sasl_oauth_token_provider,
         transactional_id: str | None = ProducerConfig.transactional_id,
         transaction_timeout_ms: float = ProducerConfig.transaction_timeout_ms,
         enable_two_phase_commit: bool = ProducerConfig.enable_two_phase_commit,
@@ -157,6 +158,7 @@ class Producer(BatchSendMixin, TransactionalMixin):
         :param sasl_mechanism: ``'PLAIN'`` or a ``SaslMechanism`` instance.
         :param sasl_plain_username: user name for ``PLAIN``.
         :param sasl_plain_password: password for ``PLAIN``.
+        :param sasl_oauth_token_provider: OAUTHBEARER's token provider (a ``token()`` coroutine).
         :param transactional_id: makes the producer transactional (``sdk.producer.transaction_operations``):
             ``start()`` runs ``init_transactions()`` (not with ``enable_two_phase_commit``),
             records are sent only inside a transaction
