@@ -21,6 +21,7 @@ from sdk.protocol._generated_errors import (
     DuplicateSequenceNumberError,
     FetchSessionIdNotFoundError,
     GroupIdNotFoundError,
+    IllegalSaslStateError,
     InvalidConfigError,
     InvalidFetchSessionEpochError,
     InvalidProducerEpochError,
@@ -41,6 +42,7 @@ from sdk.protocol._generated_errors import (
     TransactionCoordinatorFencedError,
     UnknownProducerIdError,
     UnknownServerError,
+    UnsupportedSaslMechanismError,
 )
 from sdk.protocol.errors import (
     DecodeError,
@@ -56,6 +58,7 @@ from sdk.protocol.errors import (
 )
 
 __all__ = [
+    "AuthenticationError",
     "BufferExhaustedError",
     "ClientError",
     "ConfigError",
@@ -73,7 +76,11 @@ __all__ = [
     "ProducerClosedError",
     "RecordTooLargeError",
     "ResponseTimeoutError",
+    "SaslAuthenticationError",
+    "SaslMechanismRefusedError",
+    "SaslStateError",
     "SerializationError",
+    "SslAuthenticationError",
     "TransactionAbortedError",
     "TransactionsNotImplementedError",
     "UnknownKafkaError",
@@ -215,6 +222,42 @@ class TransactionAbortedError(ClientError):
     name = "TRANSACTION_ABORTED"
 
 
+# -- authentication -----------------------------------------------------------------------------
+
+
+class AuthenticationError(KafkaError):
+    """The broker did not accept this client's identity (Java's ``AuthenticationException``).
+
+    Fatal: the same credentials or certificates fail the same way again, so the client raises it
+    to the caller instead of reconnecting in a loop. Each subclass says which layer refused.
+    """
+
+    name = "AUTHENTICATION_FAILED"
+    retriable = False
+
+
+class SslAuthenticationError(ClientError, AuthenticationError):
+    """The TLS handshake failed: the broker's certificate is not trusted by ``ssl_context`` (or
+    does not name the host), or the broker refused the client's certificate (or its absence)."""
+
+    name = "SSL_AUTHENTICATION_FAILED"
+    retriable = False
+
+
+class SaslAuthenticationError(SaslAuthenticationFailedError, AuthenticationError):
+    """SASL_AUTHENTICATION_FAILED: wrong user name, password or token (or the exchange was
+    refused); the broker's reason is the message."""
+
+
+class SaslMechanismRefusedError(UnsupportedSaslMechanismError, AuthenticationError):
+    """UNSUPPORTED_SASL_MECHANISM: the listener does not enable ``sasl_mechanism``; the message
+    lists the mechanisms it does enable."""
+
+
+class SaslStateError(IllegalSaslStateError, AuthenticationError):
+    """ILLEGAL_SASL_STATE: the broker got a SASL request it did not expect at that point."""
+
+
 # -- aiokafka's names ---------------------------------------------------------------------------
 # Code written for aiokafka catches these; where our name differs, its name is the same class.
 # (Names aiokafka shares with us, e.g. KafkaTimeoutError, UnknownTopicOrPartitionError,
@@ -322,3 +365,164 @@ def __getattr__(name: str) -> Any:
 
         return getattr(consumer_errors, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# -- the rest of aiokafka.errors' names ----------------------------------------------------------
+# Every name ``aiokafka.errors`` defines is importable here, so ``except`` clauses of code written
+# for aiokafka run after changing the import. Broker error codes are the generated classes (their
+# ``errno`` is the code, ``retriable`` Kafka's); aiokafka's client-side conditions that this
+# client also detects are its own classes above; the ones it never raises are plain classes
+# with aiokafka's ``retriable`` flag, so code that catches them still imports.
+
+#: aiokafka's base of every broker-answered error. Here every error, broker-answered or not,
+#: derives from ``KafkaError``, so this is that class: ``except BrokerResponseError`` catches all
+#: that aiokafka's does (and the client-side errors too).
+BrokerResponseError = KafkaError
+#: aiokafka raises it for a call its configuration does not allow (``commit()`` without a
+#: ``group_id``, ``send`` outside a transaction); here those are ``IllegalStateError``s
+#: (``NoGroupIdError``, ...), so this is that class.
+IllegalOperation = IllegalStateError
+InvalidFetchRequestError = error_for_code(ErrorCode.INVALID_FETCH_SIZE)
+StaleLeaderEpochCodeError = error_for_code(ErrorCode.NETWORK_EXCEPTION)
+InvalidReplicationAssignmentError = error_for_code(ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+LogDirNotFound = error_for_code(ErrorCode.LOG_DIR_NOT_FOUND)
+DelegationTokenAuthDisabled = error_for_code(ErrorCode.DELEGATION_TOKEN_AUTH_DISABLED)
+DelegationTokenNotFound = error_for_code(ErrorCode.DELEGATION_TOKEN_NOT_FOUND)
+DelegationTokenOwnerMismatch = error_for_code(ErrorCode.DELEGATION_TOKEN_OWNER_MISMATCH)
+DelegationTokenRequestNotAllowed = error_for_code(ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
+DelegationTokenAuthorizationFailed = error_for_code(ErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED)
+DelegationTokenExpired = error_for_code(ErrorCode.DELEGATION_TOKEN_EXPIRED)
+InvalidPrincipalType = error_for_code(ErrorCode.INVALID_PRINCIPAL_TYPE)
+ListenerNotFound = error_for_code(ErrorCode.LISTENER_NOT_FOUND)
+
+
+class NoError(KafkaError):
+    """Error code 0 (aiokafka's ``NoError``): never raised, here for code that names it."""
+
+    code = 0
+    name = "NONE"
+
+
+class IllegalArgumentError(ClientError, ValueError):
+    """aiokafka's name for a bad argument; this client raises ``ValueError``/``ConfigError``."""
+
+    name = "ILLEGAL_ARGUMENT"
+
+
+class NodeNotReadyError(KafkaConnectionError):
+    """A broker connection is not ready (aiokafka's name; here a ``KafkaConnectionError``)."""
+
+    name = "NODE_NOT_READY"
+
+
+class KafkaProtocolError(ClientError):
+    """The broker's bytes broke the protocol (aiokafka's name; this client raises ``DecodeError``)."""
+
+    name = "PROTOCOL_ERROR"
+    retriable = True
+
+
+class CorrelationIdError(KafkaProtocolError):
+    """A response's correlation id matched no request (aiokafka's name)."""
+
+    name = "CORRELATION_ID"
+
+
+class Cancelled(ClientError):
+    """aiokafka's cancelled-request error; this client lets ``asyncio.CancelledError`` through."""
+
+    name = "CANCELLED"
+    retriable = True
+
+
+class TooManyInFlightRequests(ClientError):
+    """aiokafka's name; this client queues requests instead of raising it."""
+
+    name = "TOO_MANY_IN_FLIGHT_REQUESTS"
+    retriable = True
+
+
+class StaleMetadata(ClientError):
+    """aiokafka's name; this client refreshes metadata instead of raising it."""
+
+    name = "STALE_METADATA"
+    retriable = True
+    invalid_metadata = True
+
+
+class MetadataEmptyBrokerList(ClientError):
+    """aiokafka's name; a Metadata answer without brokers is retried here."""
+
+    name = "METADATA_EMPTY_BROKER_LIST"
+    retriable = True
+
+
+class UnrecognizedBrokerVersion(ClientError):
+    """aiokafka's name; versions are negotiated with ApiVersions here."""
+
+    name = "UNRECOGNIZED_BROKER_VERSION"
+
+
+class IncompatibleBrokerVersion(ClientError):
+    """aiokafka's name; a broker without a needed API answers ``UnsupportedVersionError`` here."""
+
+    name = "INCOMPATIBLE_BROKER_VERSION"
+
+
+class AuthenticationMethodNotSupported(ClientError):
+    """aiokafka's name; an unsupported SASL mechanism is a ``ConfigError`` or
+    ``SaslMechanismRefusedError`` here."""
+
+    name = "AUTHENTICATION_METHOD_NOT_SUPPORTED"
+
+
+class KafkaUnavailableError(ClientError):
+    """aiokafka's name (kafka-python's); unreachable brokers raise ``KafkaConnectionError`` here."""
+
+    name = "KAFKA_UNAVAILABLE"
+
+
+class UnsupportedCodecError(ClientError):
+    """A compression codec whose library is missing (aiokafka's name)."""
+
+    name = "UNSUPPORTED_CODEC"
+
+
+class QuotaViolationError(ClientError):
+    """aiokafka's name; broker quotas throttle (``throttle_time_ms``) instead of failing here."""
+
+    name = "QUOTA_VIOLATION"
+
+
+AIOKAFKA_MORE_NAMES = [
+    "AuthenticationMethodNotSupported",
+    "BrokerResponseError",
+    "Cancelled",
+    "CorrelationIdError",
+    "DelegationTokenAuthDisabled",
+    "DelegationTokenAuthorizationFailed",
+    "DelegationTokenExpired",
+    "DelegationTokenNotFound",
+    "DelegationTokenOwnerMismatch",
+    "DelegationTokenRequestNotAllowed",
+    "IllegalArgumentError",
+    "IllegalOperation",
+    "IncompatibleBrokerVersion",
+    "InvalidFetchRequestError",
+    "InvalidPrincipalType",
+    "InvalidReplicationAssignmentError",
+    "KafkaProtocolError",
+    "KafkaUnavailableError",
+    "ListenerNotFound",
+    "LogDirNotFound",
+    "MetadataEmptyBrokerList",
+    "NoError",
+    "NodeNotReadyError",
+    "QuotaViolationError",
+    "StaleLeaderEpochCodeError",
+    "StaleMetadata",
+    "TooManyInFlightRequests",
+    "UnrecognizedBrokerVersion",
+    "UnsupportedCodecError",
+]
+__all__ += AIOKAFKA_MORE_NAMES

@@ -30,6 +30,7 @@ from sdk.client.connection import SECURITY_PROTOCOLS, Connection
 from sdk.client.refresh_schedule import RefreshSchedule
 from sdk.client.sasl import SaslMechanism, create_mechanism
 from sdk.errors import (
+    AuthenticationError,
     ConfigError,
     KafkaConnectionError,
     KafkaError,
@@ -123,6 +124,7 @@ class KafkaClient:
         sasl_mechanism: str | SaslMechanism | None = None,
         sasl_plain_username: str | None = None,
         sasl_plain_password: str | None = None,
+        sasl_oauth_token_provider: Any = None,
         allow_auto_topic_creation: bool = True,
     ):
         self._bootstrap = parse_bootstrap_servers(bootstrap_servers)
@@ -132,10 +134,11 @@ class KafkaClient:
             )
         self._sasl: SaslMechanism | None = None
         if security_protocol.startswith("SASL"):
-            if sasl_mechanism is None:
-                raise ConfigError("sasl_mechanism", f"{security_protocol} needs a SASL mechanism")
             self._sasl = create_mechanism(
-                sasl_mechanism, username=sasl_plain_username, password=sasl_plain_password
+                "PLAIN" if sasl_mechanism is None else sasl_mechanism,  # aiokafka's default
+                username=sasl_plain_username,
+                password=sasl_plain_password,
+                token_provider=sasl_oauth_token_provider,
             )
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
@@ -178,6 +181,7 @@ class KafkaClient:
             sasl_mechanism=config.sasl_mechanism,
             sasl_plain_username=config.sasl_plain_username,
             sasl_plain_password=config.sasl_plain_password,
+            sasl_oauth_token_provider=config.sasl_oauth_token_provider,
             allow_auto_topic_creation=allow_auto_topic_creation,
         )
 
@@ -193,6 +197,9 @@ class KafkaClient:
             try:
                 await self._refresh_from(node_id)
                 break
+            except AuthenticationError:
+                # Fatal (Java's AuthenticationException): every broker refuses the same identity.
+                raise
             except (KafkaError, OSError) as exc:
                 errors.append(f"{self._address(node_id)}: {exc}")
                 self._schedule.failed(_now_ms())
@@ -352,7 +359,8 @@ class KafkaClient:
             connect_timeout_ms=self.connect_timeout_ms,
             security_protocol=self.security_protocol,
             ssl_context=self.ssl_context,
-            sasl_mechanism=self._sasl,
+            # One mechanism instance per connection: an exchange has state of its own.
+            sasl_mechanism=self._sasl.copy() if self._sasl is not None else None,
             on_close=self._on_connection_closed,
         )
         try:
@@ -505,6 +513,13 @@ class KafkaClient:
             except Exception as exc:
                 schedule.failed(_now_ms())
                 log.debug("metadata refresh from node %s failed: %r", node_id, exc)
+                if isinstance(exc, AuthenticationError):
+                    # Fatal: whoever waits for metadata learns it now instead of waiting forever.
+                    for waiter in waiters:
+                        if not waiter.done():
+                            waiter.set_exception(exc)
+                            waiter.exception()
+                    continue
                 self._update_waiters[:0] = waiters
                 continue
             for waiter in waiters:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from sdk.client.connection import SECURITY_PROTOCOLS
+from sdk.client.sasl import create_mechanism
 from sdk.errors import ConfigError
 
 __all__ = ["ClientConfig"]
@@ -40,12 +41,18 @@ class ClientConfig:
     metadata_max_age_ms: float = 300000
     #: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
     security_protocol: str = "PLAINTEXT"
-    #: TLS settings for SSL and SASL_SSL (``ssl.create_default_context()`` when None).
+    #: TLS settings for SSL and SASL_SSL (``ssl.create_default_context()`` when None; see
+    #: ``sdk.helpers.create_ssl_context`` for a custom CA and client certificates).
     ssl_context: ssl.SSLContext | None = None
-    #: ``'PLAIN'`` or a ``sdk.client.SaslMechanism`` instance, for the SASL protocols.
+    #: For the SASL protocols: ``'PLAIN'`` (also when None), ``'SCRAM-SHA-256'``,
+    #: ``'SCRAM-SHA-512'``, ``'OAUTHBEARER'`` or a ``sdk.client.SaslMechanism`` instance.
     sasl_mechanism: Any = None
+    #: User name and password of PLAIN and SCRAM.
     sasl_plain_username: str | None = None
     sasl_plain_password: str | None = None
+    #: OAUTHBEARER's token source: an object with a ``token()`` coroutine (aiokafka's
+    #: ``AbstractTokenProvider``), asked at every (re-)authentication.
+    sasl_oauth_token_provider: Any = None
 
     #: The client id used when ``client_id`` is None (subclasses name their client).
     default_client_id: ClassVar[str] = "sdk"
@@ -71,10 +78,33 @@ class ClientConfig:
             _check_number(name, getattr(self, name), positive=True)
         if self.security_protocol not in SECURITY_PROTOCOLS:
             raise ConfigError("security_protocol", f"must be one of {SECURITY_PROTOCOLS}")
-        if self.ssl_context is not None and not isinstance(self.ssl_context, ssl.SSLContext):
-            raise ConfigError("ssl_context", f"must be an ssl.SSLContext, not {self.ssl_context!r}")
-        if self.security_protocol.startswith("SASL") and self.sasl_mechanism is None:
-            raise ConfigError("sasl_mechanism", f"{self.security_protocol} needs a SASL mechanism")
+        self._validate_security()
+
+    def _validate_security(self) -> None:
+        """TLS settings only with a TLS protocol, SASL settings only with a SASL one, and what the
+        chosen mechanism needs; a setting that would be ignored is an error, not a surprise."""
+        protocol = self.security_protocol
+        if self.ssl_context is not None:
+            if not isinstance(self.ssl_context, ssl.SSLContext):
+                raise ConfigError("ssl_context", f"must be an ssl.SSLContext, not {self.ssl_context!r}")
+            if protocol not in ("SSL", "SASL_SSL"):
+                raise ConfigError(
+                    "ssl_context", f"is only used with security_protocol SSL or SASL_SSL, not {protocol}"
+                )
+        if protocol.startswith("SASL"):
+            create_mechanism(
+                "PLAIN" if self.sasl_mechanism is None else self.sasl_mechanism,
+                username=self.sasl_plain_username,
+                password=self.sasl_plain_password,
+                token_provider=self.sasl_oauth_token_provider,
+            )
+            return
+        sasl_only = f"is only used with security_protocol SASL_PLAINTEXT or SASL_SSL, not {protocol}"
+        for option in ("sasl_plain_username", "sasl_plain_password", "sasl_oauth_token_provider"):
+            if getattr(self, option) is not None:
+                raise ConfigError(option, sasl_only)
+        if self.sasl_mechanism not in (None, "PLAIN"):
+            raise ConfigError("sasl_mechanism", sasl_only)
 
 
 def _check_number(name: str, value: Any, *, positive: bool) -> None:
