@@ -2,7 +2,8 @@
 
 ``async with Broker(config) as broker:`` opens the logs (running recovery), starts the services
 (the group coordinator, which starts loading ``__consumer_offsets``; the log's retention and
-housekeeping chores) and binds the listener; leaving the block stops accepting, drops
+housekeeping chores) and binds its listeners (``listeners``, each with its TLS context and SASL
+mechanisms; ``reference_broker.security``); leaving the block stops accepting, drops
 connections, stops the services and closes the logs cleanly (flush, close segments, write the
 checkpoints recovery would otherwise rebuild).
 """
@@ -10,6 +11,7 @@ checkpoints recovery would otherwise rebuild).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 from reference_broker._event_loop import loop_name
@@ -22,8 +24,14 @@ from reference_broker.coordinator.txn.service import TransactionCoordinatorServi
 from reference_broker.fetch_sessions import FetchSessionCache
 from reference_broker.handlers import HandlerRegistry
 from reference_broker.handlers import install_all as install_handlers
-from reference_broker.network.server import KafkaServer
+from reference_broker.network.server import KafkaServer, RequestContext
 from reference_broker.producer_ids import ProducerIdManager
+from reference_broker.security.authorizer import Authorizer
+from reference_broker.security.config import authorizer_enabled, configured_listeners, super_users
+from reference_broker.security.listeners import Listener
+from reference_broker.security.sasl import SaslSettings
+from reference_broker.security.scram import ScramCredentialStore
+from reference_broker.security.tls import server_context
 from reference_broker.services import LogChores, LogCleanerChore, ServiceRunner
 from reference_broker.storage import Storage
 from reference_broker.waiters import DataWaiters
@@ -46,6 +54,11 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
         self.cluster_id = ""
         self.server: KafkaServer | None = None
+        self.servers: list[KafkaServer] = []
+        self.listeners: list[Listener] = configured_listeners(config)
+        self.scram_credentials: ScramCredentialStore | None = None
+        #: None when ``authorizer.class.name`` is empty: every request is allowed, as in Kafka.
+        self.authorizer: Authorizer | None = None
         self.services = ServiceRunner()
         self.group_service: GroupCoordinatorService | None = None
         #: Set by the transaction coordinator's service; FindCoordinator checks it.
@@ -66,11 +79,16 @@ class Broker:
 
     @property
     def advertised_host(self) -> str:
-        return self.config.advertised_host
+        return self.listeners[0].advertised()[0]
 
     @property
     def advertised_port(self) -> int:
-        return self.config.advertised_port(self.port)
+        return self.listeners[0].advertised()[1]
+
+    def advertised_address(self, ctx: RequestContext) -> tuple[str, int]:
+        """What Metadata and FindCoordinator tell this client: the advertised address of the
+        listener it connected on."""
+        return ctx.connection.session.listener.advertised()
 
     @property
     def bootstrap(self) -> str:
@@ -84,11 +102,18 @@ class Broker:
         try:
             self._add_services(self.storage)
             await self.services.start()
-            self.server = KafkaServer(
-                self.registry, self.config.host, self.config.port, self.config.get("socket.request.max.bytes")
-            )
-            self.host, self.port = await self.server.start()
+            self.scram_credentials = ScramCredentialStore(data_dir)
+            if authorizer_enabled(self.config):
+                self.authorizer = Authorizer.open(
+                    data_dir,
+                    super_users=super_users(self.config),
+                    allow_if_no_acl=self.config.get("allow.everyone.if.no.acl.found"),
+                )
+            await self._bind()
         except BaseException:
+            for server in self.servers:
+                await server.close()
+            self.servers = []
             await self.services.stop()
             self.storage.close()
             self.storage = None
@@ -102,6 +127,30 @@ class Broker:
             data_dir,
             loop_name(asyncio.get_running_loop()),
         )
+
+    async def _bind(self) -> None:
+        """One server per listener; the first one's address is ``host``/``port``."""
+        max_request = self.config.get("socket.request.max.bytes")
+        addresses = []
+        for listener in self.listeners:
+            tls = None
+            if listener.uses_tls:
+                lookup = functools.partial(self.config.listener_get, listener.name)
+                tls = server_context(listener.name, lookup)
+            sasl = None
+            if listener.uses_sasl:
+                sasl = SaslSettings.from_config(self.config, listener.name)
+                sasl.scram_store = self.scram_credentials
+            server = KafkaServer(
+                self.registry, listener.host, listener.port, max_request,
+                listener=listener, ssl_context=tls, sasl=sasl,
+            )
+            self.servers.append(server)
+            host, port = await server.start()
+            addresses.append((host, port))
+            log.info("listener %s (%s) on %s:%d", listener.name, listener.security_protocol, host, port)
+        self.server = self.servers[0]
+        self.host, self.port = addresses[0]
 
     def _add_services(self, storage: Storage) -> None:
         self.services = ServiceRunner()
@@ -124,9 +173,10 @@ class Broker:
             self.services.add(LogCleanerChore(backoff_s, storage.clean_logs))
 
     async def stop(self) -> None:
-        if self.server is not None:
-            await self.server.close()
-            self.server = None
+        for server in self.servers:
+            await server.close()
+        self.servers = []
+        self.server = None
         await self.services.stop()
         self.waiters.notify_all()
         if self.storage is not None:

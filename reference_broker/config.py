@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -159,6 +160,60 @@ def _replication_factor(v: int) -> str | None:
 
 
 _B = ConfigType
+
+SECURITY_KEYS = [
+    ConfigKey("ssl.keystore.type", _B.STRING, "JKS", "Keystore format; only PEM is supported."),
+    ConfigKey("ssl.keystore.location", _B.STRING, None, "PEM file with the private key and certificates."),
+    ConfigKey("ssl.keystore.password", _B.PASSWORD, None, "Password of the keystore.", sensitive=True),
+    ConfigKey("ssl.key.password", _B.PASSWORD, None, "Password of the private key.", sensitive=True),
+    ConfigKey(
+        "ssl.keystore.certificate.chain", _B.PASSWORD, None, "PEM certificate chain (text).", sensitive=True
+    ),
+    ConfigKey("ssl.keystore.key", _B.PASSWORD, None, "PEM private key (text).", sensitive=True),
+    ConfigKey("ssl.truststore.type", _B.STRING, "JKS", "Truststore format; only PEM is supported."),
+    ConfigKey("ssl.truststore.location", _B.STRING, None, "PEM file with the trusted CA certificates."),
+    ConfigKey("ssl.truststore.password", _B.PASSWORD, None, "Password of the truststore.", sensitive=True),
+    ConfigKey(
+        "ssl.truststore.certificates", _B.PASSWORD, None, "PEM CA certificates (text).", sensitive=True
+    ),
+    ConfigKey(
+        "ssl.client.auth",
+        _B.STRING,
+        "none",
+        "Client certificates: required, requested or none.",
+        choices=("required", "requested", "none"),
+    ),
+    ConfigKey("ssl.enabled.protocols", _B.LIST, ["TLSv1.2", "TLSv1.3"], "TLS versions accepted."),
+    ConfigKey("ssl.protocol", _B.STRING, "TLSv1.3", "Accepted; ssl.enabled.protocols decides."),
+    ConfigKey("ssl.cipher.suites", _B.LIST, [], "Not supported when non-empty."),
+    ConfigKey("ssl.endpoint.identification.algorithm", _B.STRING, "https", "Accepted (client side)."),
+    ConfigKey("ssl.principal.mapping.rules", _B.STRING, "DEFAULT", "Only DEFAULT: User:<subject DN>."),
+    ConfigKey(
+        "sasl.enabled.mechanisms",
+        _B.LIST,
+        ["GSSAPI"],
+        "SASL mechanisms: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (not GSSAPI).",
+    ),
+    ConfigKey("sasl.mechanism.inter.broker.protocol", _B.STRING, "GSSAPI", "Accepted for compatibility."),
+    ConfigKey(
+        "connections.max.reauth.ms",
+        _B.LONG,
+        0,
+        "SASL session lifetime (KIP-368); 0 keeps sessions for the connection's life.",
+        at_least(0),
+    ),
+    ConfigKey("principal.builder.class", _B.CLASS, None, "Only Kafka's default principal builder."),
+    ConfigKey(
+        "authorizer.class.name",
+        _B.STRING,
+        "",
+        "Empty: everything allowed. Kafka's StandardAuthorizer or AclAuthorizer: ACLs.",
+    ),
+    ConfigKey("super.users", _B.STRING, None, "Principals (User:name) separated by ';', allowed everything."),
+    ConfigKey(
+        "allow.everyone.if.no.acl.found", _B.BOOLEAN, False, "Allow a resource no ACL matches."
+    ),
+]
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
@@ -167,10 +222,30 @@ BROKER_KEYS: dict[str, ConfigKey] = {
     for k in [
         ConfigKey("node.id", _B.INT, 1, "Id of this broker, reported in Metadata.", at_least(0)),
         ConfigKey("broker.id", _B.INT, -1, "Legacy alias of node.id (ignored when -1).", at_least(-1)),
-        ConfigKey("listeners", _B.LIST, [], "Ignored: use --host/--port (kept for config files)."),
+        ConfigKey(
+            "listeners",
+            _B.LIST,
+            [],
+            "NAME://host:port listeners (port 0 picks one); when empty, one PLAINTEXT listener on"
+            " --host/--port.",
+        ),
+        ConfigKey(
+            "listener.security.protocol.map",
+            _B.LIST,
+            ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
+            "Listener name -> security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).",
+        ),
+        ConfigKey("inter.broker.listener.name", _B.STRING, None, "Accepted; must name a listener."),
+        ConfigKey("security.inter.broker.protocol", _B.STRING, "PLAINTEXT", "Accepted for compatibility."),
         ConfigKey("advertised.host", _B.STRING, None, "Host clients are told to connect to."),
         ConfigKey("advertised.port", _B.INT, None, "Port clients are told to connect to.", between(0, 65535)),
-        ConfigKey("advertised.listeners", _B.LIST, [], "PLAINTEXT://host:port; the first entry wins."),
+        ConfigKey(
+            "advertised.listeners",
+            _B.LIST,
+            [],
+            "NAME://host:port per listener, what Metadata answers on it; without listeners the"
+            " first entry applies to the one listener.",
+        ),
         ConfigKey("cluster.id", _B.STRING, None, "Cluster id; generated once and kept in the data dir."),
         ConfigKey("broker.rack", _B.STRING, None, "Rack reported in Metadata."),
         ConfigKey("log.dirs", _B.STRING, None, "Ignored: use --data-dir."),
@@ -411,8 +486,48 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("num.io.threads", _B.INT, 8, "Accepted; one asyncio loop serves all."),
         ConfigKey("zookeeper.connect", _B.STRING, None, "Accepted and ignored."),
         ConfigKey("process.roles", _B.LIST, ["broker", "controller"], "Accepted; always both."),
+        *SECURITY_KEYS,
     ]
 }
+
+#: Settings Kafka also reads per listener as ``listener.name.<listener>.<key>``.
+LISTENER_KEYS = frozenset(
+    k.name for k in SECURITY_KEYS if k.name.startswith(("ssl.", "sasl.", "connections."))
+)
+#: ``listener.name.<listener>.<mechanism>.<key>``: the per-mechanism settings of a SASL listener.
+MECHANISM_KEYS: dict[str, ConfigKey] = {
+    "sasl.jaas.config": ConfigKey(
+        "sasl.jaas.config", _B.PASSWORD, None, "JAAS login module and options.", sensitive=True
+    ),
+    "sasl.server.callback.handler.class": ConfigKey(
+        "sasl.server.callback.handler.class", _B.CLASS, None, "package.module.callable validating tokens."
+    ),
+    "connections.max.reauth.ms": ConfigKey(
+        "connections.max.reauth.ms", _B.LONG, 0, "Session lifetime for this mechanism.", at_least(0)
+    ),
+}
+_LISTENER_PREFIX = re.compile(r"listener\.name\.([a-z0-9_]+)\.(.+)")
+
+
+def parse_listener_setting(key: str, raw: Any) -> Any:
+    """A ``listener.name.<listener>.[<mechanism>.]<key>`` setting, checked like its global key."""
+    match = _LISTENER_PREFIX.fullmatch(key)
+    if match is None:
+        raise ConfigError(f"unknown config key {key!r}")
+    rest = match.group(2)
+    if rest in LISTENER_KEYS:
+        spec = BROKER_KEYS[rest]
+    else:
+        mechanism, _, mech_key = rest.partition(".")
+        spec_or_none = MECHANISM_KEYS.get(mech_key) if mechanism else None
+        if spec_or_none is None:
+            raise ConfigError(f"unknown config key {key!r} (no per-listener setting {rest!r})")
+        spec = spec_or_none
+    try:
+        return spec.parse(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{key}: {str(exc).partition(': ')[2]}") from None
+
 
 # Topic key -> broker key that supplies its default (Kafka's LogConfig synonyms).
 TOPIC_TO_BROKER_KEY: dict[str, str] = {
@@ -509,7 +624,8 @@ class BrokerConfig:
         for key, raw in (properties or {}).items():
             spec = BROKER_KEYS.get(key)
             if spec is None:
-                raise ConfigError(f"unknown config key {key!r}")
+                settings[key] = parse_listener_setting(key, raw)
+                continue
             settings[key] = spec.parse(raw)
         if node_id is not None:
             settings["node.id"] = BROKER_KEYS["node.id"].parse(node_id)
@@ -520,7 +636,7 @@ class BrokerConfig:
                 _split_listener(listener)
         if event_loop not in EVENT_LOOPS:
             raise ConfigError(f"event loop: {event_loop!r} is not one of {', '.join(EVENT_LOOPS)}")
-        return cls(
+        config = cls(
             data_dir=Path(data_dir),
             host=host,
             port=port,
@@ -528,6 +644,10 @@ class BrokerConfig:
             log_level=log_level,
             event_loop=event_loop,
         )
+        from reference_broker.security.config import check_security_settings
+
+        check_security_settings(config)
+        return config
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> BrokerConfig:
@@ -554,6 +674,15 @@ class BrokerConfig:
         if key == "log.flush.interval.ms":
             return self.get("log.flush.scheduler.interval.ms")
         return BROKER_KEYS[key].default
+
+    def listener_get(self, listener: str, key: str) -> Any:
+        """``key`` as Kafka reads it for one listener: ``listener.name.<listener>.<key>`` first."""
+        prefixed = f"listener.name.{listener.lower()}.{key}"
+        if prefixed in self.settings:
+            return self.settings[prefixed]
+        if key in BROKER_KEYS:
+            return self.get(key)
+        return None
 
     def source(self, key: str) -> ConfigSource:
         explicit = any(k in self.settings for k in SYNONYMS.get(key, (key,)))

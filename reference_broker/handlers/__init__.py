@@ -11,6 +11,7 @@ in ``FAMILIES``.
 """
 
 from reference_broker.handlers import (
+    acls,
     api_versions,
     cluster,
     configs,
@@ -23,6 +24,8 @@ from reference_broker.handlers import (
     produce,
     producer_ids,
     records_admin,
+    sasl,
+    scram_credentials,
     topics,
     transactions,
 )
@@ -43,6 +46,9 @@ FAMILIES = (
     offsets,
     transactions,
     consumer_group_heartbeat,
+    sasl,
+    acls,
+    scram_credentials,
 )
 
 

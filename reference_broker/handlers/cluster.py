@@ -34,6 +34,7 @@ def handle(
             endpoint_type=request.endpoint_type,
             error_message="this listener only describes brokers",
         )
+    advertised = broker.advertised_address(ctx)
     return DescribeClusterResponse(
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
@@ -41,8 +42,8 @@ def handle(
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(
                 broker_id=broker.node_id,
-                host=broker.advertised_host,
-                port=broker.advertised_port,
+                host=advertised[0],
+                port=advertised[1],
                 rack=broker.config.get("broker.rack"),
             )
         ],

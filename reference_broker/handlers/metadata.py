@@ -97,12 +97,13 @@ def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Met
                     topics.append(topic_entry(broker, info, include_ops))
             else:
                 topics.append(_named(broker, wanted.name, allow_create, include_ops))
+    advertised = broker.advertised_address(ctx)
     return MetadataResponse(
         brokers=[
             MetadataResponse.MetadataResponseBroker(
                 node_id=broker.node_id,
-                host=broker.advertised_host,
-                port=broker.advertised_port,
+                host=advertised[0],
+                port=advertised[1],
                 rack=broker.config.get("broker.rack"),
             )
         ],

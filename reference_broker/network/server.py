@@ -15,6 +15,13 @@ Failure policy follows Kafka's SocketServer: a bad size prefix, an undecodable r
 unknown api key or an unsupported version (except ApiVersions, which gets the KIP-511 fallback)
 closes that one connection with a log line; a handler that raises answers with
 UNKNOWN_SERVER_ERROR where the response can carry it and keeps the connection.
+
+Each server is one listener (``reference_broker.security.listeners``): TLS listeners hand the
+event loop their ``ssl.SSLContext``, and every connection carries a ``Session`` (its principal
+and SASL progress). A request the session refuses (anything but ApiVersions/SaslHandshake/
+SaslAuthenticate before SASL authentication, anything after an expired session) closes the
+connection, as Kafka's SaslServerAuthenticator does; tokens after a v0 SaslHandshake arrive as raw
+frames and are answered as raw frames.
 """
 
 from __future__ import annotations
@@ -24,12 +31,18 @@ import collections
 import contextlib
 import logging
 import socket
+import ssl
 import struct
 import sys
 from collections.abc import Awaitable
 from typing import Any, Protocol, cast
 
 from reference_broker.network.framing import SIZE_PREFIX
+from reference_broker.security.errors import SaslAuthenticationFailed
+from reference_broker.security.listeners import Listener
+from reference_broker.security.sasl import SaslSettings
+from reference_broker.security.session import SASL_AUTHENTICATE, Session
+from reference_broker.security.tls import subject_dn
 from sdk.protocol.codec import decode_request, encode_response_parts
 from sdk.protocol.errors import DecodeError, ErrorCode, UnsupportedVersionError
 from sdk.protocol.messages import ApiVersionsRequest, Message
@@ -125,6 +138,8 @@ class Connection(asyncio.BufferedProtocol):
         self.dispatcher = server.dispatcher
         self.max_request_size = server.max_request_size
         self.peer = "?"
+        self.peer_host = ""
+        self.session = Session(server.listener, server.sasl)
         self.transport: asyncio.Transport | None = None
         self._recv = bytearray(_RECV_BUFFER)
         self._start = 0  # unparsed bytes are self._recv[self._start : self._end]
@@ -153,6 +168,11 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]  # a stream server hands a Transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.peer_host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        if self.server.ssl_context is not None:
+            cert = transport.get_extra_info("peercert")
+            if cert:
+                self.session.principal = f"User:{subject_dn(cert)}"
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -161,7 +181,9 @@ class Connection(asyncio.BufferedProtocol):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
         # Pause as soon as anything is left unsent, resume once all of it is: ``_write`` hands
         # over the next piece of a large response only then (see there).
-        cast(asyncio.WriteTransport, transport).set_write_buffer_limits(high=0, low=0)  # a stream's
+        # A TLS transport keeps its own buffer of encrypted data and its default limits.
+        if self.server.ssl_context is None:
+            cast(asyncio.WriteTransport, transport).set_write_buffer_limits(high=0, low=0)  # a stream's
         self.server._connections.add(self)
         self._write_task = asyncio.get_running_loop().create_task(
             self._write_loop(), name=f"kafka-write-{self.peer}"
@@ -193,7 +215,9 @@ class Connection(asyncio.BufferedProtocol):
             got = self._frame_got if self._frame is not None else self._end - self._start
             log.info("connection from %s ended inside a frame (%d bytes read)", self.peer, got)
         self._stop_reading()
-        return True  # keep the transport open until the writer has sent what was accepted
+        # Keep the transport open until the writer has sent what was accepted (a TLS transport
+        # cannot be half-closed and closes itself).
+        return self.server.ssl_context is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None:
@@ -335,6 +359,9 @@ class Connection(asyncio.BufferedProtocol):
         """Decode one request and answer it (synchronous handlers: the response frame's parts, or
         None for no response) or prepare its handler (a coroutine); None means close the
         connection."""
+        session = self.session
+        if session.raw_tokens:
+            return self._raw_token(frame)
         try:
             header, request = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -367,6 +394,11 @@ class Connection(asyncio.BufferedProtocol):
                 version,
             )
             return None
+        if not session.authenticated or session.expires_at_ms is not None:
+            refusal = session.refusal(api_key)
+            if refusal is not None:
+                log.warning("closing connection from %s (%s): %s", self.peer, session.principal, refusal)
+                return None
         ctx = RequestContext(api_key, version, header.correlation_id, header.client_id, self)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
@@ -380,6 +412,16 @@ class Connection(asyncio.BufferedProtocol):
         if handler.synchronous:
             return ctx, self._run_now(ctx, request)
         return ctx, self._run(ctx, request)
+
+    def _raw_token(self, frame: bytes | bytearray | memoryview) -> tuple[RequestContext, list[Any]] | None:
+        """A SASL token after SaslHandshake v0: no Kafka header, the answer a raw frame too."""
+        try:
+            challenge, _ = self.session.authenticate(bytes(frame))
+        except SaslAuthenticationFailed as exc:
+            log.warning("closing connection from %s: SASL authentication failed: %s", self.peer, exc)
+            return None
+        ctx = RequestContext(SASL_AUTHENTICATE, 0, 0, None, self)
+        return ctx, [_SIZE.pack(len(challenge)), challenge]
 
     # -- handling -------------------------------------------------------------------------------
 
@@ -584,13 +626,26 @@ class Connection(asyncio.BufferedProtocol):
 
 
 class KafkaServer:
-    """Listens on one address and runs a ``Connection`` per client."""
+    """Listens on one listener's address and runs a ``Connection`` per client."""
 
-    def __init__(self, dispatcher: Dispatcher, host: str, port: int, max_request_size: int):
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        host: str,
+        port: int,
+        max_request_size: int,
+        *,
+        listener: Listener | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslSettings | None = None,
+    ):
         self.dispatcher = dispatcher
         self.host = host
         self.port = port
         self.max_request_size = max_request_size
+        self.listener = listener or Listener("PLAINTEXT", "PLAINTEXT", host, port)
+        self.ssl_context = ssl_context
+        self.sasl = sasl
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
 
@@ -599,8 +654,9 @@ class KafkaServer:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self),
-            self.host,
+            self.host or None,
             self.port,
+            ssl=self.ssl_context,
             reuse_address=True,
             backlog=128,
             start_serving=False,
@@ -611,6 +667,7 @@ class KafkaServer:
         await self._server.start_serving()
         sockname = self._server.sockets[0].getsockname()
         self.port = sockname[1]
+        self.listener.port = sockname[1]
         return sockname[0], sockname[1]
 
     async def close(self) -> None:
