@@ -1,7 +1,7 @@
 """``create_ssl_context``: the TLS settings of the SSL and SASL_SSL protocols, as aiokafka has it.
 
-The context verifies the broker's certificate and host name against the given CA (or the system's
-CAs when none is given) and presents a client certificate when ``certfile`` is given (brokers with
+The context verifies the broker's certificate and host name against the given CAs only (the
+system's CAs when none is given) and presents a client certificate when ``certfile`` is given (brokers with
 ``ssl.client.auth=required``).
 """
 
@@ -41,13 +41,14 @@ def create_ssl_context(
         raise ConfigError("keyfile", "a private key needs its certificate (certfile)")
     if password is not None and certfile is None:
         raise ConfigError("password", "is the password of the client key: certfile is missing")
-    context = ssl.create_default_context(purpose=ssl.Purpose.SERVER_AUTH)
-    if cafile is not None or capath is not None or cadata is not None:
-        try:
-            context.load_verify_locations(cafile=cafile, capath=capath, cadata=cadata)
-        except (OSError, ssl.SSLError) as exc:
-            option = "cafile" if cafile is not None else "capath" if capath is not None else "cadata"
-            raise ConfigError(option, f"cannot load the CA certificates: {exc}") from exc
+    try:
+        # Given CAs replace the system's (only they are trusted), as in aiokafka.
+        context = ssl.create_default_context(
+            purpose=ssl.Purpose.SERVER_AUTH, cafile=cafile, capath=capath, cadata=cadata
+        )
+    except (OSError, ssl.SSLError) as exc:
+        option = "cafile" if cafile is not None else "capath" if capath is not None else "cadata"
+        raise ConfigError(option, f"cannot load the CA certificates: {exc}") from exc
     if certfile is not None:
         try:
             context.load_cert_chain(certfile, keyfile, password)
