@@ -377,28 +377,18 @@ class RecordAccumulator:
                 sink.next = index
                 return 0
             produced, limit = route.sticky.produced, self.batch_size
-        append = batch.builder.append
-        waiters = self.waiters
-        used = self.used
-        room = self.buffer_memory - used
-        added = 0
-        end = len(records)
-        while index < end:
-            partition, key, value, headers, size = records[index]
-            if partition != wanted or waiters or added + size > room:
-                break
-            if route is not None and (key is not None or produced >= limit):
-                break
-            if append(timestamp_ms, key, value, headers) is None:
-                break
-            added += size
-            produced += size
-            index += 1
+        # Free memory (none while someone waits for it) bounds the run, and with a sticky route
+        # so does what is left of the sticky partition's share.
+        room = -1 if self.waiters else self.buffer_memory - self.used
+        index, added = batch.builder.append_run(
+            records, index, timestamp_ms, wanted, route is not None, room, limit - produced
+        )
+        produced += added
         if route is not None:
             route.sticky.produced = produced
             if produced >= limit:
                 route.sticky.used_up = True
-        self.used = used + added
+        self.used += added
         batch.reserved += added
         sink.next = index
         return index - start

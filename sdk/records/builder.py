@@ -2,25 +2,19 @@
 
 The builder encodes each record into one ``bytearray`` as it is appended, so ``append`` knows the
 exact batch size (a producer asks "does this record still fit?") and ``build`` only writes the
-61-byte header, compresses and computes the CRC. The append path is the producer's hottest loop:
-it looks varints up in a precomputed table and joins each record's parts in a single copy.
-
-``append`` has two paths that produce identical bytes. The fast one covers what a producer sends
-almost always (no headers, key, value and record shorter than the varint table, a timestamp delta
-of 0 to 1023 ms, fewer than 8192 records): one branch on key/value nullness, one ``join`` of
-table entries. Everything else (headers, long fields, negative or large deltas) takes the general
-path. ``tests/records/test_builder_fast_path.py`` checks the two against each other.
+61-byte header, compresses and computes the CRC. Appending is the producer's hottest loop: it is
+inherited from the record writer (``sdk.records.writer``), the C one when it is built, so
+``builder.append(...)`` runs no Python code; ``sdk/records/_writer_py.py`` states its rules.
 """
 
 from __future__ import annotations
 
 import struct
 import sys
-from collections.abc import Callable, Iterable
-from time import time_ns as _time_ns
 
 import crc32c
 
+from sdk.records._writer_py import encode_headers
 from sdk.records.compression import Compression, compress
 from sdk.records.header import (
     ATTR_CONTROL,
@@ -33,39 +27,14 @@ from sdk.records.header import (
     LOG_OVERHEAD,
     MAGIC,
 )
-from sdk.records.varint import ENCODED_CACHE_SIZE, SMALL_VARINTS, BytesLike, encode_varint
+from sdk.records.writer import RecordsWriter
 
 __all__ = ["RecordBatchBuilder", "encode_headers"]
 
 _CRC = struct.Struct(">I")
-_NULL = b"\x01"  # zigzag varint of -1: a null key/value/header value
-_NO_HEADERS = b"\x00"
-_ATTRS = b"\x00"  # record attributes: unused by Kafka, always 0
-_CACHED = ENCODED_CACHE_SIZE
-# attributes byte + timestamp-delta varint, for the deltas a linger window produces
-_ATTRS_TS_SIZE = 1024
-_ATTRS_TS = [_ATTRS + SMALL_VARINTS[n] for n in range(_ATTRS_TS_SIZE)]
 
 
-def encode_headers(headers: Iterable[tuple[str, BytesLike | None]]) -> bytes:
-    """Encoded header section of a record: count varint, then each key and nullable value."""
-    parts: list[BytesLike] = []
-    count = 0
-    for hkey, hvalue in headers:
-        kb = hkey.encode("utf-8")
-        parts.append(encode_varint(len(kb)))
-        parts.append(kb)
-        if hvalue is None:
-            parts.append(_NULL)
-        else:
-            parts.append(encode_varint(len(hvalue)))
-            parts.append(hvalue)
-        count += 1
-    parts.insert(0, encode_varint(count))
-    return b"".join(parts)
-
-
-class RecordBatchBuilder:
+class RecordBatchBuilder(RecordsWriter):
     """Accumulates records into one v2 batch; :meth:`build` returns the wire bytes.
 
     ``batch_size`` bounds the *uncompressed* size (header included), like Kafka's
@@ -77,12 +46,7 @@ class RecordBatchBuilder:
         "_attributes",
         "_base_offset",
         "_base_sequence",
-        "_base_timestamp",
-        "_buf",
         "_compression",
-        "_count",
-        "_limit",
-        "_max_timestamp",
         "_partition_leader_epoch",
         "_producer_epoch",
         "_producer_id",
@@ -118,12 +82,9 @@ class RecordBatchBuilder:
         self._producer_epoch = producer_epoch
         self._base_sequence = base_sequence
         self._partition_leader_epoch = partition_leader_epoch
-        # No limit is an unreachable one, so the hot path compares without a None test.
+        # The writer's state is set up by its __new__; only the limit is ours to set. No limit is
+        # an unreachable one, so the append path compares without a None test.
         self._limit = sys.maxsize if batch_size is None else batch_size
-        self._buf = bytearray(BATCH_HEADER_SIZE)  # header written by build()
-        self._count = 0
-        self._base_timestamp = -1
-        self._max_timestamp = -1
 
     @property
     def record_count(self) -> int:
@@ -148,115 +109,6 @@ class RecordBatchBuilder:
     def set_transactional(self) -> None:
         """Mark the batch transactional late, as the producer state is (when it is drained)."""
         self._attributes |= ATTR_TRANSACTIONAL
-
-    def append(
-        self,
-        timestamp_ms: int | None,
-        key: BytesLike | None,
-        value: BytesLike | None,
-        headers: Iterable[tuple[str, BytesLike | None]] | None = (),
-        *,
-        _enc: list[bytes] = SMALL_VARINTS,
-        _attr_ts: list[bytes] = _ATTRS_TS,
-        _join: Callable[[Iterable[BytesLike]], bytes] = b"".join,
-    ) -> int | None:
-        """Add a record; return its offset delta, or None (nothing added) if the batch is full.
-
-        ``timestamp_ms`` None means now. Headers are ``(str, bytes | None)`` pairs (None: none). (The
-        underscore keywords are constants bound as locals for speed, not part of the API.)
-        """
-        count = self._count
-        if timestamp_ms is None:
-            timestamp_ms = _time_ns() // 1_000_000
-        delta = timestamp_ms - self._base_timestamp if count else 0
-        if headers or delta < 0:
-            return self._append_general(count, timestamp_ms, delta, key, value, headers)
-        # The fast path: every varint is a table entry. A delta, offset delta, key, value or
-        # record too large for its table raises IndexError before anything changed (only the
-        # negative delta, which would index from the end, needs a test), and the general path
-        # takes over. A key or value of the wrong type fails in join, also before the buffer is
-        # touched.
-        try:
-            if key is None:
-                if value is None:
-                    record = _attr_ts[delta] + _enc[count] + b"\x01\x01\x00"
-                else:
-                    record = _join((_attr_ts[delta], _enc[count], b"\x01", _enc[len(value)], value, b"\x00"))
-            elif value is None:
-                record = _join((_attr_ts[delta], _enc[count], _enc[len(key)], key, b"\x01\x00"))
-            else:
-                record = _join(
-                    (_attr_ts[delta], _enc[count], _enc[len(key)], key, _enc[len(value)], value, b"\x00")
-                )
-            size = len(record)
-            length = _enc[size]
-        except IndexError:
-            return self._append_general(count, timestamp_ms, delta, key, value, headers)
-        buf = self._buf
-        if count:
-            if len(buf) + len(length) + size > self._limit:
-                return None
-            buf += length
-            buf += record
-            if timestamp_ms > self._max_timestamp:
-                self._max_timestamp = timestamp_ms
-        else:
-            buf += length
-            buf += record
-            self._base_timestamp = self._max_timestamp = timestamp_ms
-        self._count = count + 1
-        return count
-
-    def _append_general(
-        self,
-        count: int,
-        timestamp_ms: int,
-        delta: int,
-        key: BytesLike | None,
-        value: BytesLike | None,
-        headers: Iterable[tuple[str, BytesLike | None]] | None,
-    ) -> int | None:
-        """``append`` for any record: headers, fields and deltas of any size (varints encoded as
-        needed). Same contract and same bytes as the fast path where both apply."""
-        enc = SMALL_VARINTS
-        if key is None:
-            key_len = _NULL
-            key = b""
-        else:
-            size = len(key)
-            key_len = enc[size] if size < _CACHED else encode_varint(size)
-        if value is None:
-            value_len = _NULL
-            value = b""
-        else:
-            size = len(value)
-            value_len = enc[size] if size < _CACHED else encode_varint(size)
-        record = b"".join(
-            (
-                _ATTRS_TS[delta] if 0 <= delta < _ATTRS_TS_SIZE else _ATTRS + encode_varint(delta),
-                enc[count] if count < _CACHED else encode_varint(count),
-                key_len,
-                key,
-                value_len,
-                value,
-                encode_headers(headers) if headers else _NO_HEADERS,
-            )
-        )
-        size = len(record)
-        length = enc[size] if size < _CACHED else encode_varint(size)
-        buf = self._buf
-        if count and len(buf) + len(length) + size > self._limit:
-            return None
-        buf += length
-        buf += record
-        # State changes only once the record is in: a rejected append leaves no trace.
-        if count:
-            if timestamp_ms > self._max_timestamp:
-                self._max_timestamp = timestamp_ms
-        else:
-            self._base_timestamp = self._max_timestamp = timestamp_ms
-        self._count = count + 1
-        return count
 
     def build(self) -> bytes:
         """The finished batch: header, (compressed) records, CRC. May be called more than once."""
