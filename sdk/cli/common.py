@@ -177,22 +177,24 @@ def _ssl_context(properties: dict[str, str]) -> ssl.SSLContext:
         store_type = properties.get(type_key)
         if store_type is not None and store_type.upper() != "PEM":
             raise UsageError(f"{type_key}: only PEM stores can be read, not {store_type}")
-    context = ssl.create_default_context()
+    if "ssl.keystore.certificate.chain" in properties or "ssl.keystore.key" in properties:
+        raise UsageError(
+            "ssl.keystore.certificate.chain/ssl.keystore.key: give the certificate and key as one "
+            "PEM file in ssl.keystore.location instead"
+        )
+    from sdk.errors import ConfigError
+    from sdk.helpers import create_ssl_context
+
     try:
-        if "ssl.truststore.location" in properties:
-            context.load_verify_locations(cafile=properties["ssl.truststore.location"])
-        if "ssl.truststore.certificates" in properties:
-            context.load_verify_locations(cadata=properties["ssl.truststore.certificates"])
-        password = properties.get("ssl.key.password") or properties.get("ssl.keystore.password")
-        if "ssl.keystore.location" in properties:
-            context.load_cert_chain(properties["ssl.keystore.location"], password=password)
-        if "ssl.keystore.certificate.chain" in properties or "ssl.keystore.key" in properties:
-            raise UsageError(
-                "ssl.keystore.certificate.chain/ssl.keystore.key: give the certificate and key as one "
-                "PEM file in ssl.keystore.location instead"
-            )
-    except (OSError, ssl.SSLError) as exc:
-        raise UsageError(f"--command-config: TLS files: {exc}") from None
+        # Given CAs replace the system's, as a Kafka truststore does.
+        context = create_ssl_context(
+            cafile=properties.get("ssl.truststore.location"),
+            cadata=properties.get("ssl.truststore.certificates"),
+            certfile=properties.get("ssl.keystore.location"),
+            password=properties.get("ssl.key.password") or properties.get("ssl.keystore.password"),
+        )
+    except ConfigError as exc:
+        raise UsageError(f"--command-config: TLS stores: {exc}") from None
     if properties.get("ssl.endpoint.identification.algorithm", "https") == "":
         context.check_hostname = False
     return context
@@ -215,9 +217,17 @@ def settings_from_properties(properties: dict[str, str]) -> dict[str, Any]:
         settings["client_id"] = properties["client.id"]
     protocol = properties.get("security.protocol", "PLAINTEXT").upper()
     settings["security_protocol"] = protocol
-    if protocol in ("SSL", "SASL_SSL") or _SSL_KEYS & set(properties):
+    ssl_keys = sorted(_SSL_KEYS & set(properties))
+    if ssl_keys and protocol not in ("SSL", "SASL_SSL"):
+        raise UsageError(f"--command-config: {', '.join(ssl_keys)} need security.protocol SSL or SASL_SSL")
+    if protocol in ("SSL", "SASL_SSL"):
         settings["ssl_context"] = _ssl_context(properties)
-    if "sasl.mechanism" in properties or "sasl.jaas.config" in properties:
+    sasl_keys = sorted({"sasl.mechanism", "sasl.jaas.config"} & set(properties))
+    if sasl_keys and protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
+        raise UsageError(
+            f"--command-config: {', '.join(sasl_keys)} need security.protocol SASL_PLAINTEXT or SASL_SSL"
+        )
+    if sasl_keys:
         settings["sasl_mechanism"] = properties.get("sasl.mechanism", "GSSAPI").upper()
         if "sasl.jaas.config" in properties:
             username, password = _jaas_credentials(properties["sasl.jaas.config"])
