@@ -464,6 +464,9 @@ class Connection:
             self._reauth_task = None
         self.reauthentications += 1
         held, self._held = self._held, None
+        log.debug(
+            "re-authenticated with %s (%d requests held meanwhile)", self.describe(), len(held or ())
+        )
         writer = self._writer
         if held and writer is not None and self._state == "ready":
             writer.writelines(held)
