@@ -58,7 +58,7 @@ async def describe_users(args: argparse.Namespace, settings: dict[str, Any]) -> 
         if isinstance(credentials.error, ResourceNotFoundError):
             raise CliError(f"user {user!r} has no SCRAM credentials")
         raise_item_error(credentials.error, f"user {user!r}")
-        for info in credentials.credentials:
+        for info in sorted(credentials.credentials, key=lambda i: i.mechanism):
             rows.append(
                 {
                     "user": user,
