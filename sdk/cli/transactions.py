@@ -164,7 +164,7 @@ async def describe_producers(args: argparse.Namespace, settings: dict[str, Any])
     async with admin_client(settings) as admin:
         states = (await _producers(admin, [tp]))[tp]
     rows = [_producer_row(tp, state) for state in states]
-    _print_producers(args, rows)
+    _print_producers(args, rows, _PRODUCER_COLUMNS)
     return EXIT_OK
 
 
@@ -186,26 +186,24 @@ def _producer_row(tp: TopicPartition, state: Any, now_ms: int | None = None) -> 
     return row
 
 
-def _print_producers(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+#: Columns of a producer row; find-hanging adds how long the transaction has been open.
+_PRODUCER_COLUMNS = [
+    "topic",
+    "partition",
+    "producer_id",
+    "producer_epoch",
+    "coordinator_epoch",
+    "last_sequence",
+    "last_timestamp",
+    "start_offset",
+]
+
+
+def _print_producers(args: argparse.Namespace, rows: list[dict[str, Any]], columns: list[str]) -> None:
     if args.json:
         print_json(rows)
         return
-    if not rows:
-        print_table(
-            [
-                "TOPIC",
-                "PARTITION",
-                "PRODUCER-ID",
-                "PRODUCER-EPOCH",
-                "COORDINATOR-EPOCH",
-                "LAST-SEQUENCE",
-                "LAST-TIMESTAMP",
-                "START-OFFSET",
-            ],
-            [],
-        )
-        return
-    print_table([name.upper().replace("_", "-") for name in rows[0]], [list(row.values()) for row in rows])
+    print_table([c.upper().replace("_", "-") for c in columns], [[row[c] for c in columns] for row in rows])
 
 
 async def _search_scope(admin: Any, args: argparse.Namespace) -> list[TopicPartition]:
@@ -266,7 +264,7 @@ async def find_hanging(args: argparse.Namespace, settings: dict[str, Any]) -> in
                 # The coordinator still writes markers to the partitions its transaction holds.
                 if txn is None or tp not in txn.partitions:
                     hanging.append(_producer_row(tp, state, now_ms))
-    _print_producers(args, hanging)
+    _print_producers(args, hanging, [*_PRODUCER_COLUMNS, "duration_min"])
     return EXIT_OK
 
 
