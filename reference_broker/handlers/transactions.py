@@ -41,6 +41,7 @@ from reference_broker.coordinator.group.state import CommittedOffset
 from reference_broker.coordinator.txn.service import TransactionalOffsetCommit
 from reference_broker.coordinator.txn.state import TxnState
 from reference_broker.handlers.common import error_code_of
+from reference_broker.patterns import InvalidPatternError
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import (
     AddOffsetsToTxnRequest,
@@ -312,7 +313,7 @@ def handle_list_transactions(
             request.duration_filter if ctx.api_version >= 1 else -1,
             pattern or None,
         )
-    except Exception:  # a pattern that is not a regular expression
+    except InvalidPatternError:
         return ListTransactionsResponse(error_code=E.INVALID_REGULAR_EXPRESSION)
     return ListTransactionsResponse(
         unknown_state_filters=unknown,

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
@@ -55,6 +54,7 @@ from reference_broker.coordinator.txn.state import (
     TxnState,
     check_txn_transition,
 )
+from reference_broker.patterns import compile_client_pattern
 from sdk.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("reference_broker.txn_coordinator")
@@ -721,7 +721,7 @@ class TransactionCoordinator:
         self, states: set[TxnState] | None, producer_ids: set[int], min_duration_ms: int, pattern: str | None
     ) -> list[TransactionMetadata]:
         now = self.clock.now_ms()
-        regex = re.compile(pattern) if pattern else None
+        regex = compile_client_pattern(pattern) if pattern else None
         found = []
         for meta in self.txns.values():
             if meta.is_(TxnState.DEAD):
@@ -733,7 +733,7 @@ class TransactionCoordinator:
             # Kafka's rule: whatever the state, the latest transaction began more than the filter ago.
             if min_duration_ms >= 0 and now - meta.start_ms <= min_duration_ms:
                 continue
-            if regex is not None and not regex.fullmatch(meta.transactional_id):
+            if regex is not None and not regex.matches(meta.transactional_id):
                 continue
             found.append(meta)
         return sorted(found, key=lambda m: m.transactional_id)
