@@ -12,8 +12,10 @@ import confluent_kafka
 import confluent_kafka.admin
 import pytest
 
-from sdk.admin import AdminClient, NewTopic
-from sdk.client import Connection, SaslMechanism
+from sdk.admin import AdminClient, NewTopic, UserScramCredentialDeletion, UserScramCredentialUpsertion
+from sdk.admin import ScramMechanism as AdminScramMechanism
+from sdk.client import Connection, KafkaClient, SaslMechanism
+from sdk.client.config import ClientConfig
 from sdk.client.sasl import UnsecuredJwsTokenProvider, unsecured_jws
 from sdk.consumer import Consumer, TopicPartition
 from sdk.errors import (
@@ -260,3 +262,47 @@ async def test_without_reauthentication_the_broker_closes_the_connection(
             await asyncio.sleep(0.05)
         assert connection.closed
         assert connection.reauthentications == 0
+
+
+async def started_client(settings: dict[str, Any]) -> KafkaClient:
+    """A started ``KafkaClient``, retrying while a just-created SCRAM credential is not yet
+    applied by the broker (it arrives through the metadata log)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + REFUSAL_DEADLINE_S
+    while True:
+        client = KafkaClient.from_config(ClientConfig(**settings))
+        try:
+            await client.start()
+            return client
+        except SaslAuthenticationError:
+            await client.close()
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+@pytest.mark.slow
+async def test_a_credential_deleted_during_the_session_fails_the_reauthentication_fatally(
+    kafka: SecureKafka,
+) -> None:
+    user, password = f"bob-{uuid.uuid4().hex[:6]}", "bob-secret"
+    async with AdminClient(bootstrap_servers=kafka.bootstrap["PLAINTEXT"]) as admin:
+        upsert = UserScramCredentialUpsertion(user, AdminScramMechanism.SCRAM_SHA_256, password)
+        assert await admin.alter_user_scram_credentials([upsert]) == {user: None}
+        settings = sdk_settings(
+            kafka, "REAUTH", "SCRAM-SHA-256", sasl_plain_username=user, sasl_plain_password=password
+        )
+        client = await started_client(settings)
+        try:
+            node = await client.wait_for_node()
+            connection = await client.get_connection(node)
+            assert connection.session_lifetime_ms == REAUTH_MS
+            deletion = UserScramCredentialDeletion(user, AdminScramMechanism.SCRAM_SHA_256)
+            assert await admin.alter_user_scram_credentials([deletion]) == {user: None}
+            async with asyncio.timeout(4 * REAUTH_MS / 1000 + REFUSAL_DEADLINE_S):
+                await connection.wait_closed()
+                # The next connection is refused too, and whoever waits for metadata is told so.
+                with pytest.raises(SaslAuthenticationError, match="SCRAM-SHA-256"):
+                    await client.refresh_metadata()
+        finally:
+            await client.close()
