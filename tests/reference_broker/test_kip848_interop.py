@@ -1,0 +1,247 @@
+"""The KIP-848 consumer group protocol against real clients, on our broker and, as the control, on
+Apache Kafka 4.1: Kafka's own ``VerifiableConsumer --group-protocol consumer`` and confluent-kafka
+(librdkafka) with ``group.protocol=consumer``. Members join and leave while records flow; with
+synchronous commits after every poll, every record is consumed, and a record is consumed twice only
+when the commit after its first consumption failed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import confluent_kafka
+import pytest
+
+from reference_broker.testing import BrokerFactory
+from tests.oracles.kafka_tools import JavaProgram, create_topic, stop_all, wait_until, write_properties
+
+pytestmark = [pytest.mark.slow]
+
+PARTITIONS = 3
+RECORDS = 1000
+CONSUMER = "org.apache.kafka.tools.VerifiableConsumer"
+SIGTERM_EXIT = 143
+
+
+@pytest.fixture(params=["reference", "apache-kafka"])
+def bootstrap(request: pytest.FixtureRequest, broker_factory: BrokerFactory) -> str:
+    """A broker with the consumer group protocol: ours, or the session's Apache Kafka 4.1 node."""
+    if request.param == "apache-kafka":
+        request.applymarker(pytest.mark.apache_kafka)
+        return str(request.getfixturevalue("apache_kafka").bootstrap)
+    return broker_factory({"num.partitions": PARTITIONS}).bootstrap
+
+
+@pytest.fixture
+def kafka_jars() -> None:
+    from tests.apache_kafka import require_apache_kafka
+
+    require_apache_kafka()
+
+
+def _produce(bootstrap: str, topic: str, numbers: range) -> None:
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in numbers:
+        producer.produce(topic, str(i).encode(), partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+
+
+def _expected(count: int) -> set[tuple[int, int]]:
+    return {(i % PARTITIONS, i // PARTITIONS) for i in range(count)}
+
+
+def _unexplained_repeats(consumptions: list[tuple[float, int, int, bool]]) -> list[tuple[int, int]]:
+    """Records consumed again although the commit after an earlier consumption succeeded."""
+    outcomes: dict[tuple[int, int], list[bool]] = defaultdict(list)
+    for _, partition, offset, committed in sorted(consumptions):
+        outcomes[(partition, offset)].append(committed)
+    return sorted(key for key, seen in outcomes.items() if len(seen) > 1 and any(seen[:-1]))
+
+
+# -- Kafka's VerifiableConsumer ------------------------------------------------------------------
+
+
+def _java_consumptions(program: JavaProgram) -> list[tuple[float, int, int, bool]]:
+    """(timestamp, partition, offset, committed) per record the program consumed."""
+    found: list[tuple[float, int, int, bool]] = []
+    pending: list[tuple[float, int, int]] = []
+    for event in program.events():
+        if event["name"] == "records_consumed":
+            pending = [
+                (event["timestamp"], part["partition"], offset)
+                for part in event["partitions"]
+                for offset in range(part["minOffset"], part["maxOffset"] + 1)
+            ]
+        elif event["name"] == "offsets_committed":
+            found += [(*p, bool(event["success"])) for p in pending]
+            pending = []
+    return found + [(*p, False) for p in pending]
+
+
+@pytest.mark.usefixtures("kafka_jars")
+def test_verifiable_consumers_with_the_consumer_protocol_read_every_record(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    topic = f"kip848-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    group = f"kip848-group-{uuid.uuid4().hex[:8]}"
+    config = write_properties(tmp_path / "consumer.properties", {"max.poll.records": 50})
+    consumers = [
+        JavaProgram(
+            tmp_path,
+            f"consumer-{n}",
+            CONSUMER,
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group-id",
+            group,
+            "--group-protocol",
+            "consumer",
+            "--consumer.config",
+            str(config),
+        )
+        for n in range(2)
+    ]
+
+    def consumed() -> set[tuple[int, int]]:
+        return {(p, o) for c in consumers for _, p, o, _ in _java_consumptions(c)}
+
+    try:
+        _produce(bootstrap, topic, range(RECORDS // 2))
+        consumers[0].start()
+        wait_until(lambda: len(consumed()) > 0, 90, "the first member's first records")
+        consumers[1].start()
+        wait_until(
+            lambda: any(
+                e["name"] == "partitions_assigned" and e["partitions"] for e in consumers[1].events()
+            ),
+            90,
+            "partitions assigned to the second member",
+        )
+        _produce(bootstrap, topic, range(RECORDS // 2, RECORDS))
+        wait_until(lambda: len(consumed()) >= RECORDS, 90, f"{RECORDS} records consumed by the group")
+        for consumer in consumers:
+            assert consumer.terminate() == SIGTERM_EXIT, consumer.stderr()
+    finally:
+        stop_all(consumers)
+
+    for consumer in consumers:
+        assert any(e["name"] == "shutdown_complete" for e in consumer.events()), consumer.stderr()
+    assert consumed() == _expected(RECORDS)
+    repeats = _unexplained_repeats([x for c in consumers for x in _java_consumptions(c)])
+    assert repeats == [], f"{len(repeats)} records read twice after a successful commit: {repeats[:5]}"
+
+
+# -- confluent-kafka (librdkafka) ----------------------------------------------------------------
+
+
+class Member(threading.Thread):
+    """A confluent-kafka consumer of the group that commits synchronously after every record."""
+
+    def __init__(
+        self, bootstrap: str, group: str, topic: str, name: str, log: list[tuple[float, int, int, bool]]
+    ):
+        super().__init__(name=name, daemon=True)
+        self.consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "group.protocol": "consumer",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "client.id": name,
+            }
+        )
+        self.topic = topic
+        self.log = log
+        self.stopping = threading.Event()
+        self.assigned: set[int] = set()
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        self.consumer.subscribe([self.topic])
+        try:
+            while not self.stopping.is_set():
+                message = self.consumer.poll(0.2)
+                self.assigned = {tp.partition for tp in self.consumer.assignment()}
+                if message is None:
+                    continue
+                if message.error():
+                    self.errors.append(str(message.error()))
+                    continue
+                try:
+                    self.consumer.commit(message=message, asynchronous=False)
+                    committed = True
+                except confluent_kafka.KafkaException:
+                    committed = False
+                partition, offset = message.partition(), message.offset()
+                assert partition is not None and offset is not None
+                self.log.append((time.monotonic(), partition, offset, committed))
+        finally:
+            self.consumer.close()
+
+    def leave(self) -> None:
+        self.stopping.set()
+        self.join(60)
+        assert not self.is_alive(), f"{self.name} did not close"
+
+
+@pytest.fixture
+def members() -> Iterator[list[Member]]:
+    started: list[Member] = []
+    yield started
+    for member in started:
+        member.stopping.set()
+    for member in started:
+        member.join(60)
+
+
+def test_confluent_kafka_members_join_and_leave_without_losing_or_repeating_records(
+    bootstrap: str, members: list[Member]
+) -> None:
+    topic = f"kip848-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    group = f"kip848-group-{uuid.uuid4().hex[:8]}"
+    log: list[tuple[float, int, int, bool]] = []
+
+    def consumed() -> set[tuple[int, int]]:
+        return {(p, o) for _, p, o, _ in list(log)}
+
+    def add_member() -> Member:
+        member = Member(bootstrap, group, topic, f"member-{len(members)}", log)
+        members.append(member)
+        member.start()
+        return member
+
+    batch = RECORDS // 4
+    _produce(bootstrap, topic, range(batch))
+    first = add_member()
+    wait_until(lambda: len(consumed()) > 0, 60, "the first member's first records")
+    for _ in range(2):
+        joined = add_member()
+
+        def has_partitions(member: Member = joined) -> bool:
+            return bool(member.assigned)
+
+        wait_until(has_partitions, 60, f"partitions for {joined.name}")
+    _produce(bootstrap, topic, range(batch, 2 * batch))
+    wait_until(lambda: len(consumed()) >= 2 * batch, 60, f"{2 * batch} records consumed")
+    first.leave()
+    wait_until(
+        lambda: sum(len(m.assigned) for m in members[1:]) == PARTITIONS, 60, "the partitions handed over"
+    )
+    _produce(bootstrap, topic, range(2 * batch, RECORDS))
+    wait_until(lambda: len(consumed()) >= RECORDS, 90, f"{RECORDS} records consumed")
+    for member in members[1:]:
+        member.leave()
+
+    assert consumed() == _expected(RECORDS)
+    assert _unexplained_repeats(log) == []
+    assert all(not m.errors for m in members), [m.errors for m in members]
