@@ -312,7 +312,9 @@ class ConsumerGroupCoordinator:
         bump = False
         if is_new or updated.subscription() != member.subscription():
             batch.append(rec.member_record(group.group_id, updated))
-            bump = is_new or updated.subscribed_topic_names != member.subscribed_topic_names
+            # A static member taking over its instance's place changes no subscription (no epoch bump).
+            joined = is_new and replaced_id is None
+            bump = joined or updated.subscribed_topic_names != member.subscribed_topic_names
         names = group.subscribed_topic_names(without=member_id) | set(updated.subscribed_topic_names)
         if replaced_id is not None:
             batch[:0] = rec.member_tombstones(group.group_id, replaced_id)
@@ -329,6 +331,10 @@ class ConsumerGroupCoordinator:
             batch.append(rec.epoch_record(group.group_id, group_epoch))
         targets = group.target
         assignment_epoch = group.assignment_epoch
+        if replaced_id is not None and group_epoch == group.assignment_epoch:
+            targets = {mid: t for mid, t in group.target.items() if mid != replaced_id}
+            targets[member_id] = group.target.get(replaced_id, {})
+            batch.append(rec.target_record(group.group_id, member_id, targets[member_id]))
         if group_epoch > group.assignment_epoch:
             members = {mid: m for mid, m in group.members.items() if mid not in (replaced_id, member_id)}
             members[member_id] = updated
@@ -364,7 +370,7 @@ class ConsumerGroupCoordinator:
         group.update_member(reconciled)
         group.group_epoch = group_epoch
         group.subscription_metadata = metadata
-        if assignment_epoch != group.assignment_epoch:
+        if targets is not group.target:
             group.target = dict(targets)
             group.assignment_epoch = assignment_epoch
         self._schedule_session_timeout(group, member_id)

@@ -202,8 +202,11 @@ def test_static_member_leaves_temporarily_and_comes_back_with_its_partitions() -
     before = a.partitions()
     assert a.heartbeat(member_epoch=-2).member_epoch == -2
     # Another process with the same instance id while it is away takes its place and partitions.
+    epoch = node.consumer.groups["g"].group_epoch
     a2 = Member(node, "a2", "inst-a")
     assert a2.heartbeat().error == 0
+    assert a2.partitions() == before  # at once: no rebalance, the group epoch is unchanged
+    assert node.consumer.groups["g"].group_epoch == epoch
     settle(a2, b)
     assert a2.partitions() == before
     # A third one while a2 is active is refused.
