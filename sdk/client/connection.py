@@ -393,14 +393,14 @@ class Connection:
         mechanism = self._sasl
         if mechanism is None:
             raise SaslStateError(f"{self.security_protocol} needs a SASL mechanism")
+        await mechanism.prepare()
         await self._sasl_exchange(mechanism)
 
     async def _sasl_exchange(self, mechanism: SaslMechanism) -> None:
-        """One whole SASL exchange (first or re-authentication); schedules the next one when the
-        broker gives the session a lifetime."""
+        """One whole SASL exchange of a prepared mechanism (first or re-authentication); schedules
+        the next one when the broker gives the session a lifetime."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        await mechanism.prepare()
         handshake = await self._request_now(
             messages.SaslHandshakeRequest(mechanism=mechanism.name),
             pick_version(
@@ -441,13 +441,18 @@ class Connection:
         self._reauth_timer = None
         if self._state != "ready" or self._sasl is None:
             return
-        self._held = []
         self._reauth_task = asyncio.get_running_loop().create_task(
             self._reauthenticate(self._sasl), name=f"kafka-reauth-{self.describe()}"
         )
 
     async def _reauthenticate(self, mechanism: SaslMechanism) -> None:
         try:
+            # A token may take a while to fetch: requests flow meanwhile, and are held only
+            # during the exchange itself.
+            await mechanism.prepare()
+            if self._state != "ready":
+                return
+            self._held = []
             await self._sasl_exchange(mechanism)
         except asyncio.CancelledError:
             raise
