@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 
@@ -89,8 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("\n")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        # The reader of our output went away (``| head``): nothing more to say, and nobody to say it to.
-        sys.stderr.close()
+        # The reader of stdout went away (``| head``): stop quietly; stdout goes to /dev/null so
+        # the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return EXIT_FAILURE
 
 

@@ -93,6 +93,20 @@ def test_a_killed_producers_transaction_is_the_coordinators_to_abort(
         == []
     )
     assert committed_values(cli, topic) == []  # the reader waits at the open transaction
+    # KIP-664's abort is WriteTxnMarkers, which this broker takes from other brokers only: refused
+    # in one line naming the authorization error (were it taken, the reader would move on as well).
+    abort = cli("transactions", "abort", "-t", topic, "-p", "0", "--start-offset", "0", check=False)
+    if abort.returncode != 0:
+        assert abort.returncode == 1 and len(abort.stderr.splitlines()) == 1, str(abort)
+        assert "ClusterAuthorizationFailedError" in abort.stderr, str(abort)
+    for usage in (
+        ["transactions", "abort", "-t", topic, "-p", "0"],
+        ["transactions", "abort", "-t", topic, "-p", "0", "--producer-id", "1"],
+        ["transactions", "find-hanging"],
+        ["transactions", "find-hanging", "-p", "0"],
+    ):
+        refused = cli(*usage, check=False)
+        assert refused.returncode == 2 and refused.stderr.startswith("topicwright: error: "), str(refused)
 
     # The coordinator aborts it at its timeout; the committed reader then moves past it.
     wait_for(
