@@ -10,19 +10,30 @@ from sdk.client.cluster import (
     TopicPartition,
 )
 from sdk.client.connection import Connection, pick_version
-from sdk.client.sasl import PlainMechanism, SaslMechanism
+from sdk.client.sasl import (
+    AbstractTokenProvider,
+    OAuthBearerMechanism,
+    PlainMechanism,
+    SaslMechanism,
+    ScramMechanism,
+    UnsecuredJwsTokenProvider,
+)
 
 __all__ = [
+    "AbstractTokenProvider",
     "BrokerMetadata",
     "ClusterMetadata",
     "Connection",
     "ExponentialBackoff",
     "KafkaClient",
+    "OAuthBearerMechanism",
     "PartitionMetadata",
     "PlainMechanism",
     "SaslMechanism",
+    "ScramMechanism",
     "TopicMetadata",
     "TopicPartition",
+    "UnsecuredJwsTokenProvider",
     "parse_bootstrap_servers",
     "pick_version",
 ]
