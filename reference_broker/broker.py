@@ -24,6 +24,7 @@ from reference_broker.coordinator.txn.service import TransactionCoordinatorServi
 from reference_broker.fetch_sessions import FetchSessionCache
 from reference_broker.handlers import HandlerRegistry
 from reference_broker.handlers import install_all as install_handlers
+from reference_broker.handlers.authorization import install as install_authorization
 from reference_broker.network.server import KafkaServer, RequestContext
 from reference_broker.producer_ids import ProducerIdManager
 from reference_broker.security.authorizer import Authorizer
@@ -49,6 +50,8 @@ class Broker:
         self.waiters = DataWaiters()
         self.registry = HandlerRegistry(self)
         install_handlers(self.registry)
+        if authorizer_enabled(config):
+            install_authorization(self.registry)
         self.storage: Storage | None = None
         self.producer_ids = ProducerIdManager(config.data_dir)
         self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))

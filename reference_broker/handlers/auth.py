@@ -20,8 +20,10 @@ __all__ = [
     "Operation",
     "ResourceType",
     "authorize",
+    "authorize_any",
     "authorize_cluster",
     "authorized_operations",
+    "topic_denied",
 ]
 
 
@@ -33,6 +35,13 @@ def authorize(
         return True
     conn = ctx.connection
     return authorizer.authorize(conn.session.principal, conn.peer_host, operation, resource_type, name)
+
+
+def topic_denied(broker: Broker, ctx: RequestContext, operation: Operation, name: str | None) -> bool:
+    """True when an authorizer refuses ``operation`` on topic ``name`` (TOPIC_AUTHORIZATION_FAILED)."""
+    if broker.authorizer is None:
+        return False
+    return not authorize(broker, ctx, operation, ResourceType.TOPIC, name or "")
 
 
 def authorize_cluster(broker: Broker, ctx: RequestContext, operation: Operation) -> bool:

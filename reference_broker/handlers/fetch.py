@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from reference_broker.fetch_sessions import TOPIC_IDS_FROM, FetchPlan, SessionPartition
+from reference_broker.handlers.auth import Operation, topic_denied
 from reference_broker.handlers.common import ZERO_UUID, error_code_of, find_topic, leader_epoch_error
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import FetchRequest, FetchResponse
@@ -70,6 +71,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> 
     wanted = []
     for target in plan.partitions:
         info, missing = find_topic(broker, target.topic, target.topic_id if by_id else None)
+        if missing != ErrorCode.UNKNOWN_TOPIC_ID and topic_denied(
+            broker, ctx, Operation.READ, info.name if info else target.topic
+        ):
+            info, missing = None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
         wanted.append(_Wanted(target, info, missing))
     committed = request.isolation_level == READ_COMMITTED
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000

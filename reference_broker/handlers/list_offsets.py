@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from reference_broker.handlers.auth import Operation, topic_denied
 from reference_broker.handlers.common import LEADER_EPOCH, error_code_of, find_topic, leader_epoch_error
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import ListOffsetsRequest, ListOffsetsResponse
@@ -70,6 +71,8 @@ def handle(broker: Broker, ctx: RequestContext, request: ListOffsetsRequest) -> 
     topics = []
     for topic in request.topics:
         info, missing = find_topic(broker, topic.name, None)
+        if topic_denied(broker, ctx, Operation.DESCRIBE, topic.name):
+            info, missing = None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
         partitions = []
         for p in topic.partitions:
             result = PartitionResponse(partition_index=p.partition_index, timestamp=-1, offset=-1)

@@ -4,6 +4,11 @@ Topics unknown by name are auto-created when both the broker (``auto.create.topi
 and the request (``allow_auto_topic_creation``, v4+) allow it. Creation is synchronous here, so
 the new topic is reported ready in the same response, where Kafka would first answer
 LEADER_NOT_AVAILABLE; clients treat both the same way.
+
+With an authorizer, as Kafka's KafkaApis: a topic the client may not DESCRIBE is left out of an
+all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when named (whether it exists or not);
+auto-creation needs CREATE on the cluster or the topic (else TOPIC_AUTHORIZATION_FAILED); the
+authorized operations are the client's own.
 """
 
 from __future__ import annotations
@@ -11,6 +16,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from reference_broker.handlers.auth import (
+    CLUSTER_NAME,
+    Operation,
+    ResourceType,
+    authorize,
+    authorize_cluster,
+    authorized_operations,
+    topic_denied,
+)
 from reference_broker.handlers.common import LEADER_EPOCH, ZERO_UUID, error_code_of, topic_name_problem
 from reference_broker.storage import is_internal
 from sdk.protocol.errors import ErrorCode
@@ -34,9 +48,14 @@ Partition = MetadataResponse.MetadataResponsePartition
 
 
 def topic_entry(
-    broker: Broker, info: TopicMetadata, include_ops: bool
+    broker: Broker, info: TopicMetadata, include_ops: bool, ctx: RequestContext | None = None
 ) -> MetadataResponse.MetadataResponseTopic:
     node = broker.node_id
+    ops = AUTHORIZED_OPS_OMITTED
+    if include_ops:
+        ops = ALL_TOPIC_OPERATIONS
+        if ctx is not None:
+            ops = authorized_operations(broker, ctx, ResourceType.TOPIC, info.name, ALL_TOPIC_OPERATIONS)
     return Topic(
         error_code=ErrorCode.NONE,
         name=info.name,
@@ -54,49 +73,60 @@ def topic_entry(
             )
             for p in range(info.num_partitions)
         ],
-        topic_authorized_operations=ALL_TOPIC_OPERATIONS if include_ops else AUTHORIZED_OPS_OMITTED,
+        topic_authorized_operations=ops,
     )
 
 
 def _named(
-    broker: Broker, name: str, allow_create: bool, include_ops: bool
+    broker: Broker, ctx: RequestContext, name: str, allow_create: bool, include_ops: bool
 ) -> MetadataResponse.MetadataResponseTopic:
+    if topic_denied(broker, ctx, Operation.DESCRIBE, name):
+        return Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name)
     info = broker.logs.topic(name)
     if info is not None:
-        return topic_entry(broker, info, include_ops)
+        return topic_entry(broker, info, include_ops, ctx)
     problem = topic_name_problem(name)
     if problem:
         return Topic(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=name)
     if not (allow_create and broker.config.get("auto.create.topics.enable")):
         return Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name)
+    if broker.authorizer is not None and not (
+        authorize_cluster(broker, ctx, Operation.CREATE)
+        or authorize(broker, ctx, Operation.CREATE, ResourceType.TOPIC, name)
+    ):
+        return Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name)
     try:
         info = broker.logs.create_topic(name, broker.config.get("num.partitions"), {})
     except Exception as exc:
         log.warning("auto-creating topic %r failed: %s", name, exc)
         return Topic(error_code=error_code_of(exc), name=name)
     log.info("auto-created topic %s with %d partitions", name, info.num_partitions)
-    return topic_entry(broker, info, include_ops)
+    return topic_entry(broker, info, include_ops, ctx)
 
 
 def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     include_ops = bool(request.include_topic_authorized_operations)
     version = ctx.api_version
     if request.topics is None or (version == 0 and not request.topics):
-        topics = [topic_entry(broker, info, include_ops) for info in broker.logs.topics()]
+        topics = [
+            topic_entry(broker, info, include_ops, ctx)
+            for info in broker.logs.topics()
+            if not topic_denied(broker, ctx, Operation.DESCRIBE, info.name)
+        ]
     else:
         allow_create = request.allow_auto_topic_creation if version >= 4 else True
         topics = []
         for wanted in request.topics:
             if wanted.name is None:
                 info = broker.logs.topic_by_id(wanted.topic_id)
-                if info is None:
+                if info is None or topic_denied(broker, ctx, Operation.DESCRIBE, info.name):
                     topics.append(
                         Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=wanted.topic_id)
                     )
                 else:
-                    topics.append(topic_entry(broker, info, include_ops))
+                    topics.append(topic_entry(broker, info, include_ops, ctx))
             else:
-                topics.append(_named(broker, wanted.name, allow_create, include_ops))
+                topics.append(_named(broker, ctx, wanted.name, allow_create, include_ops))
     advertised = broker.advertised_address(ctx)
     return MetadataResponse(
         brokers=[
@@ -111,7 +141,7 @@ def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> Met
         controller_id=broker.node_id,
         topics=topics,
         cluster_authorized_operations=(
-            ALL_CLUSTER_OPERATIONS
+            authorized_operations(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME, ALL_CLUSTER_OPERATIONS)
             if request.include_cluster_authorized_operations
             else AUTHORIZED_OPS_OMITTED
         ),

@@ -40,6 +40,7 @@ import logging
 import struct
 from typing import TYPE_CHECKING
 
+from reference_broker.handlers.auth import Operation, ResourceType, authorize, topic_denied
 from reference_broker.handlers.common import error_code_of, find_topic
 from reference_broker.log.results import RecordError, record_errors_of
 from sdk.protocol.errors import ErrorCode, KafkaError
@@ -104,12 +105,22 @@ def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Prod
     acks = request.acks
     any_error = False
     topics = []
+    if broker.authorizer is not None and request.transactional_id and not authorize(
+        broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+    ):
+        ctx.close_after = acks == 0
+        return error_response(request, version, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     for topic in request.topic_data:
         info, missing = find_topic(broker, topic.name, topic.topic_id if version >= 13 else None)
+        denied = missing != ErrorCode.UNKNOWN_TOPIC_ID and topic_denied(
+            broker, ctx, Operation.WRITE, info.name if info else topic.name
+        )
         partitions = []
         for part in topic.partition_data:
             if acks not in (0, 1, -1):
                 result = _failed(part.index, ErrorCode.INVALID_REQUIRED_ACKS)
+            elif denied:
+                result = _failed(part.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             elif info is None or not 0 <= part.index < info.num_partitions:
                 result = _failed(part.index, missing or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             else:

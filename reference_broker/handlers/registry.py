@@ -98,6 +98,13 @@ class HandlerRegistry:
 
         self.register(api_key, refuse, versions=versions, error_response=error_response)
 
+    def guard(self, api_key: int, wrap: Callable[[HandleFunc], HandleFunc]) -> None:
+        """Replace a registered handler by ``wrap(handler)`` (the authorization checks); the
+        versions and error builder stay. A key that is not registered is left alone."""
+        handler = self._handlers.get(api_key)
+        if handler is not None:
+            self._handlers[api_key] = dataclasses.replace(handler, handle=wrap(handler.handle))
+
     def find(self, api_key: int, api_version: int) -> ApiHandler | None:
         handler = self._handlers.get(api_key)
         if handler is None or not handler.min_version <= api_version <= handler.max_version:

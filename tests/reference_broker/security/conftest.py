@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from reference_broker.testing import BrokerFactory, BrokerProcess
+from sdk.protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
 from tests.reference_broker.security.certs import CertificateAuthority, Pem
+from tests.reference_broker.wire import WireClient
 
 PLAIN_JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required"
@@ -69,3 +71,11 @@ def multi_listener_broker(broker_factory: BrokerFactory) -> Iterator[MultiBroker
         return broker_factory(props, **kwargs), ports
 
     yield start
+
+
+def plain_login(client: WireClient, user: str, password: str) -> int:
+    """SASL/PLAIN on a raw connection; returns the session lifetime the broker announced."""
+    assert client.request(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
+    answer = client.request(SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{password}".encode()), 2)
+    assert answer.error_code == 0, answer
+    return int(answer.session_lifetime_ms)
