@@ -251,6 +251,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("log.dirs", _B.STRING, None, "Ignored: use --data-dir."),
         ConfigKey("log.dir", _B.STRING, None, "Ignored: use --data-dir."),
         ConfigKey("num.partitions", _B.INT, 1, "Partitions of auto-created topics.", at_least(1)),
+        ConfigKey(
+            "max.request.partition.size.limit",
+            _B.INT,
+            2000,
+            "Most partitions one DescribeTopicPartitions response carries.",
+            at_least(1),
+        ),
         ConfigKey("auto.create.topics.enable", _B.BOOLEAN, True, "Create unknown topics on Metadata."),
         ConfigKey(
             "default.replication.factor", _B.INT, 1, "Accepted; only 1 is possible.", _replication_factor

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from reference_broker.config import BrokerConfig, ConfigError
 from reference_broker.log.config import LogConfig
@@ -164,6 +165,15 @@ class Storage:
             result.log_start_offset,
             result.aborted_transactions or [],
         )
+
+    @property
+    def log_dir(self) -> Path:
+        """The one log directory every partition of this broker lives in."""
+        return self.manager.data_dir
+
+    def partition_size(self, topic: str, partition: int) -> int:
+        """Bytes of the partition's segment files."""
+        return self.manager.get_log(topic, partition).size_in_bytes
 
     def offsets(self, topic: str, partition: int) -> tuple[int, int, int]:
         """(log start offset, high watermark, last stable offset)."""

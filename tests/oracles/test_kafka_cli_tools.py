@@ -15,6 +15,7 @@ JVM start costs 1-2 s and there are about 70 of them.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import subprocess
 import tempfile
@@ -44,6 +45,7 @@ TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 API_VERSIONS = "org.apache.kafka.tools.BrokerApiVersionsCommand"
+LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
 
 # Record timestamps of the get-offsets scenario: a minute back, well inside retention (Kafka
 # deletes records older than its 7 days at its first retention check) and not in the future.
@@ -204,6 +206,27 @@ def api_usable_versions(result: subprocess.CompletedProcess[str]) -> dict[str, s
 
 
 # -- setup done in Python, the same on both brokers -----------------------------------------------------
+
+
+def log_dirs(result: subprocess.CompletedProcess[str]) -> list[Any]:
+    """kafka-log-dirs' JSON without paths and byte counts: per directory its error and, per
+    partition, the offset lag, whether it is a future replica and whether it holds data."""
+    lines = _lines(result)
+    try:
+        document = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        return lines + result.stderr.splitlines()[-3:]
+    return [
+        (
+            directory["error"],
+            sorted(
+                (p["partition"], p["offsetLag"], p["isFuture"], p["size"] > 0)
+                for p in directory["partitions"]
+            ),
+        )
+        for broker in document["brokers"]
+        for directory in broker["logDirs"]
+    ]
 
 
 def _produce(bootstrap: str, topic: str, records: list[tuple[int, bytes, int | None]]) -> None:
@@ -402,6 +425,8 @@ CONSOLE_OPS = [
         "--bootstrap-server", b, "--topic", n.console, "--from-beginning", "--max-messages", "12",
         "--timeout-ms", "20000", "--property", "print.key=true", "--property", "print.headers=true",
         "--property", "print.partition=true", "--property", "print.offset=true"], sorted_lines),
+    Operation("log-dirs-describe", LOG_DIRS, lambda b, n: [
+        "--bootstrap-server", b, "--describe", "--topic-list", n.console], log_dirs),
     Operation("broker-api-versions", API_VERSIONS, lambda b, n: ["--bootstrap-server", b],
               api_usable_versions),
 ]
@@ -415,10 +440,6 @@ _ABORT_REFUSED = (
     "authorizer writes the abort marker"
 )
 DIFFERENCES = {
-    "topics-describe-elr": (
-        "our broker does not serve DescribeTopicPartitions (API 75): kafka-topics falls back to "
-        "Metadata and prints 'Elr: N/A\\tLastKnownElr: N/A' where Kafka prints empty lists"
-    ),
     "configs-describe-synonyms": (
         "DescribeConfigs synonyms: ours lists a DEFAULT_CONFIG synonym for retention.ms "
         "(log.retention.hours=168; likewise segment.ms, segment.jitter.ms, flush.ms), Kafka lists none"
