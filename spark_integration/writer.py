@@ -69,6 +69,7 @@ from spark_integration.ownership import (
     already_committed,
     claim_prefix,
 )
+from spark_integration.recovery import resolve_lingering
 from spark_integration.two_phase import (
     DEFAULT_INTENT_TOPIC,
     PER_TASK,
@@ -84,6 +85,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MARKER_TOPIC = "topicwright-spark-sink-markers"
 #: Values of the option ``delivery.guarantee``.
 EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
+#: Values of the option ``expired.markers``: refuse to run (default), or write the batch again.
+FAIL, REWRITE = "fail", "rewrite"
 #: Spark's local properties holding the micro-batch id and the (checkpointed) query id.
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
@@ -91,6 +94,18 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 #: Producers of attempts that the test hook made "crash": kept open, never closed or aborted,
 #: as a crashed process would leave them; the next attempt fences them.
 _crashed_producers: list[Producer] = []
+
+
+class TransactionTimeoutError(RuntimeError):
+    """A per-task transaction has been open longer than its ``transaction.timeout.ms``: the broker
+    aborts it, so the task stops instead of committing into a fenced transaction (and its retries,
+    as long, would fail the same way)."""
+
+
+class MarkersExpiredError(RuntimeError):
+    """A streaming query past its first batch finds no batch marker at all: they expired with the
+    broker's ``offsets.retention.minutes`` while the query was stopped, so a re-run batch could
+    not be recognised as written."""
 
 
 class InjectedFailure(RuntimeError):
@@ -141,6 +156,14 @@ class SinkOptions:
     #: and intent topics the sink creates (-1 and None: the broker's defaults).
     topics_replication_factor: int = -1
     topics_min_insync_replicas: int | None = None
+    #: ``expired.markers``: FAIL (refuse a batch past the first when no marker is left) or REWRITE.
+    expired_markers: str = FAIL
+
+    @property
+    def transaction_timeout_ms(self) -> float:
+        """The per-task transactions' timeout (``kafka.transaction.timeout.ms``, or the SDK's)."""
+        default = inspect.signature(AsyncProducer.__init__).parameters["transaction_timeout_ms"].default
+        return float(self.producer_settings.get("transaction_timeout_ms", default))
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
@@ -169,6 +192,10 @@ class SinkOptions:
         prefix = options.get("transactional.id.prefix")
         if prefix is not None and not prefix.strip():
             raise OptionError("option 'transactional.id.prefix' is empty (leave it out for the default)")
+        expired_markers = (options.get("expired.markers") or FAIL).strip().lower()
+        if expired_markers not in (FAIL, REWRITE):
+            raise OptionError(f"option 'expired.markers' must be {FAIL} or {REWRITE}, "
+                              f"not {options.get('expired.markers')!r}")
         hook = options.get("testing.failbeforecommit")
         fail_before_commit = None
         if hook:
@@ -191,6 +218,7 @@ class SinkOptions:
             kill_driver_after_intent=_batch_and_group(options.get("testing.killdriverafterintent")),
             topics_replication_factor=_replication_factor(options.get("sink.topics.replication.factor")),
             topics_min_insync_replicas=_min_insync(options.get("sink.topics.min.insync.replicas")),
+            expired_markers=expired_markers,
         )
 
     def topic_specs(self) -> list[TopicSpec]:
@@ -311,15 +339,23 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
             init_two_phase(producer, transactional_id)
             resolve_kept_transaction(producer, options.consumer_settings, options.intent_topic, prefix,
                                      transactional_id, options.intent_wait_s)
-        if already_committed(read_marker(options, transactional_id), marker, prefix):
+        found = read_marker(options, transactional_id)
+        if found is None:
+            _check_markers_kept(options, prefix, marker, partition)
+        if already_committed(found, marker, prefix):
             for _ in rows:
                 pass
             log.info("%s: batch %s already committed, skipped", transactional_id, marker)
-            return SinkCommit(partition, 0, True)
+            return SinkCommit(partition, 0, True, prefix=prefix)
         producer.begin_transaction()
+        # A per-task transaction times out on the broker; a two-phase one (KIP-939) never does.
+        timeout_s = None if two_phase else options.transaction_timeout_ms / 1000
+        began = time.monotonic()
         count = 0
         stall = attempt == 0 and _hooked(options.slow_task, partition, marker)
         for row in rows:
+            if timeout_s is not None and time.monotonic() - began > timeout_s:
+                raise _timed_out(transactional_id, time.monotonic() - began, options)
             _send_row(producer, options, row)
             count += 1
             if stall:
@@ -339,8 +375,10 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
             raise InjectedFailure(f"{transactional_id}: injected failure before commit of {marker}")
         if state is not None:  # closing leaves a prepared transaction open for the driver
             return SinkCommit(partition, count, False, transactional_id, str(state), prefix, marker.owner)
+        if timeout_s is not None and time.monotonic() - began > timeout_s:
+            raise _timed_out(transactional_id, time.monotonic() - began, options)
         producer.commit_transaction()
-        return SinkCommit(partition, count, False)
+        return SinkCommit(partition, count, False, prefix=prefix)
     except BaseException:
         # A prepared (kept) transaction is never aborted here: an intent may name it (a failure
         # while resolving it leaves it to the next attempt's recovery).
@@ -353,6 +391,35 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
     finally:
         if not crashed:
             producer.close()
+
+
+def _timed_out(transactional_id: str, elapsed_s: float, options: SinkOptions) -> TransactionTimeoutError:
+    return TransactionTimeoutError(
+        f"{transactional_id}: the task's transaction has been open {elapsed_s:.1f} s, longer than its "
+        f"timeout of {options.transaction_timeout_ms:.0f} ms (kafka.transaction.timeout.ms), so the broker "
+        "aborts it and a retry as long would fail the same way. Set kafka.transaction.timeout.ms above "
+        "the longest task (the broker caps it at its transaction.max.timeout.ms, 15 minutes by default), "
+        "make batches smaller (maxOffsetsPerTrigger, more partitions), or use commit.mode=two-phase, "
+        "whose prepared transactions do not time out")
+
+
+def _check_markers_kept(options: SinkOptions, prefix: str, marker: Marker, partition: int) -> None:
+    """A stream past its first batch has committed a marker under ``<prefix>-0`` (every batch has
+    a sink partition 0, and each of its tasks commits one, even with no rows): none there, and none
+    under this task's id, means they expired (``MarkersExpiredError``) unless the user accepts that
+    a re-run batch is written again (``expired.markers=rewrite``). A missing marker under another
+    id alone is a sink partition the query did not have before."""
+    if marker.batch is None or marker.batch == 0 or options.expired_markers == REWRITE:
+        return
+    if partition != 0 and read_marker(options, f"{prefix}-0") is not None:
+        return
+    raise MarkersExpiredError(
+        f"the query is at batch {marker.batch} but no batch marker under transactional.id.prefix {prefix!r} "
+        "is left: they are consumer group offsets and expire with the broker's offsets.retention.minutes "
+        "while a query is stopped (unless the query's prefix changed, or its earlier batches went to "
+        "another sink), so a batch Spark re-runs cannot be recognised as already written. Raise "
+        "offsets.retention.minutes on the broker to keep them; to go on and accept that the first batch "
+        "after the restart may be written twice, set the sink option expired.markers=rewrite")
 
 
 def _send_row(producer: Producer, options: SinkOptions, row: Any) -> None:
@@ -386,6 +453,10 @@ class KafkaBatchWriter(DataSourceWriter):
         self.options = SinkOptions.parse(options, schema)
         self.write_id = uuid.uuid4().hex
         self.prefix = self.options.prefix or f"topicwright-spark-write-{self.write_id}"
+        if self.options.prefix is not None and self.options.guarantee == EXACTLY_ONCE:
+            # An earlier write of this prefix whose driver died: end what it left unfinished (a
+            # task of this write ends its own id's, but this write may have fewer partitions).
+            _resolve_lingering(self.options, self.prefix)
 
     def write(self, iterator: Iterator[Any]) -> SinkCommit:
         return write_partition(self.options, iterator, self.prefix, Marker.of_write(self.write_id))
@@ -394,6 +465,15 @@ class KafkaBatchWriter(DataSourceWriter):
         if self.options.commit_mode == TWO_PHASE:
             commit_two_phase(self.options, messages, None)
         _record_progress("write", self.write_id, messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """The write failed: end every transaction it left (prepared ones of tasks that succeeded,
+        open ones of tasks killed on the way), committing only those a recorded intent names (the
+        driver's ``commit`` had decided before it failed). Tasks that committed in per-task mode
+        stay committed: a batch write is not atomic in that mode."""
+        if self.options.guarantee == EXACTLY_ONCE:
+            _resolve_lingering(self.options, self.prefix)
+        log.warning("write %s aborted by Spark", self.write_id)
 
 
 class KafkaStreamWriter(DataSourceStreamWriter):
@@ -420,6 +500,11 @@ class KafkaStreamWriter(DataSourceStreamWriter):
             # Test hook: the driver dies after every task of this batch committed and before
             # Spark wrote the batch to its commit log.
             _kill_driver(hook[1])
+        prefixes = {m.prefix for m in messages if isinstance(m, SinkCommit) and m.prefix}
+        if self.options.guarantee == EXACTLY_ONCE and len(prefixes) == 1:
+            # Ids beyond this batch's sink partitions (the query had more before a restart): ended
+            # before this batch's intent becomes the newest, which an older one could name.
+            _resolve_lingering(self.options, prefixes.pop(), first_partition=len(messages))
         if self.options.commit_mode == TWO_PHASE:
             commit_two_phase(self.options, messages, batchId)
         _record_progress("batch", batchId, messages)
@@ -456,6 +541,11 @@ def commit_two_phase(options: SinkOptions, messages: Sequence[WriterCommitMessag
         options.producer_settings, options.intent_topic, prefix, marker.record(), transactions,
         lambda tid: already_committed(read_marker(options, tid), marker, prefix), after_intent)
     log.info("two-phase commit of %s: %s", marker, outcomes)
+
+
+def _resolve_lingering(options: SinkOptions, prefix: str, first_partition: int = 0) -> None:
+    resolve_lingering(options.producer_settings, options.consumer_settings, options.intent_topic, prefix,
+                      options.commit_mode == TWO_PHASE, first_partition)
 
 
 def _kill_driver(process_group: int) -> None:

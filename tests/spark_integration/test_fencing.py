@@ -17,7 +17,7 @@ from spark_integration.writer import SinkOptions, write_partition
 from tests.spark_integration.helpers import read_topic
 
 SCHEMA = StructType([StructField("value", BinaryType())])
-BATCH_7 = Marker.of_query("fencing-test-query", 7)
+BATCH_0 = Marker.of_query("fencing-test-query", 0)
 
 
 def test_a_speculative_attempt_fences_the_first_and_rows_commit_once(broker: Any) -> None:
@@ -38,14 +38,14 @@ def test_a_speculative_attempt_fences_the_first_and_rows_commit_once(broker: Any
 
     def first_attempt() -> None:
         try:
-            outcome["first"] = write_partition(options, slow_rows(), f"q-{topic}", BATCH_7)
+            outcome["first"] = write_partition(options, slow_rows(), f"q-{topic}", BATCH_0)
         except BaseException as exc:
             outcome["first"] = exc
 
     thread = threading.Thread(target=first_attempt)
     thread.start()
     assert halfway.wait(30)
-    second = write_partition(options, iter(rows), f"q-{topic}", BATCH_7)
+    second = write_partition(options, iter(rows), f"q-{topic}", BATCH_0)
     resume.set()
     thread.join(60)
     assert second.records == 50 and not second.skipped
@@ -55,6 +55,6 @@ def test_a_speculative_attempt_fences_the_first_and_rows_commit_once(broker: Any
     assert sorted(r.value for r in read_topic(broker.bootstrap, topic)) == sorted(r[0] for r in rows)
 
     # A third attempt of the same batch finds the marker and writes nothing.
-    third = write_partition(options, iter(rows), f"q-{topic}", BATCH_7)
+    third = write_partition(options, iter(rows), f"q-{topic}", BATCH_0)
     assert third.skipped and third.records == 0
     assert len(read_topic(broker.bootstrap, topic)) == 50
