@@ -23,8 +23,11 @@ __all__ = [
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "RangeAssignor",
+    "RangePartitionAssignor",
     "RoundRobinAssignor",
+    "RoundRobinPartitionAssignor",
     "StickyAssignor",
+    "StickyPartitionAssignor",
     "TopicPartition",
 ]
 
@@ -36,6 +39,9 @@ _LAZY = {
     "RoundRobinAssignor": "sdk.consumer.assignors",
     "StickyAssignor": "sdk.consumer.assignors",
     "CooperativeStickyAssignor": "sdk.consumer.assignors",
+    "RangePartitionAssignor": "sdk.consumer.assignors",
+    "RoundRobinPartitionAssignor": "sdk.consumer.assignors",
+    "StickyPartitionAssignor": "sdk.consumer.assignors",
 }
 
 

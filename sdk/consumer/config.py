@@ -73,6 +73,7 @@ class ConsumerConfig(ClientConfig):
     exclude_internal_topics: bool = True
     allow_auto_create_topics: bool = True
     consumer_timeout_ms: float = 200
+    client_rack: str | None = None
     # Derived by validate():
     isolation: int = field(default=0, init=False)
 
@@ -83,6 +84,8 @@ class ConsumerConfig(ClientConfig):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not _GROUP_ID.search(value)):
                 raise ConfigError(name, f"must be a non-empty string or None, not {value!r}")
+        if self.client_rack is not None and not isinstance(self.client_rack, str):
+            raise ConfigError("client_rack", f"must be a string or None, not {self.client_rack!r}")
         if self.group_instance_id is not None and self.group_id is None:
             raise ConfigError("group_instance_id", "static membership needs a group_id")
         if self.auto_offset_reset not in AUTO_OFFSET_RESETS:

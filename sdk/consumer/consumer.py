@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import ssl
 import time
@@ -16,7 +17,7 @@ from sdk.consumer.config import AIOKAFKA_IGNORED, ConsumerConfig, warn_ignored
 from sdk.consumer.consumer_coordinator import ConsumerCoordinator
 from sdk.consumer.errors import ConsumerStoppedError, NoGroupIdError, NoOffsetForPartitionError
 from sdk.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Fetcher
-from sdk.consumer.listener import ConsumerRebalanceListener
+from sdk.consumer.listener import is_rebalance_listener
 from sdk.consumer.records import (
     ConsumerGroupMetadata,
     ConsumerRecord,
@@ -105,6 +106,7 @@ class Consumer:
         exclude_internal_topics: bool = True,
         allow_auto_create_topics: bool = True,
         consumer_timeout_ms: float = 200,
+        client_rack: str | None = None,
         request_timeout_ms: float = 40000,
         retry_backoff_ms: float = 100,
         retry_backoff_max_ms: float = 1000,
@@ -122,7 +124,8 @@ class Consumer:
     ) -> None:
         """Settings (aiokafka's names and defaults; times in milliseconds):
 
-        :param topics: topics to subscribe to at ``start()`` (needs ``group_id``).
+        :param topics: topics to subscribe to (as ``subscribe`` before ``start``): the group's
+            partitions of them with a ``group_id``, all their partitions without one.
         :param bootstrap_servers: ``"host:port,host:port"`` or a list of them.
         :param client_id: sent with every request (default ``"sdk-consumer"``).
         :param group_id: consumer group; needed by ``subscribe`` and ``commit``. None: no group.
@@ -152,6 +155,9 @@ class Consumer:
         :param allow_auto_create_topics: a Metadata request may create missing topics (broker
             permitting), as the Java consumer's ``allow.auto.create.topics``.
         :param consumer_timeout_ms: accepted for aiokafka compatibility; polls wait on events.
+            (``sdk.sync.Consumer``: iterating stops after this long without a record, when given.)
+        :param client_rack: this consumer's rack (KIP-392), sent in every Fetch as its rack id;
+            fetches go to the partition leader (no follower fetching).
         :param request_timeout_ms: a request unanswered this long fails and closes its connection.
         :param retry_backoff_ms: wait before retrying a failed request (grows to the max).
         :param retry_backoff_max_ms: cap of that wait.
@@ -198,6 +204,7 @@ class Consumer:
             exclude_internal_topics=exclude_internal_topics,
             allow_auto_create_topics=allow_auto_create_topics,
             consumer_timeout_ms=consumer_timeout_ms,
+            client_rack=client_rack,
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
             retry_backoff_max_ms=retry_backoff_max_ms,
@@ -216,29 +223,37 @@ class Consumer:
         for topic in topics:
             if not isinstance(topic, str) or not topic:
                 raise ConfigError("topics", f"topic names must be non-empty strings, not {topic!r}")
-        if topics and group_id is None:
-            raise ConfigError("group_id", "subscribing to topics needs a group_id")
-        self._initial_topics = list(topics)
         self._assignors = _resolve_assignors(partition_assignment_strategy)
         self._state = _NEW
         self._client: KafkaClient | None = None
         self._fetcher: Fetcher | None = None
         self._coordinator: ConsumerCoordinator | None = None
         self._subscription = SubscriptionState(self.config.auto_offset_reset)
+        if topics:
+            self._subscription.subscribe(topics=list(topics))
         self._pattern_task: asyncio.Task[None] | None = None
         self._pattern_wake: asyncio.Event | None = None
         self._pattern_matched = False
         #: (assignment_version, positions_epoch) when every partition last had a position.
         self._prepared: tuple[int, int] | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        #: Epoch seconds of the last poll (0 before one).
         self._last_poll = 0.0
+        #: Metadata version the no-group assignment (every partition of the topics) was made at.
+        self._all_partitions_version = -1
         #: Metadata version whose non-retriable topic errors a poll has raised already.
         self._topic_errors_raised_version = -1
+
+    #: How the "not started" error tells the user to start (the blocking facade says its own).
+    _not_started_hint = "call start() or use 'async with'"
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect, and subscribe to the constructor's topics. Raises ``NoBrokersAvailableError``."""
+        """Connect; then, as aiokafka, join the group when topics were given (to the constructor
+        or to ``subscribe`` before ``start``), so ``assignment()`` is the group's once it returns;
+        without a ``group_id`` every partition of those topics is assigned. Raises
+        ``NoBrokersAvailableError``, and a join's non-retriable error."""
         if self._state != _NEW:
             raise IllegalStateError(f"consumer already {self._state}")
         cfg = self.config
@@ -251,8 +266,8 @@ class Consumer:
             if cfg.group_id is not None:
                 await self._start_coordinator()
             self._state = _RUNNING
-            if self._initial_topics:
-                self.subscribe(topics=self._initial_topics)
+            self._apply_subscription()
+            await self._first_assignment()
         except BaseException:
             await self._close_parts()
             raise
@@ -275,7 +290,20 @@ class Consumer:
             assignors=self._assignors,
             exclude_internal_topics=cfg.exclude_internal_topics,
         )
-        await self._coordinator.start()
+        await self._coordinator.start(join_in_background=True)
+
+    async def _first_assignment(self) -> None:
+        """At ``start``, for a subscription made before it: the group's first assignment (aiokafka
+        waits for it too), or every partition of the topics without a group."""
+        subscription = self._subscription
+        if not subscription.partitions_auto_assigned():
+            return
+        if subscription.pattern is not None:
+            await self._refresh_pattern_topics()
+        if self._coordinator is not None:
+            await self._coordinator.ensure_active_group()
+        else:
+            await self._assign_all_partitions(wait_ms=self.config.request_timeout_ms)
 
     async def stop(self) -> None:
         """Leave the group (committing consumed offsets first when auto-commit is on), stop
@@ -319,7 +347,7 @@ class Consumer:
     def _running(self) -> tuple[KafkaClient, Fetcher]:
         if self._state != _RUNNING:
             if self._state == _NEW:
-                raise IllegalStateError("consumer not started: call start() or use 'async with'")
+                raise IllegalStateError(f"consumer not started: {self._not_started_hint}")
             raise ConsumerStoppedError("consumer is stopped")
         assert self._client is not None and self._fetcher is not None
         return self._client, self._fetcher
@@ -332,26 +360,74 @@ class Consumer:
         pattern: str | re.Pattern[str] | None = None,
         listener: Any = None,
     ) -> None:
-        """Join ``group_id`` for these topics (or the topics matching ``pattern``); the group assigns
-        partitions. ``listener`` is a ``ConsumerRebalanceListener``. Replaces an earlier subscription."""
-        client, fetcher = self._running()
-        if self.config.group_id is None or self._coordinator is None:
-            raise NoGroupIdError("subscribe() needs a group_id (or use assign())")
-        if listener is not None and not isinstance(listener, ConsumerRebalanceListener):
-            raise TypeError(f"listener must be a ConsumerRebalanceListener, not {type(listener).__name__}")
+        """Read these topics (or the topics matching ``pattern``); replaces an earlier subscription.
+
+        With a ``group_id`` the group assigns partitions: the member joins in the background
+        (at ``start`` when called before it, which then waits for the first assignment), and
+        ``listener`` is told of each rebalance. Without one, every partition of the topics is
+        assigned (new partitions and matching topics too, at the next poll), as in aiokafka.
+        ``listener``: any object with ``on_partitions_revoked``/``on_partitions_assigned`` (plain or
+        ``async``), usually a ``ConsumerRebalanceListener`` subclass. May be called before ``start``."""
+        if self._state == _CLOSED:
+            raise ConsumerStoppedError("consumer is stopped")
+        if listener is not None and not is_rebalance_listener(listener):
+            raise TypeError(
+                "listener must have on_partitions_revoked and on_partitions_assigned methods "
+                f"(a ConsumerRebalanceListener), not {type(listener).__name__}"
+            )
         topics = [topics] if isinstance(topics, str) else list(topics)
         if pattern is not None:
             if topics:
                 raise ValueError("subscribe() takes topics or a pattern, not both")
             self._subscription.subscribe(pattern=pattern, listener=listener)
             self._pattern_matched = False
-            self._start_pattern_matching()
         else:
             if not topics:
                 raise ValueError("subscribe() needs topics or a pattern")
             self._subscription.subscribe(topics=topics, listener=listener)
-            client.set_topics(set(topics) | {tp.topic for tp in self._subscription.assigned_partitions()})
+        self._all_partitions_version = -1
+        if self._state == _RUNNING:
+            self._apply_subscription()
+
+    def _apply_subscription(self) -> None:
+        """Track the subscribed or assigned topics' metadata and wake the parts that act on it."""
+        client, fetcher = self._running()
+        subscription = self._subscription
+        if subscription.pattern is not None:
+            self._start_pattern_matching()
+        elif subscription.has_subscription:
+            topics = set(subscription.subscription) | {tp.topic for tp in subscription.assigned_partitions()}
+            client.set_topics(topics | (client.topics if subscription.user_assigned else set()))
+        if self._coordinator is not None:
+            self._coordinator.wake_join()
         fetcher.wake()
+
+    async def _assign_all_partitions(self, wait_ms: float = 0) -> None:
+        """Without a group: assign every partition of the subscribed topics (those the metadata
+        knows; a topic not known yet is asked for, waiting at most ``wait_ms``)."""
+        client, _ = self._running()
+        topics = set(self._subscription.subscription)
+        missing = {t for t in topics if client.cluster.partitions_for(t) is None}
+        if missing:
+            client.set_topics(client.topics | topics)
+            deadline = time.monotonic() + wait_ms / 1000
+            while missing and time.monotonic() < deadline:
+                with contextlib.suppress(TimeoutError, KafkaError):
+                    async with asyncio.timeout(min(deadline - time.monotonic(), 1.0)):
+                        await asyncio.shield(client.request_metadata_update())
+                missing = {t for t in topics if client.cluster.partitions_for(t) is None}
+                if missing:
+                    await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+        elif self._all_partitions_version == client.cluster.version:
+            return
+        self._all_partitions_version = client.cluster.version
+        wanted = {
+            TopicPartition(topic, partition)
+            for topic in topics
+            for partition in client.cluster.partitions_for(topic) or ()
+        }
+        if wanted != self._subscription.assigned_partitions():
+            self._subscription.assign_from_subscribed(sorted(wanted))
 
     def _start_pattern_matching(self) -> None:
         if self._pattern_task is None or self._pattern_task.done():
@@ -383,6 +459,9 @@ class Consumer:
         subscription = self._subscription
         if subscription.match_pattern(names) and self._client is not None:
             self._client.set_topics(set(subscription.subscription) | self._client.topics)
+            self._all_partitions_version = -1
+            if self._coordinator is not None:
+                self._coordinator.wake_join()
         self._pattern_matched = True
 
     async def _list_topics(self) -> set[str]:
@@ -435,10 +514,13 @@ class Consumer:
             task.add_done_callback(self._background.discard)
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Read exactly these partitions (no group membership). Replaces an earlier assignment."""
-        _, fetcher = self._running()
+        """Read exactly these partitions (no group membership). Replaces an earlier assignment.
+        May be called before ``start``."""
+        if self._state == _CLOSED:
+            raise ConsumerStoppedError("consumer is stopped")
         self._subscription.assign_from_user([_as_tp(tp) for tp in partitions])
-        fetcher.wake()
+        if self._state == _RUNNING:
+            self._apply_subscription()
 
     def assignment(self) -> set[TopicPartition]:
         """The partitions assigned now (by ``assign`` or by the group)."""
@@ -470,14 +552,18 @@ class Consumer:
     async def _poll_prepare(self) -> None:
         self._raise_topic_errors()
         coordinator = self._coordinator
-        if coordinator is not None and self._subscription.partitions_auto_assigned():
+        if coordinator is None and self._subscription.partitions_auto_assigned():
+            if self._subscription.pattern is not None and not self._pattern_matched:
+                await self._refresh_pattern_topics()
+            await self._assign_all_partitions()
+        elif coordinator is not None and self._subscription.partitions_auto_assigned():
             if self._subscription.pattern is not None and not self._pattern_matched:
                 await self._refresh_pattern_topics()  # join with the matching topics, not none
             await coordinator.ensure_active_group()
             coordinator.record_poll()
         elif coordinator is not None:
             coordinator.record_poll()
-        self._last_poll = time.monotonic()
+        self._last_poll = time.time()
         subscription = self._subscription
         key = (subscription.assignment_version, subscription.positions_epoch)
         if key == self._prepared:
@@ -488,11 +574,15 @@ class Consumer:
         if known and not subscription.missing_positions():
             self._prepared = key
 
-    async def _update_fetch_positions(self) -> None:
-        """Give every assigned partition without a position one: its committed offset (in a
-        group), else a reset per ``auto_offset_reset`` (done by the fetcher with ListOffsets)."""
+    async def _update_fetch_positions(self, only: Iterable[TopicPartition] | None = None) -> None:
+        """Give every assigned partition without a position (of ``only``, when given) one: its
+        committed offset (in a group), else a reset per ``auto_offset_reset`` (done by the
+        fetcher with ListOffsets)."""
         subscription = self._subscription
         missing = subscription.missing_positions()
+        if only is not None:
+            wanted = set(only)
+            missing = [tp for tp in missing if tp in wanted]
         if not missing:
             return
         committed: dict[TopicPartition, OffsetAndMetadata | None] = {}
@@ -624,7 +714,7 @@ class Consumer:
         _, fetcher = self._running()
         deadline = time.monotonic() + self.config.request_timeout_ms / 1000
         while True:
-            await self._update_fetch_positions()
+            await self._update_fetch_positions(only=tps)
             subscription = self._subscription
             pending = [tp for tp in tps if subscription.is_assigned(tp) and subscription.position(tp) is None]
             if not pending:
@@ -656,7 +746,8 @@ class Consumer:
         return self._subscription.state(_as_tp(partition)).last_stable_offset
 
     def last_poll_timestamp(self, partition: TopicPartition) -> int:
-        """Milliseconds (epoch) of the last poll, as aiokafka reports it."""
+        """Milliseconds since the epoch of the last poll (0 before one), comparable with
+        ``time.time() * 1000`` as in aiokafka's documentation."""
         self._subscription.state(_as_tp(partition))
         return int(self._last_poll * 1000)
 

@@ -9,9 +9,15 @@ replaces the SubscriptionState's, with the listener called in Kafka's order (see
 ``auto_commit_interval_ms``.
 
 Every rebalance step that involves the application (listener calls, giving up partitions) runs in
-``ensure_active_group``, which the consumer calls from its poll, never in the background tasks:
-those only record what happened (a rebalance started, the membership was lost, the member was
-fenced) for the next poll to act on, and stop fetching partitions that may no longer be ours.
+``ensure_active_group``, under one lock, so a listener sees a consistent assignment. Who calls it:
+the consumer's poll, and, when ``start(join_in_background=True)`` (what ``sdk.Consumer`` does, as
+aiokafka), a join task that runs it as soon as a rebalance is needed (a subscription change, a
+heartbeat answered REBALANCE_IN_PROGRESS, a lost membership, the leader seeing new partitions),
+so the member joins without waiting for the application to poll, and a poll that comes meanwhile
+waits for that join to end. After leaving on ``max_poll_interval_ms`` the join task waits for the
+next poll, as Java's and aiokafka's consumers do. The heartbeat and auto-commit tasks only record
+what happened (a rebalance started, the membership was lost, the member was fenced) and stop
+fetching partitions that may no longer be ours.
 
 Versions sent (the highest both sides support, capped as below): FindCoordinator up to v6 (v4+
 batched), JoinGroup up to v9, SyncGroup up to v5, Heartbeat up to v4, LeaveGroup up to v5,
@@ -187,6 +193,12 @@ class ConsumerCoordinator:
         self._last_committed: dict[TopicPartition, OffsetAndMetadata] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        #: Set to wake the background join task (a rebalance may be needed).
+        self._join_wanted = asyncio.Event()
+        #: The join task waits for a poll (it left the group on ``max_poll_interval_ms``).
+        self._join_waits_for_poll = False
+        #: A non-retriable error of a background join, raised by the next ``ensure_active_group``.
+        self._background_join_error: KafkaError | None = None
         #: Rebalances completed (tests and metrics read it).
         self.rebalances = 0
 
@@ -213,12 +225,15 @@ class ConsumerCoordinator:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start the heartbeat task and, with auto-commit, the commit task (joining waits for
-        the first ``ensure_active_group``)."""
+    async def start(self, *, join_in_background: bool = False) -> None:
+        """Start the heartbeat task, with auto-commit the commit task, and with
+        ``join_in_background`` the join task (see the module docstring); without it, joining
+        waits for the first ``ensure_active_group``."""
         loop = asyncio.get_running_loop()
         self._last_poll = self._clock.monotonic()
         self._tasks.append(loop.create_task(self._heartbeat_loop(), name=f"heartbeat-{self.group_id}"))
+        if join_in_background:
+            self._tasks.append(loop.create_task(self._join_loop(), name=f"join-{self.group_id}"))
         if self.enable_auto_commit:
             self._tasks.append(loop.create_task(self._auto_commit_loop(), name=f"autocommit-{self.group_id}"))
 
@@ -252,6 +267,14 @@ class ConsumerCoordinator:
     def record_poll(self) -> None:
         """The application polled: restart the ``max_poll_interval_ms`` clock."""
         self._last_poll = self._clock.monotonic()
+        if self._join_waits_for_poll:
+            self._join_waits_for_poll = False
+            self._join_wanted.set()
+
+    def wake_join(self) -> None:
+        """Have the background join task look at once whether a rebalance is needed (the
+        subscription changed)."""
+        self._join_wanted.set()
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         """The identity for ``send_offsets_to_transaction`` (KIP-447): the generation and member id
@@ -279,6 +302,7 @@ class ConsumerCoordinator:
         if self._rejoin_reason is None:
             log.info("group %s: rejoin requested: %s", self.group_id, reason)
             self._rejoin_reason = reason
+        self._join_wanted.set()
 
     def need_rejoin(self) -> bool:
         """Whether the next ``ensure_active_group`` has work to do."""
@@ -297,6 +321,9 @@ class ConsumerCoordinator:
         listener call under way is never cut short: that would leave a rebalance half done). Raises
         ``FencedInstanceIdError`` once fenced, and non-retriable join errors."""
         self._raise_if_fatal()
+        error, self._background_join_error = self._background_join_error, None
+        if error is not None:
+            raise error
         if not self.need_rejoin():
             return True
         deadline = None if timeout_ms is None else self._clock.monotonic() + timeout_ms / 1000
@@ -804,9 +831,38 @@ class ConsumerCoordinator:
             "rejoins (process records faster or raise max_poll_interval_ms)",
             self.group_id, self.max_poll_interval_ms,
         )
+        self._join_waits_for_poll = True
         if self.group_instance_id is None:
             await self._leave_group("max_poll_interval_ms expired")
         self._reset_generation("max_poll_interval_ms expired", reset_member_id=True)
+
+    async def _join_loop(self) -> None:
+        """The background join task: ``ensure_active_group`` whenever a rebalance is needed,
+        looked at when woken (``request_rejoin``, ``wake_join``, a poll after a poll timeout) and
+        every heartbeat interval (the leader's metadata check). A non-retriable join error is kept
+        for the next poll to raise; a fenced member stops joining."""
+        interval = self.heartbeat_interval_ms / 1000
+        while not self._closed:
+            self._join_wanted.clear()
+            if self._fatal is None and not self._join_waits_for_poll and self.need_rejoin():
+                try:
+                    await self.ensure_active_group()
+                except asyncio.CancelledError:
+                    raise
+                except ConsumerStoppedError:
+                    return
+                except KafkaError as exc:
+                    if exc is not self._fatal:
+                        log.warning("group %s: background join failed: %r", self.group_id, exc)
+                        self._background_join_error = exc
+                        self._join_waits_for_poll = True
+                    continue
+                except Exception:
+                    log.exception("group %s: join task error", self.group_id)
+                    self._join_waits_for_poll = True
+                    continue
+            with contextlib.suppress(TimeoutError):
+                await self._clock.wait_for(self._join_wanted.wait(), interval)
 
     async def _auto_commit_loop(self) -> None:
         interval = self.auto_commit_interval_ms / 1000

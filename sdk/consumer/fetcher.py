@@ -289,7 +289,7 @@ class Fetcher:
             session_epoch=-1,
             topics=topics,
             forgotten_topics_data=[],
-            rack_id="",
+            rack_id=self._config.client_rack or "",
         )
         return version, request, id_names
 

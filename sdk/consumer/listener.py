@@ -24,7 +24,7 @@ from typing import Any
 
 from sdk.client.cluster import TopicPartition
 
-__all__ = ["ConsumerRebalanceListener", "call_listener"]
+__all__ = ["ConsumerRebalanceListener", "call_listener", "is_rebalance_listener"]
 
 
 class ConsumerRebalanceListener:
@@ -40,6 +40,16 @@ class ConsumerRebalanceListener:
     def on_partitions_lost(self, lost: Set[TopicPartition]) -> Any:
         """Called when ``lost`` were taken away without a revocation; do not commit them."""
         return self.on_partitions_revoked(lost)
+
+
+def is_rebalance_listener(listener: Any) -> bool:
+    """Whether ``listener`` can serve as a rebalance listener: a ``ConsumerRebalanceListener``,
+    or any object with callable ``on_partitions_revoked`` and ``on_partitions_assigned`` (duck
+    typing: code written for aiokafka's or another client's listener class works unchanged)."""
+    if isinstance(listener, ConsumerRebalanceListener):
+        return True
+    hooks = ("on_partitions_revoked", "on_partitions_assigned")
+    return all(callable(getattr(listener, hook, None)) for hook in hooks)
 
 
 async def call_listener(listener: Any, hook: str, partitions: Set[TopicPartition]) -> None:

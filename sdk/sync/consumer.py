@@ -4,12 +4,14 @@ Every call hands a coroutine (or a plain call, for the methods that only touch l
 the process-wide loop thread (``sdk.sync._loop``) and waits for it, so the asyncio consumer is
 only ever touched from that one thread and the facade is safe to call from any thread.
 ``poll`` is kafka-python's name for ``getmany``; iterating the consumer yields records one at a
-time, blocking, until it is closed.
+time, blocking, until it is closed or, when ``consumer_timeout_ms`` is given, until no record
+came for that long (kafka-python's meaning of the option).
 """
 
 from __future__ import annotations
 
 import inspect
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -43,7 +45,10 @@ class Consumer:
 
     def __init__(self, *topics: str, **config: Any) -> None:
         self._consumer = AsyncConsumer(*topics, **config)
+        self._consumer._not_started_hint = "call start() or use 'with'"
         self.config = self._consumer.config
+        #: Iteration ends after this long without a record (None: never), as kafka-python's.
+        self._iteration_timeout_ms: float | None = config.get("consumer_timeout_ms")
         self._runner = shared_loop()
         self._buffer: deque[ConsumerRecord] = deque()
 
@@ -127,13 +132,22 @@ class Consumer:
         return None
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
-        """Records one by one, blocking for more, until the consumer is closed."""
+        """Records one by one, blocking for more, until the consumer is closed, or (when the
+        constructor was given ``consumer_timeout_ms``) until no record came for that long."""
         buffer = self._buffer
+        limit_ms = self._iteration_timeout_ms
+        idle_since = time.monotonic()
         while True:
             while buffer:
                 yield buffer.popleft()
+                idle_since = time.monotonic()
+            wait_ms = self.config.consumer_timeout_ms * 5
+            if limit_ms is not None:
+                wait_ms = limit_ms - (time.monotonic() - idle_since) * 1000
+                if wait_ms <= 0:
+                    return
             try:
-                batch = self.getmany(timeout_ms=self.config.consumer_timeout_ms * 5)
+                batch = self.getmany(timeout_ms=wait_ms)
             except ConsumerStoppedError:
                 return
             for records in batch.values():

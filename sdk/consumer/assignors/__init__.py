@@ -32,9 +32,12 @@ __all__ = [
     "ConsumerPartitionAssignor",
     "CooperativeStickyAssignor",
     "RangeAssignor",
+    "RangePartitionAssignor",
     "RebalanceProtocol",
     "RoundRobinAssignor",
+    "RoundRobinPartitionAssignor",
     "StickyAssignor",
+    "StickyPartitionAssignor",
     "Subscription",
     "decode_assignment",
     "decode_subscription",
@@ -42,6 +45,12 @@ __all__ = [
     "encode_subscription",
     "resolve_assignors",
 ]
+
+#: aiokafka's (and kafka-python's) class names for the same assignors, accepted in
+#: ``partition_assignment_strategy`` like any assignor class.
+RangePartitionAssignor = RangeAssignor
+RoundRobinPartitionAssignor = RoundRobinAssignor
+StickyPartitionAssignor = StickyAssignor
 
 ASSIGNORS_BY_NAME: dict[str, type[ConsumerPartitionAssignor]] = {
     cls.name: cls for cls in (RangeAssignor, RoundRobinAssignor, StickyAssignor, CooperativeStickyAssignor)

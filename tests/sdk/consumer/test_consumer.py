@@ -285,12 +285,10 @@ async def test_commit_and_committed_in_assign_mode(mock_cluster, unique):
         assert [r.offset for r in got] == list(range(15, 20))
 
 
-async def test_without_group_commit_and_subscribe_are_refused(kafka):
+async def test_without_group_commit_and_group_metadata_are_refused(kafka):
     async with consumer_for(kafka) as consumer:
         with pytest.raises(NoGroupIdError):
             await consumer.commit()
-        with pytest.raises(NoGroupIdError):
-            consumer.subscribe(["x"])
         with pytest.raises(NoGroupIdError):
             consumer.group_metadata()
 

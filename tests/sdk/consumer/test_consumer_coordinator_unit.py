@@ -799,3 +799,82 @@ async def test_mock_time_moves_only_when_told() -> None:
     await time.tick(500)
     assert woken == [1.0, 2.0]
     await asyncio.gather(*tasks)
+
+
+# -- the background join task (what sdk.Consumer runs, as aiokafka) --------------------------------
+
+
+async def test_join_task_joins_without_a_poll(member: Member) -> None:
+    member.join(match={"member_id": ""})
+    member.sync([T0, T1], match={"generation_id": 1})
+    c = member.coordinator
+    await c.start(join_in_background=True)
+    await settle()
+    assert (c.state, c.generation) == (MemberState.STABLE, 1)
+    assert member.subscription.assigned_partitions() == {T0, T1}
+    assert member.listener.take() == [("assigned", {T0, T1})]
+    assert member.time.monotonic() == 0  # joined at once, no poll and no timer needed
+    member.port.verify()
+    await c.close(leave=False)
+
+
+async def test_join_task_rejoins_when_a_heartbeat_reports_a_rebalance(member: Member) -> None:
+    await member.stable()
+    c = member.coordinator
+    await c.start(join_in_background=True)
+    member.join(generation=2, match={"member_id": ME})
+    member.sync([T2], match={"generation_id": 2})
+    await member.heartbeat_answered(ErrorCode.REBALANCE_IN_PROGRESS)
+    await settle()
+    assert (c.state, c.generation) == (MemberState.STABLE, 2)
+    assert member.listener.take() == [("revoked", {T0, T1}), ("assigned", {T2})]
+    await c.close(leave=False)
+
+
+async def test_join_task_joins_a_changed_subscription_when_woken(member: Member) -> None:
+    await member.stable()
+    c = member.coordinator
+    await c.start(join_in_background=True)
+    member.topics.counts["u"] = 1
+    member.subscription.subscribe(topics=[TOPIC, "u"], listener=member.listener)
+    member.join(generation=2, match={"protocols": lambda ps: decode_subscription(bytes(ps[0].metadata)).topics
+                                     == [TOPIC, "u"]})
+    member.sync([T0, TopicPartition("u", 0)], match={"generation_id": 2})
+    c.wake_join()
+    await settle()
+    assert (c.state, c.generation) == (MemberState.STABLE, 2)
+    assert member.subscription.assigned_partitions() == {T0, TopicPartition("u", 0)}
+    await c.close(leave=False)
+
+
+async def test_join_task_waits_for_a_poll_after_leaving_on_max_poll_interval(member: Member) -> None:
+    await member.stable()
+    c = member.coordinator
+    await c.start(join_in_background=True)
+    for _ in range(MAX_POLL_MS // HEARTBEAT_MS):
+        member.heartbeat()
+    member.leave()
+    await member.time.tick(MAX_POLL_MS + HEARTBEAT_MS)
+    await member.time.tick(10 * HEARTBEAT_MS)
+    assert (c.generation, c.state) == (-1, MemberState.UNJOINED)
+    joins = len(member.port.sent(JoinGroupRequest))
+    assert joins == 1  # the first join only: no rejoin before the application polls again
+    member.join(generation=2, match={"member_id": ""})
+    member.sync([T0])
+    c.record_poll()
+    await settle()
+    assert len(member.port.sent(JoinGroupRequest)) == joins + 1
+    assert (c.state, c.generation) == (MemberState.STABLE, 2)
+    await c.close(leave=False)
+
+
+async def test_a_non_retriable_background_join_error_is_raised_by_the_next_poll(member: Member) -> None:
+    member.join(error=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    c = member.coordinator
+    await c.start(join_in_background=True)
+    await settle()
+    member.port.verify()
+    with pytest.raises(Exception) as raised:
+        await c.ensure_active_group()
+    assert raised.value.code == ErrorCode.GROUP_AUTHORIZATION_FAILED  # type: ignore[attr-defined]
+    await c.close(leave=False)

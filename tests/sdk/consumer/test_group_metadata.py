@@ -93,13 +93,14 @@ async def test_before_the_first_join_it_names_no_generation_and_no_member(
 ) -> None:
     topic = await seeded_topic(group_broker.bootstrap)
     group = unique("group")
-    consumer = Consumer(topic, bootstrap_servers=group_broker.bootstrap, group_id=group,
+    consumer = Consumer(bootstrap_servers=group_broker.bootstrap, group_id=group,
                         group_instance_id=instance_id, **SETTINGS)
     before_join = ConsumerGroupMetadata(group, -1, "", instance_id)
     assert consumer.group_metadata() == before_join
-    await consumer.start()
+    await consumer.start()  # nothing subscribed: no join
     try:
         assert consumer.group_metadata() == before_join
+        consumer.subscribe([topic])
         await poll_until([consumer], lambda: len(consumer.assignment()) == PARTITIONS, "assigned")
         joined = consumer.group_metadata()
         assert joined.group_id == group and joined.group_instance_id == instance_id
@@ -113,8 +114,8 @@ async def test_before_the_first_join_it_names_no_generation_and_no_member(
     [
         pytest.param("poll-timeout", None, {}, id="dynamic-max-poll-interval"),
         pytest.param("poll-timeout", "static-1", {}, id="static-max-poll-interval"),
-        # Polls are allowed for a minute but the rebalance waits only 1.5 s for this member: the
-        # coordinator drops it and its next heartbeat learns so.
+        # Polls are allowed for a minute but the rebalance waits only 1.5 s for this member, whose
+        # rebalance listener is stuck in on_partitions_revoked: the coordinator drops it.
         pytest.param("evicted", None, {"max_poll_interval_ms": 60000, "rebalance_timeout_ms": 1500},
                      id="dynamic-evicted-by-coordinator"),
     ],
@@ -125,8 +126,18 @@ async def test_a_member_that_lost_its_membership_keeps_the_last_joins_identity(
     bootstrap = group_broker.bootstrap
     topic = await seeded_topic(bootstrap)
     group = unique("group")
-    slow = Consumer(topic, bootstrap_servers=bootstrap, group_id=group, group_instance_id=instance_id,
+    release = asyncio.Event()
+
+    class StuckOnRevoke:
+        async def on_partitions_revoked(self, revoked: object) -> None:
+            await release.wait()
+
+        def on_partitions_assigned(self, assigned: object) -> None:
+            pass
+
+    slow = Consumer(bootstrap_servers=bootstrap, group_id=group, group_instance_id=instance_id,
                     **{**SETTINGS, **extra})
+    slow.subscribe([topic], listener=StuckOnRevoke() if how == "evicted" else None)
     other = Consumer(topic, bootstrap_servers=bootstrap, group_id=group, **SETTINGS)
     await slow.start()
     await other.start()
@@ -135,20 +146,29 @@ async def test_a_member_that_lost_its_membership_keeps_the_last_joins_identity(
         joined = slow.group_metadata()
         # Only the other member polls now: the group moves every partition to it.
         await poll_until([other], lambda: len(other.assignment()) == PARTITIONS, "the other member owns all")
-        await wait_until(lambda: membership_lost(slow), "the slow member notices it was dropped")
-        assert slow.group_metadata() == joined
+        if how == "evicted":
+            assert slow.group_metadata() == joined  # its rejoin never completed
+            release.set()
+        else:
+            await wait_until(lambda: membership_lost(slow), "the slow member notices it was dropped")
+        # The identity of its last completed join (the background join task may have rejoined
+        # once when the other member came, so a later generation than the first one).
+        lost = slow.group_metadata()
+        assert lost.generation_id >= joined.generation_id >= 1
+        assert lost.member_id == joined.member_id and lost.group_instance_id == instance_id
         # Its next poll rejoins: a completed join replaces the identity.
         await poll_until(
             [slow, other],
-            lambda: slow.group_metadata() != joined and bool(slow.assignment()) and bool(other.assignment()),
+            lambda: slow.group_metadata() != lost and bool(slow.assignment()) and bool(other.assignment()),
             "the slow member rejoined and both are assigned",
         )
         rejoined = slow.group_metadata()
-        assert rejoined.generation_id > joined.generation_id
+        assert rejoined.generation_id > lost.generation_id
         assert rejoined.group_instance_id == instance_id
         if instance_id is None:
             assert rejoined.member_id and rejoined.member_id != joined.member_id
     finally:
+        release.set()
         await other.stop()
         await slow.stop()
 
@@ -196,7 +216,10 @@ def test_sync_facade_a_dropped_members_offsets_are_refused(group_broker: BrokerP
         while len(other.assignment()) < PARTITIONS:
             assert time.monotonic() < deadline, "the group never moved the partitions"
             other.poll(timeout_ms=50)
-        assert slow.group_metadata() == joined
+        # The slow member's last completed join (its background join task may have rejoined
+        # while the group moved, before max_poll_interval_ms dropped it).
+        lost = slow.group_metadata()
+        assert lost.member_id == joined.member_id and lost.generation_id >= joined.generation_id
 
         producer.begin_transaction()
         producer.send(topic, b"from the dropped member", partition=0)
