@@ -14,7 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sdk import errors
+    from sdk import errors, structs
     from sdk.admin import AdminClient, AIOKafkaAdminClient
     from sdk.client import KafkaClient, TopicPartition
     from sdk.client.config import ClientConfig
@@ -24,12 +24,15 @@ if TYPE_CHECKING:
         ConsumerRebalanceListener,
         ConsumerRecord,
         OffsetAndMetadata,
+        OffsetAndTimestamp,
     )
     from sdk.consumer import Consumer as AIOKafkaConsumer
+    from sdk.consumer.errors import ConsumerStoppedError
     from sdk.errors import (
         BufferExhaustedError,
         ConfigError,
         DeliveryTimeoutError,
+        IllegalOperation,
         IllegalStateError,
         InvalidPartitionError,
         KafkaConnectionError,
@@ -63,6 +66,8 @@ __version__ = "0.1.0"
 #: Public name -> (module, attribute in it).
 _LAZY: dict[str, tuple[str, str]] = {
     "errors": ("sdk.errors", ""),
+    "structs": ("sdk.structs", ""),
+    "ConsumerStoppedError": ("sdk.consumer.errors", "ConsumerStoppedError"),
     "KafkaClient": ("sdk.client", "KafkaClient"),
     "TopicPartition": ("sdk.client", "TopicPartition"),
     "ClientConfig": ("sdk.client.config", "ClientConfig"),
@@ -72,6 +77,7 @@ _LAZY: dict[str, tuple[str, str]] = {
             "BufferExhaustedError",
             "ConfigError",
             "DeliveryTimeoutError",
+            "IllegalOperation",
             "IllegalStateError",
             "InvalidPartitionError",
             "KafkaConnectionError",
@@ -111,6 +117,7 @@ _LAZY: dict[str, tuple[str, str]] = {
             "ConsumerRebalanceListener",
             "ConsumerRecord",
             "OffsetAndMetadata",
+            "OffsetAndTimestamp",
         )
     },
     "AIOKafkaConsumer": ("sdk.consumer", "Consumer"),
@@ -131,8 +138,10 @@ __all__ = [
     "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
+    "ConsumerStoppedError",
     "DefaultPartitioner",
     "DeliveryTimeoutError",
+    "IllegalOperation",
     "IllegalStateError",
     "InvalidPartitionError",
     "KafkaClient",
@@ -143,6 +152,7 @@ __all__ = [
     "Murmur2RandomPartitioner",
     "NoBrokersAvailableError",
     "OffsetAndMetadata",
+    "OffsetAndTimestamp",
     "OffsetRange",
     "Partitioner",
     "PreparedTxnState",
@@ -157,6 +167,7 @@ __all__ = [
     "TopicPartition",
     "TransactionsNotImplementedError",
     "errors",
+    "structs",
 ]
 
 

@@ -25,6 +25,13 @@ class EncodeError(ValueError):
     """A message whose field values cannot be written in the requested version."""
 
 
+class _CodeAlias:
+    """``errno``: aiokafka's (and kafka-python's) name for ``code``, on the class and on instances."""
+
+    def __get__(self, instance: object, owner: type[KafkaError]) -> int:
+        return (owner if instance is None else instance).code  # type: ignore[attr-defined]
+
+
 class KafkaError(Exception):
     """Base of every error a Kafka broker can answer with."""
 
@@ -32,6 +39,7 @@ class KafkaError(Exception):
     name: str = "UNKNOWN_SERVER_ERROR"
     retriable: bool = False
     java_class: str = ""
+    errno = _CodeAlias()
 
     def __init__(self, message: str | None = None):
         self.message = message
