@@ -124,15 +124,13 @@ def test_a_stream_with_fewer_sink_partitions_resolves_the_ids_beyond_them(broker
     query = uuid.uuid4().hex
     # Batch 0 ran with three sink partitions; the task of partition 2 died before its commit
     # (per-task: an open transaction; two-phase: a prepared one), and so did the query.
-    messages = [write_partition(options, iter(_rows(f"b0-{p}")), prefix, Marker.of_query(query, 0), partition=p)
-                for p in (0, 1)]
+    for partition in (0, 1):
+        write_partition(options, iter(_rows(f"b0-{partition}")), prefix, Marker.of_query(query, 0),
+                        partition=partition)
     with pytest.raises(RuntimeError, match="injected failure"):
         write_partition(options, iter(_rows("b0-2")), prefix, Marker.of_query(query, 0), partition=2)
     # Restarted with one sink partition: batch 0 re-runs as one task, and the driver commits it.
     stream = KafkaStreamWriter({k: v for k, v in raw.items() if not k.startswith("testing.")}, SCHEMA)
-    if mode == "two-phase":
-        for message in messages:  # their driver died too: the re-run task's recovery aborts id 0's
-            assert message.state
     rerun = write_partition(stream.options, iter(_rows("b0-rerun")), prefix, Marker.of_query(query, 0),
                             partition=0)
     stream.commit([rerun], 0)
@@ -147,7 +145,7 @@ def test_a_task_whose_transaction_outlives_the_timeout_fails_early_and_says_why(
     raw = _raw_options(broker.bootstrap, topic, "per-task", **{"kafka.transaction.timeout.ms": "1000",
                                                                "testing.slowtask": "0::1.5"})
     options = SinkOptions.parse(raw, SCHEMA)
-    with pytest.raises(TransactionTimeoutError, match="kafka.transaction.timeout.ms"):
+    with pytest.raises(TransactionTimeoutError, match=r"kafka\.transaction\.timeout\.ms"):
         write_partition(options, iter(_rows("slow", 3)), f"t-{topic}", Marker.of_query("q", 0), partition=0)
     assert [r.value for r in read_topic(broker.bootstrap, topic)] == []
 
@@ -166,6 +164,6 @@ def test_a_stream_whose_markers_expired_refuses_to_rerun_a_batch(broker: Any) ->
     with AdminClient(bootstrap_servers=broker.bootstrap) as admin:
         errors = admin.delete_consumer_groups([marker_group(f"{prefix}-{p}") for p in (0, 1)])
         assert all(error is None for error in errors.values())
-    with pytest.raises(MarkersExpiredError, match="offsets.retention.minutes"):
+    with pytest.raises(MarkersExpiredError, match=r"offsets\.retention\.minutes"):
         write_partition(options, iter(_rows("b1-0")), prefix, Marker.of_query(query, 1), partition=0)
     assert len(read_topic(broker.bootstrap, topic)) == 20
