@@ -228,6 +228,12 @@ class TransactionCoordinatorChannel:
                 keep_prepared_txn=keep_prepared_transaction,
             )
 
+        what = f"InitProducerId for transactional id {self.transactional_id!r}"
+        if two_phase_commit:  # refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED where disabled
+            what += (
+                " with two-phase commit (the broker must set transaction.two.phase.commit.enable=true;"
+                " Kafka's default is false)"
+            )
         async with self.lock:
             response = await self._send(
                 CoordinatorType.TRANSACTION,
@@ -235,7 +241,7 @@ class TransactionCoordinatorChannel:
                 InitProducerIdRequest.API_KEY,
                 build,
                 lambda r: [r.error_code],
-                f"InitProducerId for transactional id {self.transactional_id!r}",
+                what,
                 deadline=self._deadline(),
             )
         kept: PreparedTxnState | None = None
