@@ -321,9 +321,10 @@ def handle_describe_groups(
         if error:
             described.append(DescribeGroupsResponse.DescribedGroup(error_code=error, group_id=group_id))
         else:
-            described.append(
-                _described(group_id, group, ctx.api_version, request.include_authorized_operations)
-            )
+            entry = _described(group_id, group, ctx.api_version, request.include_authorized_operations)
+            if group is None and entry.error_code and group_id in broker.groups.consumer.groups:
+                entry.error_message = f"Group {group_id} is not a classic group."
+            described.append(entry)
     return DescribeGroupsResponse(groups=described)
 
 

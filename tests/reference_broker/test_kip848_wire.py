@@ -16,10 +16,13 @@ from sdk.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
     CreateTopicsRequest,
+    DeleteGroupsRequest,
     DescribeGroupsRequest,
     FindCoordinatorRequest,
     JoinGroupRequest,
     ListGroupsRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
 )
 from tests.reference_broker.wire import WireClient
 
@@ -146,3 +149,140 @@ def test_a_consumer_group_is_listed_described_and_kept_across_a_broker_kill(
         assert (empty.group_state, empty.members) == ("Empty", [])
     finally:
         client.close()
+
+
+def _answers(bootstrap: str, tag: str) -> list[tuple[str, Any]]:
+    """One scripted conversation with a broker: what each request was answered (error code, error
+    message and the fields a client acts on), with the group names made broker-independent."""
+    group, unknown = f"g-{tag}", f"unknown-{tag}"
+    client = WireClient(bootstrap)
+    answers: list[tuple[str, Any]] = []
+
+    def heartbeat(step: str, version: int = 1, **fields: Any) -> None:
+        request: dict[str, Any] = {
+            "group_id": group,
+            "member_id": "m1",
+            "member_epoch": 0,
+            "rebalance_timeout_ms": 30_000,
+            "subscribed_topic_names": [TOPIC],
+            "topic_partitions": [],
+        }
+        request.update(fields)
+        r = client.request(ConsumerGroupHeartbeatRequest(**request), version)
+        sizes = (
+            None
+            if r.assignment is None
+            else sorted(len(tp.partitions) for tp in r.assignment.topic_partitions)
+        )
+        message = None if r.error_message is None else r.error_message.replace(tag, "*")
+        answers.append((step, (r.error_code, message, r.member_epoch, r.heartbeat_interval_ms, sizes)))
+
+    def commit(step: str, version: int, epoch: int, member: str = "m1") -> None:
+        partition = OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)
+        topic = OffsetCommitRequest.OffsetCommitRequestTopic(name=TOPIC, partitions=[partition])
+        r = client.request(
+            OffsetCommitRequest(
+                group_id=group, generation_id_or_member_epoch=epoch, member_id=member, topics=[topic]
+            ),
+            version,
+        )
+        answers.append((step, r.topics[0].partitions[0].error_code))
+
+    def fetch(step: str, epoch: int, member: str | None = "m1") -> None:
+        wanted = OffsetFetchRequest.OffsetFetchRequestGroup(
+            group_id=group, member_id=member, member_epoch=epoch, topics=None
+        )
+        r = client.request(OffsetFetchRequest(groups=[wanted]), 9).groups[0]
+        answers.append(
+            (step, (r.error_code, [(t.name, [p.committed_offset for p in t.partitions]) for t in r.topics]))
+        )
+
+    try:
+        client.request(
+            CreateTopicsRequest(
+                topics=[
+                    CreateTopicsRequest.CreatableTopic(name=TOPIC, num_partitions=3, replication_factor=1)
+                ],
+                timeout_ms=10_000,
+            ),
+            5,
+        )
+        client.request(FindCoordinatorRequest(key_type=0, coordinator_keys=[group, unknown]), 4)
+        not_ready = (E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE)
+        _until(
+            lambda: client.request(ConsumerGroupDescribeRequest(group_ids=[group, unknown]), 0).groups,
+            lambda groups: all(g.error_code not in not_ready for g in groups),
+            timeout=60,
+        )
+        heartbeat("unknown group, epoch 3", group_id=unknown, member_epoch=3)
+        heartbeat("unknown group, leave", group_id=unknown, member_epoch=-1)
+        heartbeat("v1 without member id", member_id="")
+        heartbeat("join", member_epoch=0)
+        heartbeat(
+            "steady",
+            member_epoch=1,
+            rebalance_timeout_ms=-1,
+            subscribed_topic_names=None,
+            topic_partitions=None,
+        )
+        heartbeat(
+            "epoch ahead",
+            member_epoch=7,
+            rebalance_timeout_ms=-1,
+            subscribed_topic_names=None,
+            topic_partitions=None,
+        )
+        heartbeat(
+            "unknown member",
+            member_id="zz",
+            member_epoch=1,
+            rebalance_timeout_ms=-1,
+            subscribed_topic_names=None,
+        )
+        heartbeat("unknown assignor", member_epoch=1, server_assignor="sticky")
+        heartbeat("epoch -3", member_epoch=-3)
+        heartbeat("join without rebalance timeout", member_id="m9", rebalance_timeout_ms=-1)
+        heartbeat("join owning partitions", member_id="m9", topic_partitions=None)
+        commit("commit v9", 9, 1)
+        commit("commit v9, epoch ahead", 9, 2)
+        commit("commit v9, epoch behind", 9, 0)
+        commit("commit v8", 8, 1)
+        commit("commit v9, unknown member", 9, 1, "zz")
+        commit("commit v9, no member", 9, -1, "")
+        fetch("fetch v9", 1)
+        fetch("fetch v9, epoch ahead", 2)
+        fetch("fetch v9, unknown member", 1, "zz")
+        fetch("fetch v9, no member", -1, None)
+        listed = client.request(ListGroupsRequest(types_filter=["consumer"]), 5).groups
+        answers.append(
+            ("list", [(g.protocol_type, g.group_state, g.group_type) for g in listed if g.group_id == group])
+        )
+        described = client.request(DescribeGroupsRequest(groups=[group]), 6).groups[0]
+        answers.append(
+            (
+                "describe v6",
+                (
+                    described.error_code,
+                    (described.error_message or "").replace(tag, "*"),
+                    described.group_state,
+                ),
+            )
+        )
+        deleted = client.request(DeleteGroupsRequest(groups_names=[group]), 2).results[0]
+        answers.append(("delete while members", deleted.error_code))
+        heartbeat("leave", member_epoch=-1)
+        heartbeat("leave again", member_epoch=-1)
+        empty = client.request(ConsumerGroupDescribeRequest(group_ids=[group]), 0).groups[0]
+        answers.append(("describe empty", (empty.error_code, empty.group_state, len(empty.members))))
+    finally:
+        client.close()
+    return answers
+
+
+def test_consumer_group_answers_match_apache_kafka(broker_factory: BrokerFactory, apache_kafka: Any) -> None:
+    ours = _answers(broker_factory().bootstrap, uuid.uuid4().hex[:8])
+    kafka = _answers(apache_kafka.bootstrap, uuid.uuid4().hex[:8])
+    differences = [
+        (step, mine, theirs) for (step, mine), (_, theirs) in zip(ours, kafka, strict=True) if mine != theirs
+    ]
+    assert differences == []

@@ -158,8 +158,8 @@ class ConsumerGroupCoordinator:
                 raise invalid("RebalanceTimeoutMs must be provided in first request.")
             if a.owned is None or any(a.owned.values()):
                 raise invalid("TopicPartitions must be empty when (re-)joining.")
-            if not a.subscribed_topic_names:
-                raise invalid("SubscribedTopicNames must be set in first request.")
+            if a.subscribed_topic_names is None and a.subscribed_topic_regex is None:
+                raise invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
         elif a.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             if a.instance_id is None:
                 raise invalid("InstanceId can't be null.")
@@ -183,7 +183,7 @@ class ConsumerGroupCoordinator:
         if classic is not None and (classic.members or classic.pending_members):
             raise Refused(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         if not create:
-            raise Refused(E.UNKNOWN_MEMBER_ID, f"Group {group_id} not found.")
+            raise Refused(E.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
         if classic is not None and classic.protocol_type is not None:
             # An empty classic group becomes a consumer group; its offsets stay (Kafka deletes the
             # empty classic group's metadata record, not its offsets).
@@ -447,7 +447,7 @@ class ConsumerGroupCoordinator:
     def _leave(self, a: HeartbeatArgs) -> HeartbeatAnswer:
         group = self.groups.get(a.group_id)
         if group is None:
-            raise Refused(E.UNKNOWN_MEMBER_ID, f"Group {a.group_id} not found.")
+            raise Refused(E.GROUP_ID_NOT_FOUND, f"Group {a.group_id} not found.")
         answer = HeartbeatAnswer(member_id=a.member_id, member_epoch=a.member_epoch)
         if a.instance_id is None:
             member = group.members.get(a.member_id)
