@@ -2,12 +2,6 @@
 
 Only APIs Kafka serves on a broker listener may be registered (its message definitions list
 ``"broker"`` among their ``"listeners"``); those it serves only to controllers are refused here.
-Some broker-listener APIs are for other brokers only: Kafka authorizes them as CLUSTER_ACTION on
-the cluster. This broker is a single node without peers (its transaction coordinator writes
-markers in-process, never through the network), so each of those is registered with
-``register_peers_only``: advertised as Kafka advertises it, and every call answered with the API's
-error response carrying CLUSTER_AUTHORIZATION_FAILED, the answer Kafka gives a client without that
-permission; the connection stays up.
 """
 
 from __future__ import annotations
@@ -19,7 +13,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from sdk.protocol.codec import request_class
-from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import Message
 
 if TYPE_CHECKING:
@@ -81,22 +74,6 @@ class HandlerRegistry:
             lo, hi = versions
         synchronous = not inspect.iscoroutinefunction(handle)
         self._handlers[api_key] = ApiHandler(api_key, lo, hi, handle, error_response, synchronous)
-
-    def register_peers_only(
-        self, api_key: int, *, versions: tuple[int, int] | None = None, error_response: ErrorFunc
-    ) -> None:
-        """Advertise ``api_key`` (an API for other brokers) and refuse every call to it with
-        CLUSTER_AUTHORIZATION_FAILED through ``error_response`` (see the module docstring)."""
-
-        def refuse(broker: Broker, ctx: RequestContext, request: Any) -> Message | None:
-            log.warning(
-                "refused %s v%d from %s (client id %r): only other brokers may send it,"
-                " and this broker has none",
-                type(request).__name__, ctx.api_version, ctx.connection.peer, ctx.client_id,
-            )
-            return error_response(request, ctx.api_version, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-
-        self.register(api_key, refuse, versions=versions, error_response=error_response)
 
     def guard(self, api_key: int, wrap: Callable[[HandleFunc], HandleFunc]) -> None:
         """Replace a registered handler by ``wrap(handler)`` (the authorization checks); the

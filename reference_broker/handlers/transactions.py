@@ -25,10 +25,16 @@ Versions served and per-version notes:
   transactions v2 is answered UNSUPPORTED_VERSION, as Kafka 4 does: EndTxn v5, TxnOffsetCommit
   v5 and a transactional Produce v12+ (a client is to use v2 only when ApiVersions finalizes
   ``transaction.version`` 2).
-- WriteTxnMarkers (27) v1-2: advertised, and refused with CLUSTER_AUTHORIZATION_FAILED for every
-  partition (``HandlerRegistry.register_peers_only``): only another broker may send it, and this
-  single node has none; its coordinator writes markers in-process
-  (``Storage.append_control_batch``), never through the network.
+- WriteTxnMarkers (27) v1-2: another broker's (or an admin client's, KIP-664
+  ``abortTransaction``) request to end a producer's transaction on partitions this broker leads.
+  It needs CLUSTER_ACTION on the cluster granted by the authorizer (``super.users`` or an ACL);
+  without an authorizer it is refused with CLUSTER_AUTHORIZATION_FAILED, where Kafka would allow
+  anyone: a marker injected between a producer's send and its commit hides committed records
+  from read_committed readers, and this single node needs the API from no peer. Each partition
+  answers on its own (UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH for an epoch older than
+  the producer's, TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch). This node's
+  own coordinator writes its markers in-process through the same
+  ``TransactionCoordinatorService.write_marker``.
 - ListTransactions (66) v0-2 (v1 duration filter, v2 transactional id regex),
   DescribeTransactions (65) v0, DescribeProducers (61) v0.
 """
@@ -40,6 +46,7 @@ from typing import TYPE_CHECKING
 from reference_broker.coordinator.group.state import CommittedOffset
 from reference_broker.coordinator.txn.service import TransactionalOffsetCommit
 from reference_broker.coordinator.txn.state import TxnState
+from reference_broker.handlers.auth import Operation, authorize_cluster
 from reference_broker.handlers.common import error_code_of
 from reference_broker.patterns import InvalidPatternError
 from sdk.protocol.errors import ErrorCode, KafkaError
@@ -264,6 +271,36 @@ def handle_end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) 
 # -- WriteTxnMarkers -----------------------------------------------------------------------
 
 
+def handle_write_markers(
+    broker: Broker, ctx: RequestContext, request: WriteTxnMarkersRequest
+) -> WriteTxnMarkersResponse:
+    if broker.authorizer is None or not authorize_cluster(broker, ctx, Operation.CLUSTER_ACTION):
+        return error_write_markers(request, ctx.api_version, E.CLUSTER_AUTHORIZATION_FAILED)
+    service = _service(broker)
+    R = WriteTxnMarkersResponse
+    results = []
+    for marker in request.markers:
+        topics = []
+        for topic in marker.topics:
+            partitions = []
+            for index in topic.partition_indexes:
+                try:
+                    service.write_marker(
+                        (topic.name, index),
+                        marker.transaction_result,
+                        marker.producer_id,
+                        marker.producer_epoch,
+                        marker.coordinator_epoch,
+                    )
+                    code = E.NONE
+                except KafkaError as exc:
+                    code = error_code_of(exc)
+                partitions.append(R.WritableTxnMarkerPartitionResult(partition_index=index, error_code=code))
+            topics.append(R.WritableTxnMarkerTopicResult(name=topic.name, partitions=partitions))
+        results.append(R.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=topics))
+    return R(markers=results)
+
+
 def error_write_markers(request: WriteTxnMarkersRequest, version: int, code: int) -> WriteTxnMarkersResponse:
     R = WriteTxnMarkersResponse
     return R(
@@ -436,7 +473,9 @@ def install(registry: HandlerRegistry) -> None:
         error_response=_simple_error(AddOffsetsToTxnResponse),
     )
     registry.register(END_TXN, handle_end_txn, versions=(0, 5), error_response=_simple_error(EndTxnResponse))
-    registry.register_peers_only(WRITE_MARKERS, versions=(1, 2), error_response=error_write_markers)
+    registry.register(
+        WRITE_MARKERS, handle_write_markers, versions=(1, 2), error_response=error_write_markers
+    )
     registry.register(
         TXN_OFFSET_COMMIT,
         handle_txn_offset_commit,

@@ -4,8 +4,10 @@ WriteTxnMarkers (27) writes COMMIT/ABORT markers into data partitions: a client 
 abort another producer's transaction between its send and its commit, and the committed record
 then never reaches read_committed readers. Kafka authorizes the request as CLUSTER_ACTION on the
 cluster and answers a client without that permission CLUSTER_AUTHORIZATION_FAILED for every
-partition, keeping the connection; this broker is a single node with no peers, whose transaction
-coordinator writes its markers in-process, so every caller is such a client. The API stays
+partition, keeping the connection. This broker is a single node with no peers, whose transaction
+coordinator writes its markers in-process: without an authorizer every caller is refused, and with
+one only a principal granted CLUSTER_ACTION (an operator aborting a hanging transaction,
+``test_abort_hanging_transaction.py``) is served. The API stays
 advertised, as Kafka advertises it on a broker listener; what Kafka serves only on controller
 listeners (its ``"listeners"`` in the message definitions lack ``"broker"``) is not advertised.
 """

@@ -124,14 +124,25 @@ class TransactionCoordinatorService:
         if crash_id:
             self.coordinator.after_prepare = partial(_kill_after_prepare, crash_id)
 
-    def write_marker(self, tp: TopicPartition, commit: bool, producer_id: int, producer_epoch: int) -> None:
+    def write_marker(
+        self,
+        tp: TopicPartition,
+        commit: bool,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int = COORDINATOR_EPOCH,
+    ) -> None:
+        """End ``producer_id``'s transaction on ``tp`` with a COMMIT or ABORT marker; a commit on
+        ``__consumer_offsets`` makes the transaction's offsets the group's. Raises
+        UnknownTopicOrPartitionError, InvalidProducerEpochError (an older epoch) or
+        TransactionCoordinatorFencedError (an older coordinator epoch)."""
         topic, partition = tp
         meta = self.storage.topic(topic)
         if meta is None or not 0 <= partition < meta.num_partitions:
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} no longer exists")
         control = ControlType.COMMIT if commit else ControlType.ABORT
         self.storage.append_control_batch(
-            topic, partition, control, producer_id, producer_epoch, COORDINATOR_EPOCH
+            topic, partition, control, producer_id, producer_epoch, coordinator_epoch
         )
         if topic == CONSUMER_OFFSETS and self.groups is not None:
             self.groups.complete_transaction(partition, producer_id, commit)

@@ -2,7 +2,8 @@
 transactional producer leaves a transaction open, the admin client lists and describes it, finds
 it on the partition (DescribeProducers) and aborts it there (KIP-664's WriteTxnMarkers to the
 leader); a read_committed confluent-kafka consumer then reads past it. The reference broker takes
-WriteTxnMarkers from other brokers only, so there the abort must fail with its authorization error."""
+WriteTxnMarkers only from principals its authorizer grants CLUSTER_ACTION (none here: it runs
+without an authorizer), so there the abort must fail with its authorization error."""
 
 from __future__ import annotations
 
