@@ -291,3 +291,14 @@ def raise_item_error(error: BaseException | None, what: str) -> None:
     name = type(error).__name__
     text = str(error)
     raise CliError(f"{what}: {name}: {text}" if text and text != name else f"{what}: {name}")
+
+
+def existing_partitions(topic: str, description: Any) -> list[int]:
+    """The partition numbers of ``topic`` from its ``TopicDescription``; CliError when the topic
+    does not exist or could not be described."""
+    from sdk.errors import UnknownTopicOrPartitionError
+
+    if isinstance(description.error, UnknownTopicOrPartitionError):
+        raise CliError(f"topic {topic!r} does not exist")
+    raise_item_error(description.error, f"topic {topic!r}")
+    return sorted(p.partition for p in description.partitions)

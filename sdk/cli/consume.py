@@ -16,10 +16,9 @@ import sys
 import time
 from typing import Any
 
-from sdk.cli.common import EXIT_OK, CliError, UsageError, admin_client
+from sdk.cli.common import EXIT_OK, UsageError, admin_client, existing_partitions
 from sdk.cli.output import bytes_field, print_json
 from sdk.client.cluster import TopicPartition
-from sdk.errors import UnknownTopicOrPartitionError
 
 __all__ = ["register"]
 
@@ -109,11 +108,7 @@ async def _partitions(args: argparse.Namespace, settings: dict[str, Any]) -> lis
     or a partition does not exist."""
     async with admin_client(settings) as admin:
         description = (await admin.describe_topics([args.topic]))[args.topic]
-    if isinstance(description.error, UnknownTopicOrPartitionError):
-        raise CliError(f"topic {args.topic!r} does not exist")
-    if description.error is not None:
-        raise CliError(f"topic {args.topic!r}: {type(description.error).__name__}: {description.error}")
-    existing = sorted(p.partition for p in description.partitions)
+    existing = existing_partitions(args.topic, description)
     wanted = args.partition or existing
     for partition in wanted:
         if partition not in existing:

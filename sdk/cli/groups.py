@@ -16,10 +16,17 @@ import sys
 from typing import Any
 
 from sdk.admin import OffsetSpec
-from sdk.cli.common import EXIT_OK, CliError, UsageError, admin_client, raise_item_error
+from sdk.cli.common import (
+    EXIT_OK,
+    CliError,
+    UsageError,
+    admin_client,
+    existing_partitions,
+    raise_item_error,
+)
 from sdk.cli.output import print_json, print_table
 from sdk.client.cluster import TopicPartition
-from sdk.errors import GroupIdNotFoundError, UnknownTopicOrPartitionError
+from sdk.errors import GroupIdNotFoundError
 
 __all__ = ["register"]
 
@@ -226,10 +233,7 @@ async def _scope(
             raise UsageError(f"--topic: expected TOPIC or TOPIC:P,P..., got {item!r}")
         topic = match.group("topic")
         description = (await admin.describe_topics([topic]))[topic]
-        if isinstance(description.error, UnknownTopicOrPartitionError):
-            raise CliError(f"topic {topic!r} does not exist")
-        raise_item_error(description.error, f"topic {topic!r}")
-        existing = sorted(p.partition for p in description.partitions)
+        existing = existing_partitions(topic, description)
         wanted = (
             [int(p) for p in match.group("partitions").split(",")] if match.group("partitions") else existing
         )

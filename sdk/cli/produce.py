@@ -16,9 +16,8 @@ import sys
 from collections.abc import Awaitable
 from typing import IO, Any
 
-from sdk.cli.common import EXIT_OK, CliError, UsageError, admin_client, parse_key_value
+from sdk.cli.common import EXIT_OK, CliError, UsageError, admin_client, existing_partitions, parse_key_value
 from sdk.cli.output import Progress, print_json
-from sdk.errors import UnknownTopicOrPartitionError
 
 __all__ = ["register"]
 
@@ -97,11 +96,8 @@ async def produce(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     producer_settings = _producer_settings(args, settings)
     async with admin_client(settings) as admin:
         description = (await admin.describe_topics([args.topic]))[args.topic]
-    if isinstance(description.error, UnknownTopicOrPartitionError):
-        raise CliError(f"topic {args.topic!r} does not exist")
-    if description.error is not None:
-        raise CliError(f"topic {args.topic!r}: {type(description.error).__name__}: {description.error}")
-    if args.partition is not None and args.partition not in {p.partition for p in description.partitions}:
+    partitions = existing_partitions(args.topic, description)
+    if args.partition is not None and args.partition not in partitions:
         raise UsageError(f"--partition: topic {args.topic!r} has no partition {args.partition}")
     try:
         stream: IO[bytes] = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115

@@ -15,7 +15,14 @@ import time
 from typing import Any
 
 from sdk.admin import AbortTransactionSpec
-from sdk.cli.common import EXIT_OK, CliError, UsageError, admin_client, raise_item_error
+from sdk.cli.common import (
+    EXIT_OK,
+    CliError,
+    UsageError,
+    admin_client,
+    existing_partitions,
+    raise_item_error,
+)
 from sdk.cli.output import Progress, print_json, print_table
 from sdk.client.cluster import TopicPartition
 from sdk.errors import TransactionalIdNotFoundError, UnknownTopicOrPartitionError
@@ -218,9 +225,7 @@ async def _search_scope(admin: Any, args: argparse.Namespace) -> list[TopicParti
     tps = []
     for topic in topics:
         description = descriptions[topic]
-        if isinstance(description.error, UnknownTopicOrPartitionError):
-            raise CliError(f"topic {topic!r} does not exist")
-        raise_item_error(description.error, f"topic {topic!r}")
+        existing_partitions(topic, description)
         tps += [
             TopicPartition(topic, p.partition)
             for p in description.partitions

@@ -112,10 +112,14 @@ def test_a_killed_producers_transaction_is_the_coordinators_to_abort(
     wait_for(
         lambda: committed_values(cli, topic) == ["after"], "the timed-out transaction's abort", timeout=90
     )
-    assert cli("transactions", "describe", "--transactional-id", tid, "--json").json()["state"] in (
-        "CompleteAbort",
-        "Empty",
-    )
+    states: list[str] = []
+
+    def abort_completed() -> bool:
+        states.append(cli("transactions", "describe", "--transactional-id", tid, "--json").json()["state"])
+        return states[-1] in ("CompleteAbort", "Empty")
+
+    wait_for(abort_completed, "the coordinator's abort to complete", timeout=30)
+    assert "Ongoing" not in states, states
     missing = cli("transactions", "describe", "--transactional-id", name("nobody"), check=False)
     assert missing.returncode == 1 and "does not exist" in missing.stderr
 
