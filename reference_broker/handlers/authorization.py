@@ -29,6 +29,7 @@ from reference_broker.handlers.auth import (
     authorize_cluster,
     authorized_operations,
 )
+from reference_broker.security.authorizer import SUPPORTED_OPERATIONS
 from sdk.protocol.errors import ErrorCode as E
 from sdk.protocol.messages import (
     AddOffsetsToTxnRequest,
@@ -90,7 +91,7 @@ Plan = tuple[Message | None, Any, Callable[[Any], Any]]
 Pre = Callable[["Broker", "RequestContext", Any], Plan]
 
 GROUP, TOPIC, TXN = ResourceType.GROUP, ResourceType.TOPIC, ResourceType.TRANSACTIONAL_ID
-ALL_GROUP_OPERATIONS = sum(1 << op for op in (Operation.READ, Operation.DELETE, Operation.DESCRIBE))
+ALL_GROUP_OPERATIONS = sum(1 << op for op in SUPPORTED_OPERATIONS[ResourceType.GROUP])
 #: DescribeConfigs/AlterConfigs resource types -> (ACL resource, its error).
 _CONFIG_RESOURCES = {
     2: (TOPIC, E.TOPIC_AUTHORIZATION_FAILED),

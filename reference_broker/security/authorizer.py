@@ -50,7 +50,13 @@ SUPPORTED_OPERATIONS = {
         Operation.DESCRIBE_CONFIGS,
         Operation.ALTER_CONFIGS,
     ),
-    ResourceType.GROUP: (Operation.READ, Operation.DELETE, Operation.DESCRIBE),
+    ResourceType.GROUP: (
+        Operation.READ,
+        Operation.DELETE,
+        Operation.DESCRIBE,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+    ),
     ResourceType.CLUSTER: (
         Operation.CREATE,
         Operation.ALTER,
@@ -59,9 +65,8 @@ SUPPORTED_OPERATIONS = {
         Operation.DESCRIBE_CONFIGS,
         Operation.ALTER_CONFIGS,
         Operation.IDEMPOTENT_WRITE,
-        Operation.CREATE_TOKENS,
-        Operation.DESCRIBE_TOKENS,
     ),
+    ResourceType.TRANSACTIONAL_ID: (Operation.DESCRIBE, Operation.WRITE),
 }
 
 

@@ -39,7 +39,7 @@ from sdk.protocol.messages import (
     ProduceRequest,
 )
 from sdk.records import RecordBatchBuilder
-from tests.reference_broker.security.conftest import PLAIN_JAAS, MultiBroker, Ports, plain_login
+from tests.reference_broker.security.conftest import PLAIN_JAAS, Certs, MultiBroker, Ports, plain_login
 from tests.reference_broker.wire import WireClient, fetch_request
 
 AUTHZ_CONFIG = {
@@ -355,3 +355,38 @@ def test_acl_apis_without_an_authorizer_answer_security_disabled(broker: BrokerP
         topic = f"open-{uuid.uuid4().hex[:6]}"
         assert _create_topic(client, topic) == ErrorCode.NONE
         assert _produce(client, topic) == ErrorCode.NONE
+
+
+def test_client_certificate_principal_is_the_subject_dn(
+    multi_listener_broker: MultiBroker, certs: Certs
+) -> None:
+    config = {
+        **certs.broker_ssl("required"),
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:CN=admin",
+        "num.partitions": 1,
+    }
+    _, ports = multi_listener_broker(["SSL"], config)
+
+    def conf(name: str, org: str | None = None) -> dict[str, Any]:
+        pem = certs.ca.issue(name, org=org)
+        return {
+            "bootstrap.servers": f"localhost:{ports['SSL']}",
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(certs.ca.pem),
+            "ssl.certificate.location": str(pem.cert),
+            "ssl.key.location": str(pem.key),
+        }
+
+    admin = AdminClient(conf("admin"))
+    for future in admin.create_topics(_new_topics(TOPIC)).values():
+        future.result(30)
+    _create_acls(admin, [_acl(ResourceType.TOPIC, TOPIC, "User:CN=alice,O=Test", AclOperation.WRITE)])
+    outcomes: dict[str, KafkaError | None] = {}
+    for name, client_conf in (("alice", conf("alice", org="Test")), ("bob", conf("bob", org="Test"))):
+        producer = Producer({**client_conf, "retries": 0, "message.timeout.ms": 10000})
+        producer.produce(TOPIC, b"x", on_delivery=lambda err, msg, name=name: outcomes.__setitem__(name, err))
+        producer.flush(30)
+    assert outcomes["alice"] is None
+    bob = outcomes["bob"]
+    assert bob is not None and bob.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED

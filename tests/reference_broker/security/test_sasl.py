@@ -33,7 +33,7 @@ from sdk.protocol.messages import (
     SaslAuthenticateRequest,
     SaslHandshakeRequest,
 )
-from tests.reference_broker.security.conftest import PLAIN_JAAS, MultiBroker, Ports
+from tests.reference_broker.security.conftest import PLAIN_JAAS, Certs, MultiBroker, Ports
 from tests.reference_broker.wire import WireClient
 
 SASL_CONFIG = {
@@ -345,3 +345,21 @@ def test_sasl_on_a_plaintext_listener_is_an_illegal_state(broker: BrokerProcess)
             == ErrorCode.ILLEGAL_SASL_STATE
         )
         assert client.request(MetadataRequest(topics=None), 12).brokers
+
+
+def test_sasl_ssl_listener_with_plain(multi_listener_broker: MultiBroker, certs: Certs) -> None:
+    config = {
+        **certs.broker_ssl(),
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+    }
+    _, ports = multi_listener_broker(["SASL_SSL"], config)
+    conf = {
+        "bootstrap.servers": f"localhost:{ports['SASL_SSL']}",
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(certs.ca.pem),
+        "sasl.mechanisms": "PLAIN",
+        "sasl.username": "alice",
+        "sasl.password": "alice-pw",
+    }
+    assert _round_trip(conf, 2) == [b"m0", b"m1"]
