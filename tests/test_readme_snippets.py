@@ -123,3 +123,26 @@ def test_two_phase_block_on_a_broker_without_two_phase_commit_names_the_setting(
         result = run_block(TWO_PHASE, broker.bootstrap, tmp_path)
     assert result.returncode != 0, result.stdout
     assert "transaction.two.phase.commit.enable" in result.stderr, result.stderr
+
+
+#: What ``python -m reference_broker`` (the README's command) runs with, as Kafka: a new group
+#: waits this long for more members before its first assignment.
+KAFKA_INITIAL_REBALANCE_DELAY_MS = 3000
+
+
+@pytest.mark.timeout(180)
+def test_copy_blocks_copy_existing_input_on_a_broker_with_kafkas_group_delay(tmp_path: Path) -> None:
+    """The exactly-once copy blocks, on a broker whose first rebalance waits 3 s (Kafka's
+    ``group.initial.rebalance.delay.ms``): each copies the records already in ``events``."""
+    copy_blocks = [b for b in RUN if b.expect is not None and "copied" in b.expect]
+    assert len(copy_blocks) == 2
+    settings = {"group.initial.rebalance.delay.ms": KAFKA_INITIAL_REBALANCE_DELAY_MS}
+    with BrokerProcess(config=settings) as broker:
+        producer_block = next(b for b in RUN if "send_and_wait(\"events\"" in b.text)
+        for _ in range(3):
+            assert run_block(producer_block, broker.bootstrap, tmp_path).returncode == 0
+        for block in copy_blocks:
+            result = run_block(block, broker.bootstrap, tmp_path)
+            report = f"README.md line {block.line}: exit {result.returncode}\n{result.stdout}{result.stderr}"
+            assert result.returncode == 0, report
+            assert re.search(r"copied 3 records", result.stdout), report
