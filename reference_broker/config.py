@@ -400,6 +400,10 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey(
             "group.consumer.session.timeout.ms", _B.INT, 45000, "KIP-848 member session timeout.", at_least(1)
         ),
+        ConfigKey("group.consumer.min.session.timeout.ms", _B.INT, 45000, "Its lower bound.", at_least(1)),
+        ConfigKey("group.consumer.max.session.timeout.ms", _B.INT, 60000, "Its upper bound.", at_least(1)),
+        ConfigKey("group.consumer.min.heartbeat.interval.ms", _B.INT, 5000, "Its lower bound.", at_least(1)),
+        ConfigKey("group.consumer.max.heartbeat.interval.ms", _B.INT, 15000, "Its upper bound.", at_least(1)),
         ConfigKey(
             "group.consumer.assignors",
             _B.LIST,

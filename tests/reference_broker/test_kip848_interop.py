@@ -245,3 +245,79 @@ def test_confluent_kafka_members_join_and_leave_without_losing_or_repeating_reco
     assert consumed() == _expected(RECORDS)
     assert _unexplained_repeats(log) == []
     assert all(not m.errors for m in members), [m.errors for m in members]
+
+
+SESSION_MS = 6000
+#: Kafka's settings for a short consumer-protocol session (its minimums are lowered to allow it).
+SHORT_SESSION = {
+    "group.consumer.session.timeout.ms": SESSION_MS,
+    "group.consumer.min.session.timeout.ms": SESSION_MS,
+    "group.consumer.heartbeat.interval.ms": 1000,
+    "group.consumer.min.heartbeat.interval.ms": 1000,
+}
+
+
+@pytest.fixture(params=["reference", "apache-kafka"])
+def short_session_bootstrap(request: pytest.FixtureRequest, broker_factory: BrokerFactory) -> str:
+    """A broker whose consumer-protocol members expire 6 s after their last heartbeat."""
+    if request.param == "apache-kafka":
+        request.applymarker(pytest.mark.apache_kafka)
+        return str(request.getfixturevalue("apache_kafka_factory")(**SHORT_SESSION).bootstrap)
+    return broker_factory({"num.partitions": PARTITIONS, **SHORT_SESSION}).bootstrap
+
+
+@pytest.mark.usefixtures("kafka_jars")
+def test_a_crashed_verifiable_consumer_is_expired_and_its_partitions_consumed_by_the_other(
+    short_session_bootstrap: str, tmp_path: Path
+) -> None:
+    bootstrap = short_session_bootstrap
+    topic = f"kip848-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    group = f"kip848-group-{uuid.uuid4().hex[:8]}"
+    config = write_properties(tmp_path / "consumer.properties", {"max.poll.records": 20})
+    consumers = [
+        JavaProgram(
+            tmp_path,
+            f"consumer-{n}",
+            CONSUMER,
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group-id",
+            group,
+            "--group-protocol",
+            "consumer",
+            "--consumer.config",
+            str(config),
+        )
+        for n in range(2)
+    ]
+
+    def consumed() -> set[tuple[int, int]]:
+        return {(p, o) for c in consumers for _, p, o, _ in _java_consumptions(c)}
+
+    def has_partitions(consumer: JavaProgram) -> bool:
+        assigned: set[int] = set()
+        for event in consumer.events():
+            if event["name"] == "partitions_assigned":
+                assigned |= {p["partition"] for p in event["partitions"]}
+            elif event["name"] == "partitions_revoked":
+                assigned -= {p["partition"] for p in event["partitions"]}
+        return bool(assigned)
+
+    try:
+        _produce(bootstrap, topic, range(RECORDS // 2))
+        for consumer in consumers:
+            consumer.start()
+        wait_until(lambda: all(has_partitions(c) for c in consumers), 90, "both members holding partitions")
+        consumers[1].kill()
+        _produce(bootstrap, topic, range(RECORDS // 2, RECORDS))
+        wait_until(lambda: len(consumed()) >= RECORDS, 120, f"{RECORDS} records consumed by the group")
+        assert consumers[0].terminate() == SIGTERM_EXIT, consumers[0].stderr()
+    finally:
+        stop_all(consumers)
+
+    assert consumed() == _expected(RECORDS)
+    repeats = _unexplained_repeats([x for c in consumers for x in _java_consumptions(c)])
+    assert repeats == [], f"{len(repeats)} records read twice after a successful commit: {repeats[:5]}"

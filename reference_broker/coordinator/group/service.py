@@ -9,9 +9,11 @@ import logging
 from typing import TYPE_CHECKING
 
 from reference_broker.clock import Clock
+from reference_broker.config import ConfigError
 from reference_broker.coordinator.group.consumer_coordinator import ConsumerGroupConfig
 from reference_broker.coordinator.group.consumer_group import TopicInfo
 from reference_broker.coordinator.group.coordinator import GroupConfig, GroupCoordinator, Record
+from reference_broker.coordinator.group.server_assignors import ASSIGNORS
 from reference_broker.services import PeriodicTask
 from reference_broker.storage import CONSUMER_OFFSETS
 from sdk.records import ControlType
@@ -37,7 +39,25 @@ def group_config(config: BrokerConfig, num_partitions: int | None = None) -> Gro
 
 
 def consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
-    """The KIP-848 coordinator's settings (``group.consumer.*``)."""
+    """The KIP-848 coordinator's settings (``group.consumer.*``), checked against their bounds
+    as Kafka checks them at start-up."""
+    for name in ("session.timeout.ms", "heartbeat.interval.ms"):
+        value = config.get(f"group.consumer.{name}")
+        low, high = config.get(f"group.consumer.min.{name}"), config.get(f"group.consumer.max.{name}")
+        if not low <= value <= high:
+            raise ConfigError(
+                f"group.consumer.{name}: {value} is outside group.consumer.min.{name} ({low})"
+                f" .. group.consumer.max.{name} ({high})"
+            )
+    if config.get("group.consumer.heartbeat.interval.ms") >= config.get("group.consumer.session.timeout.ms"):
+        raise ConfigError(
+            "group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms"
+        )
+    unknown = [name for name in config.get("group.consumer.assignors") if name not in ASSIGNORS]
+    if unknown or not config.get("group.consumer.assignors"):
+        raise ConfigError(
+            f"group.consumer.assignors: {unknown or 'empty'}: the server assignors are {', '.join(ASSIGNORS)}"
+        )
     return ConsumerGroupConfig(
         heartbeat_interval_ms=config.get("group.consumer.heartbeat.interval.ms"),
         session_timeout_ms=config.get("group.consumer.session.timeout.ms"),
