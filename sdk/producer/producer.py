@@ -25,6 +25,7 @@ from sdk.producer.batch_api import BatchSendMixin, Headers
 from sdk.producer.config import ProducerConfig
 from sdk.producer.futures import LazyRecordFuture, RecordFuture
 from sdk.producer.interceptors import InterceptorChain, ProducerInterceptor, ProducerRecord
+from sdk.producer.network_port import ClientProducerPort
 from sdk.producer.partitioner import Partitioner, make_partitioner
 from sdk.producer.record_metadata import RecordMetadata
 from sdk.producer.sender import Sender
@@ -230,8 +231,9 @@ class Producer(BatchSendMixin, TransactionalMixin):
             partitioner=self._partitioner,
             max_request_size=cfg.max_request_size,
         )
+        port = ClientProducerPort(client)
         self._sender = Sender(
-            client,
+            port,
             self._accumulator,
             self._txn,
             acks=cfg.acks_value,
@@ -244,7 +246,7 @@ class Producer(BatchSendMixin, TransactionalMixin):
         if cfg.transactional_id is not None:
             assert self._txn is not None
             self._transactions = Transactions(
-                client, self._txn, self._accumulator, self._sender, max_block_ms=cfg.max_block_ms
+                port, self._txn, self._accumulator, self._sender, max_block_ms=cfg.max_block_ms
             )
             self._txn.on_change = self._on_transaction_change
             self._sender.before_drain = self._transactions.poll

@@ -23,7 +23,6 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from sdk.client.client import KafkaClient
 from sdk.errors import (
     DeliveryTimeoutError,
     ErrorCode,
@@ -32,9 +31,11 @@ from sdk.errors import (
     ProducerClosedError,
     make_error,
 )
-from sdk.producer.accumulator import RecordAccumulator, now_ms
+from sdk.producer.accumulator import RecordAccumulator
 from sdk.producer.batch import ProducerBatch
+from sdk.producer.clock import SYSTEM_CLOCK, Cancellable, ProducerClock
 from sdk.producer.interceptors import InterceptorChain
+from sdk.producer.network_port import ProducerPort
 from sdk.producer.transaction_manager import TransactionManager
 from sdk.protocol import messages
 
@@ -99,7 +100,7 @@ class Sender:
 
     def __init__(
         self,
-        client: KafkaClient,
+        port: ProducerPort,
         accumulator: RecordAccumulator,
         txn: TransactionManager | None,
         *,
@@ -108,8 +109,12 @@ class Sender:
         max_request_size: int,
         max_in_flight: int,
         interceptors: InterceptorChain | None,
+        clock: ProducerClock = SYSTEM_CLOCK,
     ):
-        self._client = client
+        #: The network, only through the port (``sdk.producer.network_port``), and time, only
+        #: through the clock: both are fakes in the sender's unit tests.
+        self._port = port
+        self._clock = clock
         self._acc = accumulator
         self._txn = txn
         self._acks = acks
@@ -125,7 +130,9 @@ class Sender:
         self._txn_queue: deque[TransactionalRequest] = deque()
         self._txn_in_flight: TransactionalRequest | None = None
         self._wakeup: asyncio.Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Cancellable | None = None
+        #: When ``_timer`` fires, on the clock (seconds).
+        self._timer_due = 0.0
         self._woken = False
         self._stopping = False
         self._forced: BaseException | None = None
@@ -142,7 +149,7 @@ class Sender:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._client.add_listener(self.wake)
+        self._port.add_listener(self.wake)
         self._task = self._loop.create_task(self._run(), name="kafka-producer-sender")
 
     def wake(self) -> None:
@@ -189,7 +196,7 @@ class Sender:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         finally:
-            self._client.remove_listener(self.wake)
+            self._port.remove_listener(self.wake)
             if self._init_task is not None:
                 self._init_task.cancel()
             while self._txn_queue:
@@ -216,6 +223,7 @@ class Sender:
     async def _run(self) -> None:
         assert self._loop is not None
         loop = self._loop
+        clock = self._clock
         try:
             while True:
                 try:
@@ -235,11 +243,13 @@ class Sender:
                 # One timer for the next deadline, replaced only when a pass needs an earlier
                 # one: a timer per wait (made and cancelled at every pass, several per batch)
                 # costs more than the occasional early wake-up of a kept one.
-                deadline = loop.time() + min(delay, _IDLE_POLL_MS) / 1000
-                if self._timer is None or deadline < self._timer.when():
+                wait_s = min(delay, _IDLE_POLL_MS) / 1000
+                deadline = clock.monotonic() + wait_s
+                if self._timer is None or deadline < self._timer_due:
                     if self._timer is not None:
                         self._timer.cancel()
-                    self._timer = loop.call_at(deadline, self._on_timer)
+                    self._timer = clock.call_later(wait_s, self._on_timer)
+                    self._timer_due = deadline
                 try:
                     await waiter
                 finally:
@@ -257,7 +267,7 @@ class Sender:
             waiter.set_result(None)
 
     def _run_once(self) -> float:
-        now = now_ms()
+        now = self._clock.monotonic() * 1000
         acc = self._acc
         txn = self._txn
         if self._forced is not None:
@@ -278,16 +288,14 @@ class Sender:
             if delay is not None:
                 # A transactional request goes first: produce requests wait for its answer.
                 return min(delay, acc.next_expiry_delay(now))
-        cluster = self._client.cluster
-        ready, next_delay, unknown_leaders = acc.ready(cluster, now)
+        port = self._port
+        ready, next_delay, unknown_leaders = acc.ready(port.cluster, now)
         if unknown_leaders:
-            self._client.request_metadata_update()
-        client = self._client
+            port.request_metadata_update()
         for node_id, queues in ready.items():
-            if self._in_flight.get(node_id, 0) >= self._max_in_flight or not client.ready(node_id):
+            if self._in_flight.get(node_id, 0) >= self._max_in_flight or not port.ready(node_id):
                 continue
-            conn = client.connection(node_id)
-            if conn is not None and conn.write_buffer_size > self._max_request_size:
+            if port.write_buffer_size(node_id) > self._max_request_size:
                 # The socket is not keeping up (acks=0 has no in-flight limit): wait for it.
                 next_delay = min(next_delay, _SOCKET_POLL_MS)
                 continue
@@ -317,21 +325,19 @@ class Sender:
         if not queue:
             return None
         request = queue[0]
-        client = self._client
-        node_id = request.node() if request.node is not None else client.least_loaded_node()
+        port = self._port
+        node_id = request.node() if request.node is not None else port.least_loaded_node()
         if node_id is None:
-            client.request_metadata_update()
-            return float(client.retry_backoff.backoff_ms(0))
-        if not client.ready(node_id):  # starts connecting; the client's listener wakes us
-            return float(client.retry_backoff.backoff_ms(0))
-        conn = client.connection(node_id)
-        assert conn is not None
+            port.request_metadata_update()
+            return float(port.retry_backoff.backoff_ms(0))
+        if not port.ready(node_id):  # starts connecting; the port's listener wakes us
+            return float(port.retry_backoff.backoff_ms(0))
         queue.popleft()
         try:
-            version = conn.version_for(request.api_key)
+            version = port.version_for(node_id, request.api_key)
             if request.max_version is not None:
                 version = min(version, request.max_version)
-            response = conn.send(request.build(version), version)
+            response = port.send(node_id, request.build(version), version)
         except Exception as exc:
             request.future.set_exception(exc)
             return 0.0
@@ -368,12 +374,10 @@ class Sender:
             timeout_ms=self._request_timeout_ms,
             topic_data=[ProduceData(name=topic, partition_data=parts) for topic, parts in by_topic.items()],
         )
-        conn = self._client.connection(node_id)
+        port = self._port
         try:
-            if conn is None:
-                raise KafkaConnectionError(f"connection to broker {node_id} went away")
             if self._acks == 0:
-                conn.send(request, expect_response=False)
+                port.send(node_id, request, expect_response=False)
                 for batch in batches:
                     self._acc.unmute(batch)
                     self._complete(batch, -1, -1, -1)
@@ -381,8 +385,10 @@ class Sender:
             version = None
             txn = self._txn
             if self._transactional_id is not None and txn is not None and not txn.transaction_v2:
-                version = min(conn.version_for(messages.ProduceRequest.API_KEY), PRODUCE_VERSION_BEFORE_TV2)
-            future = conn.send(request, version)
+                version = min(
+                    port.version_for(node_id, messages.ProduceRequest.API_KEY), PRODUCE_VERSION_BEFORE_TV2
+                )
+            future = port.send(node_id, request, version)
         except KafkaError as exc:
             for batch in batches:
                 self._acc.unmute(batch)
@@ -397,7 +403,7 @@ class Sender:
         self, node_id: int, batches: list[ProducerBatch], future: asyncio.Future[Any]
     ) -> None:
         self._in_flight[node_id] -= 1
-        now = now_ms()
+        now = self._clock.monotonic() * 1000
         on_wire = self._on_wire
         for batch in batches:
             on_wire.discard(batch)
@@ -443,7 +449,7 @@ class Sender:
 
     def _handle_error(self, batch: ProducerBatch, error: KafkaError, now: float) -> None:
         if error.code in METADATA_ERRORS or isinstance(error, KafkaConnectionError):
-            self._client.request_metadata_update()
+            self._port.request_metadata_update()
         if self._forced is not None:
             self._fail(batch, self._forced)
             return
@@ -522,10 +528,10 @@ class Sender:
         txn = self._txn
         assert txn is not None
         attempts = 0
-        client = self._client
+        port = self._port
         while True:
             try:
-                await client.wait_for_node()
+                await port.wait_for_node()
                 sent: list[int] = []  # the producer id the request carried (-1: a new one)
                 build = partial(self._init_producer_id_request, sent)
                 response = await self.send_transactional(
@@ -555,4 +561,4 @@ class Sender:
                 attempts += 1
                 log.debug("InitProducerId failed (%r); retrying", exc)
                 txn.init_in_progress = True
-                await asyncio.sleep(client.retry_backoff.backoff_ms(attempts - 1) / 1000)
+                await self._clock.sleep(port.retry_backoff.backoff_ms(attempts - 1) / 1000)

@@ -42,7 +42,6 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from sdk.client.client import KafkaClient
 from sdk.client.coordinators import CoordinatorType
 from sdk.errors import (
     IllegalStateError,
@@ -50,7 +49,10 @@ from sdk.errors import (
     KafkaError,
     KafkaTimeoutError,
     TransactionAbortedError,
+    UnsupportedVersionError,
 )
+from sdk.producer.clock import SYSTEM_CLOCK, ProducerClock
+from sdk.producer.network_port import ProducerPort
 from sdk.producer.prepared_state import PreparedTxnState
 from sdk.producer.sender import Sender
 from sdk.producer.transaction_errors import is_fatal, needs_bump
@@ -75,24 +77,27 @@ class Transactions:
 
     def __init__(
         self,
-        client: KafkaClient,
+        port: ProducerPort,
         txn: TransactionManager,
         accumulator: RecordAccumulator,
         sender: Sender,
         *,
         max_block_ms: float,
+        clock: ProducerClock = SYSTEM_CLOCK,
     ) -> None:
         assert txn.transactional_id is not None
         self.txn = txn
         self.channel = TransactionCoordinatorChannel(
-            client,
+            port,
             txn.transactional_id,
             timeout_ms=max_block_ms,
             sender=sender,
             fatal_error=lambda: txn.fatal_error,
             two_phase_commit=txn.two_phase_commit,
+            clock=clock,
         )
-        self._client = client
+        self._port = port
+        self._clock = clock
         self._acc = accumulator
         self._sender = sender
         self._add_task: asyncio.Task[None] | None = None
@@ -169,25 +174,29 @@ class Transactions:
 
     # -- transaction protocol version ------------------------------------------------------------
 
-    def _coordinator_connection(self) -> Any:
-        node = self.channel.lookup.cached(CoordinatorType.TRANSACTION, self.channel.transactional_id)
-        return self._client.connection(node) if node is not None else None
-
     def _update_transaction_version(self) -> None:
         """Use transaction protocol v2 when the coordinator's broker finalized it and speaks its
         request versions (Java's ``maybeUpdateTransactionV2Enabled``); decided at
         ``init_transactions`` and again before each transaction, never inside one."""
-        conn = self._coordinator_connection()
-        if conn is None or not conn.broker_versions:
+        port = self._port
+        node = port.cached_coordinator(CoordinatorType.TRANSACTION, self.channel.transactional_id)
+        features = port.finalized_features(node) if node is not None else None
+        if node is None or features is None:
             return  # not connected now: keep what was decided
-        v2 = conn.finalized_features.get(TRANSACTION_VERSION_FEATURE, 0) >= 2 and all(
-            conn.supports(api_key, version) for api_key, version in TV2_VERSIONS.items()
+        v2 = features.get(TRANSACTION_VERSION_FEATURE, 0) >= 2 and all(
+            self._supports(node, api_key, version) for api_key, version in TV2_VERSIONS.items()
         )
         txn = self.txn
         if v2 != txn.transaction_v2:
             log.info("transactional id %r: transaction protocol v%d", txn.transactional_id, 2 if v2 else 1)
         txn.transaction_v2 = v2
         self.channel.transaction_v2 = v2
+
+    def _supports(self, node: int, api_key: int, version: int) -> bool:
+        try:
+            return self._port.version_for(node, api_key) >= version
+        except (UnsupportedVersionError, KafkaError):
+            return False
 
     # -- operations -----------------------------------------------------------------------------
 
@@ -362,7 +371,7 @@ class Transactions:
             return
         log.info("transactional id %r: aborting the open transaction at close", txn.transactional_id)
         try:
-            await asyncio.wait_for(self.abort_transaction(), timeout)
+            await self._clock.wait_for(self.abort_transaction(), timeout)
         except (KafkaError, TimeoutError) as exc:
             log.warning(
                 "transactional id %r: open transaction not aborted at close: %r", txn.transactional_id, exc

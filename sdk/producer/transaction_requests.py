@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
-from sdk.client.client import KafkaClient
-from sdk.client.connection import pick_version
-from sdk.client.coordinators import COORDINATOR_ERRORS, CoordinatorLookup, CoordinatorType
+from sdk.client.coordinators import COORDINATOR_ERRORS, CoordinatorType
 from sdk.errors import (
     ErrorCode,
     IllegalGenerationError,
@@ -32,6 +29,8 @@ from sdk.errors import (
     UnsupportedVersionError,
     make_error,
 )
+from sdk.producer.clock import SYSTEM_CLOCK, ProducerClock
+from sdk.producer.network_port import ProducerPort
 from sdk.producer.prepared_state import PreparedTxnState
 from sdk.producer.sender import Sender, TransactionalRequest
 from sdk.producer.transaction_errors import (
@@ -90,15 +89,17 @@ class TransactionCoordinatorChannel:
 
     def __init__(
         self,
-        client: KafkaClient,
+        port: ProducerPort,
         transactional_id: str,
         *,
         timeout_ms: float,
-        sender: Sender | None = None,
+        sender: Sender,
         fatal_error: Callable[[], BaseException | None] = lambda: None,
         two_phase_commit: bool = False,
+        clock: ProducerClock = SYSTEM_CLOCK,
     ) -> None:
-        self.client = client
+        self.port = port
+        self.clock = clock
         self.transactional_id = transactional_id
         self.timeout_ms = timeout_ms
         #: Whether requests are sent in transaction protocol v2's versions (EndTxn and
@@ -106,8 +107,7 @@ class TransactionCoordinatorChannel:
         self.transaction_v2 = False
         #: KIP-939: every InitProducerId says Enable2Pc (so needs v6).
         self.two_phase_commit = two_phase_commit
-        self.lookup = CoordinatorLookup(client)
-        #: With a sender, requests go through its queue of transactional requests, ahead of (and
+        #: Requests go through the sender's queue of transactional requests, ahead of (and
         #: holding back) produce requests, as Java's producer sends them.
         self.sender = sender
         self._fatal_error = fatal_error
@@ -123,17 +123,12 @@ class TransactionCoordinatorChannel:
 
     async def _request(self, node: int, api_key: int, build: Callable[[int], Any]) -> Any:
         cap = self._max_version(api_key)
-        sender = self.sender
-        if sender is None:
-            conn = await self.client.get_connection(node)
-            version = pick_version(api_key, conn.broker_versions.get(api_key), max_version=cap)
-            return await conn.request(build(version), version)
         request = TransactionalRequest(api_key, build, node=lambda: node, max_version=cap)
         # Bounded: a request queued for a coordinator that cannot be reached is given up (the
         # sender drops it) and retried after a new lookup.
-        timeout_s = self.client.request_timeout_ms / 1000 + 1
+        timeout_s = self.port.request_timeout_ms / 1000 + 1
         try:
-            return await asyncio.wait_for(sender.send_transactional(request), timeout_s)
+            return await self.clock.wait_for(self.sender.send_transactional(request), timeout_s)
         except TimeoutError:
             raise KafkaTimeoutError(f"no answer from broker {node} within {timeout_s:.0f} s") from None
 
@@ -151,7 +146,7 @@ class TransactionCoordinatorChannel:
     ) -> Any:
         """``build(version)`` to ``key``'s coordinator until ``codes_of(response)`` has no error
         (returns the response) or a non-retriable one (raised)."""
-        client = self.client
+        port = self.port
         attempt = 0
         last: BaseException | None = None
         while True:
@@ -159,15 +154,15 @@ class TransactionCoordinatorChannel:
             if fatal is not None:
                 raise fatal
             node: int | None = None
-            backoff_ms = client.retry_backoff.backoff_ms(attempt)
+            backoff_ms = port.retry_backoff.backoff_ms(attempt)
             try:
-                node = await self.lookup.coordinator(key_type, key)
+                node = await port.coordinator(key_type, key)
                 response = await self._request(node, api_key, build)
             except KafkaError as exc:
                 if not exc.retriable:
                     raise
                 if node is not None:
-                    self.lookup.invalidate(key_type, key, node)
+                    port.invalidate_coordinator(key_type, key, node)
                 last = exc
             else:
                 codes = [code for code in codes_of(response) if code]
@@ -180,22 +175,22 @@ class TransactionCoordinatorChannel:
                     )
                     raise coordinator_error(code, what, getattr(response, "error_message", None))
                 if any(code in COORDINATOR_ERRORS for code in codes):
-                    self.lookup.invalidate(key_type, key, node)
+                    port.invalidate_coordinator(key_type, key, node)
                 if ErrorCode.CONCURRENT_TRANSACTIONS in codes and attempt < 5:
                     backoff_ms = CONCURRENT_TRANSACTIONS_BACKOFF_MS
                 last = make_error(codes[0], what)
             if not wanted():
                 raise IllegalStateError(f"{what}: no longer needed (the transaction moved on)") from last
-            if deadline is not None and time.monotonic() + backoff_ms / 1000 >= deadline:
+            if deadline is not None and self.clock.monotonic() + backoff_ms / 1000 >= deadline:
                 raise KafkaTimeoutError(
                     f"{what}: no answer within {self.timeout_ms:.0f} ms (last error: {last})"
                 ) from last
             log.debug("%s: retrying after %r", what, last)
-            await asyncio.sleep(backoff_ms / 1000)
+            await self.clock.sleep(backoff_ms / 1000)
             attempt += 1
 
     def _deadline(self) -> float:
-        return time.monotonic() + self.timeout_ms / 1000
+        return self.clock.monotonic() + self.timeout_ms / 1000
 
     async def init_producer_id(
         self,

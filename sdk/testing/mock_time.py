@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 __all__ = ["MockTime", "settle"]
@@ -70,6 +70,19 @@ class MockTime:
             if task.cancelled():
                 raise TimeoutError(f"no result within {timeout_s} s of mock time")
         return task.result()
+
+    def call_later(
+        self, delay_s: float, callback: Callable[[], None]
+    ) -> asyncio.Future[None] | asyncio.Handle:
+        """Run ``callback`` once ``delay_s`` passed on this clock (at the next loop turn when it is
+        not positive); ``cancel()`` the returned handle to call it off."""
+        loop = asyncio.get_running_loop()
+        if delay_s <= 0:
+            return loop.call_soon(callback)
+        future: asyncio.Future[None] = loop.create_future()
+        heapq.heappush(self._sleepers, (self._now + delay_s, next(self._order), future))
+        future.add_done_callback(lambda done: None if done.cancelled() else callback())
+        return future
 
     def sleeping(self) -> int:
         """Sleeps not yet over (cancelled ones excluded)."""
