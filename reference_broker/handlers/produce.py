@@ -105,8 +105,15 @@ def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Prod
     acks = request.acks
     any_error = False
     topics = []
-    if broker.authorizer is not None and request.transactional_id and not authorize(
-        broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+    if (
+        broker.authorizer is not None
+        and _has_transactional_records(request)
+        and not (
+            request.transactional_id
+            and authorize(
+                broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+            )
+        )
     ):
         ctx.close_after = acks == 0
         return error_response(request, version, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
@@ -134,6 +141,19 @@ def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Prod
             log.info("acks=0 produce from %s had errors; closing the connection", ctx.connection.peer)
         return None
     return ProduceResponse(responses=topics)
+
+
+def _has_transactional_records(request: ProduceRequest) -> bool:
+    """Kafka's ``RequestUtils.hasTransactionalRecords``: whether any batch is transactional (what
+    makes Produce need WRITE on the transactional id)."""
+    for topic in request.topic_data:
+        for part in topic.partition_data:
+            records = part.records
+            if records is not None and len(records) >= _ATTRIBUTES_OFFSET + 2:
+                (attributes,) = _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_OFFSET)
+                if attributes & _TRANSACTIONAL:
+                    return True
+    return False
 
 
 def _append(

@@ -101,8 +101,14 @@ def _client(ports: Ports, user: str) -> WireClient:
     return client
 
 
-def _produce(client: WireClient, topic: str, transactional_id: str | None = None) -> int:
-    builder = RecordBatchBuilder()
+def _produce(
+    client: WireClient, topic: str, transactional_id: str | None = None, *, transactional_batch: bool = True
+) -> int:
+    """Produce one record; with ``transactional_id``, in a transactional batch unless told not to."""
+    if transactional_id is None or not transactional_batch:
+        builder = RecordBatchBuilder()
+    else:
+        builder = RecordBatchBuilder(producer_id=1, producer_epoch=0, base_sequence=0, is_transactional=True)
     builder.append(0, b"k", b"v")
     request = ProduceRequest(
         transactional_id=transactional_id,
@@ -211,6 +217,8 @@ def test_two_principals_per_api(secured: tuple[BrokerProcess, Ports, AdminClient
             E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         )
         assert _produce(b, TOPIC, transactional_id="alice-tx") == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        # Only a transactional batch needs the transactional id (Kafka's hasTransactionalRecords).
+        assert _produce(b, TOPIC, "alice-tx", transactional_batch=False) == E.TOPIC_AUTHORIZATION_FAILED
         assert (_create_topic(a, "alice-new"), _create_topic(b, "alice-new2")) == (
             E.NONE,
             E.TOPIC_AUTHORIZATION_FAILED,
