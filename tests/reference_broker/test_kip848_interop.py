@@ -13,6 +13,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 import pytest
@@ -315,6 +316,64 @@ def test_a_crashed_verifiable_consumer_is_expired_and_its_partitions_consumed_by
         _produce(bootstrap, topic, range(RECORDS // 2, RECORDS))
         wait_until(lambda: len(consumed()) >= RECORDS, 120, f"{RECORDS} records consumed by the group")
         assert consumers[0].terminate() == SIGTERM_EXIT, consumers[0].stderr()
+    finally:
+        stop_all(consumers)
+
+    assert consumed() == _expected(RECORDS)
+    repeats = _unexplained_repeats([x for c in consumers for x in _java_consumptions(c)])
+    assert repeats == [], f"{len(repeats)} records read twice after a successful commit: {repeats[:5]}"
+
+
+@pytest.fixture(params=["reference", "apache-kafka"])
+def restartable(request: pytest.FixtureRequest, broker_factory: BrokerFactory) -> Any:
+    """A single broker with ``bootstrap`` and ``restart(kill=True)``: ours, or a fresh Kafka node."""
+    if request.param == "apache-kafka":
+        request.applymarker(pytest.mark.apache_kafka)
+        return request.getfixturevalue("apache_kafka_factory")()
+    return broker_factory({"num.partitions": PARTITIONS})
+
+
+@pytest.mark.usefixtures("kafka_jars")
+def test_verifiable_consumers_go_on_after_the_coordinator_is_killed_and_restarted(
+    restartable: Any, tmp_path: Path
+) -> None:
+    bootstrap = restartable.bootstrap
+    topic = f"kip848-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    group = f"kip848-group-{uuid.uuid4().hex[:8]}"
+    config = write_properties(tmp_path / "consumer.properties", {"max.poll.records": 20})
+    consumers = [
+        JavaProgram(
+            tmp_path,
+            f"consumer-{n}",
+            CONSUMER,
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group-id",
+            group,
+            "--group-protocol",
+            "consumer",
+            "--consumer.config",
+            str(config),
+        )
+        for n in range(2)
+    ]
+
+    def consumed() -> set[tuple[int, int]]:
+        return {(p, o) for c in consumers for _, p, o, _ in _java_consumptions(c)}
+
+    try:
+        _produce(bootstrap, topic, range(RECORDS // 2))
+        for consumer in consumers:
+            consumer.start()
+        wait_until(lambda: len(consumed()) >= RECORDS // 4, 90, "a quarter of the records consumed")
+        restartable.restart(kill=True)
+        _produce(bootstrap, topic, range(RECORDS // 2, RECORDS))
+        wait_until(lambda: len(consumed()) >= RECORDS, 120, f"{RECORDS} records consumed by the group")
+        for consumer in consumers:
+            assert consumer.terminate() == SIGTERM_EXIT, consumer.stderr()
     finally:
         stop_all(consumers)
 
