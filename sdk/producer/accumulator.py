@@ -32,9 +32,9 @@ from sdk.records import (
     RECORD_OVERHEAD,
     Compression,
     RecordBatchBuilder,
-    headers_size,
     record_size_bound,
 )
+from sdk.records.writer import RecordSizer
 
 if TYPE_CHECKING:
     from sdk.producer.transaction_manager import TransactionManager
@@ -58,11 +58,13 @@ class _StickyRoute:
     route holds while ``cluster.version == version``, ``sticky.used_up`` is false and
     ``batch.full`` is false."""
 
-    __slots__ = ("batch", "sticky", "version")
+    __slots__ = ("append", "batch", "sticky", "version")
 
     def __init__(self) -> None:
         self.sticky: Any = None
         self.batch: Any = None
+        #: ``batch.builder.append``, looked up once.
+        self.append: Any = None
         self.version = -1
 
 
@@ -104,6 +106,9 @@ class RecordAccumulator:
         self.max_request_size = max_request_size
         #: Largest record (framing included) allowed by max_request_size and buffer_memory.
         self.max_record_size = min(max_request_size - BATCH_OVERHEAD, buffer_memory)
+        #: ``record_size`` as one C call (the record writer's sizer, when it is built): every
+        #: record is sized by it, send_many's before anything is queued.
+        self.record_size = RecordSizer(self.max_record_size, self._record_too_large).size  # type: ignore[method-assign]
         #: Set when an append sealed a full batch (the producer then lets the sender run).
         self.filled = False
         #: The loop the records' futures run their callbacks on (None when built outside one,
@@ -223,15 +228,19 @@ class RecordAccumulator:
         ``buffer_memory``."""
         size = record_size_bound(key, value, headers)
         if size > self.max_record_size:
-            if size + BATCH_OVERHEAD > self.max_request_size:
-                raise RecordTooLargeError(
-                    f"the record is {size + BATCH_OVERHEAD} bytes serialized, larger than "
-                    f"max_request_size ({self.max_request_size})"
-                )
-            raise RecordTooLargeError(
-                f"the record is {size} bytes serialized, larger than buffer_memory ({self.buffer_memory})"
-            )
+            self._record_too_large(size)
         return size
+
+    def _record_too_large(self, size: int) -> None:
+        """Raise the ``RecordTooLargeError`` for a record of ``size`` bytes (over ``max_record_size``)."""
+        if size + BATCH_OVERHEAD > self.max_request_size:
+            raise RecordTooLargeError(
+                f"the record is {size + BATCH_OVERHEAD} bytes serialized, larger than "
+                f"max_request_size ({self.max_request_size})"
+            )
+        raise RecordTooLargeError(
+            f"the record is {size} bytes serialized, larger than buffer_memory ({self.buffer_memory})"
+        )
 
     def try_append(
         self,
@@ -259,16 +268,8 @@ class RecordAccumulator:
         see ``_StickyRoute``), a record for a given partition joins that partition's open batch;
         only a record that opens a batch or switches partitions asks metadata and partitioner.
         """
-        value_size = -1 if value is None else len(value)
         if size < 0:
-            # record_size, inlined: this runs once per record.
-            size = RECORD_OVERHEAD if value_size < 0 else RECORD_OVERHEAD + value_size
-            if key is not None:
-                size += len(key)
-            if headers:
-                size += headers_size(headers)
-            if size > self.max_record_size:
-                self.record_size(key, value, headers)  # raises RecordTooLargeError
+            size = self.record_size(key, value, headers)
         if not reserved and (self.waiters or self.used + size > self.buffer_memory):
             return None
         if timestamp_ms is None:
@@ -280,7 +281,7 @@ class RecordAccumulator:
                 sticky = route.sticky
                 batch = route.batch
                 if not sticky.used_up and not batch.full:
-                    delta = batch.builder.append(timestamp_ms, None, value, headers)
+                    delta = route.append(timestamp_ms, None, value, headers)
                     if delta is not None:
                         # The partitioner's accounting, as ``partition_keyless`` does it.
                         produced = sticky.produced + size
@@ -353,7 +354,7 @@ class RecordAccumulator:
         future._delta = delta  # type: ignore[union-attr]
         future._timestamp = timestamp_ms  # type: ignore[union-attr]
         future._key_size = -1 if key is None else len(key)  # type: ignore[union-attr]
-        future._value_size = value_size  # type: ignore[union-attr]
+        future._value_size = -1 if value is None else len(value)  # type: ignore[union-attr]
         batch.futures.append(future)  # type: ignore[arg-type]
         return future
 
@@ -405,6 +406,7 @@ class RecordAccumulator:
             route = self._routes[topic] = _StickyRoute()
         route.sticky = sticky
         route.batch = batch
+        route.append = batch.builder.append
         route.version = self.cluster.version
 
     # -- the sender's side ----------------------------------------------------------------------

@@ -214,6 +214,29 @@ done:
     return rc;
 }
 
+/* Sets the bytearray's size to `size`, growing its allocation about twofold (to `limit` at
+ * most, unless `size` is more): bytearray's own growth (an eighth) would copy a batch some forty
+ * times on its way to 16 KiB. */
+static int
+grow(PyObject *buf, Py_ssize_t size, Py_ssize_t limit)
+{
+    PyByteArrayObject *array = (PyByteArrayObject *)buf;
+    if (size < array->ob_alloc || size > PY_SSIZE_T_MAX / 4) {
+        return PyByteArray_Resize(buf, size); /* fits: only the size changes */
+    }
+    /* Growing to `target` allocates exactly that (bytearray's "major upsize"); shrinking back to
+     * `size` then keeps the allocation, since `size` is at least half of it (bytearray shrinks
+     * the allocation below half). */
+    Py_ssize_t target = 2 * size - 1;
+    if (target > limit) {
+        target = limit;
+    }
+    if (target > size && PyByteArray_Resize(buf, target) < 0) {
+        return -1;
+    }
+    return PyByteArray_Resize(buf, size);
+}
+
 static long long
 now_ms(void)
 {
@@ -282,7 +305,7 @@ writer_append_record(RecordsWriter *self, long long timestamp, PyObject *key, Py
         PyMem_Free(hdr.data);
         return 0;
     }
-    if (PyByteArray_Resize(self->buf, old + total) < 0) {
+    if (grow(self->buf, old + total, self->limit) < 0) {
         goto fail;
     }
     char *p = PyByteArray_AS_STRING(self->buf) + old;
@@ -505,6 +528,152 @@ writer_append_run(RecordsWriter *self, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nL)", index, added);
 }
 
+/* -- RecordSizer: sdk.records.sizes.record_size_bound with a limit ------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t limit;
+    PyObject *too_large; /* called with the size of a record over the limit; expected to raise */
+} RecordSizer;
+
+#define RECORD_OVERHEAD 21
+#define HEADER_OVERHEAD 10
+
+static inline Py_ssize_t
+length_of(PyObject *obj)
+{
+    return PyBytes_CheckExact(obj) ? PyBytes_GET_SIZE(obj) : PyObject_Length(obj);
+}
+
+static PyObject *
+sizer_size(RecordSizer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "size() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t size = RECORD_OVERHEAD, n;
+    for (int i = 0; i < 2; i++) {
+        if (args[i] != Py_None) {
+            if ((n = length_of(args[i])) < 0) {
+                return NULL;
+            }
+            size += n;
+        }
+    }
+    PyObject *headers = args[2];
+    int has_headers = headers == Py_None ? 0 : PyObject_IsTrue(headers);
+    if (has_headers < 0) {
+        return NULL;
+    }
+    if (has_headers) {
+        PyObject *iter = PyObject_GetIter(headers), *pair;
+        if (iter == NULL) {
+            return NULL;
+        }
+        size += 1;
+        while ((pair = PyIter_Next(iter)) != NULL) {
+            PyObject *items = PySequence_Tuple(pair);
+            Py_DECREF(pair);
+            if (items == NULL) {
+                Py_DECREF(iter);
+                return NULL;
+            }
+            if (PyTuple_GET_SIZE(items) != 2) {
+                PyErr_Format(PyExc_ValueError, "a header must be a (key, value) pair, not %zd items",
+                             PyTuple_GET_SIZE(items));
+                Py_DECREF(items);
+                Py_DECREF(iter);
+                return NULL;
+            }
+            Py_ssize_t k = length_of(PyTuple_GET_ITEM(items, 0));
+            Py_ssize_t v = PyTuple_GET_ITEM(items, 1) == Py_None ? 0 : length_of(PyTuple_GET_ITEM(items, 1));
+            Py_DECREF(items);
+            if (k < 0 || v < 0) {
+                Py_DECREF(iter);
+                return NULL;
+            }
+            size += k + v + HEADER_OVERHEAD;
+        }
+        Py_DECREF(iter);
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    if (size > self->limit) {
+        PyObject *result = PyObject_CallFunction(self->too_large, "n", size);
+        if (result == NULL) {
+            return NULL;
+        }
+        Py_DECREF(result);
+    }
+    return PyLong_FromSsize_t(size);
+}
+
+static int
+sizer_init(RecordSizer *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"limit", "too_large", NULL};
+    Py_ssize_t limit;
+    PyObject *too_large;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nO:RecordSizer", names, &limit, &too_large)) {
+        return -1;
+    }
+    self->limit = limit;
+    Py_INCREF(too_large);
+    Py_XSETREF(self->too_large, too_large);
+    return 0;
+}
+
+static int
+sizer_traverse(RecordSizer *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->too_large);
+    return 0;
+}
+
+static int
+sizer_clear(RecordSizer *self)
+{
+    Py_CLEAR(self->too_large);
+    return 0;
+}
+
+static void
+sizer_dealloc(RecordSizer *self)
+{
+    PyObject_GC_UnTrack(self);
+    sizer_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef sizer_methods[] = {
+    {"size", (PyCFunction)(void (*)(void))sizer_size, METH_FASTCALL,
+     "size(key, value, headers) -> int\n\n"
+     "record_size_bound(key, value, headers); too_large(size) is called first when it is over limit."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef sizer_members[] = {
+    {"limit", T_PYSSIZET, offsetof(RecordSizer, limit), READONLY, "largest size without too_large"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject RecordSizerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "sdk.records._writer.RecordSizer",
+    .tp_doc = "RecordSizer(limit, too_large): record_size_bound with a limit (see the twin).",
+    .tp_basicsize = sizeof(RecordSizer),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)sizer_init,
+    .tp_traverse = (traverseproc)sizer_traverse,
+    .tp_clear = (inquiry)sizer_clear,
+    .tp_dealloc = (destructor)sizer_dealloc,
+    .tp_methods = sizer_methods,
+    .tp_members = sizer_members,
+};
+
 static PyMethodDef writer_methods[] = {
     {"append", (PyCFunction)(void (*)(void))writer_append, METH_FASTCALL | METH_KEYWORDS,
      "append(timestamp_ms, key, value, headers=()) -> int | None\n\n"
@@ -547,7 +716,7 @@ static struct PyModuleDef writer_module = {
 PyMODINIT_FUNC
 PyInit__writer(void)
 {
-    if (PyType_Ready(&RecordsWriterType) < 0) {
+    if (PyType_Ready(&RecordsWriterType) < 0 || PyType_Ready(&RecordSizerType) < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&writer_module);
@@ -557,6 +726,12 @@ PyInit__writer(void)
     Py_INCREF(&RecordsWriterType);
     if (PyModule_AddObject(module, "RecordsWriter", (PyObject *)&RecordsWriterType) < 0) {
         Py_DECREF(&RecordsWriterType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&RecordSizerType);
+    if (PyModule_AddObject(module, "RecordSizer", (PyObject *)&RecordSizerType) < 0) {
+        Py_DECREF(&RecordSizerType);
         Py_DECREF(module);
         return NULL;
     }

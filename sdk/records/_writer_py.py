@@ -35,9 +35,10 @@ from time import time_ns as _time_ns
 from typing import Any
 
 from sdk.records.header import BATCH_HEADER_SIZE
+from sdk.records.sizes import record_size_bound
 from sdk.records.varint import ENCODED_CACHE_SIZE, SMALL_VARINTS, BytesLike, encode_varint
 
-__all__ = ["RecordsWriter", "encode_headers"]
+__all__ = ["RecordSizer", "RecordsWriter", "encode_headers"]
 
 _NULL = b"\x01"  # zigzag varint of -1: a null key/value/header value
 _NO_HEADERS = b"\x00"
@@ -281,3 +282,21 @@ class RecordsWriter:
             added += size
             index += 1
         return index, added
+
+
+class RecordSizer:
+    """``record_size_bound`` with a limit: ``size(key, value, headers)`` is the bound, and calls
+    ``too_large(size)`` first (which is expected to raise) when it is over ``limit``. The producer
+    sizes every record with it."""
+
+    __slots__ = ("limit", "too_large")
+
+    def __init__(self, limit: int, too_large: Callable[[int], object]) -> None:
+        self.limit = limit
+        self.too_large = too_large
+
+    def size(self, key: Any, value: Any, headers: Any) -> int:
+        size = record_size_bound(key, value, headers)
+        if size > self.limit:
+            self.too_large(size)
+        return size

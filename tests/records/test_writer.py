@@ -269,3 +269,37 @@ def test_the_builder_uses_the_c_writer_unless_told_otherwise() -> None:
             [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, check=True
         )
         assert out.stdout.strip() == expected
+
+
+# -- RecordSizer: the producer's size check ----------------------------------------------------
+
+
+class TooLarge(Exception):
+    pass
+
+
+def _too_large(size: int) -> None:
+    raise TooLarge(size)
+
+
+@PROPERTY
+@given(fields(), fields(), headers, st.sampled_from([0, 21, 100, 200, 10**6]))
+def test_sizer_gives_record_size_bound_and_calls_too_large_over_the_limit(
+    key: Any, value: Any, hdrs: Any, limit: int
+) -> None:
+    assert C_WRITER is not None
+    sizers = C_WRITER.RecordSizer(limit, _too_large), _writer_py.RecordSizer(limit, _too_large)
+    results = [_outcome(lambda s=s: s.size(key, value, hdrs)) for s in sizers]
+    assert results[0] == results[1]
+    bound = record_size_bound(key, value, hdrs)
+    assert results[0] == (("ok", bound) if bound <= limit else ("error", TooLarge))
+
+
+@pytest.mark.parametrize("hdrs", [*BAD_HEADERS[:2], [5], 5, [("h", 5)]])
+def test_sizer_refuses_what_record_size_bound_refuses(hdrs: Any) -> None:
+    assert C_WRITER is not None
+    for sizer in (C_WRITER.RecordSizer(10**6, _too_large), _writer_py.RecordSizer(10**6, _too_large)):
+        with pytest.raises((TypeError, ValueError)) as caught:
+            sizer.size(b"k", b"v", hdrs)
+        with pytest.raises(caught.type):
+            record_size_bound(b"k", b"v", hdrs)
