@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from sdk.consumer.errors import CommitFailedError
 from sdk.errors import (
     ErrorCode,
     IllegalStateError,
@@ -28,14 +29,18 @@ from sdk.errors import (
 )
 from sdk.producer.transaction_manager import TransactionState
 from sdk.protocol.messages import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     EndTxnRequest,
     EndTxnResponse,
     InitProducerIdRequest,
     ProduceRequest,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
-from sdk.testing.mock_producer_broker import TRANSACTION, MockProducerBroker, produce_response
+from sdk.testing.mock_producer_broker import GROUP, TRANSACTION, MockProducerBroker, produce_response
 from sdk.testing.mock_time import MockTime, settle
 from tests.sdk.producer.sender_harness import (
     BACKOFF_MS,
@@ -316,3 +321,78 @@ async def test_init_transactions_gives_up_after_max_block_ms_when_no_coordinator
         assert parts.txn is not None and parts.txn.state == TransactionState.READY
     finally:
         await parts.close()
+
+
+class ConsumerGroupMetadata:
+    """What a consumer's ``group_metadata()`` carries (KIP-447)."""
+
+    group_id = "g"
+    generation_id = 3
+    member_id = "member-1"
+    group_instance_id = None
+
+
+def txn_offset_commit_response(error: int = 0) -> TxnOffsetCommitResponse:
+    return TxnOffsetCommitResponse(
+        topics=[
+            TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic(
+                name=TOPIC,
+                partitions=[
+                    TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition(
+                        partition_index=0, error_code=error
+                    )
+                ],
+            )
+        ]
+    )
+
+
+async def test_offsets_are_added_then_committed_to_the_group_coordinator_with_the_generation(
+    broker, producer, time
+):
+    """Java's testRetriableErrorInTxnOffsetCommit: AddOffsetsToTxn to the transaction coordinator,
+    then TxnOffsetCommit to the group's coordinator (here another broker), retried on
+    COORDINATOR_LOAD_IN_PROGRESS; the call completes only once the offsets are committed."""
+    broker.move_coordinator(GROUP, 1)
+    ops(producer).begin_transaction()
+    sending = await run(
+        time, ops(producer).send_offsets_to_transaction({(TOPIC, 0): 11}, ConsumerGroupMetadata())
+    )
+    (add,) = broker.sent(AddOffsetsToTxnRequest)
+    assert (add.node, add.request.group_id) == (0, "g")
+    broker.prepare_response(AddOffsetsToTxnResponse())
+    await settle()
+    (commit,) = broker.sent(TxnOffsetCommitRequest)
+    assert commit.node == 1
+    assert (commit.request.generation_id, commit.request.member_id) == (3, "member-1")
+    assert commit.request.topics[0].partitions[0].committed_offset == 11
+    broker.prepare_response(txn_offset_commit_response(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
+    await settle()
+    assert not sending.done()
+    await time.tick(BACKOFF_MS)
+    assert len(broker.sent(TxnOffsetCommitRequest)) == 2
+    broker.prepare_response(txn_offset_commit_response())
+    await sending
+    assert producer.txn is not None and producer.txn.transaction_started
+
+
+@pytest.mark.parametrize("code", [ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID])
+async def test_offsets_refused_for_a_stale_member_make_the_transaction_abortable(
+    broker, producer, time, code
+):
+    """The consumer is no longer the group's member in that generation (KIP-447): the producer
+    stays usable, the transaction must be aborted (``CommitFailedError`` as the cause)."""
+    ops(producer).begin_transaction()
+    sending = await run(
+        time, ops(producer).send_offsets_to_transaction({(TOPIC, 0): 1}, ConsumerGroupMetadata())
+    )
+    broker.prepare_response(AddOffsetsToTxnResponse())
+    broker.prepare_response(txn_offset_commit_response(code))
+    with pytest.raises(TransactionAbortableError) as refused:
+        await sending
+    assert isinstance(refused.value.__cause__, CommitFailedError)
+    assert producer.txn is not None and producer.txn.state == TransactionState.ABORTABLE_ERROR
+    abort = await run(time, ops(producer).abort_transaction())
+    broker.prepare_response(EndTxnResponse(), match={"committed": False})
+    await abort
+    assert producer.txn.state == TransactionState.READY and len(broker.sent(InitProducerIdRequest)) == 1
