@@ -269,3 +269,51 @@ def test_a_restarted_coordinator_keeps_the_group_from_its_records() -> None:
     a.heartbeat(member_epoch=-1)
     node.restart()
     assert list(node.consumer.groups["g"].members) == ["b"]
+
+
+def _classic_join(node: Node, member_id: str = "") -> JoinResult:
+    answers: list[JoinResult] = []
+    node.coordinator.join_group(
+        "g", member_id, None, False, "c", "h", 10_000, 10_000, "consumer", [("range", b"")], answers.append
+    )
+    node.clock.advance(GroupConfig().initial_rebalance_delay_ms)  # the first join window
+    return answers[-1]
+
+
+def test_an_empty_classic_group_becomes_a_consumer_group_keeping_its_offsets() -> None:
+    node = Node()
+    joined = _classic_join(node)
+    assert joined.error == 0
+    synced: list[object] = []
+    node.coordinator.sync_group(
+        "g", joined.generation, joined.member_id, None, None, None, {joined.member_id: b""}, synced.append
+    )
+    assert len(synced) == 1
+    offsets = {(TOPIC, 1): CommittedOffset(42, -1, "", 0)}
+    assert node.coordinator.commit_offsets("g", joined.generation, joined.member_id, None, offsets) == {
+        (TOPIC, 1): 0
+    }
+    # Still has its classic member: the consumer protocol cannot take it over (no online upgrade).
+    assert Member(node, "a").heartbeat().error == E.GROUP_ID_NOT_FOUND
+    node.coordinator.leave_group("g", [(joined.member_id, None)])
+    assert Member(node, "a").heartbeat().error == 0
+    assert node.coordinator.fetch_offsets("g", [(TOPIC, 1)])[1][(TOPIC, 1)][0].offset == 42  # type: ignore[union-attr]
+    node.restart()
+    assert "g" in node.consumer.groups
+    assert node.coordinator.fetch_offsets("g", [(TOPIC, 1)])[1][(TOPIC, 1)][0].offset == 42  # type: ignore[union-attr]
+    assert [g.group_id for g in node.coordinator.list_groups()] == []  # listed as a consumer group only
+
+
+def test_an_empty_consumer_group_becomes_classic_on_a_classic_join_keeping_its_offsets() -> None:
+    node = Node()
+    a = Member(node, "a")
+    a.heartbeat()
+    offsets = {(TOPIC, 0): CommittedOffset(7, -1, "", 0)}
+    assert node.coordinator.commit_offsets("g", a.epoch, "a", None, offsets, api_version=9) == {(TOPIC, 0): 0}
+    a.heartbeat(member_epoch=-1)
+    joined = _classic_join(node)
+    assert joined.error == 0 and joined.generation == 1
+    assert "g" not in node.consumer.groups
+    node.restart()
+    assert "g" not in node.consumer.groups
+    assert node.coordinator.fetch_offsets("g", [(TOPIC, 0)])[1][(TOPIC, 0)][0].offset == 7  # type: ignore[union-attr]
