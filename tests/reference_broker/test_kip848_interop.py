@@ -380,3 +380,68 @@ def test_verifiable_consumers_go_on_after_the_coordinator_is_killed_and_restarte
     assert consumed() == _expected(RECORDS)
     repeats = _unexplained_repeats([x for c in consumers for x in _java_consumptions(c)])
     assert repeats == [], f"{len(repeats)} records read twice after a successful commit: {repeats[:5]}"
+
+
+GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+
+
+def _masked(row: list[str], member_ids: set[str]) -> list[str]:
+    """The row with member ids, hosts, addresses and coordinator ids as ``*``."""
+    return [
+        "*"
+        if cell in member_ids or cell.startswith(("/", "(")) or (":" in cell and "TOPIC" not in cell)
+        else cell
+        for cell in row
+    ]
+
+
+def _group_command_views(bootstrap: str) -> list[list[list[str]]]:
+    """kafka-consumer-groups' describe views of a consumer-protocol group with one member that
+    committed 20 of 30 records: rows of columns, ids, hosts and ports masked."""
+    from tests.oracles.kafka_tools import run_tool
+
+    topic, group = f"kip848-{uuid.uuid4().hex[:8]}", f"kip848-group-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    _produce(bootstrap, topic, range(30))
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "client.id": "viewer",
+        }
+    )
+    views = []
+    try:
+        consumer.subscribe([topic])
+        taken: list[Any] = []
+        deadline = time.monotonic() + 60
+        while len(taken) < 30 and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and not message.error():
+                taken.append(message)
+        assert len(taken) == 30
+        for message in taken:
+            if message.offset() < 5:  # commit the first 5 of each partition
+                consumer.commit(message=message, asynchronous=False)
+        for args in (["--describe"], ["--describe", "--members", "--verbose"], ["--describe", "--state"]):
+            done = run_tool(GROUP_COMMAND, "--bootstrap-server", bootstrap, "--group", group, *args)
+            assert done.returncode == 0, done.stderr
+            masked = done.stdout.replace(group, "GROUP").replace(topic, "TOPIC")
+            rows = [line.split() for line in masked.splitlines() if line.strip()]
+            member_ids = {row[i] for row in rows for i, cell in enumerate(row) if len(cell) == 22}
+            views.append(rows[:1] + sorted(_masked(row, member_ids) for row in rows[1:]))
+    finally:
+        consumer.close()
+    return views
+
+
+@pytest.mark.usefixtures("kafka_jars")
+def test_kafka_consumer_groups_tool_describes_a_consumer_group_as_on_kafka(
+    broker_factory: BrokerFactory, apache_kafka: Any
+) -> None:
+    ours = _group_command_views(broker_factory({"num.partitions": PARTITIONS}).bootstrap)
+    kafka = _group_command_views(apache_kafka.bootstrap)
+    assert ours == kafka
