@@ -53,6 +53,12 @@ def consumer_group_config(config: BrokerConfig) -> ConsumerGroupConfig:
         raise ConfigError(
             "group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms"
         )
+    protocols = config.get("group.coordinator.rebalance.protocols")
+    if "classic" not in protocols or not set(protocols) <= {"classic", "consumer"}:
+        raise ConfigError(
+            f"group.coordinator.rebalance.protocols: {','.join(protocols)}: this broker serves"
+            " 'classic' (always) and 'consumer'"
+        )
     unknown = [name for name in config.get("group.consumer.assignors") if name not in ASSIGNORS]
     if unknown or not config.get("group.consumer.assignors"):
         raise ConfigError(

@@ -30,10 +30,12 @@ def test_kafka_defaults() -> None:
             "group.consumer.min.heartbeat.interval.ms": 1000,
         },
         {"group.consumer.assignors": "uniform,sticky"},
+        {"group.coordinator.rebalance.protocols": "consumer"},
+        {"group.coordinator.rebalance.protocols": "classic,share"},
     ],
 )
 def test_settings_outside_their_bounds_are_refused(properties: dict[str, object]) -> None:
-    with pytest.raises(ConfigError, match=r"group\.consumer"):
+    with pytest.raises(ConfigError, match=r"^group\.(consumer|coordinator)"):
         consumer_group_config(_config(**properties))
 
 
