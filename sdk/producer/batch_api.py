@@ -3,6 +3,11 @@
 Every record is serialized and sized first (so a bad one raises before anything is queued), then
 appended by ``RecordAccumulator.try_append`` with the call's ``BatchSink`` in place of a future:
 the records that land together in a batch form one run there, resolved with the batch.
+
+aiokafka's direct batch control, ``create_batch()`` + ``BatchBuilder.append`` +
+``send_batch(batch, topic, partition=)``, is built on it: a ``BatchBuilder`` collects records up
+to ``batch_size`` bytes, and ``send_batch`` hands them to ``send_many`` for the one partition,
+in order, so they are written together unless other sends to that partition come between.
 """
 
 from __future__ import annotations
@@ -10,20 +15,81 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from time import time_ns as _time_ns
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from sdk.errors import IllegalStateError
 from sdk.producer.batch import BatchSink
 from sdk.producer.interceptors import ProducerRecord
-from sdk.producer.record_metadata import BatchMetadata
-from sdk.records import headers_size
+from sdk.producer.record_metadata import BatchMetadata, RecordMetadata
+from sdk.records import BATCH_OVERHEAD, headers_size, record_size_bound
 
 if TYPE_CHECKING:
     from sdk.producer.accumulator import RecordAccumulator
     from sdk.producer.interceptors import InterceptorChain
 
-__all__ = ["BatchSendMixin", "Headers", "headers_size"]
+__all__ = ["BatchBuilder", "BatchRecordMetadata", "BatchSendMixin", "Headers", "headers_size"]
 
 Headers = Sequence[tuple[str, bytes | None]]
+
+
+class BatchRecordMetadata(NamedTuple):
+    """What ``BatchBuilder.append`` answers for an accepted record (aiokafka's fields):
+    ``offset`` is its place in the batch (0, 1, ...), ``size`` its bytes at most, ``timestamp``
+    the one given (None: the send time)."""
+
+    offset: int
+    size: int
+    timestamp: int | None
+    crc: None = None
+
+
+class BatchBuilder:
+    """Records for one ``send_batch`` (aiokafka's ``BatchBuilder``): ``append`` until it answers
+    None (the next record would take the batch past ``batch_size`` bytes; the first record is
+    always accepted), then ``send_batch`` it. Keys and values are bytes (not serialized)."""
+
+    def __init__(self, batch_size: int) -> None:
+        self._batch_size = batch_size
+        self._size = BATCH_OVERHEAD
+        self._closed = False
+        #: (timestamp_ms or None, key, value, headers), in append order.
+        self.records: list[tuple[int | None, bytes | None, bytes | None, Headers | None]] = []
+
+    def append(
+        self,
+        *,
+        timestamp: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None = None,
+    ) -> BatchRecordMetadata | None:
+        """Add a record; None (and nothing added) when it does not fit any more."""
+        if self._closed:
+            raise IllegalStateError("the batch is closed: create a new one with create_batch()")
+        for name, field in (("key", key), ("value", value)):
+            if field is not None and not isinstance(field, bytes | bytearray | memoryview):
+                raise TypeError(f"a batch record's {name} must be bytes or None, not {type(field).__name__}")
+        if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, int)):
+            raise TypeError(f"timestamp must be milliseconds (int) or None, not {timestamp!r}")
+        headers = list(headers) if headers else None
+        size = record_size_bound(key, value, headers)
+        if self.records and self._size + size > self._batch_size:
+            return None
+        self._size += size
+        self.records.append((timestamp, bytes(key) if key is not None else None,
+                             bytes(value) if value is not None else None, headers))
+        return BatchRecordMetadata(len(self.records) - 1, size, timestamp)
+
+    def close(self) -> None:
+        """No more appends (``send_batch`` closes the batch too)."""
+        self._closed = True
+
+    def size(self) -> int:
+        """Bytes of the batch so far (an upper bound)."""
+        return self._size
+
+    def record_count(self) -> int:
+        return len(self.records)
 
 
 class BatchSendMixin:
@@ -34,6 +100,7 @@ class BatchSendMixin:
     _interceptors: InterceptorChain | None
     _loop: asyncio.AbstractEventLoop | None
     _plain: bool
+    config: Any
     #: ``Producer._append_waiting``: the slow path of ``try_append`` (waits for metadata, memory).
     _append_waiting: Callable[..., Coroutine[Any, Any, None]]
 
@@ -72,6 +139,40 @@ class BatchSendMixin:
         finally:
             sink.seal()
         return sink.future
+
+    def create_batch(self) -> BatchBuilder:
+        """An empty ``BatchBuilder`` bounded by ``batch_size`` (aiokafka's ``create_batch``)."""
+        return BatchBuilder(self.config.batch_size)
+
+    async def send_batch(
+        self, batch: BatchBuilder, topic: str, *, partition: int
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue ``batch``'s records for ``partition`` of ``topic`` (aiokafka's ``send_batch``);
+        returns a future of the first record's ``RecordMetadata``, resolved when all are written.
+        The batch is closed; an empty one is a ``ValueError``."""
+        batch.close()
+        if not batch.records:
+            raise ValueError("send_batch() of an empty batch")
+        now = _time_ns() // 1_000_000
+        runs: list[tuple[int, Headers | None, list[tuple[bytes | None, bytes | None]]]] = []
+        for timestamp, key, value, headers in batch.records:
+            timestamp = now if timestamp is None else timestamp
+            if runs and runs[-1][0] == timestamp and runs[-1][1] == headers:
+                runs[-1][2].append((key, value))
+            else:
+                runs.append((timestamp, headers, [(key, value)]))
+        futures = [
+            await self.send_many(topic, records, partition=partition, timestamp_ms=timestamp, headers=headers)
+            for timestamp, headers, records in runs
+        ]
+        first_timestamp = runs[0][0]
+
+        async def first_record() -> RecordMetadata:
+            results = await asyncio.gather(*futures)
+            first = results[0].offsets(partition)
+            return RecordMetadata(topic, partition, first[0] if first else -1, first_timestamp)
+
+        return asyncio.ensure_future(first_record())
 
     def _prepare_many(
         self,
