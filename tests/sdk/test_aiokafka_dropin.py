@@ -1165,3 +1165,56 @@ def test_custom_partitioner(kafka: BrokerProcess, tmp_path: Path) -> None:
     out = Program(CUSTOM_PARTITIONER, kafka.bootstrap, tmp_path).finish()
     assert f"'1' produced in partition: {PARTITIONS - 1}" in out, out
     assert "'3' produced in partition: 0" in out, out
+
+
+# -- aiokafka's names ------------------------------------------------------------------------------
+
+#: Where the retriable flag differs from aiokafka's: Kafka's (Java's) flag for the broker codes,
+#: and the client's own behaviour for the two client-side errors (README, "Coming from aiokafka").
+RETRIABLE_AS_KAFKA = {
+    "CorruptRecordException", "InvalidMessageError", "ReplicaNotAvailableError", "StaleLeaderEpochCodeError",
+    "ConcurrentTransactions", "FetchSessionIdNotFound", "InvalidFetchSessionEpoch", "ListenerNotFound",
+    "NoBrokersAvailable", "KafkaTimeoutError",
+}
+
+
+def aiokafka_exceptions() -> dict[str, type[BaseException]]:
+    import inspect
+
+    import aiokafka.errors
+
+    return {
+        name: value for name, value in vars(aiokafka.errors).items()
+        if not name.startswith("_") and inspect.isclass(value) and issubclass(value, BaseException)
+    }
+
+
+def test_every_aiokafka_error_name_is_importable_with_its_errno_and_retriable_flag() -> None:
+    import sdk.errors
+
+    theirs = aiokafka_exceptions()
+    assert len(theirs) > 100
+    missing = sorted(name for name in theirs if not hasattr(sdk.errors, name))
+    assert missing == []
+    for name, cls in theirs.items():
+        ours = getattr(sdk.errors, name)
+        errno = getattr(cls, "errno", None)
+        if isinstance(errno, int):
+            assert ours.errno == errno, name
+        if name not in RETRIABLE_AS_KAFKA and getattr(cls, "retriable", None) is not None:
+            assert bool(ours.retriable) == bool(cls.retriable), name
+    assert issubclass(sdk.errors.NotLeaderForPartitionError, sdk.errors.BrokerResponseError)
+    assert issubclass(sdk.errors.NoGroupIdError, sdk.errors.IllegalOperation)
+    assert sdk.errors.NotLeaderForPartitionError("x").errno == 6
+
+
+def test_aiokafka_structs_and_top_level_names() -> None:
+    import aiokafka
+    import aiokafka.structs
+
+    import sdk
+    import sdk.structs
+
+    assert [n for n in aiokafka.structs.__all__ if not hasattr(sdk.structs, n)] == []
+    assert [n for n in aiokafka.__all__ if n != "AIOKafkaClient" and not hasattr(sdk, n)] == []
+    assert sdk.structs.TopicPartition("t", 1) == sdk.TopicPartition("t", 1) == ("t", 1)
