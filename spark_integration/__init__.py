@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_integration.audit import AuditReport, audit
-from spark_integration.pipeline import PipelineResult, run_exactly_once
-from spark_integration.source import FORMAT, KafkaDataSource
+from spark_integration.requirements import check_pyspark, installed_pyspark
+
+check_pyspark(installed_pyspark())
+
+from spark_integration.audit import AuditReport, audit  # noqa: E402
+from spark_integration.pipeline import PipelineResult, run_exactly_once  # noqa: E402
+from spark_integration.source import FORMAT, KafkaDataSource  # noqa: E402
 
 __all__ = [
     "FORMAT",

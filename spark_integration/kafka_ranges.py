@@ -11,23 +11,31 @@ so a range's last offsets may yield no row.
 from __future__ import annotations
 
 import datetime
+import itertools
+import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql.datasource import InputPartition
 
 from sdk.client.cluster import TopicPartition
 from sdk.sync import Consumer
-from spark_integration.options import EARLIEST, LATEST, OffsetSpec, ReadOptions
+from spark_integration.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, TimestampSpec
 
-#: The columns of Spark's Kafka source (with headers, as with its includeHeaders=true).
+T = TypeVar("T")
+
+#: The columns of Spark's Kafka source; ``headers`` only with includeHeaders=true, as in Spark.
 SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int, headers array<struct<key:string,value:binary>>"
+    "timestampType int"
 )
+SCHEMA_WITH_HEADERS = SCHEMA + ", headers array<struct<key:string,value:binary>>"
+
+
+log = logging.getLogger(__name__)
 
 
 class DataLossError(RuntimeError):
@@ -66,20 +74,41 @@ def topic_partitions(consumer: Consumer, options: ReadOptions) -> list[TopicPart
         partitions = None
         deadline = time.monotonic() + 10
         while partitions is None and time.monotonic() < deadline:
-            partitions = consumer.partitions_for_topic(topic)
-            if partitions is None:
-                consumer.topics()  # a metadata round trip fills the cache
+            # A metadata round trip for every topic: a deleted topic is gone from it at once,
+            # while the cache behind partitions_for_topic would still name its partitions.
+            if topic in consumer.topics():
+                partitions = consumer.partitions_for_topic(topic)
+            else:
+                time.sleep(0.2)
         found.extend(TopicPartition(topic, p) for p in sorted(partitions or ()))
     return found
 
 
-def resolve(consumer: Consumer, spec: OffsetSpec, partitions: list[TopicPartition],
+def with_retries(options: ReadOptions, what: str, lookup: Callable[[], T]) -> T:
+    """``lookup()``, tried again ``fetchOffset.numRetries`` times ``fetchOffset.retryIntervalMs``
+    apart when it fails (Spark's offset fetches do the same)."""
+    for attempt in range(options.fetch_offset_retries + 1):
+        try:
+            return lookup()
+        except Exception:
+            if attempt == options.fetch_offset_retries:
+                raise
+            log.warning("%s failed (attempt %d of %d), retrying", what, attempt + 1,
+                        options.fetch_offset_retries + 1, exc_info=True)
+            time.sleep(options.fetch_offset_retry_interval_s)
+    raise AssertionError("unreachable")
+
+
+def resolve(consumer: Consumer, spec: OffsetSpec | TimestampSpec, partitions: list[TopicPartition],
             options: ReadOptions) -> dict[TopicPartition, int]:
     """Absolute offsets for ``spec``; explicit offsets below the log start are data loss."""
     if not partitions:
         return {}
-    beginning = consumer.beginning_offsets(partitions)
-    end = consumer.end_offsets(partitions)
+    beginning = with_retries(options, "looking up the earliest offsets",
+                             lambda: consumer.beginning_offsets(partitions))
+    end = with_retries(options, "looking up the latest offsets", lambda: consumer.end_offsets(partitions))
+    if isinstance(spec, TimestampSpec):
+        return _by_timestamp(consumer, spec, partitions, end, options)
     resolved: dict[TopicPartition, int] = {}
     for tp in partitions:
         wanted = spec.explicit.get(tp, spec.default)
@@ -98,15 +127,54 @@ def resolve(consumer: Consumer, spec: OffsetSpec, partitions: list[TopicPartitio
     return resolved
 
 
+def _by_timestamp(consumer: Consumer, spec: TimestampSpec, partitions: list[TopicPartition],
+                  end: dict[TopicPartition, int], options: ReadOptions) -> dict[TopicPartition, int]:
+    """The first offset at or after each partition's timestamp (ListOffsets by time); a partition
+    with no such record: its latest offset (``missing="latest"``) or an error."""
+    if spec.default is None:
+        unnamed = [tp for tp in partitions if tp not in spec.explicit]
+        if unnamed:
+            raise ValueError(
+                "startingOffsetsByTimestamp/endingOffsetsByTimestamp must name every partition read; "
+                f"missing: {', '.join(f'{tp.topic}-{tp.partition}' for tp in unnamed)}")
+    wanted = {tp: spec.explicit.get(tp, spec.default or 0) for tp in partitions}
+    found = with_retries(options, "looking up offsets by timestamp",
+                         lambda: consumer.offsets_for_times(wanted))
+    resolved: dict[TopicPartition, int] = {}
+    for tp in partitions:
+        match = found.get(tp)
+        if match is not None:
+            resolved[tp] = match.offset
+        elif spec.missing == "latest":
+            resolved[tp] = end[tp]
+        else:
+            raise ValueError(
+                f"{tp.topic}-{tp.partition} has no record at or after timestamp {wanted[tp]} (set "
+                "startingOffsetsByTimestampStrategy=latest to start such partitions at their latest offset)")
+    return resolved
+
+
 def split_ranges(starts: dict[TopicPartition, int], ends: dict[TopicPartition, int],
-                 max_records: int | None) -> list[OffsetRange]:
-    """One range per partition with data, cut into pieces of at most ``max_records`` offsets."""
+                 max_records: int | None, min_partitions: int | None = None) -> list[OffsetRange]:
+    """One range per partition with data, cut into pieces of at most ``max_records`` offsets, and
+    further, in proportion to their sizes, until there are ``min_partitions`` of them (as Spark's
+    KafkaOffsetRangeCalculator: a range gets round(size / total * minPartitions) pieces, at least
+    one). No data gives no range (PySpark then reads one empty partition of its own)."""
     ranges: list[OffsetRange] = []
     for tp in sorted(ends):
         start, end = starts.get(tp, 0), ends[tp]
         step = max_records or max(end - start, 1)
         for piece_start in range(start, end, step):
             ranges.append(OffsetRange(tp.topic, tp.partition, piece_start, min(piece_start + step, end)))
+    if min_partitions is not None and len(ranges) < min_partitions:
+        total = sum(r.end - r.start for r in ranges)
+        cut: list[OffsetRange] = []
+        for r in ranges:
+            size = r.end - r.start
+            pieces = min(size, max(round(size / total * min_partitions), 1))
+            bounds = [r.start + size * i // pieces for i in range(pieces + 1)]
+            cut.extend(OffsetRange(r.topic, r.partition, a, b) for a, b in itertools.pairwise(bounds))
+        ranges = cut
     return ranges
 
 
@@ -128,7 +196,7 @@ def read_range(options: ReadOptions, offsets: OffsetRange) -> Iterator[tuple[Any
             for record in records:
                 if record.offset >= offsets.end:
                     return
-                yield _row(record)
+                yield _row(record, options.include_headers)
             position = consumer.position(tp)
             if position >= offsets.end:
                 return
@@ -145,10 +213,12 @@ def read_range(options: ReadOptions, offsets: OffsetRange) -> Iterator[tuple[Any
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
-def _row(record: Any) -> tuple[Any, ...]:
+def _row(record: Any, include_headers: bool) -> tuple[Any, ...]:
     timestamp = _EPOCH + datetime.timedelta(milliseconds=record.timestamp)
-    headers = [(name, value) for name, value in (record.headers or ())]
-    return (record.key, record.value, record.topic, record.partition, record.offset, timestamp,
-            record.timestamp_type, headers)
+    row = (record.key, record.value, record.topic, record.partition, record.offset, timestamp,
+           record.timestamp_type)
+    if not include_headers:
+        return row
+    return (*row, [(name, value) for name, value in (record.headers or ())])
 
 

@@ -7,6 +7,7 @@ executors (``kafka_ranges.read_range``). Streaming offsets are JSON-able dicts
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ except ImportError:  # pragma: no cover - older PySpark: batch reads work, strea
 
 from sdk.client.cluster import TopicPartition
 from spark_integration.kafka_ranges import (
+    DataLossError,
     OffsetRange,
     metadata_consumer,
     read_range,
@@ -68,7 +70,8 @@ class KafkaBatchReader(DataSourceReader):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = ReadOptions.parse(options, streaming=False)
-        if LATEST in self.options.starting.explicit.values() or self.options.starting.default == LATEST:
+        starting = self.options.starting
+        if isinstance(starting, OffsetSpec) and LATEST in (starting.default, *starting.explicit.values()):
             raise ValueError("option 'startingOffsets' cannot be latest in a batch query")
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -80,10 +83,11 @@ class KafkaBatchReader(DataSourceReader):
         finally:
             consumer.close()
         return split_ranges(starts, {tp: max(ends[tp], starts[tp]) for tp in tps},
-                            self.options.max_records_per_partition)
+                            self.options.max_records_per_partition, self.options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, OffsetRange)
+        if not isinstance(partition, OffsetRange):  # PySpark's own partition when we planned none
+            return iter(())
         return read_range(self.options, partition)
 
 
@@ -96,6 +100,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = ReadOptions.parse(options, streaming=True)
         self._consumer: Any = None
         self._available_now: dict[TopicPartition, int] | None = None
+        #: The newest latest offsets seen (``reportLatestOffset``: Spark's progress shows them).
+        self._reported: Offsets | None = None
+        #: When the last batch was planned (``maxTriggerDelay`` counts from it).
+        self._last_batch_at = time.monotonic()
 
     def _metadata(self) -> Any:
         if self._consumer is None:
@@ -127,28 +135,50 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         begin = from_json(start)
         latest = self._latest()
+        self._reported = to_json(latest)
         new = [tp for tp in latest if tp not in begin]
         if new:  # partitions that appeared after the query started: read them from their start
             begin.update(resolve(self._metadata(), OffsetSpec(EARLIEST), new, self.options))
+        lost = _data_lost(begin, latest)
+        if lost and self.options.fail_on_data_loss:
+            raise DataLossError(f"{lost}; some data may have been missed (set failOnDataLoss=false to go on)")
         latest = {tp: max(end, begin[tp]) for tp, end in latest.items()}
         for tp, offset in begin.items():
-            latest.setdefault(tp, offset)
+            if tp in latest or not lost:
+                latest.setdefault(tp, offset)
         if isinstance(limit, ReadMaxRows):
             latest = _capped(begin, latest, limit.max_rows)
+        if self._too_few(begin, latest):
+            return start
+        if latest != {tp: begin[tp] for tp in latest}:
+            self._last_batch_at = time.monotonic()
         return to_json(latest)
 
+    def _too_few(self, begin: dict[TopicPartition, int], latest: dict[TopicPartition, int]) -> bool:
+        """``minOffsetsPerTrigger``: wait for that many new offsets, at most ``maxTriggerDelay``
+        after the last batch (never with Trigger.AvailableNow, which reads all there is)."""
+        wanted = self.options.min_offsets_per_trigger
+        if wanted is None or self._available_now is not None:
+            return False
+        waiting = sum(end - begin.get(tp, end) for tp, end in latest.items())
+        overdue = (time.monotonic() - self._last_batch_at) * 1000 >= self.options.max_trigger_delay_ms
+        return waiting < wanted and not overdue
+
     def reportLatestOffset(self) -> Offsets | None:
-        return None
+        """The latest offsets found by the last ``latestOffset`` (Spark's progress shows them as
+        the source's ``latestOffset``, beside the batch's end)."""
+        return self._reported
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         starts, ends = from_json(start), from_json(end)
         missing = [tp for tp in ends if tp not in starts]
         if missing:
             starts.update(resolve(self._metadata(), OffsetSpec(EARLIEST), missing, self.options))
-        return split_ranges(starts, ends, self.options.max_records_per_partition)
+        return split_ranges(starts, ends, self.options.max_records_per_partition, self.options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, OffsetRange)
+        if not isinstance(partition, OffsetRange):  # PySpark's own partition when we planned none
+            return iter(())
         return read_range(self.options, partition)
 
     def commit(self, end: Offsets) -> None:
@@ -158,6 +188,15 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+
+def _data_lost(begin: dict[TopicPartition, int], latest: dict[TopicPartition, int]) -> str:
+    """What data loss the latest offsets show: partitions gone (topic or partitions deleted), or a
+    partition whose end is before where the query stands (topic deleted and created again)."""
+    problems = [f"{tp.topic}-{tp.partition} is gone" for tp in sorted(begin) if tp not in latest]
+    problems += [f"{tp.topic}-{tp.partition} ends at {latest[tp]}, before offset {begin[tp]} it had reached"
+                 for tp in sorted(latest) if tp in begin and latest[tp] < begin[tp]]
+    return "; ".join(problems)
 
 
 def _capped(begin: dict[TopicPartition, int], latest: dict[TopicPartition, int],

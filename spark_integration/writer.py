@@ -53,7 +53,7 @@ from typing import Any
 
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.consumer import Consumer as AsyncConsumer
@@ -61,7 +61,7 @@ from sdk.consumer.records import OffsetAndMetadata
 from sdk.producer.producer import Producer as AsyncProducer
 from sdk.sync import Producer
 from spark_integration.admin import TopicSpec, ensure_topic, fetch_committed
-from spark_integration.options import OptionError, client_settings
+from spark_integration.options import SINK_OPTIONS, OptionError, check_names, client_settings
 from spark_integration.ownership import (
     BATCH_WRITES,
     Marker,
@@ -167,12 +167,15 @@ class SinkOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType) -> SinkOptions:
+        options = {name.lower(): value for name, value in options.items()}
+        check_names(options, SINK_OPTIONS, "sink")
         columns = tuple(schema.fieldNames())
         if "value" not in columns:
             raise OptionError("the sink needs a 'value' column")
         topic = options.get("topic")
         if topic is None and "topic" not in columns:
             raise OptionError("the sink needs the option 'topic' or a 'topic' column")
+        check_column_types(schema)
         # The marker reads share the connection settings (security, timeouts) the consumer knows.
         consumer_parameters = inspect.signature(AsyncConsumer.__init__).parameters
         connection = {
@@ -187,6 +190,10 @@ class SinkOptions:
         if commit_mode not in (PER_TASK, TWO_PHASE):
             raise OptionError(f"option 'commit.mode' must be {PER_TASK} or {TWO_PHASE}, "
                               f"not {options.get('commit.mode')!r}")
+        acks = (options.get("kafka.acks") or "all").strip().lower()
+        if guarantee == EXACTLY_ONCE and acks not in ("all", "-1"):
+            raise OptionError(f"option 'kafka.acks={options.get('kafka.acks')}': the exactly-once sink's "
+                              "transactions need acks=all (delivery.guarantee=at-least-once takes any)")
         if commit_mode == TWO_PHASE and guarantee != EXACTLY_ONCE:
             raise OptionError(f"option 'commit.mode={TWO_PHASE}' needs delivery.guarantee={EXACTLY_ONCE}")
         prefix = options.get("transactional.id.prefix")
@@ -238,6 +245,29 @@ class SinkOptions:
     def ensure_topics(self) -> None:
         for spec in self.topic_specs():
             ensure_topic(self.consumer_settings, spec)
+
+
+def check_column_types(schema: StructType) -> None:
+    """The column types Spark's Kafka sink takes, refused with its messages: ``key`` and ``value``
+    string or binary, ``topic`` string, ``partition`` int, ``headers``
+    array<struct<key:string,value:binary>>."""
+    types = {f.name: f.dataType for f in schema.fields}
+    for name in ("key", "value"):
+        if name in types and not isinstance(types[name], (StringType, BinaryType)):
+            raise OptionError(f"{name} attribute type must be a string or binary, not "
+                              f"{types[name].simpleString()}")
+    if "topic" in types and not isinstance(types["topic"], StringType):
+        raise OptionError(f"Topic type must be a string, not {types['topic'].simpleString()}")
+    if "partition" in types and not isinstance(types["partition"], IntegerType):
+        raise OptionError(f"partition attribute type must be an int, not {types['partition'].simpleString()}")
+    headers = types.get("headers")
+    if headers is not None:
+        element = headers.elementType if isinstance(headers, ArrayType) else None
+        fields = {f.name: f.dataType for f in element.fields} if isinstance(element, StructType) else {}
+        if (set(fields) != {"key", "value"} or not isinstance(fields["key"], StringType)
+                or not isinstance(fields["value"], BinaryType)):
+            raise OptionError(f"headers attribute type must be array<struct<key:string,value:binary>>, not "
+                              f"{headers.simpleString()}")
 
 
 def _replication_factor(raw: str | None) -> int:

@@ -53,8 +53,9 @@ def _read(spark: Any, bootstrap: str, **options: str) -> Any:
 def test_batch_read_returns_committed_records_with_kafka_columns(spark: Any, broker: Any) -> None:
     topic = _topic("batch")
     committed, aborted = _write_transactions(broker.bootstrap, topic)
-    frame = _read(spark, broker.bootstrap, subscribe=topic)
+    frame = _read(spark, broker.bootstrap, subscribe=topic, includeHeaders="true")
     assert frame.columns == COLUMNS
+    assert _read(spark, broker.bootstrap, subscribe=topic).columns == COLUMNS[:-1]  # as Spark: no headers
     rows = frame.collect()
     assert sorted(bytes(r.value) for r in rows) == sorted(committed)
     assert not {bytes(r.value) for r in rows} & set(aborted)
