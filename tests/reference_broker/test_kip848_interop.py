@@ -445,3 +445,130 @@ def test_kafka_consumer_groups_tool_describes_a_consumer_group_as_on_kafka(
     ours = _group_command_views(broker_factory({"num.partitions": PARTITIONS}).bootstrap)
     kafka = _group_command_views(apache_kafka.bootstrap)
     assert ours == kafka
+
+
+class Copier(threading.Thread):
+    """A consume-transform-produce member (confluent-kafka): each poll's records are copied to the
+    output topic and their offsets committed in one transaction; an abortable error aborts it and
+    rewinds to the committed offsets."""
+
+    def __init__(self, bootstrap: str, group: str, source: str, sink: str, name: str):
+        super().__init__(name=name, daemon=True)
+        self.consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "group.protocol": "consumer",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "client.id": name,
+            }
+        )
+        self.producer = confluent_kafka.Producer(
+            {"bootstrap.servers": bootstrap, "transactional.id": f"{group}-{name}", "linger.ms": 5}
+        )
+        self.source, self.sink = source, sink
+        self.stopping = threading.Event()
+        self.assigned: set[int] = set()
+        self.commits = 0
+        self.copied = 0  # records in committed transactions
+        self.aborts = 0
+
+    def run(self) -> None:
+        self.producer.init_transactions(30)
+        self.consumer.subscribe([self.source])
+        try:
+            while not self.stopping.is_set():
+                messages = [m for m in self.consumer.consume(50, 0.2) if not m.error()]
+                self.assigned = {tp.partition for tp in self.consumer.assignment()}
+                if messages:
+                    self._copy(messages)
+        finally:
+            self.consumer.close()
+
+    def _copy(self, messages: list[Any]) -> None:
+        self.producer.begin_transaction()
+        try:
+            for m in messages:
+                self.producer.produce(self.sink, m.value(), partition=m.partition())
+            positions = self.consumer.position(self.consumer.assignment())
+            self.producer.send_offsets_to_transaction(positions, self.consumer.consumer_group_metadata(), 30)
+            self.producer.commit_transaction(30)
+            self.commits += 1
+            self.copied += len(messages)
+        except confluent_kafka.KafkaException as exc:
+            if not exc.args[0].txn_requires_abort():
+                raise
+            self.producer.abort_transaction(30)
+            self.aborts += 1
+            committed = self.consumer.committed(self.consumer.assignment(), 30)
+            for tp in committed:
+                if tp.offset < 0:
+                    tp.offset = confluent_kafka.OFFSET_BEGINNING
+                self.consumer.seek(tp)
+
+    def leave(self) -> None:
+        self.stopping.set()
+        self.join(60)
+        assert not self.is_alive(), f"{self.name} did not close"
+
+
+def _read_committed(bootstrap: str, topic: str, expected: int) -> list[Any]:
+    reader = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    values: list[Any] = []
+    try:
+        reader.assign(
+            [
+                confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                for p in range(PARTITIONS)
+            ]
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(values) < expected:
+            message = reader.poll(0.2)
+            if message is not None and not message.error():
+                values.append(message.value())
+        end = time.monotonic() + 2  # anything beyond the expected count shows up here
+        while time.monotonic() < end:
+            message = reader.poll(0.2)
+            if message is not None and not message.error():
+                values.append(message.value())
+    finally:
+        reader.close()
+    return values
+
+
+def test_transactional_copiers_of_a_consumer_protocol_group_copy_every_record_once(bootstrap: str) -> None:
+    source, sink = f"kip848-in-{uuid.uuid4().hex[:8]}", f"kip848-out-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, source, PARTITIONS)
+    create_topic(bootstrap, sink, PARTITIONS)
+    group = f"kip848-eos-{uuid.uuid4().hex[:8]}"
+    copiers: list[Copier] = []
+    try:
+        _produce(bootstrap, source, range(RECORDS // 2))
+        copiers.append(Copier(bootstrap, group, source, sink, "copier-0"))
+        copiers[0].start()
+        wait_until(lambda: copiers[0].commits > 0, 60, "the first copier's first transaction")
+        copiers.append(Copier(bootstrap, group, source, sink, "copier-1"))
+        copiers[1].start()
+        wait_until(lambda: bool(copiers[1].assigned), 60, "partitions for the second copier")
+        _produce(bootstrap, source, range(RECORDS // 2, RECORDS))
+        copiers[0].leave()
+        wait_until(lambda: len(copiers[1].assigned) == PARTITIONS, 60, "the partitions handed over")
+        wait_until(lambda: sum(c.copied for c in copiers) >= RECORDS, 90, "every record copied")
+    finally:
+        for copier in copiers:
+            copier.stopping.set()
+        for copier in copiers:
+            copier.join(60)
+    values = sorted(int(v) for v in _read_committed(bootstrap, sink, RECORDS))
+    assert values == list(range(RECORDS))
