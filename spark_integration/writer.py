@@ -180,7 +180,8 @@ class SinkOptions:
         consumer_parameters = inspect.signature(AsyncConsumer.__init__).parameters
         connection = {
             name: value for name, value in options.items()
-            if name.startswith("kafka.") and name[len("kafka."):].replace(".", "_") in consumer_parameters
+            if name.startswith(("kafka.ssl.", "kafka.sasl.jaas."))
+            or (name.startswith("kafka.") and name[len("kafka."):].replace(".", "_") in consumer_parameters)
         }
         guarantee = (options.get("delivery.guarantee") or EXACTLY_ONCE).strip().lower()
         if guarantee not in (EXACTLY_ONCE, AT_LEAST_ONCE):

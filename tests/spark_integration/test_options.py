@@ -208,3 +208,11 @@ def test_an_old_or_missing_pyspark_gets_an_error_naming_the_extra() -> None:
     with pytest.raises(ImportError, match=r"4\.2"):
         check_pyspark("4.1.0", (4, 2), "streaming")
     check_pyspark("4.3.0")
+
+
+def test_the_sinks_marker_reads_use_the_same_security_settings() -> None:
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";'
+    options = _sink(**{"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN",
+                       "kafka.sasl.jaas.config": jaas})
+    for settings in (options.producer_settings, options.consumer_settings):
+        assert (settings["security_protocol"], settings["sasl_plain_username"]) == ("SASL_PLAINTEXT", "u")

@@ -122,3 +122,19 @@ def test_streaming_progress_shows_the_sources_latest_offset(spark: Any, broker: 
         deadline = time.monotonic() + 30
         while query.isActive and time.monotonic() < deadline:
             time.sleep(0.1)
+
+
+def test_save_modes_are_sparks_kafka_sinks(spark: Any, broker: Any) -> None:
+    topic = _topic("modes", broker.bootstrap)
+    frame = spark.createDataFrame([(b"x",)], "value binary")
+
+    def writer() -> Any:  # a new one each time: mode() changes the writer it is called on
+        return (frame.write.format(FORMAT).option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("topic", topic))
+
+    with pytest.raises(Exception, match="Save mode Overwrite not allowed for Kafka"):
+        writer().mode("overwrite").save()
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):  # PySpark's, documented
+        writer().save()
+    writer().mode("append").save()
+    assert [r.value for r in read_topic(broker.bootstrap, topic)] == [b"x"]
