@@ -134,13 +134,17 @@ def describe_broker_configs(broker: Broker) -> list[ConfigEntry]:
     return [
         ConfigEntry(
             name=name,
-            value=render(config.get(name)),
+            # Kafka never sends a sensitive value (passwords, private keys): null, flagged sensitive.
+            value=None if spec.sensitive else render(config.get(name)),
             config_source=config.source(name),
             read_only=True,
             is_sensitive=spec.sensitive,
             config_type=spec.type,
             documentation=spec.doc,
-            synonyms=broker_synonyms(broker, name),
+            synonyms=[
+                (key, None if spec.sensitive else value, source)
+                for key, value, source in broker_synonyms(broker, name)
+            ],
         )
         for name, spec in sorted(BROKER_KEYS.items())
     ]

@@ -204,3 +204,22 @@ def test_bad_listener_configurations_stop_the_broker_naming_the_setting(tmp_path
         if result.returncode != 2 or expected not in result.stderr:
             failures.append((props, expected, result.returncode, result.stderr[-500:]))
     assert not failures, failures
+
+
+def test_describe_configs_never_shows_tls_passwords_or_keys(
+    multi_listener_broker: MultiBroker, certs: Certs
+) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    config = {
+        **certs.broker_ssl(),
+        "ssl.keystore.password": "keystore-secret",
+        "ssl.key.password": "key-secret",
+    }
+    _, ports = multi_listener_broker(["PLAINTEXT", "SSL"], config)
+    admin = AdminClient({"bootstrap.servers": ports.address("PLAINTEXT")})
+    resource = ConfigResource(ConfigResource.Type.BROKER, "1")
+    entries = admin.describe_configs([resource])[resource].result(30)
+    for name in ("ssl.keystore.password", "ssl.key.password"):
+        assert entries[name].is_sensitive and entries[name].value is None, entries[name]
+    assert entries["ssl.keystore.location"].value == str(certs.server.keystore)
