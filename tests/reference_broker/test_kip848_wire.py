@@ -274,6 +274,19 @@ def _answers(bootstrap: str, tag: str) -> list[tuple[str, Any]]:
         heartbeat("leave again", member_epoch=-1)
         empty = client.request(ConsumerGroupDescribeRequest(group_ids=[group]), 0).groups[0]
         answers.append(("describe empty", (empty.error_code, empty.group_state, len(empty.members))))
+        # A dynamic member joining again under its own id, and static members (KIP-345 in KIP-848).
+        steady = {"rebalance_timeout_ms": -1, "subscribed_topic_names": None, "topic_partitions": None}
+        heartbeat("join with the range assignor", member_id="d1", server_assignor="range")
+        heartbeat("rejoin with epoch 0", member_id="d1")
+        heartbeat("static join", member_id="s1", instance_id="i1")
+        heartbeat("instance id taken", member_id="s2", instance_id="i1")
+        heartbeat("instance id, wrong member", member_id="s2", instance_id="i1", member_epoch=3, **steady)
+        heartbeat("unknown instance id", member_id="s3", instance_id="i9", member_epoch=3, **steady)
+        heartbeat("static temporary leave", member_id="s1", instance_id="i1", member_epoch=-2)
+        heartbeat("static replacement", member_id="s2", instance_id="i1")
+        heartbeat("static leave", member_id="s2", instance_id="i1", member_epoch=-1)
+        final = client.request(ConsumerGroupDescribeRequest(group_ids=[group]), 0).groups[0]
+        answers.append(("described", (final.group_state, final.assignor_name, len(final.members))))
     finally:
         client.close()
     return answers

@@ -255,7 +255,7 @@ class ConsumerGroupCoordinator:
                 raise Refused(
                     E.UNRELEASED_INSTANCE_ID,
                     f"Static member {member_id} with instance id {a.instance_id} cannot join the group"
-                    " because the instance id is owned by {existing.member_id} member.",
+                    f" because the instance id is owned by {existing.member_id} member.",
                 )
             # The static member comes back under a new member id and keeps its partitions.
             replacement = dataclasses.replace(
