@@ -275,7 +275,11 @@ def _answers(bootstrap: str, tag: str) -> list[tuple[str, Any]]:
         empty = client.request(ConsumerGroupDescribeRequest(group_ids=[group]), 0).groups[0]
         answers.append(("describe empty", (empty.error_code, empty.group_state, len(empty.members))))
         # A dynamic member joining again under its own id, and static members (KIP-345 in KIP-848).
-        steady = {"rebalance_timeout_ms": -1, "subscribed_topic_names": None, "topic_partitions": None}
+        steady: dict[str, Any] = {
+            "rebalance_timeout_ms": -1,
+            "subscribed_topic_names": None,
+            "topic_partitions": None,
+        }
         heartbeat("join with the range assignor", member_id="d1", server_assignor="range")
         heartbeat("rejoin with epoch 0", member_id="d1")
         heartbeat("static join", member_id="s1", instance_id="i1")
