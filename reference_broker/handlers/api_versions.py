@@ -33,7 +33,7 @@ _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 def _api_list(registry: HandlerRegistry) -> list[ApiVersionsResponse.ApiVersion]:
     return [
         ApiVersionsResponse.ApiVersion(
-            api_key=h.api_key, min_version=h.min_version, max_version=h.max_version
+            api_key=h.api_key, min_version=h.min_version, max_version=registry.max_version(h)
         )
         for h in registry.advertised()
     ]

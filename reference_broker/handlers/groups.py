@@ -355,7 +355,7 @@ def delete_groups_error(request: DeleteGroupsRequest, version: int, code: int) -
 
 
 VERSIONS = {
-    FindCoordinatorRequest.API_KEY: (0, 5),
+    FindCoordinatorRequest.API_KEY: (0, 6),
     JoinGroupRequest.API_KEY: (0, 9),
     HeartbeatRequest.API_KEY: (0, 4),
     LeaveGroupRequest.API_KEY: (0, 5),

@@ -2,7 +2,8 @@
 
 Versions served and per-version notes:
 
-- v1-11 (v0, with max_num_offsets, is gone since Kafka 4.0): one offset per partition.
+- v1-10, Kafka 4.1's range (v0, with max_num_offsets, is gone since Kafka 4.0; v11 is not yet
+  stable there): one offset per partition.
 - v2+ isolation_level: read_committed answers up to the last stable offset. v4+
   current_leader_epoch is checked, and the answer carries the leader epoch (0: one leader, never
   replaced). v6+ flexible.
@@ -10,9 +11,8 @@ Versions served and per-version notes:
   UNSUPPORTED_VERSION for that partition): -1 latest (the high watermark, or the last stable
   offset for read_committed) and -2 earliest always; -3 the record with the largest timestamp
   v7+ (KIP-734); -4 earliest local v8+ (KIP-405; everything is local here, so the log start);
-  -5 latest tiered v9+ (KIP-1005) and -6 earliest pending upload v11 (KIP-1023): nothing is
-  tiered, so "not found" (-1). v10 (KIP-1075, remote lookups answered asynchronously) changes
-  nothing: every lookup is local and immediate.
+  -5 latest tiered v9+ (KIP-1005): nothing is tiered, so "not found" (-1). v10 (KIP-1075,
+  remote lookups answered asynchronously) changes nothing: every lookup is local and immediate.
 
 Other values find the first offset whose timestamp is at least the target, within what a consumer
 may read.
@@ -111,4 +111,4 @@ def error_response(request: ListOffsetsRequest, version: int, code: int) -> List
 
 
 def install(registry: HandlerRegistry) -> None:
-    registry.register(API_KEY, handle, error_response=error_response)
+    registry.register(API_KEY, handle, versions=(1, 10), error_response=error_response)

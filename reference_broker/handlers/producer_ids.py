@@ -10,11 +10,13 @@ always answers it and lets the client retry); KIP-360's bump with the current pr
 epoch (v3+); transaction.max.timeout.ms checked. PRODUCER_FENCED is sent as
 INVALID_PRODUCER_EPOCH before v4 (KIP-588).
 
-v6 is KIP-939's two-phase commit. ``enable2_pc`` needs the broker's
-``transaction.two.phase.commit.enable``; without it the request gets
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers (a client cannot tell "disabled" from
-"not allowed"). A 2PC transaction has no timeout (the request's is ignored). ``keep_prepared_txn``
-keeps an ongoing 2PC transaction (INVALID_TXN_STATE if the ongoing one is not 2PC) and answers its
+v6 is KIP-939's two-phase commit, served and advertised only with the broker's
+``transaction.two.phase.commit.enable`` (Kafka 4.1 advertises v6 only with its unstable versions
+enabled; without either, a client sees v5 and knows two-phase commit is not offered). A v6
+request without ``enable2_pc`` is an ordinary InitProducerId; ``enable2_pc`` on a broker without
+the setting (reachable only in-process) is TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Kafka's answer.
+A 2PC transaction has no timeout (the request's is ignored). ``keep_prepared_txn`` keeps an
+ongoing 2PC transaction (INVALID_TXN_STATE if the ongoing one is not 2PC) and answers its
 producer id and epoch as OngoingTxnProducerId/Epoch (-1/-1 when none was open); it needs
 ``enable2_pc`` too (INVALID_REQUEST otherwise).
 """
@@ -69,5 +71,9 @@ def error_response(request: InitProducerIdRequest, version: int, code: int) -> I
     return InitProducerIdResponse(error_code=code)
 
 
+def _enabled_max(broker: Broker) -> int:
+    return 6 if broker.config.get("transaction.two.phase.commit.enable") else 5
+
+
 def install(registry: HandlerRegistry) -> None:
-    registry.register(API_KEY, handle, error_response=error_response)
+    registry.register(API_KEY, handle, error_response=error_response, enabled_max=_enabled_max)

@@ -47,6 +47,9 @@ class ApiHandler:
     error_response: ErrorFunc | None = None
     #: True for a plain ``def`` handler: the server calls it through ``handle_now``, without a task.
     synchronous: bool = False
+    #: The highest version served given the broker's settings (a version that needs a feature the
+    #: broker has switched off is neither advertised nor served); ``max_version`` when None.
+    enabled_max: Callable[[Broker], int] | None = None
 
 
 class HandlerRegistry:
@@ -63,8 +66,10 @@ class HandlerRegistry:
         *,
         versions: tuple[int, int] | None = None,
         error_response: ErrorFunc | None = None,
+        enabled_max: Callable[[Broker], int] | None = None,
     ) -> None:
-        """Serve ``api_key``; ``versions`` defaults to everything the codec can decode."""
+        """Serve ``api_key``; ``versions`` defaults to everything the codec can decode;
+        ``enabled_max(broker)`` lowers the top version by the broker's settings."""
         if api_key in NOT_ON_BROKER_LISTENERS:
             raise ValueError(f"api key {api_key} is served to controllers only, never on a broker listener")
         lo, hi = request_class(api_key).VALID_VERSIONS
@@ -73,7 +78,9 @@ class HandlerRegistry:
                 raise ValueError(f"api key {api_key}: versions {versions} exceed the codec's {lo}-{hi}")
             lo, hi = versions
         synchronous = not inspect.iscoroutinefunction(handle)
-        self._handlers[api_key] = ApiHandler(api_key, lo, hi, handle, error_response, synchronous)
+        self._handlers[api_key] = ApiHandler(
+            api_key, lo, hi, handle, error_response, synchronous, enabled_max
+        )
 
     def guard(self, api_key: int, wrap: Callable[[HandleFunc], HandleFunc]) -> None:
         """Replace a registered handler by ``wrap(handler)`` (the authorization checks); the
@@ -84,12 +91,18 @@ class HandlerRegistry:
 
     def find(self, api_key: int, api_version: int) -> ApiHandler | None:
         handler = self._handlers.get(api_key)
-        if handler is None or not handler.min_version <= api_version <= handler.max_version:
+        if handler is None or not handler.min_version <= api_version <= self.max_version(handler):
             return None
         return handler
 
+    def max_version(self, handler: ApiHandler) -> int:
+        """The highest version of ``handler`` this broker serves and advertises."""
+        if handler.enabled_max is None or self.broker is None:
+            return handler.max_version
+        return min(handler.max_version, handler.enabled_max(self.broker))
+
     def advertised(self) -> list[ApiHandler]:
-        """Every registered API, by key; what ApiVersions reports."""
+        """Every registered API, by key; what ApiVersions reports (with ``max_version``)."""
         return [self._handlers[k] for k in sorted(self._handlers)]
 
     async def handle(self, ctx: RequestContext, request: Message) -> Message | None:

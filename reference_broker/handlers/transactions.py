@@ -25,7 +25,7 @@ Versions served and per-version notes:
   transactions v2 is answered UNSUPPORTED_VERSION, as Kafka 4 does: EndTxn v5, TxnOffsetCommit
   v5 and a transactional Produce v12+ (a client is to use v2 only when ApiVersions finalizes
   ``transaction.version`` 2).
-- WriteTxnMarkers (27) v1-2: another broker's (or an admin client's, KIP-664
+- WriteTxnMarkers (27) v1 (Kafka 4.1's range): another broker's (or an admin client's, KIP-664
   ``abortTransaction``) request to end a producer's transaction on partitions this broker leads.
   It needs CLUSTER_ACTION on the cluster granted by the authorizer (``super.users`` or an ACL);
   without an authorizer it is refused with CLUSTER_AUTHORIZATION_FAILED, where Kafka would allow
@@ -474,7 +474,7 @@ def install(registry: HandlerRegistry) -> None:
     )
     registry.register(END_TXN, handle_end_txn, versions=(0, 5), error_response=_simple_error(EndTxnResponse))
     registry.register(
-        WRITE_MARKERS, handle_write_markers, versions=(1, 2), error_response=error_write_markers
+        WRITE_MARKERS, handle_write_markers, versions=(1, 1), error_response=error_write_markers
     )
     registry.register(
         TXN_OFFSET_COMMIT,

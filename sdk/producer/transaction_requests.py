@@ -210,7 +210,8 @@ class TransactionCoordinatorChannel:
             if two_phase_commit and version < INIT_TWO_PHASE_COMMIT_VERSION:
                 raise UnsupportedVersionError(
                     f"two-phase commit needs InitProducerId v{INIT_TWO_PHASE_COMMIT_VERSION} (KIP-939); "
-                    f"the transaction coordinator speaks at most v{version}",
+                    f"the transaction coordinator speaks at most v{version} (a broker offers v6 only "
+                    "with transaction.two.phase.commit.enable=true; Kafka's default is false)",
                     api_key=InitProducerIdRequest.API_KEY,
                 )
             keep = bump and version >= INIT_BUMP_VERSION

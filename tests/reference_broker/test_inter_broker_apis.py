@@ -78,7 +78,7 @@ def test_an_injected_abort_marker_is_refused_and_the_commit_stays_visible(
 
     with WireClient(broker.bootstrap) as wire:
         producer_id, epoch = open_transaction_of(wire, topic)
-        answers = [wire.request(abort_marker(topic, producer_id, epoch), v) for v in (1, 2)]
+        answers = [wire.request(abort_marker(topic, producer_id, epoch), 1)]
         # The connection stays up and keeps serving.
         assert wire.request(MetadataRequest(topics=None), 12).brokers
     producer.commit_transaction(30)
