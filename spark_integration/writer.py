@@ -58,6 +58,7 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.consumer import Consumer as AsyncConsumer
 from sdk.consumer.records import OffsetAndMetadata
+from sdk.errors import InvalidTransactionTimeoutError
 from sdk.producer.producer import Producer as AsyncProducer
 from sdk.sync import Producer
 from spark_integration.admin import TopicSpec, ensure_topic, fetch_committed
@@ -362,8 +363,14 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
     # Per task: the constructor runs init_transactions, so older attempts of this partition are
     # fenced and their open transaction is aborted before the marker is read. Two-phase: older
     # attempts are fenced, their transaction kept, then rolled forward or aborted.
-    producer = Producer(**options.producer_settings, transactional_id=transactional_id,
-                        enable_two_phase_commit=two_phase)
+    try:
+        producer = Producer(**options.producer_settings, transactional_id=transactional_id,
+                            enable_two_phase_commit=two_phase)
+    except InvalidTransactionTimeoutError as exc:
+        raise TransactionTimeoutError(
+            f"{transactional_id}: the broker refused kafka.transaction.timeout.ms="
+            f"{options.transaction_timeout_ms:.0f}: it is above the broker's transaction.max.timeout.ms "
+            "(15 minutes by default); lower it, or raise the broker's maximum") from exc
     crashed = False
     try:
         if two_phase:

@@ -167,3 +167,12 @@ def test_a_stream_whose_markers_expired_refuses_to_rerun_a_batch(broker: Any) ->
     with pytest.raises(MarkersExpiredError, match=r"offsets\.retention\.minutes"):
         write_partition(options, iter(_rows("b1-0")), prefix, Marker.of_query(query, 1), partition=0)
     assert len(read_topic(broker.bootstrap, topic)) == 20
+
+
+def test_a_transaction_timeout_above_the_brokers_maximum_is_refused_naming_both(broker: Any) -> None:
+    topic = f"too-long-{uuid.uuid4().hex[:8]}"
+    _create(broker.bootstrap, topic)
+    raw = _raw_options(broker.bootstrap, topic, "per-task", **{"kafka.transaction.timeout.ms": "999999999"})
+    with pytest.raises(TransactionTimeoutError, match=r"transaction\.max\.timeout\.ms"):
+        write_partition(SinkOptions.parse(raw, SCHEMA), iter(_rows("x", 1)), f"m-{topic}",
+                        Marker.of_query("q", 0), partition=0)
