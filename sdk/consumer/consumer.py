@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import ssl
 import time
@@ -29,6 +30,8 @@ from sdk.errors import ConfigError, ErrorCode, IllegalStateError, KafkaError, Ka
 from sdk.protocol.messages import MetadataRequest
 
 __all__ = ["Consumer"]
+
+log = logging.getLogger(__name__)
 
 _NEW, _RUNNING, _CLOSED = "new", "running", "closed"
 #: Errors of a topic a full listing names that exists but is not usable yet (being created).
@@ -268,6 +271,7 @@ class Consumer:
             self._state = _RUNNING
             self._apply_subscription()
             await self._first_assignment()
+            await self._first_positions()
         except BaseException:
             await self._close_parts()
             raise
@@ -304,6 +308,18 @@ class Consumer:
             await self._coordinator.ensure_active_group()
         else:
             await self._assign_all_partitions(wait_ms=self.config.request_timeout_ms)
+
+    async def _first_positions(self) -> None:
+        """At ``start``: look up the assigned partitions' positions (committed offsets, or the
+        ``auto_offset_reset`` lookups), so fetching starts before the first poll, as aiokafka's
+        fetcher does. A failure here is left to the first poll, which looks again and raises it
+        (e.g. ``NoOffsetForPartitionError`` with ``auto_offset_reset='none'``)."""
+        if not self._subscription.assigned_partitions():
+            return
+        try:
+            await self._update_fetch_positions()
+        except KafkaError as exc:
+            log.debug("positions at start: %r (the first poll looks again)", exc)
 
     async def stop(self) -> None:
         """Leave the group (committing consumed offsets first when auto-commit is on), stop

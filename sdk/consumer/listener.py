@@ -1,8 +1,11 @@
 """ConsumerRebalanceListener: the application's hooks into group rebalances.
 
-The group coordinator calls them from the task that polls (``ensure_active_group``), never from
-the heartbeat task, so a listener sees a consistent assignment and may commit, seek or read
-``consumer.position``. Each hook may be a plain method or a coroutine function.
+The group coordinator calls them inside ``ensure_active_group`` (from ``start()``, the background
+join task or a poll; one at a time, under the join lock), never from the heartbeat task, so a
+listener sees a consistent assignment and may commit, seek or read ``consumer.position``. A poll
+that comes while a listener runs waits for the rebalance to end. Each hook may be a plain method
+or a coroutine function; the listener need not subclass ``ConsumerRebalanceListener``
+(``is_rebalance_listener``).
 
 Order, as in Kafka's Java client: ``on_partitions_revoked`` before partitions are given up (in
 the eager protocol all of them before every rejoin; in the cooperative protocol only those that
