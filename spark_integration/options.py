@@ -34,7 +34,7 @@ class OptionError(ValueError):
 
 
 #: Options Spark itself passes to a source or sink beside the user's.
-_SPARK_OPTIONS = ("path", "checkpointLocation")
+_SPARK_OPTIONS = ("path", "paths", "checkpointLocation")
 #: The source's options (Spark's Kafka source's, and ``isolation.level``/``maxRecordsPerPartition``).
 SOURCE_OPTIONS = (
     "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "startingTimestamp",

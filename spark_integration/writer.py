@@ -509,9 +509,14 @@ class KafkaBatchWriter(DataSourceWriter):
         open ones of tasks killed on the way), committing only those a recorded intent names (the
         driver's ``commit`` had decided before it failed). Tasks that committed in per-task mode
         stay committed: a batch write is not atomic in that mode."""
-        if self.options.guarantee == EXACTLY_ONCE:
-            _resolve_lingering(self.options, self.prefix)
         log.warning("write %s aborted by Spark", self.write_id)
+        if self.options.guarantee == EXACTLY_ONCE:
+            try:
+                _resolve_lingering(self.options, self.prefix)
+            except Exception:  # Spark reports the write's own failure; this one is logged
+                log.error("write %s: its unfinished transactions under %s could not be ended; a later "
+                          "write with the prefix, or AdminClient.abort_transactions_with_prefix, ends them",
+                          self.write_id, self.prefix, exc_info=True)
 
 
 class KafkaStreamWriter(DataSourceStreamWriter):
