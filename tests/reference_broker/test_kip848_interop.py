@@ -572,3 +572,28 @@ def test_transactional_copiers_of_a_consumer_protocol_group_copy_every_record_on
             copier.join(60)
     values = sorted(int(v) for v in _read_committed(bootstrap, sink, RECORDS))
     assert values == list(range(RECORDS))
+
+
+def test_partitions_added_to_a_subscribed_topic_are_assigned_and_consumed(
+    bootstrap: str, members: list[Member]
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    topic = f"kip848-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    log: list[tuple[float, int, int, bool]] = []
+    member = Member(bootstrap, f"kip848-group-{uuid.uuid4().hex[:8]}", topic, "member-0", log)
+    members.append(member)
+    member.start()
+    wait_until(lambda: member.assigned == set(range(PARTITIONS)), 60, "every partition assigned")
+    grown = PARTITIONS + 2
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_partitions([NewPartitions(topic, grown)])[topic].result(30)
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
+    for i in range(grown * 10):
+        producer.produce(topic, str(i).encode(), partition=i % grown)
+    assert producer.flush(30) == 0
+    wait_until(lambda: member.assigned == set(range(grown)), 90, "the new partitions assigned")
+    wait_until(lambda: len({(p, o) for _, p, o, _ in list(log)}) >= grown * 10, 60, "every record consumed")
+    member.leave()
+    assert {(p, o) for _, p, o, _ in log} == {(p, o) for p in range(grown) for o in range(10)}
