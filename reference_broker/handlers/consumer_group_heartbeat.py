@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 E = ErrorCode
 CONSUMER_PROTOCOL = "consumer"
+PROTOCOLS_KEY = "group.coordinator.rebalance.protocols"
 AUTHORIZED_OPS_OMITTED = -(2**31)
 # READ (3), DELETE (6), DESCRIBE (8): everything a group allows on an ACL-less broker.
 ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
@@ -186,7 +187,8 @@ VERSIONS = {
 
 def install(registry: HandlerRegistry) -> None:
     broker = registry.broker
-    if broker is not None and CONSUMER_PROTOCOL not in broker.config.get("group.coordinator.rebalance.protocols"):
+    protocols = ["classic", CONSUMER_PROTOCOL] if broker is None else broker.config.get(PROTOCOLS_KEY)
+    if CONSUMER_PROTOCOL not in protocols:
         return
     registry.register(
         ConsumerGroupHeartbeatRequest.API_KEY,

@@ -19,6 +19,15 @@ from sdk.protocol.errors import ErrorCode as E
 from tests.reference_broker.coordinator.test_group_coordinator import ListStore
 
 TOPIC = "orders"
+
+
+class Store(ListStore):
+    """The classic tests' store, also taking transactional batches (as plain ones)."""
+
+    def write_transactional(
+        self, partition: int, batch: list[tuple[bytes, bytes | None]], producer_id: int, producer_epoch: int
+    ) -> None:
+        self.write(partition, batch)
 SESSION_MS = 45_000
 
 
@@ -27,7 +36,7 @@ class Node:
 
     def __init__(self, partitions: int = 4, **config: object) -> None:
         self.clock = ManualClock()
-        self.store = ListStore()
+        self.store = Store()
         self.topics = {TOPIC: TopicInfo(uuid.UUID(int=1), TOPIC, partitions)}
         self.coordinator = self._new()
         self.consumer.configure(ConsumerGroupConfig(**config), self.topics.get)  # type: ignore[arg-type]
