@@ -300,6 +300,7 @@ def hostile_batches(draw: st.DrawFn) -> bytes:
         )
     else:
         section, count = draw(hand_sections())
+        count = max(-(2**31), min(count, 2**31 - 1))  # the header's count field is an int32
         codec = draw(st.sampled_from(list(Compression)))
         data = bytearray(raw_batch(compress(codec, section) if codec else section, count, int(codec)))
     damage = draw(st.sampled_from(["none", "truncate", "crc", "count", "length", "mutate"]))
