@@ -112,10 +112,9 @@ async def test_seek_to_beginning_of_one_partition_ignores_the_others_positions(b
     """auto_offset_reset='none' and nothing committed: seeking one partition must not fail on
     the others, which have no position yet (aiokafka's local-state example does this)."""
     topic = await seeded(bootstrap, per_partition=2)
-    consumer = Consumer(bootstrap_servers=bootstrap, group_id=unique("g"), auto_offset_reset="none",
-                        enable_auto_commit=False)
-    consumer.assign(every_partition(topic))
-    async with consumer:
+    async with Consumer(bootstrap_servers=bootstrap, group_id=unique("g"), auto_offset_reset="none",
+                        enable_auto_commit=False) as consumer:
+        consumer.assign(every_partition(topic))
         tp = TopicPartition(topic, 0)
         assert await consumer.seek_to_beginning(tp)
         assert await consumer.position(tp) == 0
@@ -123,9 +122,8 @@ async def test_seek_to_beginning_of_one_partition_ignores_the_others_positions(b
 
 async def test_last_poll_timestamp_is_epoch_milliseconds(bootstrap: str) -> None:
     topic = await seeded(bootstrap)
-    consumer = Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
-    consumer.assign([TopicPartition(topic, 0)])
-    async with consumer:
+    async with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
         await consumer.getmany(timeout_ms=100)
         stamp = consumer.last_poll_timestamp(TopicPartition(topic, 0))
         assert abs(time.time() * 1000 - stamp) < 60_000, stamp
