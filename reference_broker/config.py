@@ -202,7 +202,12 @@ SECURITY_KEYS = [
         "SASL session lifetime (KIP-368); 0 keeps sessions for the connection's life.",
         at_least(0),
     ),
-    ConfigKey("principal.builder.class", _B.CLASS, None, "Only Kafka's default principal builder."),
+    ConfigKey(
+        "principal.builder.class",
+        _B.CLASS,
+        "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
+        "Only Kafka's default principal builder.",
+    ),
     ConfigKey(
         "authorizer.class.name",
         _B.STRING,
@@ -232,7 +237,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey(
             "listener.security.protocol.map",
             _B.LIST,
-            ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
+            ["SASL_SSL:SASL_SSL", "PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT"],
             "Listener name -> security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).",
         ),
         ConfigKey("inter.broker.listener.name", _B.STRING, None, "Accepted; must name a listener."),
@@ -325,6 +330,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("log.cleaner.max.compaction.lag.ms", _B.LONG, LONG_MAX, "Compaction lag.", at_least(1)),
         ConfigKey("log.cleaner.min.cleanable.ratio", _B.DOUBLE, 0.5, "Compaction ratio.", between(0, 1)),
         ConfigKey("log.cleaner.enable", _B.BOOLEAN, True, "Run the log cleaner (compaction)."),
+        ConfigKey("log.cleaner.threads", _B.INT, 1, "Accepted; one cleaner task compacts.", at_least(0)),
         ConfigKey(
             "log.cleaner.backoff.ms", _B.LONG, 15_000, "Cleaner sleep when no log needs cleaning.",
             at_least(0),
@@ -568,13 +574,16 @@ TOPIC_TO_BROKER_KEY: dict[str, str] = {
 }
 
 
-# Broker keys whose value may come from a coarser-grained synonym (Kafka's ``*.hours`` keys).
-SYNONYMS: dict[str, tuple[str, ...]] = {
-    "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-    "log.roll.ms": ("log.roll.ms", "log.roll.hours"),
-    "log.roll.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
-    "log.flush.interval.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
-}
+# Kafka's synonym groups of broker keys (DynamicBrokerConfig.brokerConfigSynonyms): every key of a
+# group names the same setting, the first one with a value wins.
+_SYNONYM_GROUPS = (
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+)
+SYNONYMS: dict[str, tuple[str, ...]] = {key: group for group in _SYNONYM_GROUPS for key in group}
+# log.flush.scheduler.interval.ms stands in for log.flush.interval.ms, not the other way round.
+SYNONYMS["log.flush.interval.ms"] = ("log.flush.interval.ms", "log.flush.scheduler.interval.ms")
 
 
 def read_properties(text: str) -> dict[str, str]:
@@ -615,6 +624,11 @@ class BrokerConfig:
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     log_level: str = "INFO"
     event_loop: str = "auto"  # see reference_broker._event_loop
+    #: Dynamic broker configs, typed, winning over ``settings``: this broker's own (Kafka's
+    #: DYNAMIC_BROKER_CONFIG) over the cluster-wide defaults (DYNAMIC_DEFAULT_BROKER_CONFIG).
+    #: reference_broker.dynamic_config loads, checks and persists them.
+    dynamic_broker: dict[str, Any] = dataclasses.field(default_factory=dict)
+    dynamic_default: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def build(
@@ -655,9 +669,11 @@ class BrokerConfig:
             log_level=log_level,
             event_loop=event_loop,
         )
+        from reference_broker.dynamic_config import load_dynamic_configs
         from reference_broker.security.config import check_security_settings
 
         check_security_settings(config)
+        load_dynamic_configs(config)
         return config
 
     @classmethod
@@ -671,7 +687,12 @@ class BrokerConfig:
         return cls.build(properties=props, **kwargs)
 
     def get(self, key: str) -> Any:
-        """The effective value of a broker key (explicit, derived from a synonym, or default)."""
+        """The effective value of a broker key (dynamic, explicit, derived from a synonym, or
+        default)."""
+        if key in self.dynamic_broker:
+            return self.dynamic_broker[key]
+        if key in self.dynamic_default:
+            return self.dynamic_default[key]
         if key in self.settings:
             return self.settings[key]
         if key == "log.retention.ms":
@@ -695,9 +716,38 @@ class BrokerConfig:
             return self.get(key)
         return None
 
+    def own_value(self, key: str) -> Any:
+        """The value given for ``key`` itself, not derived from a synonym: what Kafka describes
+        as the broker config's value (``log.retention.ms`` is null when only hours are set)."""
+        for layer in (self.dynamic_broker, self.dynamic_default, self.settings):
+            if key in layer:
+                return layer[key]
+        return BROKER_KEYS[key].default
+
+    def synonyms(self, key: str, *, per_broker: bool = True) -> list[tuple[str, Any, ConfigSource]]:
+        """Kafka's synonym list of a broker key (ConfigHelper.configSynonyms): for each source in
+        precedence order, each key of its group that has a value there; the entries before the
+        first naming ``key`` itself are dropped (so ``log.retention.ms`` set only through its
+        hours has none). ``per_broker=False`` keeps the cluster defaults only."""
+        group = SYNONYMS.get(key, (key,))
+        defaults = {k: BROKER_KEYS[k].default for k in group if k in BROKER_KEYS}
+        layers: list[tuple[Mapping[str, Any], ConfigSource]] = [
+            (self.dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+            (self.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (self.settings, ConfigSource.STATIC_BROKER_CONFIG),
+            ({k: v for k, v in defaults.items() if v is not None}, ConfigSource.DEFAULT_CONFIG),
+        ]
+        found = [(k, layer[k], source) for layer, source in layers for k in group if k in layer]
+        while found and found[0][0] != key:
+            found.pop(0)
+        if not per_broker:
+            found = [s for s in found if s[2] == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG]
+        return found
+
     def source(self, key: str) -> ConfigSource:
-        explicit = any(k in self.settings for k in SYNONYMS.get(key, (key,)))
-        return ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG
+        """Where ``key``'s value comes from: its first synonym's source, as Kafka reports it."""
+        synonyms = self.synonyms(key)
+        return synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
 
     @property
     def node_id(self) -> int:
@@ -722,8 +772,14 @@ class BrokerConfig:
         return bound_port
 
     def log_config(self) -> LogConfig:
-        """Defaults of every partition log, from the explicitly given broker keys."""
+        """Defaults of every partition log, from the explicitly given and dynamic broker keys
+        (a dynamic key also replaces the static keys of its synonym group, as in Kafka)."""
         props = {k: render(v) for k, v in self.settings.items()}
+        for layer in (self.dynamic_default, self.dynamic_broker):
+            for key, value in layer.items():
+                for synonym in SYNONYMS.get(key, (key,)):
+                    props.pop(synonym, None)
+                props[key] = render(value)
         return LogConfig.from_broker_properties(props)
 
     def topic_default_source(self, topic_key: str) -> ConfigSource:

@@ -10,10 +10,16 @@ Versions served and per-version notes:
   flexible. Both alter calls honour validate_only.
 
 Topic configs are the log's overrides (persisted by the storage layer) on top of the broker's
-``log.*`` settings, reported with Kafka's names, sources and synonyms: an override is
-DYNAMIC_TOPIC_CONFIG, a value from the broker's config file STATIC_BROKER_CONFIG, anything else
-DEFAULT_CONFIG. Broker configs are static here (set at start), so they are reported read-only and
-altering them fails with INVALID_CONFIG, which is what Kafka answers for non-dynamic keys.
+``log.*`` settings, reported with Kafka's names, sources and synonyms (ConfigHelper): an override
+is DYNAMIC_TOPIC_CONFIG, then the broker key's own synonym chain (dynamic per-broker, dynamic
+cluster default, config file, default), so a key whose default only comes through a coarser
+synonym (``retention.ms`` from ``log.retention.hours``) lists none.
+
+Broker configs (resource name = this broker's id) describe what the broker uses: its node id as
+``broker.id``, the listeners it bound and advertises, its data dir as ``log.dirs``. The resource
+name "" describes the cluster-wide dynamic defaults only. Altering a broker resource changes its
+dynamic configs (reference_broker.dynamic_config): the keys this broker can change live, refused
+otherwise with Kafka's INVALID_REQUEST "Cannot update these configs dynamically".
 """
 
 from __future__ import annotations
@@ -26,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 from reference_broker.config import (
     BROKER_KEYS,
-    SYNONYMS,
     TOPIC_TO_BROKER_KEY,
     ConfigSource,
     ConfigType,
     render,
 )
+from reference_broker.dynamic_config import DYNAMIC_KEYS, DynamicConfigError, level_values, update_dynamic
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
     AlterConfigsRequest,
@@ -91,18 +97,17 @@ def describe_topic_configs(
         broker_key = TOPIC_TO_BROKER_KEY.get(name)
         spec = BROKER_KEYS.get(broker_key) if broker_key else None
         if name in current:
-            value, source = current[name], ConfigSource.DYNAMIC_TOPIC_CONFIG
+            value = current[name]
         elif name in effective:
             value = effective[name]
-            source = config.topic_default_source(name) if broker_key else ConfigSource.DEFAULT_CONFIG
         else:
             value = render(config.get(broker_key)) if broker_key else None
-            source = config.topic_default_source(name) if broker_key else ConfigSource.DEFAULT_CONFIG
         synonyms: list[tuple[str, str | None, int]] = []
         if name in current:
             synonyms.append((name, current[name], ConfigSource.DYNAMIC_TOPIC_CONFIG))
         if broker_key:
             synonyms.extend(broker_synonyms(broker, broker_key))
+        source = synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG
         entries.append(
             ConfigEntry(
                 name=name,
@@ -116,38 +121,56 @@ def describe_topic_configs(
     return entries
 
 
-def broker_synonyms(broker: Broker, broker_key: str) -> list[tuple[str, str | None, int]]:
-    """Kafka's synonym chain for a broker key: every explicitly set spelling (``log.retention.ms``,
-    ``.minutes``, ``.hours``) in precedence order, then the one whose default applies."""
-    chain = SYNONYMS.get(broker_key, (broker_key,))
-    settings = broker.config.settings
-    found: list[tuple[str, str | None, int]] = [
-        (k, render(settings[k]), ConfigSource.STATIC_BROKER_CONFIG) for k in chain if k in settings
-    ]
-    default_key = next((k for k in chain if BROKER_KEYS[k].default is not None), chain[0])
-    found.append((default_key, render(BROKER_KEYS[default_key].default), ConfigSource.DEFAULT_CONFIG))
-    return found
-
-
-def describe_broker_configs(broker: Broker) -> list[ConfigEntry]:
-    config = broker.config
+def broker_synonyms(
+    broker: Broker, broker_key: str, *, per_broker: bool = True
+) -> list[tuple[str, str | None, int]]:
+    """Kafka's synonym list of a broker key (see ``BrokerConfig.synonyms``), values rendered."""
     return [
-        ConfigEntry(
-            name=name,
-            # Kafka never sends a sensitive value (passwords, private keys): null, flagged sensitive.
-            value=None if spec.sensitive else render(config.get(name)),
-            config_source=config.source(name),
-            read_only=True,
-            is_sensitive=spec.sensitive,
-            config_type=spec.type,
-            documentation=spec.doc,
-            synonyms=[
-                (key, None if spec.sensitive else value, source)
-                for key, value, source in broker_synonyms(broker, name)
-            ],
-        )
-        for name, spec in sorted(BROKER_KEYS.items())
+        (name, render(value), source)
+        for name, value, source in broker.config.synonyms(broker_key, per_broker=per_broker)
     ]
+
+
+def _values_in_use(broker: Broker) -> dict[str, str]:
+    """Broker keys whose value the broker works out itself when they are not configured: the node
+    id (``broker.id``), the listeners bound from --host/--port and what they advertise, the data
+    dir (``log.dirs``). Kafka reports such values as configured (STATIC_BROKER_CONFIG)."""
+    config = broker.config
+    in_use = {"broker.id": str(config.node_id), "log.dirs": str(config.data_dir)}
+    if broker.cluster_id:
+        in_use["cluster.id"] = broker.cluster_id
+    in_use["listeners"] = ",".join(f"{lst.name}://{lst.host}:{lst.port}" for lst in broker.listeners)
+    in_use["advertised.listeners"] = ",".join(
+        "{}://{}:{}".format(lst.name, *lst.advertised()) for lst in broker.listeners
+    )
+    return in_use
+
+
+def _broker_entry(broker: Broker, name: str, per_broker: bool, in_use: Mapping[str, str]) -> ConfigEntry:
+    config, spec = broker.config, BROKER_KEYS[name]
+    synonyms = broker_synonyms(broker, name, per_broker=per_broker)
+    value = render(config.own_value(name) if per_broker else config.dynamic_default[name])
+    if per_broker and name in in_use and not any(s[2] != ConfigSource.DEFAULT_CONFIG for s in synonyms):
+        value = in_use[name]
+        synonyms.insert(0, (name, value, ConfigSource.STATIC_BROKER_CONFIG))
+    return ConfigEntry(
+        name=name,
+        # Kafka never sends a sensitive value (passwords, private keys): null, flagged sensitive.
+        value=None if spec.sensitive else value,
+        config_source=synonyms[0][2] if synonyms else ConfigSource.DEFAULT_CONFIG,
+        read_only=name not in DYNAMIC_KEYS,
+        is_sensitive=spec.sensitive,
+        config_type=spec.type,
+        documentation=spec.doc,
+        synonyms=[(key, None if spec.sensitive else v, source) for key, v, source in synonyms],
+    )
+
+
+def describe_broker_configs(broker: Broker, per_broker: bool = True) -> list[ConfigEntry]:
+    """This broker's configs (``per_broker``), or the cluster-wide dynamic defaults only."""
+    names = sorted(BROKER_KEYS) if per_broker else sorted(broker.config.dynamic_default)
+    in_use = _values_in_use(broker) if per_broker else {}
+    return [_broker_entry(broker, name, per_broker, in_use) for name in names]
 
 
 def describe_loggers() -> list[ConfigEntry]:
@@ -207,7 +230,10 @@ def describe_configs(
             if problem:
                 result.error_code, result.error_message = ErrorCode.INVALID_REQUEST, problem
                 continue
-            entries = describe_broker_configs(broker) if res.resource_type == BROKER else describe_loggers()
+            if res.resource_type == BROKER:
+                entries = describe_broker_configs(broker, per_broker=res.resource_name != "")
+            else:
+                entries = describe_loggers()
         else:
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = f"Unsupported resource type {res.resource_type}"
@@ -248,12 +274,35 @@ def _apply_topic(
     return ErrorCode.NONE, None
 
 
-def _broker_alter_error(broker: Broker, res: Any) -> tuple[int, str]:
+def _alter_broker(
+    broker: Broker, res: Any, validate_only: bool, incremental: bool
+) -> tuple[int, str | None]:
+    """Dynamic broker configs: the resource name "" is the cluster-wide default level, this
+    broker's id its own level; AlterConfigs replaces the level's set, IncrementalAlterConfigs
+    edits it."""
     problem = _broker_name_error(broker, res.resource_name)
     if problem:
         return ErrorCode.INVALID_REQUEST, problem
-    keys = ", ".join(c.name for c in res.configs)
-    return ErrorCode.INVALID_CONFIG, f"Cannot update these configs dynamically: {keys}"
+    per_broker = res.resource_name != ""
+    if res.resource_type == BROKER_LOGGER:
+        names = ", ".join(c.name for c in res.configs)
+        return ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: Set({names})"
+    try:
+        if incremental:
+            current = level_values(broker.config, per_broker)
+            known = [c.name for c in res.configs if c.name in BROKER_KEYS]
+            defaults = {name: render(broker.config.get(name)) or "" for name in known}
+            values = _incremental(current, res.configs, defaults, BROKER_KEYS.get)
+        else:
+            if any(c.value is None for c in res.configs):
+                return ErrorCode.INVALID_REQUEST, "Null value not supported for broker configs"
+            values = {c.name: c.value for c in res.configs if c.value is not None}
+        update_dynamic(broker, per_broker, values, validate_only)
+    except DynamicConfigError as exc:
+        return ErrorCode.INVALID_REQUEST, str(exc)
+    except ValueError as exc:
+        return ErrorCode.INVALID_CONFIG, str(exc)
+    return ErrorCode.NONE, None
 
 
 def alter_configs(
@@ -270,7 +319,7 @@ def alter_configs(
                 values = {c.name: c.value for c in res.configs if c.value is not None}  # none is, see above
                 code, message = _apply_topic(broker, res.resource_name, values, request.validate_only)
         elif res.resource_type in (BROKER, BROKER_LOGGER):
-            code, message = _broker_alter_error(broker, res)
+            code, message = _alter_broker(broker, res, request.validate_only, incremental=False)
         else:
             code, message = ErrorCode.INVALID_REQUEST, f"Unsupported resource type {res.resource_type}"
         responses.append(
@@ -284,8 +333,15 @@ def alter_configs(
     return AlterConfigsResponse(responses=responses)
 
 
-def _incremental(current: dict[str, str], configs: list[Any], defaults: dict[str, str]) -> dict[str, str]:
-    """Apply SET/DELETE/APPEND/SUBTRACT to a copy of ``current``; ValueError names a bad op."""
+def _topic_key_spec(name: str) -> Any:
+    return BROKER_KEYS.get(TOPIC_TO_BROKER_KEY.get(name, ""))
+
+
+def _incremental(
+    current: dict[str, str], configs: list[Any], defaults: dict[str, str], spec_of: Any = _topic_key_spec
+) -> dict[str, str]:
+    """Apply SET/DELETE/APPEND/SUBTRACT to a copy of ``current``; ValueError names a bad op.
+    ``spec_of(name)`` is the key's ConfigKey (list-valued keys take APPEND/SUBTRACT)."""
     result = dict(current)
     for c in configs:
         if c.config_operation == SET:
@@ -295,7 +351,7 @@ def _incremental(current: dict[str, str], configs: list[Any], defaults: dict[str
         elif c.config_operation == DELETE:
             result.pop(c.name, None)
         elif c.config_operation in (APPEND, SUBTRACT):
-            spec = BROKER_KEYS.get(TOPIC_TO_BROKER_KEY.get(c.name, ""))
+            spec = spec_of(c.name)
             if spec is None or spec.type != ConfigType.LIST:
                 verb = "append" if c.config_operation == APPEND else "subtract"
                 raise ValueError(f"Config value {verb} is not allowed for config key: {c.name}")
@@ -338,7 +394,7 @@ def incremental_alter_configs(
                 else:
                     code, message = _apply_topic(broker, res.resource_name, updated, request.validate_only)
         elif res.resource_type in (BROKER, BROKER_LOGGER):
-            code, message = _broker_alter_error(broker, res)
+            code, message = _alter_broker(broker, res, request.validate_only, incremental=True)
         else:
             code, message = ErrorCode.INVALID_REQUEST, f"Unsupported resource type {res.resource_type}"
         responses.append(

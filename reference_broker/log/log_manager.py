@@ -457,6 +457,19 @@ class LogManager:
             self._logs[(name, partition)].update_config(config)
         return updated
 
+    def reconfigure_defaults(self, default_config: LogConfig) -> None:
+        """New broker-level log defaults (dynamic broker configs): every topic's config is rebuilt
+        on them, its own overrides still winning, and given to its partition logs."""
+        self._check_open()
+        self.default_config = default_config
+        for name, meta in self._topics.items():
+            config = self._parse_config(meta.configs)
+            self._configs[name] = config
+            for partition in range(meta.num_partitions):
+                plog = self._logs.get((name, partition))
+                if plog is not None:
+                    plog.update_config(config)
+
     def _parse_config(self, overrides: Mapping[str, str]) -> LogConfig:
         try:
             return LogConfig.from_properties(overrides, self.default_config)

@@ -441,14 +441,6 @@ _ABORT_REFUSED = (
     "test_abort_hanging_transaction.py); Kafka without an authorizer writes the abort marker"
 )
 DIFFERENCES = {
-    "configs-describe-synonyms": (
-        "DescribeConfigs synonyms: ours lists a DEFAULT_CONFIG synonym for retention.ms "
-        "(log.retention.hours=168; likewise segment.ms, segment.jitter.ms, flush.ms), Kafka lists none"
-    ),
-    "configs-alter-broker-default": (
-        "dynamic broker configs: ours rejects IncrementalAlterConfigs of the cluster default "
-        "(InvalidConfigurationException: Cannot update these configs dynamically), Kafka applies it"
-    ),
     "transactions-abort": _ABORT_REFUSED,
     "transactions-describe-producers-after-abort": f"follows from transactions-abort: {_ABORT_REFUSED}",
     "console-consumer-read-committed": (
