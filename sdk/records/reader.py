@@ -2,21 +2,26 @@
 else its Python twin (see :mod:`sdk.records._reader_py` for the rules both follow).
 
 ``sdk.records._reader`` is built from sdk/records/_reader.c when the package is installed where a
-C compiler is present (it is ``optional`` in pyproject.toml); without it every reader here is the
-Python one, with the same results and errors, only slower.
+C compiler is present (it is ``optional`` in setup.py); without it, or with the environment
+variable ``TOPICWRIGHT_PURE_PYTHON=1`` set when the package is imported (as for the writer), every
+reader here is the Python one, with the same results and errors, only slower.
 """
 
 from __future__ import annotations
 
+import os
 from types import ModuleType
 from typing import NamedTuple
 
 from sdk.records import _reader_py
+from sdk.records.writer import PURE_PYTHON_ENV
 
 __all__ = ["COMPILED", "RecordsWalk", "core", "walk_records"]
 
 
 def _load_core() -> ModuleType:
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return _reader_py
     try:
         from sdk.records import _reader  # type: ignore[attr-defined]  # C, no stub
     except ImportError:  # built without a compiler: the Python twin

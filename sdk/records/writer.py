@@ -2,7 +2,7 @@
 its Python twin (see :mod:`sdk.records._writer_py` for the rules both follow).
 
 ``sdk.records._writer`` is built from sdk/records/_writer.c when the package is installed where a
-C compiler is present (it is ``optional`` in pyproject.toml); without it, or with the environment
+C compiler is present (it is ``optional`` in setup.py); without it, or with the environment
 variable ``TOPICWRIGHT_PURE_PYTHON=1`` set when the package is imported, ``RecordBatchBuilder``
 appends with the Python writer: the same bytes, answers and errors, only slower.
 """

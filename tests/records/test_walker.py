@@ -10,6 +10,7 @@ Python twin (tests/records/test_reader.py compares those two with each other).
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import sysconfig
@@ -34,6 +35,7 @@ from sdk.records import (
     walk_records,
 )
 from sdk.records.varint import decode_varint
+from sdk.records.writer import PURE_PYTHON_ENV
 
 from .strategies import GOOD, MALFORMED_SECTIONS, batch_specs, build, fix_crc, raw_batch
 
@@ -48,6 +50,8 @@ def test_compiled_reader_is_built() -> None:
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) is None:
         pytest.skip(f"no C compiler ({compiler}): the Python reader alone is expected")
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        pytest.skip(f"{PURE_PYTHON_ENV} is set: the Python reader is in use by request")
     assert reader.COMPILED
 
 
