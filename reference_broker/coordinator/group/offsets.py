@@ -137,24 +137,14 @@ class GroupOffsets:
         if group.is_(GroupState.DEAD):
             return dict.fromkeys(offsets, E.COORDINATOR_NOT_AVAILABLE)
         if group_id in self.membership.consumer.groups:
+            # A KIP-848 group: the member epoch is checked instead of the generation.
             code = self.membership.consumer.validate_offset_commit(
                 group_id, member_id, generation, transactional=True, api_version=0
             )
-            if code:
-                return dict.fromkeys(offsets, code)
-        # As Kafka's validateMember: an instance id is checked first (unknown, or held by another
-        # member id: fenced), then the member id, then the generation.
-        if group_id in self.membership.consumer.groups:
-            pass
-        elif group_instance_id is not None and not (generation < 0 and group.is_(GroupState.EMPTY)):
-            if group_instance_id not in group.static_members:
-                return dict.fromkeys(offsets, E.UNKNOWN_MEMBER_ID)
-            if group.is_static_member_fenced(group_instance_id, member_id):
-                return dict.fromkeys(offsets, E.FENCED_INSTANCE_ID)
-        elif member_id and member_id not in group.members:
-            return dict.fromkeys(offsets, E.UNKNOWN_MEMBER_ID)
-        elif generation >= 0 and generation != group.generation:
-            return dict.fromkeys(offsets, E.ILLEGAL_GENERATION)
+        else:
+            code = self._validate_classic_member(group, member_id, group_instance_id, generation)
+        if code:
+            return dict.fromkeys(offsets, code)
         result, accepted, batch = self._offset_records(group_id, offsets, transactional=True)
         error: int = E.NONE
         if batch and self.membership.store is not None:
@@ -170,6 +160,24 @@ class GroupOffsets:
         for tp in accepted:
             result[tp] = error
         return result
+
+    @staticmethod
+    def _validate_classic_member(
+        group: Group, member_id: str, group_instance_id: str | None, generation: int
+    ) -> int:
+        """Kafka's ``validateMember`` for a transactional commit to a classic group, each check in
+        turn: the instance id (unknown, or held by another member id: fenced), then the member
+        id, then the generation. An empty group with no generation given accepts anyone."""
+        if group_instance_id is not None and not (generation < 0 and group.is_(GroupState.EMPTY)):
+            if group_instance_id not in group.static_members:
+                return E.UNKNOWN_MEMBER_ID
+            if group.is_static_member_fenced(group_instance_id, member_id):
+                return E.FENCED_INSTANCE_ID
+        if member_id and member_id not in group.members:
+            return E.UNKNOWN_MEMBER_ID
+        if generation >= 0 and generation != group.generation:
+            return E.ILLEGAL_GENERATION
+        return E.NONE
 
     def complete_transactional_offsets(self, partition: int, producer_id: int, commit: bool) -> None:
         """A transaction marker on ``__consumer_offsets`` partition ``partition``: the producer's
