@@ -4,12 +4,14 @@ live, kept across a restart and refused for keys Kafka cannot change dynamically
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
 import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from reference_broker.dynamic_config import DYNAMIC_CONFIG_FILE
 from reference_broker.testing import BrokerFactory
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
@@ -164,3 +166,22 @@ def test_configs_kafka_cannot_change_dynamically_are_refused(broker_factory: Bro
         )
         assert client.request(legacy, 2).responses[0].error_code == ErrorCode.INVALID_REQUEST
         assert describe(client, BROKER, "") == {}
+
+
+def test_a_stored_dynamic_config_no_longer_accepted_is_left_out_at_start(
+    broker_factory: BrokerFactory,
+) -> None:
+    broker = broker_factory()
+    with WireClient(broker.bootstrap) as client:
+        assert alter_broker(client, "", ("log.cleaner.threads", SET, "4")) == (ErrorCode.NONE, None)
+    broker.terminate()
+    stored_path = broker.data_dir / DYNAMIC_CONFIG_FILE
+    stored = json.loads(stored_path.read_text())
+    assert stored["cluster_default"] == {"log.cleaner.threads": "4"}
+    stored["cluster_default"]["num.partitions"] = "7"  # not dynamic: Kafka ignores it at load
+    stored_path.write_text(json.dumps(stored))
+    broker.start()
+    with WireClient(broker.bootstrap) as client:
+        defaults = describe(client, BROKER, "")
+    assert {name: entry.value for name, entry in defaults.items()} == {"log.cleaner.threads": "4"}
+    assert "dynamic default config num.partitions ignored" in broker.stderr()
