@@ -284,6 +284,7 @@ def handle_write_markers(
         for topic in marker.topics:
             partitions = []
             for index in topic.partition_indexes:
+                code: int = E.NONE
                 try:
                     service.write_marker(
                         (topic.name, index),
@@ -292,7 +293,6 @@ def handle_write_markers(
                         marker.producer_epoch,
                         marker.coordinator_epoch,
                     )
-                    code = E.NONE
                 except KafkaError as exc:
                     code = error_code_of(exc)
                 partitions.append(R.WritableTxnMarkerPartitionResult(partition_index=index, error_code=code))
