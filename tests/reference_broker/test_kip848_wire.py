@@ -21,6 +21,7 @@ from sdk.protocol.messages import (
     FindCoordinatorRequest,
     JoinGroupRequest,
     ListGroupsRequest,
+    MetadataRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
 )
@@ -206,6 +207,12 @@ def _answers(bootstrap: str, tag: str) -> list[tuple[str, Any]]:
                 timeout_ms=10_000,
             ),
             5,
+        )
+        # Kafka answers CreateTopics before its brokers' metadata has the topic: wait for it.
+        wanted = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)])
+        _until(
+            lambda: client.request(wanted, 12).topics[0],
+            lambda t: t.error_code == 0 and len([p for p in t.partitions if p.leader_id >= 0]) == 3,
         )
         client.request(FindCoordinatorRequest(key_type=0, coordinator_keys=[group, unknown]), 4)
         not_ready = (E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE)
