@@ -1,4 +1,5 @@
-"""An example app run as a user runs it: a child process whose output lines the test reads.
+"""An example app run as a user runs it: a child process whose output lines the test reads, and
+what the app left in a topic.
 
 The lines are collected by a reader thread, so a test waits for a condition over them (with a
 deadline) instead of sleeping; every process started is stopped by PID at the end.
@@ -6,6 +7,7 @@ deadline) instead of sleeping; every process started is stopped by PID at the en
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +16,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
+
+from sdk import TopicPartition
+from sdk.sync import Consumer
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -88,3 +94,23 @@ class AppProcess:
             self.process.kill()
             self.process.wait(timeout=30)
         self._reader.join(timeout=5)
+
+
+def json_values_to_end(
+    bootstrap: str, topic: str, partitions: int, *, isolation_level: str = "read_uncommitted"
+) -> list[Any]:
+    """The JSON values of every record of ``topic`` up to its end offsets (the last stable
+    offsets for ``read_committed``), partition by partition in offset order."""
+    out: list[Any] = []
+    with Consumer(
+        bootstrap_servers=bootstrap, auto_offset_reset="earliest", isolation_level=isolation_level
+    ) as reader:
+        wanted = [TopicPartition(topic, p) for p in range(partitions)]
+        reader.assign(wanted)
+        ends = reader.end_offsets(wanted)
+        for _ in range(300):
+            if all(reader.position(tp) >= end for tp, end in ends.items()):
+                break
+            for records in reader.getmany(timeout_ms=200).values():
+                out.extend(json.loads(r.value) for r in records)
+    return out

@@ -6,23 +6,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from reference_broker.testing import BrokerProcess
+from reference_broker.testing import BrokerFactory
 from sdk.sync import Producer
 from tests.examples.app_process import AppProcess
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 CUSTOMERS, VERSIONS = 100, 30
-
-
-@pytest.fixture
-def cleaning_broker() -> Iterator[BrokerProcess]:
-    with BrokerProcess(config={"log.cleaner.backoff.ms": 100}) as broker:
-        yield broker
 
 
 def snapshot(bootstrap: str) -> tuple[dict[str, object], int]:
@@ -34,9 +27,9 @@ def snapshot(bootstrap: str) -> tuple[dict[str, object], int]:
 
 
 def test_the_rebuilt_table_holds_each_live_keys_newest_value_and_compaction_shrinks_the_rebuild(
-    cleaning_broker: BrokerProcess,
+    broker_factory: BrokerFactory,
 ) -> None:
-    bootstrap = cleaning_broker.bootstrap
+    bootstrap = broker_factory({"log.cleaner.backoff.ms": 100}).bootstrap
     assert snapshot(bootstrap) == ({}, 0)  # creates the compacted topic
     with Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=5) as producer:
         for version in range(VERSIONS):

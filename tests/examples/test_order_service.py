@@ -4,22 +4,14 @@ with SIGTERM mid-stream, and every order is confirmed exactly once."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
-from reference_broker.testing import BrokerProcess
-from sdk import TopicPartition
-from sdk.sync import Consumer, Producer
-from tests.examples.app_process import AppProcess
+from reference_broker.testing import BrokerFactory
+from sdk.sync import Producer
+from tests.examples.app_process import AppProcess, json_values_to_end
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
-
-
-@pytest.fixture
-def broker3() -> Iterator[BrokerProcess]:
-    with BrokerProcess(config={"num.partitions": 3}) as broker:
-        yield broker
 
 
 def feed(bootstrap: str, first: int, count: int) -> None:
@@ -34,32 +26,18 @@ def confirmed(*apps: AppProcess) -> list[str]:
     return [line.split()[1] for app in apps for line in app.lines if line.startswith("confirmed ")]
 
 
-def read_confirmations(bootstrap: str) -> list[dict[str, object]]:
-    """Every confirmation in the topic, up to its end offsets."""
-    out: list[dict[str, object]] = []
-    with Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest") as reader:
-        partitions = [TopicPartition("orders-confirmed", p) for p in range(3)]
-        reader.assign(partitions)
-        ends = reader.end_offsets(partitions)
-        for _ in range(300):
-            if all(reader.position(tp) >= end for tp, end in ends.items()):
-                break
-            for records in reader.getmany(timeout_ms=200).values():
-                out.extend(json.loads(r.value) for r in records)
-    return out
-
-
-def test_two_instances_and_a_sigterm_confirm_every_order_exactly_once(broker3: BrokerProcess) -> None:
-    feed(broker3.bootstrap, 0, 300)
-    first = AppProcess("order_service.py", ["--bootstrap", broker3.bootstrap])
+def test_two_instances_and_a_sigterm_confirm_every_order_exactly_once(broker_factory: BrokerFactory) -> None:
+    broker = broker_factory({"num.partitions": 3})
+    feed(broker.bootstrap, 0, 300)
+    first = AppProcess("order_service.py", ["--bootstrap", broker.bootstrap])
     second = None
     try:
         first.wait_for(lambda lines: len(confirmed_in(lines)) >= 50, 90, "50 confirmations")
-        second = AppProcess("order_service.py", ["--bootstrap", broker3.bootstrap])
+        second = AppProcess("order_service.py", ["--bootstrap", broker.bootstrap])
         second.wait_for_line("assigned [", timeout=90)
         assert first.terminate() == 0, first.output
         assert "stopped cleanly" in first.output
-        feed(broker3.bootstrap, 300, 100)
+        feed(broker.bootstrap, 300, 100)
         second.wait_for(lambda _: len(set(confirmed(first, second))) >= 400, 120, "all 400 orders confirmed")
         assert second.terminate() == 0, second.output
     finally:
@@ -69,7 +47,7 @@ def test_two_instances_and_a_sigterm_confirm_every_order_exactly_once(broker3: B
 
     ids = confirmed(first, second)
     assert sorted(ids) == sorted(f"order-{i}" for i in range(400)), "an order was confirmed twice or never"
-    confirmations = read_confirmations(broker3.bootstrap)
+    confirmations = json_values_to_end(broker.bootstrap, "orders-confirmed", 3)
     assert len(confirmations) == 400
     assert {c["order_id"] for c in confirmations} == {f"order-{i}" for i in range(400)}
     assert all(c["total"] == 5.0 for c in confirmations)

@@ -3,21 +3,13 @@ again within the session timeout, and nobody rebalances."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from reference_broker.testing import BrokerProcess
+from reference_broker.testing import BrokerFactory
 from sdk.sync import Producer
 from tests.examples.app_process import AppProcess
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
-
-
-@pytest.fixture
-def broker4() -> Iterator[BrokerProcess]:
-    with BrokerProcess(config={"num.partitions": 4}) as broker:
-        yield broker
 
 
 def assignments(app: AppProcess) -> list[str]:
@@ -25,13 +17,14 @@ def assignments(app: AppProcess) -> list[str]:
 
 
 def test_a_restart_within_the_session_timeout_keeps_the_generation_and_the_partitions(
-    broker4: BrokerProcess,
+    broker_factory: BrokerFactory,
 ) -> None:
-    with Producer(bootstrap_servers=broker4.bootstrap) as producer:
+    broker = broker_factory({"num.partitions": 4})
+    with Producer(bootstrap_servers=broker.bootstrap) as producer:
         for i in range(40):
             producer.send("tasks", b"task %d" % i, partition=i % 4)
         producer.flush()
-    args = ["--bootstrap", broker4.bootstrap]
+    args = ["--bootstrap", broker.bootstrap]
     apps: list[AppProcess] = []
     try:
         one = AppProcess("static_member_worker.py", [*args, "--instance", "worker-1"])
@@ -53,7 +46,7 @@ def test_a_restart_within_the_session_timeout_keeps_the_generation_and_the_parti
         back = AppProcess("static_member_worker.py", [*args, "--instance", "worker-1"])
         apps.append(back)
         back.wait_for_line("assigned ", timeout=60)
-        with Producer(bootstrap_servers=broker4.bootstrap) as producer:
+        with Producer(bootstrap_servers=broker.bootstrap) as producer:
             for i in range(8):
                 producer.send("tasks", b"more %d" % i, partition=i % 4)
             producer.flush()
