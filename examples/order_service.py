@@ -13,7 +13,8 @@ two rules below, an order is confirmed exactly once as long as instances stop cl
 - A rebalance listener commits what was processed of the partitions being revoked, before they
   move to another instance (``on_partitions_revoked``), and drops its bookkeeping of partitions
   that were lost (``on_partitions_lost``: another instance may own them already, so committing
-  would be wrong).
+  would be wrong). Rebalances run in the background, as in aiokafka, so a batch being processed
+  holds a lock that the revocation waits for: a partition never moves in the middle of a batch.
 - SIGTERM or SIGINT stops the loop after the current batch, commits, and leaves the group, so the
   partitions move to the other instances at once.
 
@@ -32,6 +33,7 @@ from collections.abc import Set
 from typing import Any
 
 from sdk import Consumer, ConsumerRebalanceListener, OffsetAndMetadata, Producer, TopicPartition
+from sdk.errors import CommitFailedError
 
 ORDERS, CONFIRMED = "orders", "orders-confirmed"
 
@@ -42,20 +44,30 @@ class CommitOnRevoke(ConsumerRebalanceListener):
     def __init__(self, consumer: Consumer) -> None:
         self.consumer = consumer
         self.processed: dict[TopicPartition, int] = {}
+        #: Held while a batch is processed and committed; a revocation waits for it.
+        self.processing = asyncio.Lock()
 
     async def commit(self, partitions: Set[TopicPartition] | None = None) -> None:
+        owned = self.consumer.assignment()
         offsets = {
             tp: OffsetAndMetadata(offset, "")
             for tp, offset in self.processed.items()
-            if partitions is None or tp in partitions
+            if tp in owned and (partitions is None or tp in partitions)
         }
-        if offsets:
+        if not offsets:
+            return
+        try:
             await self.consumer.commit(offsets)
+        except CommitFailedError as exc:
+            # The group moved on (this member was fenced or its generation is old): the new
+            # owner reads these orders again from the last committed offset (at least once).
+            print(f"commit refused, orders will be redelivered: {exc}", flush=True)
 
     async def on_partitions_revoked(self, revoked: Set[TopicPartition]) -> None:
-        await self.commit(revoked)
-        for tp in revoked:
-            self.processed.pop(tp, None)
+        async with self.processing:
+            await self.commit(revoked)
+            for tp in revoked:
+                self.processed.pop(tp, None)
         print(f"revoked {sorted(tp.partition for tp in revoked)}", flush=True)
 
     def on_partitions_lost(self, lost: Set[TopicPartition]) -> None:
@@ -92,17 +104,21 @@ async def serve(bootstrap: str, group: str) -> None:
         print("running", flush=True)
         while not stop.is_set():
             batches = await consumer.getmany(timeout_ms=500)
-            for tp, records in batches.items():
-                deliveries = []
-                for record in records:
-                    order = json.loads(record.value or b"{}")
-                    deliveries.append(await producer.send(CONFIRMED, confirm(order), key=record.key))
-                await asyncio.gather(*deliveries)
-                for record in records:
-                    print(f"confirmed {record.key.decode() if record.key else None}", flush=True)
-                listener.processed[tp] = records[-1].offset + 1
+            async with listener.processing:
+                for tp, records in batches.items():
+                    if tp not in consumer.assignment():
+                        continue  # lost meanwhile: its new owner reads these records
+                    deliveries = []
+                    for record in records:
+                        order = json.loads(record.value or b"{}")
+                        deliveries.append(await producer.send(CONFIRMED, confirm(order), key=record.key))
+                    await asyncio.gather(*deliveries)
+                    for record in records:
+                        print(f"confirmed {record.key.decode() if record.key else None}", flush=True)
+                    listener.processed[tp] = records[-1].offset + 1
+                await listener.commit()
+        async with listener.processing:
             await listener.commit()
-        await listener.commit()
     print("stopped cleanly", flush=True)
 
 
