@@ -32,7 +32,6 @@ from sdk.records import (
     RECORD_OVERHEAD,
     Compression,
     RecordBatchBuilder,
-    record_size_bound,
 )
 from sdk.records.writer import RecordSizer
 
@@ -58,13 +57,11 @@ class _StickyRoute:
     route holds while ``cluster.version == version``, ``sticky.used_up`` is false and
     ``batch.full`` is false."""
 
-    __slots__ = ("append", "batch", "sticky", "version")
+    __slots__ = ("batch", "sticky", "version")
 
     def __init__(self) -> None:
         self.sticky: Any = None
         self.batch: Any = None
-        #: ``batch.builder.append``, looked up once.
-        self.append: Any = None
         self.version = -1
 
 
@@ -106,9 +103,13 @@ class RecordAccumulator:
         self.max_request_size = max_request_size
         #: Largest record (framing included) allowed by max_request_size and buffer_memory.
         self.max_record_size = min(max_request_size - BATCH_OVERHEAD, buffer_memory)
-        #: ``record_size`` as one C call (the record writer's sizer, when it is built): every
-        #: record is sized by it, send_many's before anything is queued.
-        self.record_size = RecordSizer(self.max_record_size, self._record_too_large).size  # type: ignore[method-assign]
+        #: Bytes a record can take in a batch (Kafka's upper bound, ``record_size_bound``), the
+        #: one size check of every send: ``RecordTooLargeError`` if the record could never fit in
+        #: a request or in ``buffer_memory``. One C call (the record writer's sizer, when it is
+        #: built), an instance attribute and not a method so a call is not a method lookup.
+        self.record_size: Callable[[bytes | None, bytes | None, HeadersArg], int] = RecordSizer(
+            self.max_record_size, self._record_too_large
+        ).size
         #: Set when an append sealed a full batch (the producer then lets the sender run).
         self.filled = False
         #: The loop the records' futures run their callbacks on (None when built outside one,
@@ -222,15 +223,6 @@ class RecordAccumulator:
             dq = parts[partition] = deque()
         return dq
 
-    def record_size(self, key: bytes | None, value: bytes | None, headers: HeadersArg) -> int:
-        """Bytes a record can take in a batch (Kafka's upper bound), the one size check of every
-        send: ``RecordTooLargeError`` if the record could never fit in a request or in
-        ``buffer_memory``."""
-        size = record_size_bound(key, value, headers)
-        if size > self.max_record_size:
-            self._record_too_large(size)
-        return size
-
     def _record_too_large(self, size: int) -> None:
         """Raise the ``RecordTooLargeError`` for a record of ``size`` bytes (over ``max_record_size``)."""
         if size + BATCH_OVERHEAD > self.max_request_size:
@@ -269,7 +261,8 @@ class RecordAccumulator:
         only a record that opens a batch or switches partitions asks metadata and partitioner.
         """
         if size < 0:
-            size = self.record_size(key, value, headers)
+            size_of = self.record_size  # a plain attribute load; see __init__
+            size = size_of(key, value, headers)
         if not reserved and (self.waiters or self.used + size > self.buffer_memory):
             return None
         if timestamp_ms is None:
@@ -281,7 +274,7 @@ class RecordAccumulator:
                 sticky = route.sticky
                 batch = route.batch
                 if not sticky.used_up and not batch.full:
-                    delta = route.append(timestamp_ms, None, value, headers)
+                    delta = batch.builder.append(timestamp_ms, None, value, headers)
                     if delta is not None:
                         # The partitioner's accounting, as ``partition_keyless`` does it.
                         produced = sticky.produced + size
@@ -406,7 +399,6 @@ class RecordAccumulator:
             route = self._routes[topic] = _StickyRoute()
         route.sticky = sticky
         route.batch = batch
-        route.append = batch.builder.append
         route.version = self.cluster.version
 
     # -- the sender's side ----------------------------------------------------------------------
