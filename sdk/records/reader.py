@@ -9,29 +9,18 @@ reader here is the Python one, with the same results and errors, only slower.
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 from typing import NamedTuple
 
 from sdk.records import _reader_py
-from sdk.records.writer import PURE_PYTHON_ENV
+from sdk.records._native import load
 
 __all__ = ["COMPILED", "RecordsWalk", "core", "walk_records"]
 
 
-def _load_core() -> ModuleType:
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
-        return _reader_py
-    try:
-        from sdk.records import _reader  # type: ignore[attr-defined]  # C, no stub
-    except ImportError:  # built without a compiler: the Python twin
-        return _reader_py
-    return _reader
-
-
 #: The reader in use (``walk_records``, ``read_records``). Callers look
 #: it up at each use (``reader.core``), so tests can run everything on either reader.
-core: ModuleType = _load_core()
+core: ModuleType = load("_reader", _reader_py)
 #: Whether the C reader is in use.
 COMPILED = core is not _reader_py
 

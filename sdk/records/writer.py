@@ -9,30 +9,16 @@ appends with the Python writer: the same bytes, answers and errors, only slower.
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from sdk.records import _writer_py
+from sdk.records._native import PURE_PYTHON_ENV, load
 
 __all__ = ["COMPILED", "PURE_PYTHON_ENV", "RecordSizer", "RecordsWriter"]
 
-#: Set to 1 to use the Python twins even where the C extensions are built.
-PURE_PYTHON_ENV = "TOPICWRIGHT_PURE_PYTHON"
-
-
-def _load_core() -> ModuleType:
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
-        return _writer_py
-    try:
-        from sdk.records import _writer  # type: ignore[attr-defined]  # C, no stub
-    except ImportError:  # built without a compiler: the Python twin
-        return _writer_py
-    return _writer
-
-
 #: The writer module in use (the C one or its twin).
-core: ModuleType = _load_core()
+core: ModuleType = load("_writer", _writer_py)
 #: Whether the C writer is in use.
 COMPILED = core is not _writer_py
 
