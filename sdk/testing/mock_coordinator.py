@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from sdk.client.connection import pick_version
@@ -32,46 +31,12 @@ from sdk.client.coordinators import Sent
 from sdk.errors import KafkaConnectionError, KafkaTimeoutError
 from sdk.protocol.codec import decode, encode, supported_versions
 from sdk.testing.mock_time import MockTime
+from sdk.testing.scripted_answers import ScriptedAnswers, SentRequest
 
 __all__ = ["MockCoordinator", "MockTopics", "SentRequest"]
 
-#: What a prepared answer may be: a response, an error to raise, or a function of the request.
-Answer = Any
-Matcher = Mapping[str, Any] | Callable[[Any], bool]
 
-
-@dataclass
-class SentRequest:
-    """One request as the coordinator received it."""
-
-    api_key: int
-    version: int
-    request: Any
-    node: int
-
-    @property
-    def name(self) -> str:
-        return type(self.request).__name__
-
-
-@dataclass
-class _Prepared:
-    api_key: int
-    answer: Answer
-    match: Matcher | None
-
-
-@dataclass
-class _Parked:
-    sent: SentRequest
-    future: asyncio.Future[Any] = field(repr=False)
-
-
-def _api_key(api: int | type[Any]) -> int:
-    return api if isinstance(api, int) else int(api.API_KEY)
-
-
-class MockCoordinator:
+class MockCoordinator(ScriptedAnswers):
     """A ``CoordinatorPort`` answering from a script (see the module docstring)."""
 
     def __init__(
@@ -82,6 +47,7 @@ class MockCoordinator:
         time: MockTime | None = None,
         request_timeout_ms: float = 30000,
     ) -> None:
+        super().__init__()
         self.coordinator_node = node
         self.known: int | None = None
         self.broker_versions = dict(broker_versions or {})
@@ -90,35 +56,11 @@ class MockCoordinator:
         #: FindCoordinator lookups made and coordinators forgotten, in order.
         self.lookups = 0
         self.forgotten = 0
-        #: Every request received (answered or not), in order.
-        self.requests: list[SentRequest] = []
-        self._prepared: list[_Prepared] = []
-        self._parked: list[_Parked] = []
-        self._failures: list[AssertionError] = []
         self._coordinator_found = asyncio.Event()
         if node is not None:
             self._coordinator_found.set()
 
     # -- scripting ------------------------------------------------------------------------------
-
-    def prepare_response(
-        self, answer: Answer, *, api: int | type[Any] | None = None, match: Matcher | None = None
-    ) -> None:
-        """Answer the next request of ``api`` (by default the API of ``answer``, a response) with
-        ``answer`` (a response, an error to raise, or a function of the ``SentRequest`` giving
-        either);
-        ``match`` is what the request must carry: field values (a value may be a predicate) or a
-        predicate of the whole request."""
-        if api is None:
-            if isinstance(answer, BaseException) or callable(answer):
-                raise ValueError("say which API an error or a function answers with api=")
-            api = type(answer)
-        self._prepared.append(_Prepared(_api_key(api), answer, match))
-        self._deliver()
-
-    def prepare_disconnect(self, api: int | type[Any], *, match: Matcher | None = None) -> None:
-        """The connection to the coordinator is lost under the next request of ``api``."""
-        self.prepare_response(KafkaConnectionError("connection lost (scripted)"), api=api, match=match)
 
     def move_coordinator(self, node: int | None) -> None:
         """The coordinator is now on ``node`` (None: not available); the client sees it at its
@@ -128,27 +70,6 @@ class MockCoordinator:
             self._coordinator_found.clear()
         else:
             self._coordinator_found.set()
-
-    # -- inspection -----------------------------------------------------------------------------
-
-    @property
-    def in_flight(self) -> list[SentRequest]:
-        """Requests waiting for an answer to be prepared."""
-        return [p.sent for p in self._parked if not p.future.done()]
-
-    def sent(self, api: int | type[Any]) -> list[SentRequest]:
-        """The requests of ``api`` received so far."""
-        key = _api_key(api)
-        return [s for s in self.requests if s.api_key == key]
-
-    def pending(self) -> int:
-        """Prepared answers no request has taken yet."""
-        return len(self._prepared)
-
-    def verify(self) -> None:
-        """Raise the first mismatch seen (background tasks may have swallowed it)."""
-        if self._failures:
-            raise AssertionError(f"{len(self._failures)} request(s) did not match: {self._failures[0]}")
 
     # -- CoordinatorPort ------------------------------------------------------------------------
 
@@ -179,10 +100,7 @@ class MockCoordinator:
         built = build(version)
         request = decode(type(built), encode(built, version), version)
         sent = SentRequest(api_key, version, request, node)
-        self.requests.append(sent)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._parked.append(_Parked(sent, future))
-        self._deliver()
+        future = self._receive(sent)
         try:
             if self.time is None or future.done():
                 answer = await future
@@ -196,50 +114,9 @@ class MockCoordinator:
             self.forget(node)
             raise
         finally:
-            self._parked = [p for p in self._parked if p.future is not future]
+            self._forget_parked(future)
         response = decode(type(answer), encode(answer, version), version)
         return Sent(response, version, node)
-
-    # -- matching -------------------------------------------------------------------------------
-
-    def _deliver(self) -> None:
-        """Hand prepared answers to the waiting requests, oldest first, per API."""
-        for parked in list(self._parked):
-            if parked.future.done():
-                continue
-            prepared = next((p for p in self._prepared if p.api_key == parked.sent.api_key), None)
-            if prepared is None:
-                continue
-            self._prepared.remove(prepared)
-            failure = self._mismatch(parked.sent, prepared.match)
-            if failure is not None:
-                self._failures.append(failure)
-                parked.future.set_exception(failure)
-                continue
-            answer = prepared.answer
-            if callable(answer) and not isinstance(answer, BaseException):
-                answer = answer(parked.sent)
-            if isinstance(answer, BaseException):
-                parked.future.set_exception(answer)
-            else:
-                parked.future.set_result(answer)
-
-    @staticmethod
-    def _mismatch(sent: SentRequest, match: Matcher | None) -> AssertionError | None:
-        if match is None:
-            return None
-        if callable(match):
-            if match(sent.request):
-                return None
-            return AssertionError(f"{sent.name} v{sent.version} did not match: {sent.request}")
-        for name, expected in match.items():
-            actual = getattr(sent.request, name)
-            ok = expected(actual) if callable(expected) else actual == expected
-            if not ok:
-                return AssertionError(
-                    f"{sent.name} v{sent.version}: {name} is {actual!r}, not {expected!r}: {sent.request}"
-                )
-        return None
 
 
 class MockTopics:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from sdk.client.backoff import ExponentialBackoff
@@ -36,45 +35,11 @@ from sdk.client.connection import pick_version
 from sdk.errors import CoordinatorNotAvailableError, KafkaConnectionError
 from sdk.protocol.codec import decode, encode, supported_versions
 from sdk.protocol.messages import Message, MetadataResponse, ProduceResponse
+from sdk.testing.scripted_answers import ScriptedAnswers, SentRequest
 
 __all__ = ["MockProducerBroker", "SentRequest", "produce_response"]
 
-#: What a prepared answer may be: a response, an error to raise, or a function of the request.
-Answer = Any
-Matcher = Mapping[str, Any] | Callable[[Any], bool]
-
 GROUP, TRANSACTION = 0, 1
-
-
-@dataclass
-class SentRequest:
-    """One request as the cluster received it."""
-
-    api_key: int
-    version: int
-    request: Any
-    node: int
-
-    @property
-    def name(self) -> str:
-        return type(self.request).__name__
-
-
-@dataclass
-class _Prepared:
-    api_key: int
-    answer: Answer
-    match: Matcher | None
-
-
-@dataclass
-class _Parked:
-    sent: SentRequest
-    future: asyncio.Future[Any] = field(repr=False)
-
-
-def _api_key(api: int | type[Any]) -> int:
-    return api if isinstance(api, int) else int(api.API_KEY)
 
 
 def produce_response(
@@ -108,7 +73,7 @@ def produce_response(
     )
 
 
-class MockProducerBroker:
+class MockProducerBroker(ScriptedAnswers):
     """A ``ProducerPort`` answering from a script (see the module docstring)."""
 
     def __init__(
@@ -123,6 +88,7 @@ class MockProducerBroker:
         retry_backoff_max_ms: float = 1000,
         backoff_jitter: float = 0.0,
     ) -> None:
+        super().__init__()
         self.nodes = list(nodes)
         self.broker_versions = dict(broker_versions or {})
         #: The finalized features (KIP-584) every broker reports, e.g. ``transaction.version``.
@@ -141,11 +107,6 @@ class MockProducerBroker:
         self.lookups = 0
         self.forgotten = 0
         self.metadata_requests = 0
-        #: Every request received (answered or not), in order.
-        self.requests: list[SentRequest] = []
-        self._prepared: list[_Prepared] = []
-        self._parked: list[_Parked] = []
-        self._failures: list[AssertionError] = []
         self._listeners: list[Callable[[], None]] = []
         self._topics: dict[str, tuple[int, int]] = {}
         for name, count in (topics or {}).items():
@@ -192,54 +153,12 @@ class MockProducerBroker:
         for listener in list(self._listeners):
             listener()
 
-    # -- scripting ------------------------------------------------------------------------------
-
-    def prepare_response(
-        self, answer: Answer, *, api: int | type[Any] | None = None, match: Matcher | None = None
-    ) -> None:
-        """Answer the next request of ``api`` (by default the API of ``answer``, a response) with
-        ``answer`` (a response, an error to raise, or a function of the ``SentRequest`` giving
-        either); ``match`` is what the request must carry: field values (a value may be a
-        predicate) or a predicate of the whole request."""
-        if api is None:
-            if isinstance(answer, BaseException) or callable(answer):
-                raise ValueError("say which API an error or a function answers with api=")
-            api = type(answer)
-        self._prepared.append(_Prepared(_api_key(api), answer, match))
-        self._deliver()
-
-    def prepare_disconnect(self, api: int | type[Any], *, match: Matcher | None = None) -> None:
-        """The connection is lost under the next request of ``api``."""
-        self.prepare_response(KafkaConnectionError("connection lost (scripted)"), api=api, match=match)
+    # -- scripting (and ScriptedAnswers.prepare_response / prepare_disconnect) ------------------
 
     def disconnect_all(self) -> None:
         """Every connection is lost: the requests in flight fail with ``KafkaConnectionError``
         (as the connections' requests do when the producer closes them)."""
-        parked, self._parked = self._parked, []
-        for entry in parked:
-            if not entry.future.done():
-                entry.future.set_exception(KafkaConnectionError("connection closed (scripted)"))
-
-    # -- inspection -----------------------------------------------------------------------------
-
-    @property
-    def in_flight(self) -> list[SentRequest]:
-        """Requests waiting for an answer to be prepared."""
-        return [p.sent for p in self._parked if not p.future.done()]
-
-    def sent(self, api: int | type[Any]) -> list[SentRequest]:
-        """The requests of ``api`` received so far."""
-        key = _api_key(api)
-        return [s for s in self.requests if s.api_key == key]
-
-    def pending(self) -> int:
-        """Prepared answers no request has taken yet."""
-        return len(self._prepared)
-
-    def verify(self) -> None:
-        """Raise the first mismatch seen (background tasks may have swallowed it)."""
-        if self._failures:
-            raise AssertionError(f"{len(self._failures)} request(s) did not match: {self._failures[0]}")
+        self._fail_in_flight(KafkaConnectionError("connection closed (scripted)"))
 
     # -- ProducerPort ---------------------------------------------------------------------------
 
@@ -315,54 +234,11 @@ class MockProducerBroker:
         sent = SentRequest(
             api_key, version, decode(type(request), encode(request, version), version), node_id
         )
-        self.requests.append(sent)
         if not expect_response:
+            self.requests.append(sent)
             return None
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._parked.append(_Parked(sent, future))
-        self._deliver()
-        return future
+        return self._receive(sent)
 
-    # -- matching -------------------------------------------------------------------------------
-
-    def _deliver(self) -> None:
-        """Hand prepared answers to the waiting requests, oldest first, per API."""
-        for parked in list(self._parked):
-            if parked.future.done():
-                self._parked.remove(parked)
-                continue
-            prepared = next((p for p in self._prepared if p.api_key == parked.sent.api_key), None)
-            if prepared is None:
-                continue
-            self._prepared.remove(prepared)
-            self._parked.remove(parked)
-            failure = self._mismatch(parked.sent, prepared.match)
-            if failure is not None:
-                self._failures.append(failure)
-                parked.future.set_exception(failure)
-                continue
-            answer = prepared.answer
-            if callable(answer) and not isinstance(answer, BaseException):
-                answer = answer(parked.sent)
-            if isinstance(answer, BaseException):
-                parked.future.set_exception(answer)
-            else:
-                version = parked.sent.version
-                parked.future.set_result(decode(type(answer), encode(answer, version), version))
-
-    @staticmethod
-    def _mismatch(sent: SentRequest, match: Matcher | None) -> AssertionError | None:
-        if match is None:
-            return None
-        if callable(match):
-            if match(sent.request):
-                return None
-            return AssertionError(f"{sent.name} v{sent.version} did not match: {sent.request}")
-        for name, expected in match.items():
-            actual = getattr(sent.request, name)
-            ok = expected(actual) if callable(expected) else actual == expected
-            if not ok:
-                return AssertionError(
-                    f"{sent.name} v{sent.version}: {name} is {actual!r}, not {expected!r}: {sent.request}"
-                )
-        return None
+    def _result(self, sent: SentRequest, answer: Any) -> Any:
+        """A response is read back at the request's version, as the broker's would be."""
+        return decode(type(answer), encode(answer, sent.version), sent.version)
