@@ -10,6 +10,7 @@ headers, timestamps outside int64); and for ``append_run``, send_many's runs of 
 
 from __future__ import annotations
 
+import array
 import os
 import subprocess
 import sys
@@ -305,3 +306,14 @@ def test_sizer_refuses_what_record_size_bound_refuses(hdrs: Any) -> None:
             sizer.size(b"k", b"v", hdrs)
         with pytest.raises(caught.type):
             record_size_bound(b"k", b"v", hdrs)
+
+
+def test_a_multibyte_buffer_is_written_by_its_byte_length() -> None:
+    """A bytes-like value whose items are wider than a byte (an int array) is its bytes: the
+    length prefix counts bytes, as the reader reads them."""
+    value = memoryview(array.array("i", [1, 2, 3]))
+    for make in (c_builder(), python_builder()):
+        builder = make()
+        assert builder.append(BASE_TIMESTAMP, value, value) == 0
+        (record,) = RecordBatch(builder.build())
+        assert record.key == record.value == value.tobytes()
