@@ -1,7 +1,7 @@
 """Batch and streaming readers of Kafka topics (Spark's Kafka source options and columns).
 
 Both plan on the driver (offsets resolved with a short-lived metadata consumer) and read on the
-executors (``kafka_ranges.read_range``). Streaming offsets are JSON-able dicts
+executors (``kafka_ranges.read_arrow``). Streaming offsets are JSON-able dicts
 ``{topic: {"partition": next_offset}}``, the shape Spark checkpoints.
 """
 
@@ -42,7 +42,7 @@ from spark_integration.kafka_ranges import (
     DataLossError,
     OffsetRange,
     metadata_consumer,
-    read_range,
+    read_arrow,
     resolve,
     split_ranges,
     topic_partitions,
@@ -85,10 +85,10 @@ class KafkaBatchReader(DataSourceReader):
         return split_ranges(starts, {tp: max(ends[tp], starts[tp]) for tp in tps},
                             self.options.max_records_per_partition, self.options.min_partitions)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, OffsetRange):  # PySpark's own partition when we planned none
             return iter(())
-        return read_range(self.options, partition)
+        return read_arrow(self.options, partition)
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -176,10 +176,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             starts.update(resolve(self._metadata(), OffsetSpec(EARLIEST), missing, self.options))
         return split_ranges(starts, ends, self.options.max_records_per_partition, self.options.min_partitions)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, OffsetRange):  # PySpark's own partition when we planned none
             return iter(())
-        return read_range(self.options, partition)
+        return read_arrow(self.options, partition)
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: like Spark's Kafka source, progress lives in the checkpoint only."""
