@@ -35,7 +35,7 @@ CONFIG = {"num.partitions": 2, "group.initial.rebalance.delay.ms": 0, "offsets.t
 EXPECTED_VERSIONS = {
     8: (2, 9),
     9: (1, 9),
-    10: (0, 5),
+    10: (0, 6),
     11: (0, 9),
     12: (0, 4),
     13: (0, 5),
