@@ -85,7 +85,11 @@ async def test_commit_abort_and_offsets_use_protocol_v2(tv2_broker):
         await producer.abort_transaction()
         async with producer.transaction():
             await producer.send(topic, b"last", partition=1)
-    assert sent == [TXN_OFFSET_COMMIT, END_TXN, TXN_OFFSET_COMMIT, END_TXN, END_TXN]
+    # A group coordinator that is still loading (a fresh Kafka node) answers the first
+    # TxnOffsetCommit with a retriable error; its retry is the same step.
+    retried = {i for i in range(1, len(sent)) if sent[i] == sent[i - 1] == TXN_OFFSET_COMMIT}
+    steps = [k for i, k in enumerate(sent) if i not in retried]
+    assert steps == [TXN_OFFSET_COMMIT, END_TXN, TXN_OFFSET_COMMIT, END_TXN, END_TXN]
     assert produce_versions and min(produce_versions) >= 12  # Produce adds the partitions
     got = await asyncio.to_thread(read_committed, bootstrap, topic, 11)
     assert sorted(got) == sorted([b"committed-%d" % i for i in range(10)] + [b"last"])
