@@ -155,7 +155,7 @@ def test_a_consumer_group_is_listed_described_and_kept_across_a_broker_kill(
 def _answers(bootstrap: str, tag: str) -> list[tuple[str, Any]]:
     """One scripted conversation with a broker: what each request was answered (error code, error
     message and the fields a client acts on), with the group names made broker-independent."""
-    group, unknown = f"g-{tag}", f"unknown-{tag}"
+    group, unknown, topic_name = f"g-{tag}", f"unknown-{tag}", f"{TOPIC}-{tag}"
     client = WireClient(bootstrap)
     answers: list[tuple[str, Any]] = []
 
@@ -165,7 +165,7 @@ def _answers(bootstrap: str, tag: str) -> list[tuple[str, Any]]:
             "member_id": "m1",
             "member_epoch": 0,
             "rebalance_timeout_ms": 30_000,
-            "subscribed_topic_names": [TOPIC],
+            "subscribed_topic_names": [topic_name],
             "topic_partitions": [],
         }
         request.update(fields)
@@ -180,7 +180,7 @@ def _answers(bootstrap: str, tag: str) -> list[tuple[str, Any]]:
 
     def commit(step: str, version: int, epoch: int, member: str = "m1") -> None:
         partition = OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)
-        topic = OffsetCommitRequest.OffsetCommitRequestTopic(name=TOPIC, partitions=[partition])
+        topic = OffsetCommitRequest.OffsetCommitRequestTopic(name=topic_name, partitions=[partition])
         r = client.request(
             OffsetCommitRequest(
                 group_id=group, generation_id_or_member_epoch=epoch, member_id=member, topics=[topic]
@@ -202,17 +202,37 @@ def _answers(bootstrap: str, tag: str) -> list[tuple[str, Any]]:
         client.request(
             CreateTopicsRequest(
                 topics=[
-                    CreateTopicsRequest.CreatableTopic(name=TOPIC, num_partitions=3, replication_factor=1)
+                    CreateTopicsRequest.CreatableTopic(
+                        name=topic_name, num_partitions=3, replication_factor=1
+                    )
                 ],
                 timeout_ms=10_000,
             ),
             5,
         )
         # Kafka answers CreateTopics before its brokers' metadata has the topic: wait for it.
-        wanted = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)])
+        wanted = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic_name)])
         _until(
             lambda: client.request(wanted, 12).topics[0],
             lambda t: t.error_code == 0 and len([p for p in t.partitions if p.leader_id >= 0]) == 3,
+        )
+        # Kafka's group coordinator sees a new topic later still: a probe member joins until it
+        # is assigned the topic's partitions, then leaves.
+        probe = ConsumerGroupHeartbeatRequest(
+            group_id=f"probe-{tag}",
+            member_id="probe",
+            member_epoch=0,
+            rebalance_timeout_ms=30_000,
+            subscribed_topic_names=[topic_name],
+            topic_partitions=[],
+        )
+        _until(
+            lambda: client.request(probe, 1),
+            lambda r: r.error_code == 0 and r.assignment is not None and bool(r.assignment.topic_partitions),
+            timeout=60,
+        )
+        client.request(
+            ConsumerGroupHeartbeatRequest(group_id=f"probe-{tag}", member_id="probe", member_epoch=-1), 1
         )
         client.request(FindCoordinatorRequest(key_type=0, coordinator_keys=[group, unknown]), 4)
         not_ready = (E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE)
@@ -304,8 +324,9 @@ def _answers(bootstrap: str, tag: str) -> list[tuple[str, Any]]:
 
 
 def test_consumer_group_answers_match_apache_kafka(broker_factory: BrokerFactory, apache_kafka: Any) -> None:
-    ours = _answers(broker_factory().bootstrap, uuid.uuid4().hex[:8])
-    kafka = _answers(apache_kafka.bootstrap, uuid.uuid4().hex[:8])
+    tag = uuid.uuid4().hex[:8]  # the same names on both brokers
+    ours = _answers(broker_factory().bootstrap, tag)
+    kafka = _answers(apache_kafka.bootstrap, tag)
     differences = [
         (step, mine, theirs) for (step, mine), (_, theirs) in zip(ours, kafka, strict=True) if mine != theirs
     ]
