@@ -1,6 +1,7 @@
 """AdminClient's SCRAM credentials (on Apache Kafka's session node) and ACLs (on a Kafka node with
-the StandardAuthorizer), read back by confluent-kafka's AdminClient; the reference broker has
-neither API, which the calls report as UnsupportedVersionError."""
+the StandardAuthorizer), read back by confluent-kafka's AdminClient; on the reference broker
+without an authorizer the ACL calls are SECURITY_DISABLED, as on Kafka (its secured listeners are
+tested in tests/reference_broker/security)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,11 @@ from sdk.admin import (
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
-from sdk.errors import DuplicateResourceError, ResourceNotFoundError, UnsupportedVersionError
+from sdk.errors import (
+    DuplicateResourceError,
+    ResourceNotFoundError,
+    SecurityDisabledError,
+)
 
 from .conftest import Cluster
 
@@ -156,9 +161,11 @@ async def test_acls_created_described_and_deleted(apache_kafka_factory: Any, nam
         )
 
 
-async def test_the_reference_broker_reports_acls_and_scram_unsupported(broker: Any) -> None:
+async def test_acls_without_an_authorizer_are_security_disabled_as_on_kafka(broker: Any) -> None:
+    """The reference broker serves the ACL APIs; without an authorizer (the embedded default, and
+    Kafka's) they answer SECURITY_DISABLED, while SCRAM credentials need none."""
     async with AdminClient(bootstrap_servers=broker.bootstrap) as admin:
-        with pytest.raises(UnsupportedVersionError):
+        with pytest.raises(SecurityDisabledError):
             await admin.describe_acls(AclBindingFilter())
         binding = AclBinding(
             AclResourceType.TOPIC,
@@ -169,9 +176,8 @@ async def test_the_reference_broker_reports_acls_and_scram_unsupported(broker: A
             AclOperation.READ,
             AclPermissionType.ALLOW,
         )
-        assert isinstance((await admin.create_acls([binding]))[binding], UnsupportedVersionError)
-        with pytest.raises(UnsupportedVersionError):
-            await admin.describe_user_scram_credentials()
+        assert isinstance((await admin.create_acls([binding]))[binding], SecurityDisabledError)
+        assert isinstance(await admin.describe_user_scram_credentials(), dict)
 
 
 @pytest.fixture
