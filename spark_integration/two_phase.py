@@ -54,7 +54,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sdk.client.cluster import TopicPartition
-from sdk.errors import TransactionalIdAuthorizationFailedError
+from sdk.errors import TransactionalIdAuthorizationFailedError, UnsupportedVersionError
 from sdk.producer.prepared_state import PreparedTxnState
 from sdk.records import murmur2_partition
 from sdk.sync import Consumer, Producer
@@ -70,8 +70,9 @@ INTENT_LOOKBACK = 2000
 
 
 class TwoPhaseCommitUnavailableError(RuntimeError):
-    """The broker refused a two-phase commit producer (Kafka answers
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED when ``transaction.two.phase.commit.enable`` is off)."""
+    """The broker offers no two-phase commit: it advertises InitProducerId below v6 (Kafka 4.1
+    and the reference broker when ``transaction.two.phase.commit.enable`` is off) or refuses it
+    with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (a broker serving v6 with the setting off)."""
 
 
 def init_two_phase(producer: Producer, transactional_id: str) -> None:
@@ -79,9 +80,9 @@ def init_two_phase(producer: Producer, transactional_id: str) -> None:
     named when the broker refuses."""
     try:
         producer.init_transactions(keep_prepared_transaction=True)
-    except TransactionalIdAuthorizationFailedError as exc:
+    except (TransactionalIdAuthorizationFailedError, UnsupportedVersionError) as exc:
         raise TwoPhaseCommitUnavailableError(
-            f"{transactional_id}: the broker refused a two-phase commit producer ({exc}); "
+            f"{transactional_id}: the broker offers no two-phase commit ({exc}); "
             "commit.mode=two-phase needs the broker setting transaction.two.phase.commit.enable=true "
             "(and, with ACLs, the right to use the transactional id)") from exc
 
