@@ -46,6 +46,10 @@ BROKER_CONFIG = {
 #: A copier that commits nothing for this long is killed and restarted, as a supervisor would do
 #: (librdkafka 2.x can block past its timeouts after a broker restart: confluentinc/librdkafka#5456).
 STALL_S = 8.0
+#: Milliseconds the SDK copier waits after each committed transaction (``run_soak``'s
+#: ``pause_ms``; unset in benchmarks). A test sets it so that the copy advances gradually enough
+#: for every bounce to land while it is under way, however fast the machine copies.
+PAUSE_ENV = "EOS_COPY_PAUSE_MS"
 
 
 def unique(prefix: str) -> str:
@@ -83,9 +87,17 @@ class SdkCopier:
     """
 
     def __init__(
-        self, bootstrap: str, source: str, target: str, group: str, partitions: int, messages: int
+        self,
+        bootstrap: str,
+        source: str,
+        target: str,
+        group: str,
+        partitions: int,
+        messages: int,
+        pause_s: float = 0.0,
     ) -> None:
         self.bootstrap = bootstrap
+        self.pause_s = pause_s
         self.source = source
         self.target = target
         self.transactional_id = group + "-copier"
@@ -139,6 +151,8 @@ class SdkCopier:
                     continue
                 if batches:
                     await self._copy(self.producer, batches)
+                    if self.pause_s:
+                        await asyncio.sleep(self.pause_s)
                 elif await self._done():
                     return
         finally:
@@ -265,9 +279,12 @@ def run_confluent_copier(
 class CopierProcess:
     """One copier at a time as a child process, restarted by ``ensure_running`` when it died."""
 
-    def __init__(self, copier: str, args: list[str], log_path: Path) -> None:
+    def __init__(
+        self, copier: str, args: list[str], log_path: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.args = [sys.executable, str(Path(__file__).resolve()), copier, *args]
         self.log_path = log_path
+        self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -278,7 +295,9 @@ class CopierProcess:
     def ensure_running(self) -> None:
         if self.proc is None or (self.proc.poll() is not None and self.proc.returncode != 0):
             with open(self.log_path, "ab") as out:
-                self.proc = subprocess.Popen(self.args, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+                self.proc = subprocess.Popen(
+                    self.args, stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=self.env
+                )
             self.starts += 1
 
     def kill(self) -> None:
@@ -405,9 +424,11 @@ def run_soak(
     copier: str,
     log_dir: Path,
     timeout_s: float = 600.0,
+    pause_ms: float = 0.0,
 ) -> SoakResult:
     """Seed, copy with ``bounces`` copier kills and ``bounces`` broker kills (alternating, evenly
-    spread over the copy), then compare; ``broker`` is running and is left running."""
+    spread over the copy), then compare; ``broker`` is running and is left running. ``pause_ms``
+    (the SDK copier's wait after each transaction, see ``PAUSE_ENV``) spreads the copy out."""
     if copier not in COPIERS:
         raise ValueError(f"copier must be one of {COPIERS}")
     started = time.monotonic()
@@ -417,9 +438,9 @@ def run_soak(
     result = SoakResult(messages)
     watcher = Watcher(bootstrap, target, partitions)
     watcher.start()
-    process = CopierProcess(
-        copier, [bootstrap, source, target, group, str(partitions), str(messages)], log_dir / "copier.log"
-    )
+    env = {**os.environ, PAUSE_ENV: str(pause_ms)} if pause_ms else None
+    args = [bootstrap, source, target, group, str(partitions), str(messages)]
+    process = CopierProcess(copier, args, log_dir / "copier.log", env)
     # Bounce k of 2*bounces happens when k/(2*bounces+1) of the output is committed.
     points = [messages * k // (2 * bounces + 1) for k in range(1, 2 * bounces + 1)]
     deadline = started + timeout_s
@@ -468,7 +489,10 @@ def main(argv: list[str]) -> None:
     copier, bootstrap, source, target, group, partitions, messages = argv
     logging.basicConfig(level=os.environ.get("EOS_COPY_LOG_LEVEL", "WARNING"))
     if copier == "sdk":
-        asyncio.run(SdkCopier(bootstrap, source, target, group, int(partitions), int(messages)).run())
+        pause_s = float(os.environ.get(PAUSE_ENV, "0")) / 1000
+        asyncio.run(
+            SdkCopier(bootstrap, source, target, group, int(partitions), int(messages), pause_s).run()
+        )
     elif copier == "confluent-kafka":
         run_confluent_copier(bootstrap, source, target, group, int(partitions), int(messages))
     else:

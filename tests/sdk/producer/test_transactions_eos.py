@@ -43,6 +43,9 @@ def test_exactly_once_copy_survives_copier_and_broker_kills(
         copier="sdk",
         log_dir=tmp_path,
         timeout_s=90,
+        # 200 transactions of 100 records: 6 s of pauses keep the copy under way for every bounce
+        # (without them a fast machine copied the rest while the reader caught up after a kill).
+        pause_ms=30,
     )
     copier_log = (tmp_path / "copier.log").read_text(errors="replace")[-3000:]
     assert (result.copier_kills, result.broker_kills) == (BOUNCES, BOUNCES), result
