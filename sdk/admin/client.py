@@ -59,6 +59,8 @@ from sdk.client.config import ClientConfig, _check_number
 from sdk.client.coordinators import CoordinatorType
 from sdk.consumer.records import OffsetAndMetadata
 from sdk.errors import ConfigError, IllegalStateError, KafkaError
+from sdk.metrics.admin import AdminMetrics
+from sdk.metrics.core import MetricName, monotonic_ms
 
 __all__ = ["AdminClient", "AdminConfig"]
 
@@ -113,7 +115,8 @@ class AdminClient:
         self.config = AdminConfig(**settings)
         self.config.validate()
         self._client = KafkaClient.from_config(self.config, allow_auto_topic_creation=False)
-        self._router = AdminRouter(self._client)
+        self._metrics = AdminMetrics(self.config.effective_client_id, monotonic_ms)
+        self._router = AdminRouter(self._client, self._metrics)
         self._started = False
         self._closed = False
 
@@ -130,6 +133,12 @@ class AdminClient:
         if not self._closed:
             self._closed = True
             await self._client.close()
+
+    def metrics(self) -> dict[MetricName, float]:
+        """The admin client's metrics now, ``{MetricName: value}`` (Java's ``admin-client-metrics``
+        names: ``request-rate``, ``request-total``, ``request-latency-avg``/``-max``, tagged
+        ``client-id``)."""
+        return self._metrics.registry.metrics()
 
     async def __aenter__(self) -> AdminClient:
         await self.start()

@@ -39,6 +39,8 @@ from sdk.errors import (
     UnknownTopicOrPartitionError,
     make_error,
 )
+from sdk.metrics.admin import AdminMetrics
+from sdk.metrics.core import monotonic_ms
 from sdk.protocol.messages import Message, MetadataRequest
 
 __all__ = ["REROUTE_CODES", "AdminRouter", "Deadline", "PartitionNotFoundError", "call_once", "run_per_item"]
@@ -86,8 +88,10 @@ class Deadline:
 class AdminRouter:
     """Sends one request to one node, and finds the controller, a coordinator or a leader."""
 
-    def __init__(self, client: KafkaClient) -> None:
+    def __init__(self, client: KafkaClient, metrics: AdminMetrics | None = None) -> None:
         self.client = client
+        #: Every request's latency, or its failure, is recorded here.
+        self.metrics = metrics
         self.coordinators = CoordinatorLookup(client)
         self._controller: int | None = None
         #: Topics whose cached leaders an answer said were wrong: asked for again before use.
@@ -122,12 +126,23 @@ class AdminRouter:
         )
         request = build(version)
         timeout_ms = min(self.client.request_timeout_ms, max(deadline.remaining_ms(), 1.0))
+        metrics = self.metrics
+        sent_ms = monotonic_ms()
         try:
             response = await conn.request(request, version, timeout_ms=timeout_ms)
         except DecodeError as exc:
+            if metrics is not None:
+                metrics.errors.record()
             raise KafkaConnectionError(
                 f"malformed answer to {type(request).__name__} v{version}: {exc}"
             ) from exc
+        except Exception:
+            if metrics is not None:
+                metrics.errors.record()
+            raise
+        if metrics is not None:
+            now = monotonic_ms()
+            metrics.requests.record(now - sent_ms, now)
         return response, version
 
     # -- finding nodes ---------------------------------------------------------------------------

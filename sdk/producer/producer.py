@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,6 +20,8 @@ from sdk.errors import (
     SerializationError,
     make_error,
 )
+from sdk.metrics.core import MetricName, monotonic_ms
+from sdk.metrics.producer import ProducerMetrics
 from sdk.producer.accumulator import RecordAccumulator, now_ms
 from sdk.producer.batch import BatchSink
 from sdk.producer.batch_api import BatchSendMixin, Headers
@@ -194,6 +197,7 @@ class Producer(BatchSendMixin, TransactionalMixin):
         self._value_serializer = cfg.value_serializer
         self._max_block_ms = cfg.max_block_ms
         self._cluster: Any = None
+        self._metrics = ProducerMetrics(cfg.effective_client_id, monotonic_ms)
         #: True while ``send`` may proceed: started, not stopping, sender not failed.
         self._accepting = False
         #: Nothing to serialize or intercept: ``send`` goes straight to the accumulator.
@@ -241,8 +245,16 @@ class Producer(BatchSendMixin, TransactionalMixin):
             max_request_size=cfg.max_request_size,
             max_in_flight=cfg.max_in_flight_requests_per_connection,
             interceptors=self._interceptors,
+            metrics=self._metrics,
         )
         self._accumulator.on_ready = self._sender.wake
+        acc, sender = self._accumulator, self._sender
+        self._metrics.bind(
+            buffer_total=lambda: float(acc.buffer_memory),
+            buffer_available=lambda: float(acc.buffer_memory - acc.used),
+            waiting=lambda: float(len(acc.waiters)),
+            in_flight=lambda: float(sender.requests_in_flight),
+        )
         if cfg.transactional_id is not None:
             assert self._txn is not None
             self._transactions = Transactions(
@@ -262,7 +274,8 @@ class Producer(BatchSendMixin, TransactionalMixin):
             if cfg.enable_two_phase_commit:
                 return
             try:
-                await self._transactions.init_transactions()
+                with self._metrics.timed("txn-init"):
+                    await self._transactions.init_transactions()
             except BaseException:
                 await self.stop()
                 raise
@@ -318,9 +331,17 @@ class Producer(BatchSendMixin, TransactionalMixin):
             return
         acc.begin_flush()
         try:
-            await asyncio.wait_for(acc.wait_for_incomplete(), timeout)
+            with self._metrics.timed("flush"):
+                await asyncio.wait_for(acc.wait_for_incomplete(), timeout)
         finally:
             acc.end_flush()
+
+    def metrics(self) -> dict[MetricName, float]:
+        """The producer's metrics now, ``{MetricName: value}`` (Java's ``producer-metrics``
+        names: ``record-send-rate``, ``request-latency-avg``, ``buffer-available-bytes``, ...;
+        tagged ``client-id``). ``sdk.metrics.find_metric(producer.metrics(), "record-send-total")``
+        picks one. Safe to call from any thread."""
+        return self._metrics.registry.metrics()
 
     @property
     def client(self) -> KafkaClient:
@@ -521,7 +542,12 @@ class Producer(BatchSendMixin, TransactionalMixin):
             size = acc.record_size(key, value, headers)
         while True:
             await self._wait_for_topic(topic, partition, deadline)
-            await acc.reserve(size, max(0.0, deadline - now_ms()))
+            waited_from = time.perf_counter_ns()
+            try:
+                await acc.reserve(size, max(0.0, deadline - now_ms()))
+            finally:
+                # Near zero when memory was free; the slow path only, never a plain send.
+                self._metrics.buffer_wait.record(float(time.perf_counter_ns() - waited_from))
             self._check_running_after_wait(size)
             try:
                 appended = acc.try_append(

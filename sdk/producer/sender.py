@@ -31,6 +31,7 @@ from sdk.errors import (
     ProducerClosedError,
     make_error,
 )
+from sdk.metrics.producer import ProducerMetrics
 from sdk.producer.accumulator import RecordAccumulator
 from sdk.producer.batch import ProducerBatch
 from sdk.producer.clock import SYSTEM_CLOCK, Cancellable, ProducerClock
@@ -110,6 +111,7 @@ class Sender:
         max_in_flight: int,
         interceptors: InterceptorChain | None,
         clock: ProducerClock = SYSTEM_CLOCK,
+        metrics: ProducerMetrics | None = None,
     ):
         #: The network, only through the port (``sdk.producer.network_port``), and time, only
         #: through the clock: both are fakes in the sender's unit tests.
@@ -122,6 +124,8 @@ class Sender:
         self._max_request_size = max_request_size
         self._max_in_flight = max_in_flight
         self._interceptors = interceptors
+        #: Sensors recorded per request and per batch (never per record).
+        self._metrics = metrics
         self._in_flight: dict[int, int] = {}
         self._on_wire: set[ProducerBatch] = set()
         self._task: asyncio.Task[None] | None = None
@@ -361,13 +365,24 @@ class Sender:
 
     def _send_produce(self, node_id: int, batches: list[ProducerBatch], now: float) -> None:
         by_topic: dict[str, list[Any]] = {}
+        metrics = self._metrics
+        records = 0
         for batch in batches:
-            data = PartitionData(index=batch.partition, records=batch.payload)
+            payload = batch.payload
+            data = PartitionData(index=batch.partition, records=payload)
             entries = by_topic.get(batch.topic)
             if entries is None:
                 by_topic[batch.topic] = [data]
             else:
                 entries.append(data)
+            if metrics is not None and payload is not None:
+                size = len(payload)
+                metrics.batch_size.record(size, now)
+                metrics.compression_rate.record(size / (batch.builder.estimated_size() or 1), now)
+                metrics.queue_time.record(now - batch.created_ms, now)
+                records += batch.record_count
+        if metrics is not None:
+            metrics.records_per_request.record(records, now)
         request = messages.ProduceRequest(
             transactional_id=self._transactional_id,
             acks=self._acks,
@@ -397,13 +412,16 @@ class Sender:
         assert future is not None
         self._in_flight[node_id] = self._in_flight.get(node_id, 0) + 1
         self._on_wire.update(batches)
-        future.add_done_callback(partial(self._on_produce_response, node_id, batches))
+        future.add_done_callback(partial(self._on_produce_response, node_id, batches, now))
 
     def _on_produce_response(
-        self, node_id: int, batches: list[ProducerBatch], future: asyncio.Future[Any]
+        self, node_id: int, batches: list[ProducerBatch], sent_ms: float, future: asyncio.Future[Any]
     ) -> None:
         self._in_flight[node_id] -= 1
         now = self._clock.monotonic() * 1000
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.request_latency.record(now - sent_ms, now)
         on_wire = self._on_wire
         for batch in batches:
             on_wire.discard(batch)
@@ -419,6 +437,8 @@ class Sender:
             self.wake()
             return
         response = future.result()
+        if metrics is not None:
+            metrics.throttle_time.record(response.throttle_time_ms, now)
         results: dict[tuple[str, int], Any] = {}
         for topic in response.responses:
             for part in topic.partition_responses:
@@ -466,13 +486,31 @@ class Sender:
         if error.code == ErrorCode.MESSAGE_TOO_LARGE and batch.record_count > 1:
             # The broker's limit is below ours: halve the batch rather than fail every record in it.
             halves = self._acc.split_and_reenqueue(batch)
+            if self._metrics is not None:
+                self._metrics.splits.record(1.0, now)
             if txn is not None and batch.has_sequence:
                 txn.replace_split(batch, halves)
                 txn.retry_pending(halves[0])
             return
         retry = txn.can_retry(batch, error) if txn is not None and batch.has_sequence else error.retriable
         if retry:
-            log.debug("retrying %r after %s", batch, error)
+            log.warning(
+                "retrying %d record(s) for %s-%d after %s (attempt %d)",
+                batch.record_count,
+                batch.topic,
+                batch.partition,
+                error,
+                batch.attempts + 1,
+                extra={
+                    "kafka_topic": batch.topic,
+                    "kafka_partition": batch.partition,
+                    "kafka_error": type(error).__name__,
+                    "kafka_attempt": batch.attempts + 1,
+                    "kafka_records": batch.record_count,
+                },
+            )
+            if self._metrics is not None:
+                self._metrics.retries.record(batch.record_count, now)
             if txn is not None and batch.has_sequence:
                 # Its partition now sends only its oldest unacknowledged batch (see
                 # TransactionManager): nothing drained after this retry may overtake it.
@@ -490,6 +528,8 @@ class Sender:
         batch.complete(base_offset, log_append_time, log_start_offset, self._interceptors)
 
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        if self._metrics is not None:
+            self._metrics.errors.record(batch.record_count)
         if self._txn is not None:
             self._txn.on_failure(batch, error)
         self._acc.done(batch)

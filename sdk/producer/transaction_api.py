@@ -10,6 +10,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from sdk.errors import IllegalStateError, KafkaError, KafkaTimeoutError
+from sdk.metrics.producer import ProducerMetrics
 from sdk.producer.prepared_state import PreparedTxnState
 from sdk.producer.transaction_manager import TransactionState
 from sdk.producer.transaction_operations import Transactions
@@ -64,6 +65,7 @@ class TransactionalMixin:
     """The Producer's transactional methods (they delegate to ``Transactions``)."""
 
     _transactions: Transactions | None
+    _metrics: ProducerMetrics
 
     def _transactions_or_raise(self, operation: str) -> Transactions:
         transactions = self._transactions
@@ -85,13 +87,17 @@ class TransactionalMixin:
         older producer is fenced but its open transaction is kept, not aborted; if there is one,
         ``prepared_transaction_state`` names it and ``complete_transaction(state)`` must end it
         before a new transaction can begin."""
-        await self._transactions_or_raise("init_transactions").init_transactions(keep_prepared_transaction)
+        transactions = self._transactions_or_raise("init_transactions")
+        with self._metrics.timed("txn-init"):
+            await transactions.init_transactions(keep_prepared_transaction)
 
     def begin_transaction(self) -> Awaitable[None]:
         """Start a transaction: records sent from now on belong to it. Raises ``IllegalStateError``
         if one is already open or ``init_transactions`` did not complete. Works with and without
         ``await`` (aiokafka's is a plain method)."""
-        self._transactions_or_raise("begin_transaction").begin_transaction()
+        transactions = self._transactions_or_raise("begin_transaction")
+        with self._metrics.timed("txn-begin"):
+            transactions.begin_transaction()
         return _Done()
 
     async def send_offsets_to_transaction(self, offsets: Any, group_id: Any) -> None:
@@ -104,20 +110,24 @@ class TransactionalMixin:
         ``TransactionAbortableError`` whose cause is ``CommitFailedError`` (the consumer is no
         longer the group's member in that generation) or ``FencedInstanceIdError`` (another
         consumer holds its ``group_instance_id``); abort, then poll again."""
-        await self._transactions_or_raise("send_offsets_to_transaction").send_offsets_to_transaction(
-            offsets, group_id
-        )
+        transactions = self._transactions_or_raise("send_offsets_to_transaction")
+        with self._metrics.timed("txn-send-offsets"):
+            await transactions.send_offsets_to_transaction(offsets, group_id)
 
     async def commit_transaction(self) -> None:
         """Flush, then commit. Raises ``TransactionAbortableError`` (cause: what failed) if any
         record of the transaction failed: call ``abort_transaction()`` then; a fatal error
         (``ProducerFencedError``, ...) if the producer can no longer work."""
-        await self._transactions_or_raise("commit_transaction").commit_transaction()
+        transactions = self._transactions_or_raise("commit_transaction")
+        with self._metrics.timed("txn-commit"):
+            await transactions.commit_transaction()
 
     async def abort_transaction(self) -> None:
         """Abort: records not sent yet fail with ``TransactionAbortedError``, the rest is marked
         aborted, and a new transaction may begin."""
-        await self._transactions_or_raise("abort_transaction").abort_transaction()
+        transactions = self._transactions_or_raise("abort_transaction")
+        with self._metrics.timed("txn-abort"):
+            await transactions.abort_transaction()
 
     async def prepare_transaction(self) -> PreparedTxnState:
         """Two-phase commit's first phase (KIP-939, needs ``enable_two_phase_commit``): flush the

@@ -52,6 +52,15 @@ class LoopThread:
             future.cancel()
             raise KafkaTimeoutError(f"operation did not finish within {timeout} s") from None
 
+    def call(self, function: Callable[[], T], timeout: float | None = None) -> T:
+        """Run ``function()`` on the loop thread and return its result (for reading state the loop
+        thread changes, such as a client's metrics, between two of its steps)."""
+
+        async def call() -> T:
+            return function()
+
+        return self.run(call(), timeout)
+
     def call_soon(self, callback: Callable[..., object], *args: Any) -> None:
         """Schedule ``callback(*args)`` on the loop, from any thread."""
         if self.in_loop_thread():

@@ -47,6 +47,7 @@ from sdk.admin.types import (
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.records import OffsetAndMetadata
 from sdk.errors import KafkaError
+from sdk.metrics.core import MetricName
 from sdk.sync._loop import shared_loop
 
 __all__ = ["AdminClient"]
@@ -73,6 +74,10 @@ class AdminClient:
 
     def start(self) -> None:
         self._run(self._admin.start())
+
+    def metrics(self) -> dict[MetricName, float]:
+        """See ``sdk.AdminClient.metrics`` (read on the loop thread)."""
+        return self._runner.call(self._admin.metrics)
 
     def close(self) -> None:
         self._run(self._admin.close())

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from sdk.errors import BufferExhaustedError, KafkaTimeoutError, ProducerClosedError
+from sdk.metrics.core import MetricName
 from sdk.producer.batch_api import Headers
 from sdk.producer.futures import PENDING, TRANSITION, LazyRecordFuture
 from sdk.producer.prepared_state import PreparedTxnState
@@ -223,6 +224,10 @@ class Producer:
         self._closing = False
         self._closed = False
         self._runner.run(self._producer.start())
+
+    def metrics(self) -> dict[MetricName, float]:
+        """See ``sdk.Producer.metrics`` (read on the loop thread)."""
+        return self._runner.call(self._producer.metrics)
 
     @property
     def async_producer(self) -> AsyncProducer:
