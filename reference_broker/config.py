@@ -284,7 +284,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("transaction.state.log.min.isr", _B.INT, 1, "Accepted for compatibility.", at_least(1)),
         ConfigKey("min.insync.replicas", _B.INT, 1, "Accepted; acks=all needs only this node.", at_least(1)),
         ConfigKey("delete.topic.enable", _B.BOOLEAN, True, "Allow DeleteTopics."),
-        ConfigKey("log.segment.bytes", _B.INT, 1 * GIB, "Roll a segment at this size.", at_least(14)),
+        ConfigKey(
+            "log.segment.bytes", _B.INT, 1 * GIB,
+            "Roll a segment at this size (Kafka 4: at least 1 MiB; tests use the topic-level"
+            " internal.segment.bytes).",
+            at_least(1024 * 1024),
+        ),
         ConfigKey("log.roll.ms", _B.LONG, None, "Roll a segment after this long (ms)."),
         ConfigKey("log.roll.hours", _B.INT, 168, "Roll a segment after this long (hours).", at_least(1)),
         ConfigKey("log.roll.jitter.ms", _B.LONG, None, "Accepted; jitter is not applied."),
