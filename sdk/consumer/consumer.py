@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import ssl
@@ -12,13 +11,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sdk.client.client import KafkaClient
-from sdk.client.cluster import STALE_METADATA_ERRORS, TopicPartition
+from sdk.client.cluster import TopicPartition
 from sdk.consumer.assignors import ConsumerPartitionAssignor, resolve_assignors
 from sdk.consumer.config import AIOKAFKA_IGNORED, ConsumerConfig, warn_ignored
-from sdk.consumer.consumer_coordinator import ConsumerCoordinator
-from sdk.consumer.errors import ConsumerStoppedError, NoGroupIdError, NoOffsetForPartitionError
+from sdk.consumer.errors import ConsumerStoppedError, NoGroupIdError
 from sdk.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Fetcher
+from sdk.consumer.group_membership import GroupMembership, membership_for
 from sdk.consumer.listener import is_rebalance_listener
+from sdk.consumer.positions import PositionResolver
 from sdk.consumer.records import (
     ConsumerGroupMetadata,
     ConsumerRecord,
@@ -26,16 +26,14 @@ from sdk.consumer.records import (
     OffsetAndTimestamp,
 )
 from sdk.consumer.subscription import SubscriptionState
-from sdk.errors import ConfigError, ErrorCode, IllegalStateError, KafkaError, KafkaTimeoutError, make_error
-from sdk.protocol.messages import MetadataRequest
+from sdk.consumer.topic_tracking import TopicTracker
+from sdk.errors import ConfigError, IllegalStateError, KafkaError, make_error
 
 __all__ = ["Consumer"]
 
 log = logging.getLogger(__name__)
 
 _NEW, _RUNNING, _CLOSED = "new", "running", "closed"
-#: Errors of a topic a full listing names that exists but is not usable yet (being created).
-_BEING_CREATED = STALE_METADATA_ERRORS - {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
 
 
 def _resolve_assignors(strategy: Any) -> list[ConsumerPartitionAssignor]:
@@ -230,22 +228,20 @@ class Consumer:
         self._state = _NEW
         self._client: KafkaClient | None = None
         self._fetcher: Fetcher | None = None
-        self._coordinator: ConsumerCoordinator | None = None
+        #: The group membership (None without a ``group_id``).
+        self._coordinator: GroupMembership | None = None
+        self._positions: PositionResolver | None = None
         self._subscription = SubscriptionState(self.config.auto_offset_reset)
         if topics:
             self._subscription.subscribe(topics=list(topics))
-        self._pattern_task: asyncio.Task[None] | None = None
-        self._pattern_wake: asyncio.Event | None = None
-        self._pattern_matched = False
+        self._topics = TopicTracker(
+            self._subscription, self.config, lambda: self._running()[0], self._wake_membership
+        )
         #: (assignment_version, positions_epoch) when every partition last had a position.
         self._prepared: tuple[int, int] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         #: Epoch seconds of the last poll (0 before one).
         self._last_poll = 0.0
-        #: Metadata version the no-group assignment (every partition of the topics) was made at.
-        self._all_partitions_version = -1
-        #: Metadata version whose non-retriable topic errors a poll has raised already.
-        self._topic_errors_raised_version = -1
 
     #: How the "not started" error tells the user to start (the blocking facade says its own).
     _not_started_hint = "call start() or use 'async with'"
@@ -267,7 +263,15 @@ class Consumer:
             self._fetcher = Fetcher(client, self._subscription, cfg)
             self._fetcher.start()
             if cfg.group_id is not None:
-                await self._start_coordinator()
+                self._coordinator = membership_for(client, self._subscription, cfg, self._assignors)
+                await self._coordinator.start(join_in_background=True)
+            self._positions = PositionResolver(
+                self._subscription,
+                self._fetcher,
+                self._fetch_committed if cfg.group_id is not None else None,
+                cfg.request_timeout_ms,
+                self._running,
+            )
             self._state = _RUNNING
             self._apply_subscription()
             await self._first_assignment()
@@ -276,26 +280,6 @@ class Consumer:
             await self._close_parts()
             raise
 
-    async def _start_coordinator(self) -> None:
-        cfg = self.config
-        assert self._client is not None and cfg.group_id is not None
-        self._coordinator = ConsumerCoordinator.for_client(
-            self._client,
-            self._subscription,
-            group_id=cfg.group_id,
-            group_instance_id=cfg.group_instance_id,
-            session_timeout_ms=int(cfg.session_timeout_ms),
-            heartbeat_interval_ms=int(cfg.heartbeat_interval_ms),
-            rebalance_timeout_ms=int(cfg.rebalance_timeout_ms or cfg.session_timeout_ms),
-            max_poll_interval_ms=int(cfg.max_poll_interval_ms),
-            retry_backoff_ms=int(cfg.retry_backoff_ms),
-            enable_auto_commit=cfg.enable_auto_commit,
-            auto_commit_interval_ms=int(cfg.auto_commit_interval_ms),
-            assignors=self._assignors,
-            exclude_internal_topics=cfg.exclude_internal_topics,
-        )
-        await self._coordinator.start(join_in_background=True)
-
     async def _first_assignment(self) -> None:
         """At ``start``, for a subscription made before it: the group's first assignment (aiokafka
         waits for it too), or every partition of the topics without a group."""
@@ -303,11 +287,11 @@ class Consumer:
         if not subscription.partitions_auto_assigned():
             return
         if subscription.pattern is not None:
-            await self._refresh_pattern_topics()
+            await self._topics.refresh_pattern_topics()
         if self._coordinator is not None:
             await self._coordinator.ensure_active_group()
         else:
-            await self._assign_all_partitions(wait_ms=self.config.request_timeout_ms)
+            await self._topics.assign_all_partitions(wait_ms=self.config.request_timeout_ms)
 
     async def _first_positions(self) -> None:
         """At ``start``: look up the assigned partitions' positions (committed offsets, or the
@@ -337,9 +321,7 @@ class Consumer:
     async def _close_parts(self) -> None:
         self._state = _CLOSED
         try:
-            if self._pattern_task is not None:
-                self._pattern_task.cancel()
-                await asyncio.gather(self._pattern_task, return_exceptions=True)
+            await self._topics.close()
             if self._background:
                 await asyncio.gather(*self._background, return_exceptions=True)
             if self._coordinator is not None:
@@ -396,126 +378,27 @@ class Consumer:
             if topics:
                 raise ValueError("subscribe() takes topics or a pattern, not both")
             self._subscription.subscribe(pattern=pattern, listener=listener)
-            self._pattern_matched = False
         else:
             if not topics:
                 raise ValueError("subscribe() needs topics or a pattern")
             self._subscription.subscribe(topics=topics, listener=listener)
-        self._all_partitions_version = -1
+        self._topics.subscription_changed()
         if self._state == _RUNNING:
             self._apply_subscription()
 
     def _apply_subscription(self) -> None:
         """Track the subscribed or assigned topics' metadata and wake the parts that act on it."""
         client, fetcher = self._running()
-        subscription = self._subscription
-        if subscription.pattern is not None:
-            self._start_pattern_matching()
-        elif subscription.has_subscription:
-            topics = set(subscription.subscription) | {tp.topic for tp in subscription.assigned_partitions()}
-            client.set_topics(topics | (client.topics if subscription.user_assigned else set()))
-        if self._coordinator is not None:
-            self._coordinator.wake_join()
+        self._topics.apply(client)
+        self._wake_membership()
         fetcher.wake()
 
-    async def _assign_all_partitions(self, wait_ms: float = 0) -> None:
-        """Without a group: assign every partition of the subscribed topics (those the metadata
-        knows; a topic not known yet is asked for, waiting at most ``wait_ms``)."""
-        client, _ = self._running()
-        topics = set(self._subscription.subscription)
-        missing = {t for t in topics if client.cluster.partitions_for(t) is None}
-        if missing:
-            client.set_topics(client.topics | topics)
-            deadline = time.monotonic() + wait_ms / 1000
-            while missing and time.monotonic() < deadline:
-                with contextlib.suppress(TimeoutError, KafkaError):
-                    async with asyncio.timeout(min(deadline - time.monotonic(), 1.0)):
-                        await asyncio.shield(client.request_metadata_update())
-                missing = {t for t in topics if client.cluster.partitions_for(t) is None}
-                if missing:
-                    await asyncio.sleep(self.config.retry_backoff_ms / 1000)
-        elif self._all_partitions_version == client.cluster.version:
-            return
-        self._all_partitions_version = client.cluster.version
-        wanted = {
-            TopicPartition(topic, partition)
-            for topic in topics
-            for partition in client.cluster.partitions_for(topic) or ()
-        }
-        if wanted != self._subscription.assigned_partitions():
-            self._subscription.assign_from_subscribed(sorted(wanted))
-
-    def _start_pattern_matching(self) -> None:
-        if self._pattern_task is None or self._pattern_task.done():
-            self._pattern_wake = asyncio.Event()
-            self._pattern_task = asyncio.get_running_loop().create_task(
-                self._match_pattern_loop(), name="kafka-consumer-pattern"
-            )
-        elif self._pattern_wake is not None:
-            self._pattern_wake.set()
-
-    async def _match_pattern_loop(self) -> None:
-        """Every ``metadata_max_age_ms``: list the cluster's topics and re-match the pattern."""
-        assert self._pattern_wake is not None
-        while self._state == _RUNNING and self._subscription.pattern is not None:
-            try:
-                await self._refresh_pattern_topics()
-            except (KafkaError, OSError):
-                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
-                continue
-            self._pattern_wake.clear()
-            try:
-                async with asyncio.timeout(self.config.metadata_max_age_ms / 1000):
-                    await self._pattern_wake.wait()
-            except TimeoutError:
-                pass
-
-    async def _refresh_pattern_topics(self) -> None:
-        names = await self._list_topics()
-        subscription = self._subscription
-        if subscription.match_pattern(names) and self._client is not None:
-            self._client.set_topics(set(subscription.subscription) | self._client.topics)
-            self._all_partitions_version = -1
-            if self._coordinator is not None:
-                self._coordinator.wake_join()
-        self._pattern_matched = True
+    def _wake_membership(self) -> None:
+        if self._coordinator is not None:
+            self._coordinator.wake_join()
 
     async def _list_topics(self) -> set[str]:
-        """The cluster's topic names. A topic the cluster is still creating (listed with
-        LEADER_NOT_AVAILABLE) makes the listing be asked again after a backoff, up to
-        ``request_timeout_ms``, as the Java consumer's ``listTopics`` does, so a pattern
-        subscription or a caller looking for that topic sees it as soon as it is usable."""
-        client, _ = self._running()
-        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
-        attempt = 0
-        while True:
-            response = await client.send_to_any(MetadataRequest(topics=None, allow_auto_topic_creation=False))
-            names = set()
-            not_ready = []
-            for t in response.topics:
-                if t.name is None:
-                    continue
-                if t.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
-                    raise make_error(t.error_code, f"topic {t.name!r}")
-                if t.error_code in _BEING_CREATED:
-                    not_ready.append(t.name)
-                    continue
-                if t.error_code:
-                    continue
-                if self.config.exclude_internal_topics and t.is_internal:
-                    continue
-                names.add(t.name)
-            if not not_ready:
-                return names
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise KafkaTimeoutError(
-                    f"topics {sorted(not_ready)} were still not ready after "
-                    f"{self.config.request_timeout_ms:.0f} ms"
-                )
-            await asyncio.sleep(min(remaining, client.retry_backoff.backoff_ms(attempt) / 1000))
-            attempt += 1
-            self._running()
+        return await self._topics.list_topics()
 
     def unsubscribe(self) -> None:
         """Give up the subscription or the manual assignment (and the positions); a group member
@@ -548,33 +431,17 @@ class Consumer:
 
     # -- polling --------------------------------------------------------------------------------
 
-    def _raise_topic_errors(self) -> None:
-        """Raise a non-retriable metadata error (INVALID_TOPIC_EXCEPTION,
-        TOPIC_AUTHORIZATION_FAILED, ...) of a subscribed or assigned topic, once per metadata
-        update that reported it, as the Java consumer's poll does. Retriable ones (a topic
-        being created) are retried by the client."""
-        client = self._client
-        if client is None or client.cluster.version == self._topic_errors_raised_version:
-            return
-        cluster = client.cluster
-        self._topic_errors_raised_version = cluster.version
-        subscription = self._subscription
-        topics = set(subscription.subscription) | {tp.topic for tp in subscription.assigned_partitions()}
-        for topic in sorted(topics):
-            error = cluster.topic_error(topic)
-            if error is not None and not error.retriable:
-                raise make_error(error.code, f"topic {topic!r}")
-
     async def _poll_prepare(self) -> None:
-        self._raise_topic_errors()
+        topics = self._topics
+        topics.raise_topic_errors(self._client)
         coordinator = self._coordinator
         if coordinator is None and self._subscription.partitions_auto_assigned():
-            if self._subscription.pattern is not None and not self._pattern_matched:
-                await self._refresh_pattern_topics()
-            await self._assign_all_partitions()
+            if self._subscription.pattern is not None and not topics.pattern_matched:
+                await topics.refresh_pattern_topics()
+            await topics.assign_all_partitions()
         elif coordinator is not None and self._subscription.partitions_auto_assigned():
-            if self._subscription.pattern is not None and not self._pattern_matched:
-                await self._refresh_pattern_topics()  # join with the matching topics, not none
+            if self._subscription.pattern is not None and not topics.pattern_matched:
+                await topics.refresh_pattern_topics()  # join with the matching topics, not none
             await coordinator.ensure_active_group()
             coordinator.record_poll()
         elif coordinator is not None:
@@ -591,37 +458,8 @@ class Consumer:
             self._prepared = key
 
     async def _update_fetch_positions(self, only: Iterable[TopicPartition] | None = None) -> None:
-        """Give every assigned partition without a position (of ``only``, when given) one: its
-        committed offset (in a group), else a reset per ``auto_offset_reset`` (done by the
-        fetcher with ListOffsets)."""
-        subscription = self._subscription
-        missing = subscription.missing_positions()
-        if only is not None:
-            wanted = set(only)
-            missing = [tp for tp in missing if tp in wanted]
-        if not missing:
-            return
-        committed: dict[TopicPartition, OffsetAndMetadata | None] = {}
-        if self.config.group_id is not None:
-            committed = await self._fetch_committed(missing)
-        no_offset = []
-        for tp in missing:
-            state = subscription.get_state(tp)
-            if state is None or state.position is not None or state.reset_strategy is not None:
-                continue
-            found = committed.get(tp)
-            if found is not None and found.offset >= 0:
-                subscription.seek(tp, found.offset, found.leader_epoch)
-            elif subscription.default_reset == "none":
-                no_offset.append(tp)
-            else:
-                subscription.request_offset_reset(tp)
-        assert self._fetcher is not None
-        self._fetcher.wake()
-        if no_offset:
-            raise NoOffsetForPartitionError(
-                f"no committed offset for {sorted(no_offset)} and auto_offset_reset is 'none'", no_offset
-            )
+        assert self._positions is not None
+        await self._positions.update(only)
 
     async def getmany(
         self, *partitions: TopicPartition, timeout_ms: float = 0, max_records: int | None = None
@@ -727,21 +565,9 @@ class Consumer:
         return result
 
     async def _wait_for_positions(self, tps: list[TopicPartition]) -> None:
-        _, fetcher = self._running()
-        deadline = time.monotonic() + self.config.request_timeout_ms / 1000
-        while True:
-            await self._update_fetch_positions(only=tps)
-            subscription = self._subscription
-            pending = [tp for tp in tps if subscription.is_assigned(tp) and subscription.position(tp) is None]
-            if not pending:
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise KafkaTimeoutError(
-                    f"no position for {pending} within {self.config.request_timeout_ms} ms"
-                )
-            await fetcher.wait_for_data(min(remaining, 0.1))
-            self._running()
+        self._running()
+        assert self._positions is not None
+        await self._positions.wait_for(tps)
 
     async def position(self, partition: TopicPartition) -> int:
         """Offset of the next record ``getmany`` returns for ``partition`` (looked up if unknown)."""
