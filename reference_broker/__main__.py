@@ -1,5 +1,7 @@
 """``python -m reference_broker --data-dir DIR --port 9092``: run one broker until SIGTERM/SIGINT.
 
+``python -m reference_broker configs`` lists every setting the broker accepts instead.
+
 The listening line on stdout is an interface: ``BrokerProcess`` waits for it to learn the port
 when started with ``--port 0``, so it is printed only once the socket accepts connections, and
 flushed. Logs go to stderr.
@@ -21,13 +23,39 @@ from reference_broker.config import BrokerConfig, ConfigError
 LISTENING_PREFIX = "reference_broker listening on "
 
 
+SETTINGS_HELP = """\
+settings:
+  The broker takes Apache Kafka's broker settings under Kafka's names (num.partitions,
+  log.retention.hours, listeners, ...), from a .properties file (--config) and from
+  --override KEY=VALUE (which wins over the file). An unknown or invalid setting is an error at
+  start that names the setting (and, for an unknown one, the nearest valid name).
+
+  python -m reference_broker configs [PATTERN ...] [--json]
+      lists every setting with its type, default, valid values, whether it can be changed at
+      run time (IncrementalAlterConfigs) and its documentation.
+"""
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m reference_broker", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m reference_broker",
+        description="Run one Kafka-compatible broker until SIGTERM or SIGINT.",
+        epilog=SETTINGS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--data-dir", required=True, type=Path, help="where partitions are stored")
     parser.add_argument("--port", type=int, default=9092, help="TCP port (0 picks a free one)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise")
     parser.add_argument("--node-id", type=int, default=None, help="broker id (default 1)")
     parser.add_argument("--config", type=Path, default=None, help="a Kafka-style .properties file")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        type=_key_value,
+        metavar="KEY=VALUE",
+        help="one broker setting, winning over the --config file (repeatable)",
+    )
     parser.add_argument(
         "--event-loop",
         default="auto",
@@ -44,6 +72,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key.strip(), value.strip()
+
+
 def load_config(args: argparse.Namespace) -> BrokerConfig:
     common = dict(
         data_dir=args.data_dir,
@@ -52,6 +87,7 @@ def load_config(args: argparse.Namespace) -> BrokerConfig:
         node_id=args.node_id,
         log_level=args.log_level,
         event_loop=args.event_loop,
+        properties=dict(args.override),
     )
     if args.config is not None:
         return BrokerConfig.from_file(args.config, **common)
@@ -73,7 +109,12 @@ async def serve(config: BrokerConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments[:1] == ["configs"]:
+        from reference_broker.config_listing import main as list_configs
+
+        return list_configs(arguments[1:])
+    args = parse_args(arguments)
     logging.basicConfig(
         level=args.log_level,
         stream=sys.stderr,

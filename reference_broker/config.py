@@ -14,6 +14,7 @@ also what DescribeConfigs reports as each topic key's synonym.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import re
 import uuid
@@ -73,6 +74,13 @@ class ConfigKey:
     check: Callable[[Any], str | None] | None = None
     choices: tuple[str, ...] | None = None
     sensitive: bool = False
+
+    @property
+    def valid_values(self) -> str:
+        """The accepted values as the settings listing shows them ("" when any value of the type)."""
+        if self.choices is not None:
+            return ", ".join(self.choices)
+        return self.check.valid_values if isinstance(self.check, Check) else ""
 
     def parse(self, raw: Any) -> Any:
         """Typed value of ``raw`` (a string from a file, or an already typed value)."""
@@ -143,20 +151,29 @@ _PARSERS: dict[ConfigType, Callable[[Any], Any]] = {
 }
 
 
-def at_least(low: int | float) -> Callable[[Any], str | None]:
-    return lambda v: None if v >= low else f"must be at least {low}"
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """A value check that also says, for the settings listing, which values pass (written as
+    Kafka's ConfigDef validators print themselves: ``[1,...]``, ``[0,...,1]``)."""
+
+    accepts: Callable[[Any], bool]
+    problem: str
+    valid_values: str
+
+    def __call__(self, value: Any) -> str | None:
+        return None if self.accepts(value) else self.problem
 
 
-def between(low: int | float, high: int | float) -> Callable[[Any], str | None]:
-    return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
+def at_least(low: int | float) -> Check:
+    return Check(lambda v: v >= low, f"must be at least {low}", f"[{low},...]")
 
 
-def _retention(v: int) -> str | None:
-    return None if v >= -1 else "must be -1 (unlimited) or at least 0"
+def between(low: int | float, high: int | float) -> Check:
+    return Check(lambda v: low <= v <= high, f"must be between {low} and {high}", f"[{low},...,{high}]")
 
 
-def _replication_factor(v: int) -> str | None:
-    return None if v in (1, -1) else "must be 1 (this broker has a single node)"
+_retention = Check(lambda v: v >= -1, "must be -1 (unlimited) or at least 0", "[-1,...]")
+_replication_factor = Check(lambda v: v in (1, -1), "must be 1 (this broker has a single node)", "1 or -1")
 
 
 _B = ConfigType
@@ -531,20 +548,54 @@ MECHANISM_KEYS: dict[str, ConfigKey] = {
 _LISTENER_PREFIX = re.compile(r"listener\.name\.([a-z0-9_]+)\.(.+)")
 
 
-def parse_listener_setting(key: str, raw: Any) -> Any:
-    """A ``listener.name.<listener>.[<mechanism>.]<key>`` setting, checked like its global key."""
+def nearest_key(key: str) -> str:
+    """The accepted setting whose name is closest to ``key``, for the unknown-key error (a
+    per-listener key is matched against the per-listener settings, keeping its listener)."""
     match = _LISTENER_PREFIX.fullmatch(key)
     if match is None:
-        raise ConfigError(f"unknown config key {key!r}")
+        candidates: list[str] = list(BROKER_KEYS)
+        name, prefix = key, ""
+    else:
+        rest = match.group(2)
+        mechanism, _, mech_key = rest.partition(".")
+        prefix = f"listener.name.{match.group(1)}."
+        if mech_key and not mechanism.startswith(("ssl", "sasl", "connections")):
+            prefix, rest = f"{prefix}{mechanism}.", mech_key
+            candidates = list(MECHANISM_KEYS)
+        else:
+            candidates = sorted(LISTENER_KEYS)
+        name = rest
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.0)
+    return prefix + (close[0] if close else candidates[0])
+
+
+def unknown_key_error(key: str) -> ConfigError:
+    return ConfigError(
+        f"unknown config key {key!r}; the nearest valid one is {nearest_key(key)!r}"
+        " (python -m reference_broker configs lists every setting)"
+    )
+
+
+def listener_setting(key: str) -> tuple[ConfigKey, str | None]:
+    """The declaration of a ``listener.name.<listener>.[<mechanism>.]<key>`` setting and the broker
+    key it stands in for on that listener (Kafka's synonym of it; None when the broker has no
+    such key, as for ``sasl.jaas.config``). ConfigError when ``key`` is no such setting."""
+    match = _LISTENER_PREFIX.fullmatch(key)
+    if match is None:
+        raise unknown_key_error(key)
     rest = match.group(2)
     if rest in LISTENER_KEYS:
-        spec = BROKER_KEYS[rest]
-    else:
-        mechanism, _, mech_key = rest.partition(".")
-        spec_or_none = MECHANISM_KEYS.get(mech_key) if mechanism else None
-        if spec_or_none is None:
-            raise ConfigError(f"unknown config key {key!r} (no per-listener setting {rest!r})")
-        spec = spec_or_none
+        return BROKER_KEYS[rest], rest
+    mechanism, _, mech_key = rest.partition(".")
+    spec = MECHANISM_KEYS.get(mech_key) if mechanism else None
+    if spec is None:
+        raise unknown_key_error(key)
+    return spec, mech_key if mech_key in BROKER_KEYS else None
+
+
+def parse_listener_setting(key: str, raw: Any) -> Any:
+    """A ``listener.name.<listener>.[<mechanism>.]<key>`` setting, checked like its global key."""
+    spec, _ = listener_setting(key)
     try:
         return spec.parse(raw)
     except ConfigError as exc:
