@@ -80,7 +80,7 @@ def main() -> int:
         type=parse_property,
         action="append",
         default=[],
-        help="KEY=VALUE broker setting, repeatable (e.g. transaction.version=1, log.segment.bytes=65536)",
+        help="KEY=VALUE broker setting, repeatable (e.g. transaction.version=1, log.segment.bytes=1048576)",
     )
     parser.add_argument(
         "--interval", type=parse_range, default=(2.0, 5.0), help="seconds between faults: LOW,HIGH"

@@ -8,7 +8,7 @@ point ``reference_broker``), so any test can ask for:
   its own (a uuid suffix, say).
 * ``broker_factory``: a :class:`~reference_broker.testing.BrokerFactory`; call it with a config
   (Kafka property names) for a fresh broker of the test's own, e.g.
-  ``broker_factory({"num.partitions": 3, "log.segment.bytes": 4096})``. Every broker it made is
+  ``broker_factory({"num.partitions": 3, "log.segment.bytes": 1048576})``. Every broker it made is
   stopped, and its data removed, when the test ends.
 
 Both are real ``python -m reference_broker`` processes on free loopback ports; connect any client

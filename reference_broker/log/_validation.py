@@ -152,10 +152,10 @@ def _validate(
     if origin is AppendOrigin.CLIENT and len(positions) > 1:
         # Kafka's LogValidator: a v2 produce carries one batch per partition.
         raise InvalidRecordError("Compressed outer record has more than one batch")
-    if total > config.segment_bytes:
+    if total > config.segment_size:
         raise RecordListTooLargeError(
             f"the append is {total} bytes, which exceeds the configured segment size of"
-            f" {config.segment_bytes} (segment.bytes)"
+            f" {config.segment_size}"
         )
     return positions
 

@@ -349,7 +349,7 @@ def clean_log(plog: PartitionLog, to_clean: LogToClean, now_ms: int) -> int:
     }
     cleaning = _Pass(offsets, _Transactions(), now_ms, plog.config.delete_retention_ms, producers, end)
     groups = _groups([s for s in plog.segments[:-1] if s.base_offset < end],
-                     plog.config.segment_bytes, plog.config.segment_index_bytes, end)
+                     plog.config.segment_size, plog.config.segment_index_bytes, end)
     for group in groups:
         _clean_group(plog, group, cleaning)
     log.info("%s: cleaned offsets [%d, %d) (%d keys mapped from offset %d)", plog.name,

@@ -22,29 +22,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["LONG_MAX", "LogConfig"]
+__all__ = ["INTERNAL_SEGMENT_BYTES", "LONG_MAX", "SEGMENT_BYTES_MIN", "LogConfig", "segment_size_configs"]
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
 _LONG_MIN = -(1 << 63)
 _INT_MIN = -(1 << 31)
 _DAY_MS = 24 * 60 * 60 * 1000
+#: Kafka 4's floor for ``segment.bytes`` / ``log.segment.bytes`` (KIP-1030).
+SEGMENT_BYTES_MIN = 1024 * 1024
+#: Kafka's internal topic config (``LogConfig.INTERNAL_SEGMENT_BYTES_CONFIG``): a segment size for
+#: tests, below ``SEGMENT_BYTES_MIN``, that wins over ``segment.bytes``. DescribeConfigs never shows
+#: it (Kafka lists only non-internal names).
+INTERNAL_SEGMENT_BYTES = "internal.segment.bytes"
+#: The smallest segment the log can hold: one record batch of a legacy v0 record's overhead, the
+#: floor ``segment.bytes`` had before Kafka 4.
+_SEGMENT_BYTES_FLOOR = 14
 
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("delete", "compact")
 COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
-
-#: Kafka topic configs that are valid but not acted on by this log (kept in ``extra``).
-_PASSTHROUGH_TOPIC_KEYS = frozenset({
-    "compression.type", "compression.gzip.level", "compression.lz4.level",
-    "compression.zstd.level", "file.delete.delay.ms",
-    "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
-    "local.retention.bytes", "local.retention.ms",
-    "message.downconversion.enable", "message.format.version",
-    "min.insync.replicas", "preallocate", "remote.storage.enable",
-    "remote.log.copy.disable", "remote.log.delete.on.disable", "unclean.leader.election.enable",
-})
-
 
 def _parse_int(key: str, raw: Any, lo: int, hi: int) -> int:
     if isinstance(raw, bool):
@@ -108,9 +105,51 @@ def _policy(key: str, raw: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
+def _boolean(key: str, raw: Any) -> str:
+    value = str(raw).strip().lower()
+    if isinstance(raw, bool) or value in ("true", "false"):
+        return value
+    raise ValueError(
+        f"Invalid value {raw!r} for configuration {key}: Expected value to be either true or false"
+    )
+
+
+def _gzip_level(key: str, raw: Any) -> int:
+    value = _parse_int(key, raw, _INT_MIN, INT_MAX)
+    if value != -1 and not 1 <= value <= 9:
+        raise ValueError(f"Invalid value {value} for configuration {key}: Value must be -1 or in [1, 9]")
+    return value
+
+
+def _text(key: str, raw: Any) -> str:
+    return str(raw)
+
+
+#: Kafka 4.1 topic configs that are valid but not acted on by this log (kept in ``extra``), with
+#: Kafka's validators (``message.format.version`` and ``message.downconversion.enable`` are gone
+#: from Kafka 4: unknown names now).
+_PASSTHROUGH_TOPIC_KEYS: dict[str, Callable[[str, Any], Any]] = {
+    "compression.type": lambda k, v: _choice(COMPRESSION_TYPES)(k, v),
+    "compression.gzip.level": _gzip_level,
+    "compression.lz4.level": lambda k, v: _parse_int(k, v, 1, 17),
+    "compression.zstd.level": lambda k, v: _parse_int(k, v, -131072, 22),
+    "file.delete.delay.ms": lambda k, v: _long(0)(k, v),
+    "follower.replication.throttled.replicas": _text,
+    "leader.replication.throttled.replicas": _text,
+    "local.retention.bytes": lambda k, v: _long(-2)(k, v),
+    "local.retention.ms": lambda k, v: _long(-2)(k, v),
+    "min.insync.replicas": lambda k, v: _int(1)(k, v),
+    "preallocate": _boolean,
+    "remote.storage.enable": _boolean,
+    "remote.log.copy.disable": _boolean,
+    "remote.log.delete.on.disable": _boolean,
+    "unclean.leader.election.enable": _boolean,
+}
+
+
 #: topic-level name -> (field, parser)
 _TOPIC_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
-    "segment.bytes": ("segment_bytes", _int(14)),
+    "segment.bytes": ("segment_bytes", _int(SEGMENT_BYTES_MIN)),
     "segment.ms": ("segment_ms", _long(1)),
     "segment.jitter.ms": ("segment_jitter_ms", _long(0)),
     "segment.index.bytes": ("segment_index_bytes", _int(4)),
@@ -189,9 +228,16 @@ class LogConfig:
     max_compaction_lag_ms: int = LONG_MAX
     min_cleanable_dirty_ratio: float = 0.5
     producer_id_expiration_ms: int = _DAY_MS
+    internal_segment_bytes: int | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
 
     # -- derived -------------------------------------------------------------------------------
+
+    @property
+    def segment_size(self) -> int:
+        """The size at which a segment rolls: ``internal.segment.bytes`` when set (tests), else
+        ``segment.bytes`` (Kafka's ``LogConfig.segmentSize``)."""
+        return self.internal_segment_bytes if self.internal_segment_bytes is not None else self.segment_bytes
 
     @property
     def log_append_time(self) -> bool:
@@ -233,9 +279,10 @@ class LogConfig:
             elif key in _TOPIC_KEYS:
                 name, parse = _TOPIC_KEYS[key]
                 changes[name] = parse(key, raw)
+            elif key == INTERNAL_SEGMENT_BYTES:
+                changes["internal_segment_bytes"] = _int(_SEGMENT_BYTES_FLOOR)(key, raw)
             elif key in _PASSTHROUGH_TOPIC_KEYS:
-                if key == "compression.type":
-                    _choice(COMPRESSION_TYPES)(key, raw)
+                _PASSTHROUGH_TOPIC_KEYS[key](key, raw)
                 extra[key] = str(raw)
             else:
                 raise ValueError(f"Unknown topic config name: {key}")
@@ -269,8 +316,19 @@ class LogConfig:
     def to_properties(self) -> dict[str, str]:
         """Topic-level names and values, as DescribeConfigs reports them."""
         out = {key: _render(getattr(self, name)) for key, (name, _) in _TOPIC_KEYS.items()}
+        if self.internal_segment_bytes is not None:
+            out[INTERNAL_SEGMENT_BYTES] = str(self.internal_segment_bytes)
         out.update(self.extra)
         return out
+
+
+def segment_size_configs(size: int) -> dict[str, str]:
+    """Topic configs for segments of ``size`` bytes: ``segment.bytes``, or the internal override
+    below Kafka 4's floor (``offsets.topic.segment.bytes`` and its transaction twin only ask for at
+    least 1 byte, and the coordinators' topics must exist whatever they were given)."""
+    if size >= SEGMENT_BYTES_MIN:
+        return {"segment.bytes": str(size)}
+    return {INTERNAL_SEGMENT_BYTES: str(max(size, _SEGMENT_BYTES_FLOOR))}
 
 
 def _render(value: Any) -> str:

@@ -51,7 +51,7 @@ from pathlib import Path
 
 from reference_broker.log._files import TMP_SUFFIX, atomic_write, fsync_dir, remove_quietly
 from reference_broker.log.cleaner import CleanerError, clean_log, cleanable, read_checkpoint, write_checkpoint
-from reference_broker.log.config import LogConfig
+from reference_broker.log.config import INTERNAL_SEGMENT_BYTES, SEGMENT_BYTES_MIN, LogConfig
 from reference_broker.log.partition_log import PartitionLog
 from sdk.protocol.errors import (
     InvalidConfigError,
@@ -124,6 +124,25 @@ class TopicMetadata:
         data = json.loads(raw)
         return cls(str(data["name"]), topic_id_from_string(data["topic_id"]),
                    int(data["partitions"]), {str(k): str(v) for k, v in data["configs"].items()})
+
+
+def _upgrade_segment_bytes(meta: TopicMetadata, path: Path) -> TopicMetadata:
+    """A topic stored with a ``segment.bytes`` below Kafka 4's floor keeps its segment size as
+    ``internal.segment.bytes`` (rewritten in its file), so its configs stay valid and it loads."""
+    raw = meta.configs.get("segment.bytes")
+    try:
+        small = raw is not None and int(raw) < SEGMENT_BYTES_MIN
+    except ValueError:
+        return meta
+    if not small:
+        return meta
+    configs = {k: v for k, v in meta.configs.items() if k != "segment.bytes"}
+    configs.setdefault(INTERNAL_SEGMENT_BYTES, str(raw))
+    upgraded = TopicMetadata(meta.name, meta.topic_id, meta.num_partitions, configs)
+    log.warning("topic %s: segment.bytes=%s is below the minimum %d; kept as %s",
+                meta.name, raw, SEGMENT_BYTES_MIN, INTERNAL_SEGMENT_BYTES)
+    atomic_write(path, upgraded.to_json())
+    return upgraded
 
 
 def renamed_partition_dir_name(topic: str, partition: int, suffix: str) -> str:
@@ -227,7 +246,7 @@ class LogManager:
                 _unlink_logged(path)
         for path in sorted((self.data_dir / TOPICS_DIR).glob("*.json")):
             try:
-                meta = TopicMetadata.from_json(path.read_bytes())
+                meta = _upgrade_segment_bytes(TopicMetadata.from_json(path.read_bytes()), path)
                 config = LogConfig.from_properties(meta.configs, self.default_config)
             except (ValueError, KeyError, TypeError) as exc:
                 log.error("ignoring unreadable topic metadata %s: %s", path, exc)

@@ -262,7 +262,7 @@ class LogSegment:
         if not self.indexes_loaded:
             self.ensure_indexes()
         return (
-            size > config.segment_bytes - append_size
+            size > config.segment_size - append_size
             or (size > 0 and waited > config.segment_ms - self.jitter_ms)
             or self.offset_index.is_full
             or self.time_index.is_full

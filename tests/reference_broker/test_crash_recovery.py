@@ -59,10 +59,10 @@ def read_everything(broker: BrokerProcess, topic: str, partitions: int, expected
 
 
 def test_kill_during_idempotent_produce_loses_and_duplicates_nothing(broker_factory: BrokerFactory) -> None:
-    proc = broker_factory({"log.segment.bytes": 256 * 1024})
+    proc = broker_factory()
     topic = f"crash-{uuid.uuid4().hex[:8]}"
     partitions = 3
-    create_topic(proc, topic, partitions)
+    create_topic(proc, topic, partitions, {"internal.segment.bytes": str(256 * 1024)})
     acked: list[tuple[int, int, bytes]] = []
     failures: list[str] = []
     stop = threading.Event()
@@ -180,9 +180,9 @@ def raw_fetch(proc: BrokerProcess, topic: str, offset: int) -> object:
 
 
 def test_corrupt_byte_in_closed_segment_is_never_served(broker_factory: BrokerFactory) -> None:
-    proc = broker_factory({"log.segment.bytes": 400})
+    proc = broker_factory()
     topic = f"rot-{uuid.uuid4().hex[:8]}"
-    create_topic(proc, topic, 1)
+    create_topic(proc, topic, 1, {"internal.segment.bytes": "400"})
     values = [b"payload-%03d-" % i + b"x" * 60 for i in range(30)]
     produce_values(proc, topic, values)
     assert proc.terminate() == 0

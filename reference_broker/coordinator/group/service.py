@@ -14,6 +14,7 @@ from reference_broker.coordinator.group.consumer_coordinator import ConsumerGrou
 from reference_broker.coordinator.group.consumer_group import TopicInfo
 from reference_broker.coordinator.group.coordinator import GroupConfig, GroupCoordinator, Record
 from reference_broker.coordinator.group.server_assignors import ASSIGNORS
+from reference_broker.log.config import segment_size_configs
 from reference_broker.services import PeriodicTask
 from reference_broker.storage import CONSUMER_OFFSETS
 from sdk.records import ControlType
@@ -88,7 +89,7 @@ class StorageGroupStore:
                 self.num_partitions,
                 {
                     "cleanup.policy": "compact",
-                    "segment.bytes": str(self.config.get("offsets.topic.segment.bytes")),
+                    **segment_size_configs(int(self.config.get("offsets.topic.segment.bytes"))),
                 },
             )
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from reference_broker.clock import Clock
 from reference_broker.coordinator.txn.coordinator import TopicPartition, TransactionCoordinator, TxnConfig
 from reference_broker.coordinator.txn.state import TransactionMetadata
+from reference_broker.log.config import segment_size_configs
 from reference_broker.services import PeriodicTask
 from reference_broker.storage import CONSUMER_OFFSETS, TRANSACTION_STATE
 from sdk.protocol.errors import ErrorCode as E
@@ -86,7 +87,7 @@ class StorageTxnStore:
                 self.num_partitions,
                 {
                     "cleanup.policy": "compact",
-                    "segment.bytes": str(self.config.get("transaction.state.log.segment.bytes")),
+                    **segment_size_configs(int(self.config.get("transaction.state.log.segment.bytes"))),
                 },
             )
 

@@ -28,12 +28,12 @@ def test_defaults_are_kafkas() -> None:
 
 def test_topic_level_names_map_to_fields() -> None:
     config = LogConfig.from_properties({
-        "segment.bytes": "2048", "segment.ms": "60000", "retention.ms": "-1",
+        "segment.bytes": "2097152", "segment.ms": "60000", "retention.ms": "-1",
         "retention.bytes": "1000000", "max.message.bytes": " 5000 ", "flush.messages": "1",
         "flush.ms": "100", "message.timestamp.type": "LogAppendTime",
         "cleanup.policy": "compact,delete", "index.interval.bytes": "0",
     })
-    assert config.segment_bytes == 2048
+    assert config.segment_bytes == 2097152
     assert config.segment_ms == 60000
     assert config.retention_ms == -1
     assert config.retention_bytes == 1_000_000
@@ -55,7 +55,7 @@ def test_overrides_apply_on_top_of_a_base() -> None:
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        ("segment.bytes", "13"),
+        ("segment.bytes", "1048575"),
         ("segment.bytes", "abc"),
         ("segment.bytes", str(2**31)),
         ("retention.ms", "-2"),
@@ -81,17 +81,17 @@ def test_unknown_key_is_rejected_and_passthrough_keys_are_kept() -> None:
 
 
 def test_round_trip_through_properties() -> None:
-    config = LogConfig.from_properties({"segment.bytes": "12345", "cleanup.policy": "compact"})
+    config = LogConfig.from_properties({"segment.bytes": "1234567", "cleanup.policy": "compact"})
     assert LogConfig.from_properties(config.to_properties()) == config
 
 
 def test_broker_properties_and_unit_precedence() -> None:
     config = LogConfig.from_broker_properties({
-        "log.segment.bytes": "4096", "log.retention.hours": "1", "log.retention.minutes": "2",
+        "log.segment.bytes": "4194304", "log.retention.hours": "1", "log.retention.minutes": "2",
         "message.max.bytes": "999", "log.roll.hours": "3", "unrelated.key": "x",
         "producer.id.expiration.ms": "5000",
     })
-    assert config.segment_bytes == 4096
+    assert config.segment_bytes == 4194304
     assert config.retention_ms == 2 * 60_000
     assert config.max_message_bytes == 999
     assert config.segment_ms == 3 * 3_600_000

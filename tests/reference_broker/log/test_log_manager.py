@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -127,9 +128,9 @@ def test_create_partitions(managers):
 
 def test_update_topic_config_persists_and_applies(managers):
     manager = managers()
-    manager.create_topic("cfg", 2, {"retention.ms": "5000", "segment.bytes": "2000"})
+    manager.create_topic("cfg", 2, {"retention.ms": "5000", "segment.bytes": "2000000"})
     manager.update_topic_config("cfg", {"retention.ms": "10", "max.message.bytes": None})
-    assert manager.topic("cfg").configs == {"retention.ms": "10", "segment.bytes": "2000"}
+    assert manager.topic("cfg").configs == {"retention.ms": "10", "segment.bytes": "2000000"}
     assert manager.get_log("cfg", 1).config.retention_ms == 10
     manager.update_topic_config("cfg", {"cleanup.policy": "compact"}, replace=True)
     assert manager.topic("cfg").configs == {"cleanup.policy": "compact"}
@@ -166,7 +167,7 @@ def test_stray_and_deleted_directories_after_a_crash(managers, data_dir, make_ba
 
 def test_run_periodic_applies_retention_and_flushes(managers, make_batch):
     manager = managers()
-    manager.create_topic("old", 1, {"retention.ms": "1000", "segment.bytes": "500"})
+    manager.create_topic("old", 1, {"retention.ms": "1000", "internal.segment.bytes": "500"})
     plog = manager.get_log("old", 0)
     for i in range(20):
         plog.append(make_batch(ts=1_000 + i, tag=i), now_ms=0)
@@ -175,6 +176,27 @@ def test_run_periodic_applies_retention_and_flushes(managers, make_batch):
     assert plog.recovery_point == plog.active_segment.base_offset
     assert manager.run_retention(now_ms=100_000) > 0
     assert plog.log_start_offset == plog.log_end_offset == 20
+
+
+def test_segment_bytes_below_the_kafka_4_floor_is_refused_and_stored_ones_still_load(
+    managers, data_dir, make_batch
+):
+    manager = managers()
+    with pytest.raises(InvalidConfigError, match="segment.bytes"):
+        manager.create_topic("tiny", 1, {"segment.bytes": "500"})
+    manager.create_topic("legacy", 1, {"retention.ms": "-1"})
+    manager.get_log("legacy", 0).append(make_batch(tag=1), now_ms=0)
+    manager.close()
+    # A topic written before the floor existed: its small segment.bytes must not lose the topic.
+    path = next((data_dir / ".topics").glob("legacy*.json"))
+    stored = json.loads(path.read_text())
+    stored["configs"]["segment.bytes"] = "500"
+    path.write_text(json.dumps(stored))
+    again = managers()
+    assert again.topic_config("legacy").segment_size == 500
+    assert again.topic("legacy").configs == {"retention.ms": "-1", "internal.segment.bytes": "500"}
+    assert again.get_log("legacy", 0).log_end_offset == 1
+    again.close()
 
 
 def test_topic_id_text_form_round_trips() -> None:
