@@ -35,6 +35,7 @@ from reference_broker.config import (
     TOPIC_TO_BROKER_KEY,
     ConfigSource,
     ConfigType,
+    listener_setting,
     render,
 )
 from reference_broker.dynamic_config import DYNAMIC_KEYS, DynamicConfigError, level_values, update_dynamic
@@ -166,11 +167,36 @@ def _broker_entry(broker: Broker, name: str, per_broker: bool, in_use: Mapping[s
     )
 
 
+def _listener_entry(broker: Broker, name: str, value: Any) -> ConfigEntry:
+    """A configured ``listener.name.<listener>.<key>`` setting as Kafka describes it: static and
+    read-only, typed like its broker key, no documentation of its own (null), its
+    synonyms itself and then the broker key it overrides on that listener, null when sensitive."""
+    spec, base = listener_setting(name)
+    synonyms = [(name, render(value), int(ConfigSource.STATIC_BROKER_CONFIG))]
+    if base is not None:
+        synonyms += broker_synonyms(broker, base)
+    return ConfigEntry(
+        name=name,
+        value=None if spec.sensitive else render(value),
+        config_source=ConfigSource.STATIC_BROKER_CONFIG,
+        read_only=True,
+        is_sensitive=spec.sensitive,
+        config_type=spec.type,
+        documentation=None,
+        synonyms=[(key, None if spec.sensitive else v, source) for key, v, source in synonyms],
+    )
+
+
 def describe_broker_configs(broker: Broker, per_broker: bool = True) -> list[ConfigEntry]:
-    """This broker's configs (``per_broker``), or the cluster-wide dynamic defaults only."""
-    names = sorted(BROKER_KEYS) if per_broker else sorted(broker.config.dynamic_default)
-    in_use = _values_in_use(broker) if per_broker else {}
-    return [_broker_entry(broker, name, per_broker, in_use) for name in names]
+    """This broker's configs (``per_broker``: every broker key and every per-listener setting it
+    was given), or the cluster-wide dynamic defaults only."""
+    if not per_broker:
+        return [_broker_entry(broker, name, False, {}) for name in sorted(broker.config.dynamic_default)]
+    in_use = _values_in_use(broker)
+    entries = [_broker_entry(broker, name, True, in_use) for name in BROKER_KEYS]
+    settings = broker.config.settings
+    entries += [_listener_entry(broker, name, settings[name]) for name in settings if name not in BROKER_KEYS]
+    return sorted(entries, key=lambda entry: entry.name)
 
 
 def describe_loggers() -> list[ConfigEntry]:
