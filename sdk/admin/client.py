@@ -60,7 +60,7 @@ from sdk.client.coordinators import CoordinatorType
 from sdk.consumer.records import OffsetAndMetadata
 from sdk.errors import ConfigError, IllegalStateError, KafkaError
 from sdk.metrics.admin import AdminMetrics
-from sdk.metrics.core import MetricName, monotonic_ms
+from sdk.metrics.core import MetricName, Metrics, monotonic_ms
 
 __all__ = ["AdminClient", "AdminConfig"]
 
@@ -133,6 +133,11 @@ class AdminClient:
         if not self._closed:
             self._closed = True
             await self._client.close()
+
+    @property
+    def metrics_registry(self) -> Metrics:
+        """The registry behind ``metrics()`` (for exporters: ``sdk.metrics.opentelemetry``)."""
+        return self._metrics.registry
 
     def metrics(self) -> dict[MetricName, float]:
         """The admin client's metrics now, ``{MetricName: value}`` (Java's ``admin-client-metrics``

@@ -38,6 +38,7 @@ from sdk.consumer.fetch_records import PartitionRecords
 from sdk.consumer.records import ConsumerRecord
 from sdk.consumer.subscription import SubscriptionState
 from sdk.errors import ErrorCode, KafkaError, KafkaTimeoutError, UnsupportedVersionError, make_error
+from sdk.metrics.consumer import ConsumerMetrics
 from sdk.protocol.messages import FetchRequest, ListOffsetsRequest
 
 __all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "Fetcher"]
@@ -78,8 +79,18 @@ def _now() -> float:
 class Fetcher:
     """Background fetching and offset resets for one consumer (see the module docstring)."""
 
-    def __init__(self, client: KafkaClient, subscription: SubscriptionState, config: ConsumerConfig) -> None:
+    def __init__(
+        self,
+        client: KafkaClient,
+        subscription: SubscriptionState,
+        config: ConsumerConfig,
+        metrics: ConsumerMetrics | None = None,
+    ) -> None:
         self._client = client
+        #: The consumer's metrics (made here unless given): fetches per response, records and
+        #: lag per partition handed out; the group and the consumer record into it too.
+        self.metrics = metrics if metrics is not None else ConsumerMetrics(config.effective_client_id)
+        self.metrics.bind_assigned_partitions(lambda: len(subscription.assigned_partitions()))
         self._subscription = subscription
         self._config = config
         self._read_committed = config.isolation == 1
@@ -133,6 +144,8 @@ class Fetcher:
             del self._prefetched[tp]
         for tp in [tp for tp in self._errors if not subscription.is_assigned(tp)]:
             del self._errors[tp]
+        for tp in [tp for tp in self.metrics.partitions() if not subscription.is_assigned(tp)]:
+            self.metrics.remove_partition(tp)
         topics = {tp.topic for tp in subscription.assigned_partitions()} | set(subscription.subscription)
         if not topics <= self._client.topics:
             self._topics_update = self._client.set_topics(topics | self._client.topics)
@@ -243,7 +256,7 @@ class Fetcher:
             assert future is not None
             self._in_flight.add(node_id)
             offsets = dict(partitions)
-            done = functools.partial(self._on_fetch_done, node_id, offsets, version, id_names)
+            done = functools.partial(self._on_fetch_done, node_id, offsets, version, id_names, _now())
             future.add_done_callback(done)
 
     def _fetch_request(
@@ -306,6 +319,7 @@ class Fetcher:
         offsets: dict[TopicPartition, int],
         version: int,
         id_names: dict[Any, str],
+        sent: float,
         future: asyncio.Future[Any],
     ) -> None:
         self._in_flight.discard(node_id)
@@ -320,6 +334,13 @@ class Fetcher:
         if response.error_code:
             self._fetch_failed(node_id, make_error(response.error_code, "Fetch"))
             return
+        size = 0
+        for topic_data in response.responses:
+            for p in topic_data.partitions:
+                if p.records is not None:
+                    size += len(p.records)
+        now_ms = _now() * 1000
+        self.metrics.record_fetch(now_ms - sent * 1000, size, now_ms)
         try:
             self._handle_fetch_response(node_id, offsets, version, id_names, response)
         except Exception as exc:  # a malformed response must not stop the loop
@@ -463,6 +484,7 @@ class Fetcher:
             if records:
                 result[tp] = records
                 remaining -= len(records)
+                self._record_consumed(tp, state, len(records))
             if part.exhausted:
                 drained = True
                 following = self._prefetched.pop(tp, None)
@@ -499,11 +521,23 @@ class Fetcher:
             if record is None:
                 break
             state.position = part.next_offset
+            self._record_consumed(tp, state, 1)
             return record
         records = self.take_records(partitions, 1)
         for batch in records.values():
             return batch[0]
         return None
+
+    def _record_consumed(self, tp: TopicPartition, state: Any, count: int) -> None:
+        """Java's ``FetchCollector``: records handed out, and the partition's lag (to the last
+        stable offset under read_committed, else the high watermark) and lead (from the log
+        start offset) at its new position."""
+        position = state.position
+        end = state.last_stable_offset if self._read_committed else state.highwater
+        lag = end - position if end is not None else None
+        start = state.log_start_offset
+        lead = position - start if start is not None else None
+        self.metrics.record_consumed(tp, count, lag, lead, _now() * 1000)
 
     async def wait_for_data(self, timeout_s: float) -> None:
         """Until a response brings records or an error, or ``timeout_s`` passes."""

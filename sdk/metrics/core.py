@@ -289,6 +289,8 @@ class Metrics:
         self.tags = dict(tags or {})
         self._sensors: dict[str, Sensor] = {}
         self._metrics: dict[MetricName, Callable[[float], float]] = {}
+        #: ``(group, name) -> description`` of metrics that appear later (per partition).
+        self._declared: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
 
     def metric_name(
@@ -328,6 +330,19 @@ class Metrics:
         """Drop a sensor; its metrics must be removed by name (``remove_metric``)."""
         with self._lock:
             self._sensors.pop(name, None)
+
+    def declare(self, name: str, group: str, description: str) -> None:
+        """Announce a metric registered later, per partition for instance, so exporters that
+        must know every name up front (OpenTelemetry's observable instruments) know it."""
+        self._declared[(group, name)] = description
+
+    def kinds(self) -> dict[tuple[str, str], str]:
+        """``(group, name) -> description`` of every metric registered or declared."""
+        with self._lock:
+            kinds = dict(self._declared)
+            for metric in self._metrics:
+                kinds.setdefault((metric.group, metric.name), metric.description)
+        return kinds
 
     def names(self) -> list[MetricName]:
         with self._lock:

@@ -20,7 +20,7 @@ from sdk.errors import (
     SerializationError,
     make_error,
 )
-from sdk.metrics.core import MetricName, monotonic_ms
+from sdk.metrics.core import MetricName, Metrics, monotonic_ms
 from sdk.metrics.producer import ProducerMetrics
 from sdk.producer.accumulator import RecordAccumulator, now_ms
 from sdk.producer.batch import BatchSink
@@ -335,6 +335,11 @@ class Producer(BatchSendMixin, TransactionalMixin):
                 await asyncio.wait_for(acc.wait_for_incomplete(), timeout)
         finally:
             acc.end_flush()
+
+    @property
+    def metrics_registry(self) -> Metrics:
+        """The registry behind ``metrics()`` (for exporters: ``sdk.metrics.opentelemetry``)."""
+        return self._metrics.registry
 
     def metrics(self) -> dict[MetricName, float]:
         """The producer's metrics now, ``{MetricName: value}`` (Java's ``producer-metrics``

@@ -47,7 +47,7 @@ from sdk.admin.types import (
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.records import OffsetAndMetadata
 from sdk.errors import KafkaError
-from sdk.metrics.core import MetricName
+from sdk.metrics.core import MetricName, Metrics
 from sdk.sync._loop import shared_loop
 
 __all__ = ["AdminClient"]
@@ -74,6 +74,11 @@ class AdminClient:
 
     def start(self) -> None:
         self._run(self._admin.start())
+
+    @property
+    def metrics_registry(self) -> Metrics:
+        """The registry behind ``metrics()`` (for exporters: ``sdk.metrics.opentelemetry``)."""
+        return self._admin.metrics_registry
 
     def metrics(self) -> dict[MetricName, float]:
         """See ``sdk.AdminClient.metrics`` (read on the loop thread)."""

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from sdk.errors import BufferExhaustedError, KafkaTimeoutError, ProducerClosedError
-from sdk.metrics.core import MetricName
+from sdk.metrics.core import MetricName, Metrics
 from sdk.producer.batch_api import Headers
 from sdk.producer.futures import PENDING, TRANSITION, LazyRecordFuture
 from sdk.producer.prepared_state import PreparedTxnState
@@ -224,6 +224,11 @@ class Producer:
         self._closing = False
         self._closed = False
         self._runner.run(self._producer.start())
+
+    @property
+    def metrics_registry(self) -> Metrics:
+        """The registry behind ``metrics()`` (for exporters: ``sdk.metrics.opentelemetry``)."""
+        return self._producer.metrics_registry
 
     def metrics(self) -> dict[MetricName, float]:
         """See ``sdk.Producer.metrics`` (read on the loop thread)."""
