@@ -25,6 +25,7 @@ from reference_broker.fetch_sessions import FetchSessionCache
 from reference_broker.handlers import HandlerRegistry
 from reference_broker.handlers import install_all as install_handlers
 from reference_broker.handlers.authorization import install as install_authorization
+from reference_broker.network.limits import ConnectionLimits
 from reference_broker.network.server import KafkaServer, RequestContext
 from reference_broker.producer_ids import ProducerIdManager
 from reference_broker.security.authorizer import Authorizer
@@ -134,6 +135,7 @@ class Broker:
     async def _bind(self) -> None:
         """One server per listener; the first one's address is ``host``/``port``."""
         max_request = self.config.get("socket.request.max.bytes")
+        limits = ConnectionLimits.from_config(self.config)  # shared: the limits are broker-wide
         addresses = []
         for listener in self.listeners:
             tls = None
@@ -146,7 +148,7 @@ class Broker:
                 sasl.scram_store = self.scram_credentials
             server = KafkaServer(
                 self.registry, listener.host, listener.port, max_request,
-                listener=listener, ssl_context=tls, sasl=sasl,
+                listener=listener, ssl_context=tls, sasl=sasl, limits=limits,
             )
             self.servers.append(server)
             host, port = await server.start()

@@ -176,6 +176,12 @@ _retention = Check(lambda v: v >= -1, "must be -1 (unlimited) or at least 0", "[
 _replication_factor = Check(lambda v: v in (1, -1), "must be 1 (this broker has a single node)", "1 or -1")
 
 
+def _ip_overrides(v: str) -> str | None:
+    from reference_broker.network.limits import check_ip_overrides  # the network imports this module
+
+    return check_ip_overrides(v)
+
+
 _B = ConfigType
 
 SECURITY_KEYS = [
@@ -394,7 +400,23 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ),
         ConfigKey("socket.send.buffer.bytes", _B.INT, 100 * KIB, "SO_SNDBUF (-1 = OS default)."),
         ConfigKey("socket.receive.buffer.bytes", _B.INT, 100 * KIB, "SO_RCVBUF (-1 = OS default)."),
-        ConfigKey("fetch.max.bytes", _B.INT, 55 * MIB, "Cap on one fetch response.", at_least(0)),
+        ConfigKey("fetch.max.bytes", _B.INT, 55 * MIB, "Cap on one fetch response.", at_least(1024)),
+        ConfigKey("max.connections", _B.INT, INT_MAX, "Most connections the broker keeps open.", at_least(0)),
+        ConfigKey(
+            "max.connections.per.ip", _B.INT, INT_MAX, "Most connections from one address.", at_least(0)
+        ),
+        ConfigKey(
+            "max.connections.per.ip.overrides",
+            _B.STRING,
+            "",
+            "Per-address limits, host:count,... (names or addresses).",
+            _ip_overrides,
+        ),
+        ConfigKey(
+            "connections.max.idle.ms", _B.LONG, 600_000, "Close connections idle this long (ms; <0 never)."
+        ),
+        ConfigKey("quota.window.num", _B.INT, 11, "Samples kept for client quota rates.", at_least(1)),
+        ConfigKey("quota.window.size.seconds", _B.INT, 1, "Length of one quota sample (s).", at_least(1)),
         ConfigKey(
             "max.incremental.fetch.session.cache.slots", _B.INT, 1000, "Fetch sessions kept.", at_least(0)
         ),

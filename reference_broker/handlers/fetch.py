@@ -19,8 +19,9 @@ Versions served and per-version notes:
   and v18's high watermark are for replicas.
 
 The records in the response are the log's bytes as read, never decoded. Byte limits follow
-Kafka's ``ReplicaManager.readFromLog``: each partition reads at most ``min(partition_max_bytes,
-what is left of max_bytes)``, except that the first partition with data returns at least one
+Kafka's ``ReplicaManager.readFromLog``: the response's budget is the request's ``max_bytes`` within
+the broker's ``fetch.max.bytes`` (KIP-74), each partition reads at most ``min(partition_max_bytes,
+what is left of the budget)``, except that the first partition with data returns at least one
 whole batch however large, so a consumer can always make progress. The wait ends early on an
 error, as Kafka's DelayedFetch does, and is woken by appends to any partition being fetched and by
 the deletion of a topic being fetched; the topics are looked up again after each wait, so a topic
@@ -77,23 +78,83 @@ async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> 
             info, missing = None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
         wanted.append(_Wanted(target, info, missing))
     committed = request.isolation_level == READ_COMMITTED
-    deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
-    while True:
-        partitions, total, errors = _read_all(broker, request, wanted, committed)
-        remaining = deadline - time.monotonic()
-        if total >= request.min_bytes or errors or remaining <= 0 or not wanted:
-            break
-        keys = [(w.info.name, w.target.partition) for w in wanted if w.info is not None]
-        woken = await broker.waiters.wait(keys, remaining)
+    max_bytes = response_max_bytes(broker, ctx, request)
+    partitions, total, errors = _read_all(broker, wanted, committed, max_bytes)
+    remaining = max(0, request.max_wait_ms) / 1000
+    if not (total >= request.min_bytes or errors or remaining <= 0 or not wanted):
+        await _wait_for_data(broker, request, wanted, partitions, committed, time.monotonic() + remaining)
         _resolve_again(broker, wanted, by_id)
-        if not woken:
-            partitions, total, errors = _read_all(broker, request, wanted, committed)
-            break
+        partitions, total, errors = _read_all(broker, wanted, committed, max_bytes)
     return FetchResponse(
         error_code=ErrorCode.NONE,
         session_id=plan.response_session_id,
         responses=_group(plan, wanted, partitions),
     )
+
+
+def response_max_bytes(broker: Broker, ctx: RequestContext, request: FetchRequest) -> int:
+    """The response's byte budget: the request's ``max_bytes`` within the broker's
+    ``fetch.max.bytes`` (and the client's fetch quota window, as Kafka's ReplicaManager does)."""
+    budget = min(max(request.max_bytes, 0), broker.config.get("fetch.max.bytes"))
+    quotas = getattr(broker, "quotas", None)
+    if quotas is not None:
+        budget = min(budget, quotas.fetch_window_bytes(ctx))
+    return budget
+
+
+async def _wait_for_data(
+    broker: Broker,
+    request: FetchRequest,
+    wanted: list[_Wanted],
+    first: list[FetchResponse.PartitionData],
+    committed: bool,
+    deadline: float,
+) -> None:
+    """Wait until ``min_bytes`` are available, an error shows, or the deadline passes.
+
+    Only the partitions an append (or deletion) touched are looked at again after a wake-up, and
+    only for the bytes still missing, as Kafka's DelayedFetch counts what accumulated instead of
+    re-reading: many waiting fetches over many partitions cost one partition read each per
+    append, not a read of every partition they asked for."""
+    sizes = [len(data.records or ()) for data in first]
+    index: dict[tuple[str, int], list[int]] = {}
+    for i, w in enumerate(wanted):
+        if w.info is not None:
+            index.setdefault((w.info.name, w.target.partition), []).append(i)
+    with broker.waiters.watch(index) as watch:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            notified = await watch.wait(remaining)
+            if not notified:
+                return
+            for key in notified:
+                for i in index.get(key, ()):  # type: ignore[call-overload]
+                    needed = max(1, request.min_bytes - (sum(sizes) - sizes[i]))
+                    size = _available(broker, wanted[i], needed, committed)
+                    if size is None:
+                        return  # an error to report: the final read answers it
+                    sizes[i] = size
+            if sum(sizes) >= request.min_bytes:
+                return
+
+
+def _available(broker: Broker, w: _Wanted, needed: int, committed: bool) -> int | None:
+    """Bytes readable now from the partition's fetch position (looking no further than
+    ``needed``); None when the partition cannot be read (deleted, out of range)."""
+    info, p = w.info, w.target
+    current = broker.logs.topic(info.name) if info is not None else None
+    if info is None or current is None or current.topic_id != info.topic_id:
+        return None
+    limit = min(max(p.partition_max_bytes, 0), needed)
+    try:
+        read = broker.logs.read(
+            info.name, p.partition, p.fetch_offset, limit, min_one=True, committed=committed
+        )
+    except KafkaError:
+        return None
+    return len(read.records)
 
 
 def _resolve_again(broker: Broker, wanted: list[_Wanted], by_id: bool) -> None:
@@ -141,10 +202,10 @@ def _group(
 
 
 def _read_all(
-    broker: Broker, request: FetchRequest, wanted: list[_Wanted], committed: bool
+    broker: Broker, wanted: list[_Wanted], committed: bool, max_bytes: int
 ) -> tuple[list[FetchResponse.PartitionData], int, bool]:
     """One pass over every partition; returns the data, the bytes read and whether any failed."""
-    budget = request.max_bytes if request.max_bytes > 0 else 0
+    budget = max_bytes
     min_one = True
     total = 0
     errors = False

@@ -34,10 +34,12 @@ import socket
 import ssl
 import struct
 import sys
+import time
 from collections.abc import Awaitable
 from typing import Any, Protocol, cast
 
 from reference_broker.network.framing import SIZE_PREFIX
+from reference_broker.network.limits import ConnectionLimits
 from reference_broker.security.errors import SaslAuthenticationFailed
 from reference_broker.security.listeners import Listener
 from reference_broker.security.sasl import SaslSettings
@@ -50,7 +52,13 @@ from sdk.protocol.messages import ApiVersionsRequest, Message
 log = logging.getLogger("reference_broker.network")
 
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
-MAX_IN_FLIGHT = 64  # pipelined requests per connection before the reader stops reading
+#: Complete requests a connection may have read ahead of the one being served; past either bound
+#: the connection stops reading (the rest waits in the kernel, as behind Kafka's muted channel).
+MAX_READ_AHEAD = 64
+MAX_READ_AHEAD_BYTES = 4 * 1024 * 1024
+#: A connection's turn: after serving requests for this long it yields to the other connections
+#: (one request at least, however long it takes).
+_TURN_S = 0.001
 _SIZE = struct.Struct(">i")
 #: Receive buffer for small frames; a frame larger than _SMALL_FRAME gets its own buffer.
 _RECV_BUFFER = 256 * 1024
@@ -160,7 +168,21 @@ class Connection(asyncio.BufferedProtocol):
         self._read_done = False  # no more requests will come (EOF, protocol error)
         self._closing = False
         self._write_task: asyncio.Task[None] | None = None
-        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self.closed: asyncio.Future[None] = self._loop.create_future()
+        # Requests read and not yet served, in arrival order: (frame, its own large buffer or None).
+        self._ready: collections.deque[tuple[bytes | bytearray | memoryview, bytearray | None]] = (
+            collections.deque()
+        )
+        self._ready_bytes = 0
+        # A request is being served: accepted, and its response not yet all handed to the
+        # transport. The next one waits (Kafka's one request per connection at a time).
+        self._in_service = False
+        self._turn_scheduled = False
+        self._muted_until = 0.0  # loop time before which no request is served (quota throttling)
+        self._unmute: asyncio.TimerHandle | None = None
+        self.last_active = self._loop.time()
+        self.admitted = False  # counted by the server's connection limits
 
     # -- protocol callbacks ---------------------------------------------------------------------
 
@@ -185,9 +207,11 @@ class Connection(asyncio.BufferedProtocol):
         if self.server.ssl_context is None:
             cast(asyncio.WriteTransport, transport).set_write_buffer_limits(high=0, low=0)  # a stream's
         self.server._connections.add(self)
-        self._write_task = asyncio.get_running_loop().create_task(
-            self._write_loop(), name=f"kafka-write-{self.peer}"
-        )
+        self._write_task = self._loop.create_task(self._write_loop(), name=f"kafka-write-{self.peer}")
+        refusal = self.server.limits.admit(self)
+        if refusal is not None:
+            log.warning("closing connection from %s: %s", self.peer, refusal)
+            self._close_now()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
@@ -201,6 +225,7 @@ class Connection(asyncio.BufferedProtocol):
         return memoryview(self._recv)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = self._loop.time()
         if self._frame is not None:
             self._frame_got += nbytes
             if self._frame_got == self._frame_size:
@@ -225,6 +250,9 @@ class Connection(asyncio.BufferedProtocol):
         self._closing = True
         self._stop_reading()
         self._drop_pending()
+        if self._unmute is not None:
+            self._unmute.cancel()
+        self.server.limits.release(self)
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
         if self._write_task is not None and not self._write_task.done():
@@ -238,15 +266,18 @@ class Connection(asyncio.BufferedProtocol):
             self._writable = asyncio.get_running_loop().create_future()
 
     def resume_writing(self) -> None:
+        self.last_active = self._loop.time()
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
+        if self._ready:
+            self._schedule_turn()
 
     # -- reading --------------------------------------------------------------------------------
 
     def _parse(self) -> None:
         """Hand every complete frame in the receive buffer to ``_on_frame``, in order."""
         buf = self._recv
-        while not self._reading_paused and not self._read_done:
+        while not self._read_done and not self._read_ahead_full():
             available = self._end - self._start
             if available < SIZE_PREFIX:
                 break
@@ -260,13 +291,14 @@ class Connection(asyncio.BufferedProtocol):
                 )
                 log.warning("closing connection from %s: %s", self.peer, reason)
                 self._stop_reading()
+                self._serve_turn()  # the requests read before it are still answered
                 return
             body = self._start + SIZE_PREFIX
             if self._end - body >= size:
                 with memoryview(buf) as view:
                     frame = bytearray(view[body : body + size])
                 self._start = body + size
-                self._on_frame(frame)
+                self._enqueue(frame, None)
                 continue
             if size > _SMALL_FRAME:
                 # Large: give it its own buffer now and let the kernel fill in the rest.
@@ -279,16 +311,21 @@ class Connection(asyncio.BufferedProtocol):
             break
         if self._start == self._end:
             self._start = self._end = 0
-        if self._direct:
-            self._flush_direct()
+        elif self._read_ahead_full():
+            self._pause_reading()
+        self._serve_turn()
 
     def _on_large_frame(self) -> None:
-        """Handle the large frame just received; offer its buffer to the next one."""
+        """Queue the large frame just received; its buffer is offered to the next one once it
+        has been served (``_recycle``)."""
         buffer, self._frame = self._frame, None
         assert buffer is not None
         size = self._frame_size
         frame = memoryview(buffer)[:size] if len(buffer) > size else buffer
-        self._on_frame(frame)
+        self._enqueue(frame, buffer)
+
+    def _recycle(self, frame: bytes | bytearray | memoryview, buffer: bytearray) -> None:
+        """Offer a served large frame's buffer to the next large frame."""
         if isinstance(frame, memoryview):  # a slice of ``buffer``
             try:
                 frame.release()
@@ -296,6 +333,108 @@ class Connection(asyncio.BufferedProtocol):
                 return
         if len(buffer) <= _KEEP_FRAME_BUFFER:
             self._spare = buffer
+
+    # -- serving: one request at a time, in arrival order, yielding between turns ---------------
+
+    def _enqueue(self, frame: bytes | bytearray | memoryview, buffer: bytearray | None) -> None:
+        self._ready.append((frame, buffer))
+        self._ready_bytes += frame.nbytes if type(frame) is memoryview else len(frame)
+        if self._read_ahead_full():
+            self._pause_reading()
+
+    def _read_ahead_full(self) -> bool:
+        return len(self._ready) >= MAX_READ_AHEAD or self._ready_bytes >= MAX_READ_AHEAD_BYTES
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and not self._read_done:
+            self._reading_paused = True
+            if self.transport is not None:
+                self.transport.pause_reading()
+
+    def _may_serve(self) -> bool:
+        """The next request may start: none is in service, the transport has sent what it was
+        given (a client that does not read its responses gets no more of them: the memory held
+        for one connection is one response), and the connection is not muted by a quota."""
+        if self._in_service or self._closing:
+            return False
+        if self._writable is not None and not self._writable.done():
+            return False
+        return not (self._muted_until and self._loop.time() < self._muted_until)
+
+    def _schedule_turn(self) -> None:
+        """Serve the next requests on a later loop iteration, after other connections' turns."""
+        if not self._turn_scheduled and not self._closing:
+            self._turn_scheduled = True
+            self._loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._turn_scheduled = False
+        if self._closing:
+            return
+        if self._reading_paused and not self._read_ahead_full() and not self._read_done:
+            self._reading_paused = False
+            if self.transport is not None:
+                self.transport.resume_reading()
+            if self._frame is None:
+                self._parse()  # frames left in the receive buffer; serves a turn
+                return
+        self._serve_turn()
+
+    def _serve_turn(self) -> None:
+        """Serve ready requests one after the other while each is answered at once, for at most
+        ``_TURN_S``; then leave the rest to a later turn so other connections are served between."""
+        started = 0.0
+        while self._ready and self._may_serve():
+            frame, buffer = self._ready.popleft()
+            self._ready_bytes -= frame.nbytes if type(frame) is memoryview else len(frame)
+            if not started:
+                started = time.perf_counter()
+            self._on_frame(frame)
+            if buffer is not None:
+                self._recycle(frame, buffer)
+            if time.perf_counter() - started >= _TURN_S:
+                break
+        if self._direct:
+            self._flush_direct()
+        if self._ready or (self._reading_paused and not self._read_done):
+            if self._may_serve():
+                self._schedule_turn()
+            elif self._muted_until and self._unmute is None and not self._in_service:
+                self._unmute = self._loop.call_at(self._muted_until, self._on_unmuted)
+        elif self._read_done and not self._in_service:
+            self._wake_writer()  # nothing more will be served: the writer closes the connection
+
+    def mute(self, seconds: float) -> None:
+        """Serve nothing more on this connection for ``seconds`` (Kafka's quota throttling,
+        KIP-219: the response goes out at once, then the channel is muted)."""
+        until = self._loop.time() + seconds
+        if until > self._muted_until:
+            self._muted_until = until
+            if self._unmute is not None:
+                self._unmute.cancel()
+                self._unmute = None
+
+    def _on_unmuted(self) -> None:
+        self._unmute = None
+        if self._loop.time() < self._muted_until:
+            self._unmute = self._loop.call_at(self._muted_until, self._on_unmuted)
+            return
+        self._muted_until = 0.0
+        self._schedule_turn()
+
+    def _service_done(self) -> None:
+        """The request in service has been answered and its response handed to the transport."""
+        self._in_service = False
+        self.last_active = self._loop.time()
+        if self._muted_until and self._loop.time() < self._muted_until:
+            if self._unmute is None:
+                self._unmute = self._loop.call_at(self._muted_until, self._on_unmuted)
+        else:
+            self._schedule_turn()
+
+    def _wake_writer(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
 
     def _reusable_spare(self, size: int) -> bytearray | None:
         """The last large frame's buffer, if it holds ``size`` bytes and nothing refers to it.
@@ -316,11 +455,13 @@ class Connection(asyncio.BufferedProtocol):
         work = self._accept(frame)
         if work is None:
             self._stop_reading()
+            self._ready.clear()  # nothing after a refused request is served
+            self._ready_bytes = 0
             return
         ctx, answer = work
         if answer is None or isinstance(answer, list):
             # Answered already. With nothing queued before it and the transport keeping up, it
-            # joins this read's direct write; otherwise it waits its turn in the queue.
+            # joins this turn's direct write; otherwise it goes through the writer.
             if not self._pending and self._writer_idle and not ctx.close_after:
                 size = sum(part.nbytes if type(part) is memoryview else len(part) for part in answer or ())
                 writable = self._writable is None or self._writable.done()
@@ -329,17 +470,13 @@ class Connection(asyncio.BufferedProtocol):
                         self._direct += answer
                         self._direct_size += size
                     return
-            done = asyncio.get_running_loop().create_future()
+            done = self._loop.create_future()
             done.set_result(answer)
             self._pending.append((ctx, done))
         else:
             self._pending.append((ctx, asyncio.ensure_future(answer)))
-        if self._wakeup is not None and not self._wakeup.done():
-            self._wakeup.set_result(None)
-        if len(self._pending) >= MAX_IN_FLIGHT and not self._reading_paused:
-            self._reading_paused = True
-            if self.transport is not None:
-                self.transport.pause_reading()
+        self._in_service = True
+        self._wake_writer()
 
     def _stop_reading(self) -> None:
         """No more requests: the writer answers what was accepted, then closes the connection."""
@@ -350,8 +487,8 @@ class Connection(asyncio.BufferedProtocol):
         self._start = self._end = 0
         if self._direct:
             self._flush_direct()
-        if self._wakeup is not None and not self._wakeup.done():
-            self._wakeup.set_result(None)
+        if not self._ready and not self._in_service:
+            self._wake_writer()
 
     def _accept(
         self, frame: bytes | bytearray | memoryview
@@ -498,21 +635,15 @@ class Connection(asyncio.BufferedProtocol):
         """The oldest accepted request, waiting for one; None once reading is over and all are
         answered."""
         while not self._pending:
-            if self._read_done or self._closing:
+            if self._closing or (self._read_done and not self._ready and not self._in_service):
                 return None
-            self._wakeup = asyncio.get_running_loop().create_future()
+            self._wakeup = self._loop.create_future()
             self._writer_idle = True
             try:
                 await self._wakeup
             finally:
                 self._writer_idle = False
-        item = self._pending.popleft()
-        if self._reading_paused and len(self._pending) < MAX_IN_FLIGHT and not self._read_done:
-            self._reading_paused = False
-            if self.transport is not None:
-                self.transport.resume_reading()
-            self._parse()
-        return item
+        return self._pending.popleft()
 
     async def _write_loop(self) -> None:
         try:
@@ -545,6 +676,8 @@ class Connection(asyncio.BufferedProtocol):
                     ctx, task = self._pending.popleft()
                 if out and not await self._write(out):
                     return
+                if not self._pending:
+                    self._service_done()
                 if close:
                     log.info(
                         "closing connection from %s after %s response as Kafka does", self.peer, ctx.api_key
@@ -597,6 +730,7 @@ class Connection(asyncio.BufferedProtocol):
             self._close_now()
             return False
         transport.write(data)
+        self.last_active = self._loop.time()
         return True
 
     def _flush_direct(self) -> None:
@@ -607,6 +741,7 @@ class Connection(asyncio.BufferedProtocol):
         transport = self.transport
         if transport is not None and not transport.is_closing():
             transport.write(data)
+            self.last_active = self._loop.time()
 
     def _drop_pending(self) -> None:
         while self._pending:
@@ -620,8 +755,13 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.abort()
         self._drop_pending()
 
+    @property
+    def in_service(self) -> bool:
+        """A request of this connection is being served or its response written."""
+        return self._in_service
+
     def abort(self) -> None:
-        """Drop the connection (broker shutdown)."""
+        """Drop the connection (broker shutdown, idle expiry)."""
         self._close_now()
 
 
@@ -638,8 +778,11 @@ class KafkaServer:
         listener: Listener | None = None,
         ssl_context: ssl.SSLContext | None = None,
         sasl: SaslSettings | None = None,
+        limits: ConnectionLimits | None = None,
     ):
         self.dispatcher = dispatcher
+        self.limits = limits or ConnectionLimits()
+        self._idle_task: asyncio.Task[None] | None = None
         self.host = host
         self.port = port
         self.max_request_size = max_request_size
@@ -665,13 +808,31 @@ class KafkaServer:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RECV_SOCKET_BUFFER)
         await self._server.start_serving()
+        if self.limits.idle_ms >= 0:
+            self._idle_task = loop.create_task(self._close_idle(), name="kafka-idle-connections")
         sockname = self._server.sockets[0].getsockname()
         self.port = sockname[1]
         self.listener.port = sockname[1]
         return sockname[0], sockname[1]
 
+    async def _close_idle(self) -> None:
+        """Close connections with no traffic for ``connections.max.idle.ms`` (one with a request
+        in service, a long poll say, is not idle)."""
+        idle_s = self.limits.idle_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(max(idle_s / 4, 0.01), 30.0))
+            now = loop.time()
+            for conn in list(self._connections):
+                if not conn.in_service and now - conn.last_active > idle_s:
+                    log.info("closing connection from %s: idle for connections.max.idle.ms", conn.peer)
+                    conn.abort()
+
     async def close(self) -> None:
         """Stop listening and drop every connection (in-flight requests are abandoned)."""
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+            self._idle_task = None
         if self._server is not None:
             self._server.close()
         connections = list(self._connections)
