@@ -352,6 +352,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "log.segment.delete.delay.ms", _B.LONG, 60_000, "Delay before deleting files.", at_least(0)
         ),
         ConfigKey(
+            "log.open.segments.max", _B.INT, None,
+            "Reference broker only: most segments holding open files (up to four descriptors"
+            " each); the least recently used close theirs and reopen them on their next read."
+            " Default: an eighth of the descriptor limit, at most 1000.",
+            at_least(16),
+        ),
+        ConfigKey(
             "log.cleaner.delete.retention.ms", _B.LONG, 86_400_000, "Tombstone retention.", at_least(0)
         ),
         ConfigKey("log.cleaner.min.compaction.lag.ms", _B.LONG, 0, "Compaction lag.", at_least(0)),
