@@ -45,6 +45,7 @@ from collections.abc import Callable
 
 from sdk.errors import (
     ClusterAuthorizationFailedError,
+    ErrorCode,
     IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
@@ -424,13 +425,36 @@ class TransactionManager:
         if self.state == TransactionState.ABORTING or self.fatal_error is not None:
             return  # an abort is already under way, or nothing is possible any more
         if self.state in (TransactionState.IN_TRANSACTION, TransactionState.COMMITTING):
-            log.info("transactional id %r: transaction abortable: %r", self.transactional_id, error)
+            log.warning(
+                "transactional id %r: transaction must be aborted: %r",
+                self.transactional_id,
+                error,
+                extra=self.log_fields(error),
+            )
             self._transition(TransactionState.ABORTABLE_ERROR, error)
 
     def fail_fatal(self, error: KafkaError) -> None:
         if self.fatal_error is None:
-            log.error("transactional id %r: fatal error: %r", self.transactional_id, error)
+            fenced = isinstance(error, ProducerFencedError) or error.code == ErrorCode.INVALID_PRODUCER_EPOCH
+            log.error(
+                "transactional id %r: %s: %r",
+                self.transactional_id,
+                "fenced by a newer producer with the same transactional id" if fenced else "fatal error",
+                error,
+                extra={**self.log_fields(error), "kafka_fenced": fenced},
+            )
             self._transition(TransactionState.FATAL_ERROR, error)
+
+    def log_fields(self, error: BaseException | None = None) -> dict[str, object]:
+        """The ``extra`` fields of this producer's structured log lines."""
+        fields: dict[str, object] = {
+            "kafka_transactional_id": self.transactional_id,
+            "kafka_producer_id": self.producer_id,
+            "kafka_producer_epoch": self.producer_epoch,
+        }
+        if error is not None:
+            fields["kafka_error"] = type(error).__name__
+        return fields
 
     def on_transaction_error(self, error: BaseException) -> None:
         """Classify an error met inside the transaction: fatal, or abortable."""

@@ -290,6 +290,12 @@ class Transactions:
     async def abort_transaction(self) -> None:
         txn = self.txn
         async with self._operation:
+            log.info(
+                "transactional id %r: aborting the transaction%s",
+                txn.transactional_id,
+                f" after {txn.last_error!r}" if txn.last_error is not None else "",
+                extra=txn.log_fields(txn.last_error),
+            )
             txn.begin_abort()
             self.poll()  # fail the batches not sent yet
             await self._acc.wait_for_incomplete()

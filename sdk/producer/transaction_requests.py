@@ -175,6 +175,21 @@ class TransactionCoordinatorChannel:
                     )
                     raise coordinator_error(code, what, getattr(response, "error_message", None))
                 if any(code in COORDINATOR_ERRORS for code in codes):
+                    moved = make_error(next(c for c in codes if c in COORDINATOR_ERRORS))
+                    log.info(
+                        "%s coordinator of %r at node %s answered %s: looking it up again",
+                        key_type.name.lower(),
+                        key,
+                        node,
+                        moved.name,
+                        extra={
+                            "kafka_coordinator_type": key_type.name,
+                            "kafka_coordinator_key": key,
+                            "kafka_node": node,
+                            "kafka_error": moved.name,
+                            "kafka_request": what,
+                        },
+                    )
                     port.invalidate_coordinator(key_type, key, node)
                 if ErrorCode.CONCURRENT_TRANSACTIONS in codes and attempt < 5:
                     backoff_ms = CONCURRENT_TRANSACTIONS_BACKOFF_MS

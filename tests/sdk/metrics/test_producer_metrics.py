@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 import signal
 import time
 
+import pytest
+
 from sdk import AdminClient, Producer
 from sdk.admin import NewTopic
+from sdk.errors import ProducerFencedError
 from sdk.metrics import MetricName, find_metric
 from sdk.sync import Producer as SyncProducer
 
@@ -88,7 +92,8 @@ async def test_transaction_times_are_totalled(broker, topic_name):
     assert value(values, "record-send-total") in (1, 2)
 
 
-async def test_a_request_lost_in_a_broker_restart_is_counted_as_a_retry(broker_factory, topic_name):
+async def test_a_request_lost_in_a_broker_restart_is_counted_as_a_retry(broker_factory, topic_name, caplog):
+    caplog.set_level(logging.WARNING, logger="sdk.producer.sender")
     broker = broker_factory()
     topic = await create_topic(broker.bootstrap, topic_name, partitions=1)
     async with Producer(
@@ -110,6 +115,31 @@ async def test_a_request_lost_in_a_broker_restart_is_counted_as_a_retry(broker_f
     assert value(values, "record-retry-total") >= 1
     assert value(values, "record-error-total") == 0
     assert value(values, "record-send-total") >= 3  # warm-up, first attempt, the retry
+    retries = [r for r in caplog.records if getattr(r, "kafka_attempt", None) == 1]
+    assert retries, caplog.text
+    assert retries[0].kafka_topic == topic and retries[0].kafka_partition == 0
+    assert retries[0].kafka_records == 1 and retries[0].kafka_error
+
+
+async def test_fencing_and_aborts_are_logged_with_their_fields(broker, topic_name, caplog):
+    caplog.set_level(logging.INFO, logger="sdk.producer")
+    topic = await create_topic(broker.bootstrap, topic_name)
+    transactional_id = f"fenced-{topic}"
+    async with Producer(bootstrap_servers=broker.bootstrap, transactional_id=transactional_id) as first:
+        await first.begin_transaction()
+        await first.send_and_wait(topic, b"first", partition=0)
+        await first.abort_transaction()
+        await first.begin_transaction()
+        await first.send_and_wait(topic, b"first again", partition=0)
+        async with Producer(bootstrap_servers=broker.bootstrap, transactional_id=transactional_id):
+            with pytest.raises(ProducerFencedError):
+                await first.commit_transaction()
+    aborts = [r for r in caplog.records if "aborting the transaction" in r.getMessage()]
+    assert aborts and aborts[0].kafka_transactional_id == transactional_id
+    assert aborts[0].kafka_producer_id >= 0
+    fenced = [r for r in caplog.records if getattr(r, "kafka_fenced", False)]
+    assert fenced, caplog.text
+    assert fenced[0].levelno == logging.ERROR and fenced[0].kafka_transactional_id == transactional_id
 
 
 def test_sync_producer_metrics(broker, topic_name):
