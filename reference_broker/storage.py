@@ -18,6 +18,7 @@ from pathlib import Path
 from reference_broker.config import BrokerConfig, ConfigError
 from reference_broker.log.config import LogConfig
 from reference_broker.log.log_manager import LogManager, TopicMetadata
+from reference_broker.log.open_files import DEFAULT_CAPACITY, SEGMENT_FILES, raise_descriptor_limit
 from reference_broker.log.partition_log import AppendResult
 from reference_broker.log.producer_state import AppendOrigin, ProducerStateEntry
 from sdk.protocol.errors import InvalidTopicError
@@ -59,7 +60,14 @@ class Storage:
 
     @classmethod
     def open(cls, config: BrokerConfig, on_data: Callable[[Hashable], None] | None = None) -> Storage:
-        """Open every log under the data dir (recovering them), with the broker's log defaults."""
+        """Open every log under the data dir (recovering them), with the broker's log defaults.
+
+        First the soft descriptor limit is raised to the hard one and the number of segments
+        that keep files open is capped (``log.open.segments.max``, see ``log.open_files``), so
+        that many partitions or segments cannot use up the descriptors connections need."""
+        soft, _ = raise_descriptor_limit()
+        configured = config.get("log.open.segments.max")
+        SEGMENT_FILES.configure(configured if configured is not None else min(DEFAULT_CAPACITY, soft // 8))
         try:
             defaults = config.log_config()
         except ValueError as exc:

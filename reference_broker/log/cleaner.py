@@ -240,11 +240,17 @@ def _aborted_txns(plog: PartitionLog, start: int, end: int) -> list[AbortedTxn]:
 
 
 def _batches(segment: LogSegment) -> Iterator[tuple[int, RecordBatch]]:
-    """The segment's batches, read a window at a time (never the whole file at once)."""
+    """The segment's batches, read a window at a time (never the whole file at once).
+
+    Reads through a descriptor of its own: the cleaner opens other segments' files while this
+    walk is suspended, which may make the segment release its shared ones (``open_files``)."""
+    fd = os.open(segment.log_path, os.O_RDONLY)
     try:
-        yield from scan_batches(segment.fd, 0, segment.size, with_data=True)
+        yield from scan_batches(fd, 0, segment.size, with_data=True)
     except FramingError as exc:
         raise CleanerError(f"{segment.log_path}: {exc}") from None
+    finally:
+        os.close(fd)
 
 
 class CleanerError(Exception):

@@ -50,6 +50,7 @@ import os
 import struct
 import sys
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -68,6 +69,10 @@ class _IndexFile:
     def __init__(self, path: Path):
         self.path = path
         self._fd: int | None = None
+        #: written since the last fsync (the descriptor may have been closed since)
+        self._unsynced = False
+        #: called whenever the descriptor is used, so the owner can count its open files
+        self.on_use: Callable[[], None] | None = None
 
     def _read_entries(self) -> bytes | str:
         """The file's bytes, or why they cannot be entries (missing, torn)."""
@@ -81,13 +86,17 @@ class _IndexFile:
     def _file(self) -> int:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if self.on_use is not None:
+            self.on_use()
         return self._fd
 
     def _write_at(self, data: bytes, position: int) -> None:
         pwrite_all(self._file(), data, position)
+        self._unsynced = True
 
     def _rewrite(self, data: bytes) -> None:
         fd = self._file()
+        self._unsynced = True
         os.ftruncate(fd, 0)
         pwrite_all(fd, data, 0)
 
@@ -96,9 +105,11 @@ class _IndexFile:
         self._file()
 
     def flush(self) -> None:
-        """fsync the file if it was written through this object."""
-        if self._fd is not None:
-            os.fsync(self._fd)
+        """fsync the file if it was written through this object (reopening it if it was closed
+        since)."""
+        if self._fd is not None or self._unsynced:
+            os.fsync(self._file())
+            self._unsynced = False
 
     def close(self) -> None:
         """Close the descriptor; the object can still reopen it."""

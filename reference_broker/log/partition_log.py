@@ -377,11 +377,14 @@ class PartitionLog:
         upto = self.log_end_offset if upto is None else upto
         if upto > self.recovery_point:
             first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+            active = self.active_segment
             try:
                 for segment in self.segments[first:]:
                     if segment.base_offset >= upto:
                         break
                     segment.flush()
+                    if segment is not active:
+                        segment.release_files()  # inactive: reopened lazily by the next read
                 self.recovery_point = upto
                 self._write_checkpoint()
             except OSError as exc:

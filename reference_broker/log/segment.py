@@ -43,6 +43,7 @@ from reference_broker.log.integrity import (
     offset_mismatch,
     scan_batches,
 )
+from reference_broker.log.open_files import SEGMENT_FILES
 from sdk.records import BATCH_HEADER_SIZE, CorruptRecordError, RecordBatch
 from sdk.records.header import LOG_OVERHEAD
 
@@ -88,7 +89,11 @@ class LogSegment:
         self.time_index = TimeIndex(stem.with_name(stem.name + ".timeindex"),
                                     config.segment_index_bytes)
         self.txn_index = TransactionIndex(stem.with_name(stem.name + ".txnindex"))
+        for index in (self.offset_index, self.time_index, self.txn_index):
+            index.on_use = self._files_used
         self._fd: int | None = None
+        #: the ``.log`` was written since its last fsync (its descriptor may be closed since)
+        self._unsynced = False
         self.size = 0
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -111,6 +116,8 @@ class LogSegment:
         """A new, empty segment with all four files created."""
         seg = cls(directory, base_offset, config, now_ms)
         seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        seg._unsynced = True
+        SEGMENT_FILES.opened(seg)
         for index in (seg.offset_index, seg.time_index, seg.txn_index):
             index.reset([])
         seg.indexes_loaded = True
@@ -128,10 +135,22 @@ class LogSegment:
 
     @property
     def fd(self) -> int:
-        """Read-write descriptor of the ``.log`` file (opened on first use)."""
+        """Read-write descriptor of the ``.log`` file (opened on first use, and again after the
+        bounded registry of open segment files released it: see ``open_files``)."""
         if self._fd is None:
             self._fd = os.open(self.log_path, os.O_RDWR)
+        SEGMENT_FILES.opened(self)
         return self._fd
+
+    def _files_used(self) -> None:
+        SEGMENT_FILES.opened(self)
+
+    def release_files(self) -> None:
+        """Close every descriptor, writing pending index entries first; the next use reopens
+        them and the next flush still fsyncs what was written (the registry's eviction, and
+        the partition log once a rolled segment is fsynced)."""
+        SEGMENT_FILES.forget(self)
+        self._close_files()
 
     def update_config(self, config: LogConfig) -> None:
         """Apply a changed topic config (index sizes only matter for the next segments)."""
@@ -149,8 +168,9 @@ class LogSegment:
     def flush(self) -> None:
         """fsync the log and index files (writing the indexes' pending entries first)."""
         self.write_index_entries()
-        if self._fd is not None:
-            os.fsync(self._fd)
+        if self._fd is not None or self._unsynced:
+            os.fsync(self.fd)
+            self._unsynced = False
         for index in (self.offset_index, self.time_index, self.txn_index):
             index.flush()
 
@@ -159,6 +179,10 @@ class LogSegment:
 
         Every descriptor is closed even if a write fails; the first error is raised after.
         """
+        SEGMENT_FILES.forget(self)
+        self._close_files()
+
+    def _close_files(self) -> None:
         error: OSError | None = None
         try:
             self.write_index_entries()
@@ -334,6 +358,7 @@ class LogSegment:
     def truncate_to(self, position: int) -> None:
         """Cut the ``.log`` file at ``position`` (dropping a torn tail); indexes must be rebuilt."""
         os.ftruncate(self.fd, position)
+        self._unsynced = True
         self.size = position
         self.verified_upto = min(self.verified_upto, position)
         self.corruptions = [c for c in self.corruptions if c.position < position]
@@ -402,6 +427,7 @@ class LogSegment:
         start = self.size
         was_verified = self.verified_upto == start
         pwrite_all(self.fd, data, start)
+        self._unsynced = True
         interval = self.config.index_interval_bytes
         since = self.bytes_since_last_index_entry
         base = self.base_offset

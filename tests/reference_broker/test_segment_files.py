@@ -1,0 +1,96 @@
+"""Many rolled segments keep the broker's open descriptors bounded (Kafka's lazy segment files).
+
+A topic with hundreds of small segments (``internal.segment.bytes``, Kafka's test-only size) is
+written and read back from offset 0 while ``/proc/<pid>/fd`` of the broker is counted: only the
+capped number of segments (``log.open.segments.max``) may hold files. Reads of old segments reopen
+them, and a SIGKILL and restart loses nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+import pytest
+
+from reference_broker.testing import BrokerFactory, BrokerProcess
+from sdk.protocol import messages
+from sdk.protocol.errors import ErrorCode
+from sdk.records import RecordBatchBuilder, iter_batches
+from tests.reference_broker.wire import WireClient, fetch_request
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts /proc/<pid>/fd")
+
+OPEN_SEGMENTS = 16
+BROKER_CONFIG: dict[str, object] = {"log.open.segments.max": OPEN_SEGMENTS}
+TOPIC_CONFIG = {"internal.segment.bytes": "4096", "retention.ms": "-1"}
+BATCHES = 600  # three per segment: about 200 segments, 800 files
+#: descriptors the capped segments may hold (four files each) plus the test's own connections
+ALLOWED_GROWTH = OPEN_SEGMENTS * 4 + 8
+
+
+def open_descriptors(proc: BrokerProcess) -> int:
+    return len(os.listdir(f"/proc/{proc.pid}/fd"))
+
+
+def create_topic(proc: BrokerProcess, name: str) -> None:
+    topic = messages.CreateTopicsRequest.CreatableTopic(
+        name=name, num_partitions=1, replication_factor=1,
+        configs=[messages.CreateTopicsRequest.CreatableTopicConfig(name=k, value=v)
+                 for k, v in TOPIC_CONFIG.items()])
+    with WireClient(proc.bootstrap) as wire:
+        result = wire.request(messages.CreateTopicsRequest(topics=[topic], timeout_ms=10_000), 7).topics[0]
+    assert result.error_code == 0, result.error_message
+
+
+def value_of(i: int) -> bytes:
+    return b"value-%06d-" % i + b"x" * 1200
+
+
+def produce_all(proc: BrokerProcess, topic: str) -> None:
+    with WireClient(proc.bootstrap) as wire:
+        for i in range(BATCHES):
+            builder = RecordBatchBuilder()
+            builder.append(1_700_000_000_000 + i, None, value_of(i))
+            request = messages.ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[
+                messages.ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                    messages.ProduceRequest.PartitionProduceData(index=0, records=builder.build())])])
+            answer = wire.request(request, 9).responses[0].partition_responses[0]
+            assert answer.error_code == 0 and answer.base_offset == i
+
+
+def read_all(proc: BrokerProcess, topic: str) -> list[bytes]:
+    """Every value from offset 0, fetched 32 KiB at a time (so every segment is opened)."""
+    values: list[bytes] = []
+    with WireClient(proc.bootstrap) as wire:
+        while len(values) < BATCHES:
+            answer = wire.request(fetch_request(topic, 0, len(values), max_bytes=32 * 1024), 12)
+            part = answer.responses[0].partitions[0]
+            assert part.error_code == ErrorCode.NONE
+            got = [r.value for batch in iter_batches(bytes(part.records)) for r in batch
+                   if r.offset >= len(values)]
+            assert got, f"no progress at offset {len(values)}"
+            values.extend(v for v in got if v is not None)
+    return values
+
+
+def test_many_segments_keep_descriptors_bounded_and_survive_kill(broker_factory: BrokerFactory) -> None:
+    proc = broker_factory(BROKER_CONFIG)
+    topic = f"fds-{uuid.uuid4().hex[:8]}"
+    create_topic(proc, topic)
+    baseline = open_descriptors(proc)
+    produce_all(proc, topic)
+    segments = len(list((proc.data_dir / f"{topic}-0").glob("*.log")))
+    assert segments >= 150
+    assert open_descriptors(proc) - baseline <= ALLOWED_GROWTH, f"{segments} segments"
+    expected = [value_of(i) for i in range(BATCHES)]
+    assert read_all(proc, topic) == expected
+    assert open_descriptors(proc) - baseline <= ALLOWED_GROWTH
+    # A well-behaved newcomer is still answered.
+    with WireClient(proc.bootstrap) as wire:
+        assert wire.request(messages.ApiVersionsRequest(), 0).error_code == 0
+
+    proc.restart(kill=True)
+    assert read_all(proc, topic) == expected
+    assert open_descriptors(proc) - baseline <= ALLOWED_GROWTH
