@@ -27,6 +27,7 @@ from sdk.consumer.records import OffsetAndMetadata
 from sdk.errors import ErrorCode, NoBrokersAvailableError, make_error
 from sdk.protocol.messages import CreateTopicsRequest, OffsetFetchRequest
 from sdk.sync import shared_loop
+from spark_integration.client_pool import ClientPool, new_pool, settings_key
 
 __all__ = ["SinkTopicError", "TopicSpec", "ensure_topic", "fetch_committed"]
 
@@ -63,32 +64,50 @@ def _client_config(settings: Mapping[str, Any]) -> ClientConfig:
     return config
 
 
+def _close_client(client: KafkaClient) -> None:
+    shared_loop().run(client.close(), timeout=30)
+
+
+#: This worker's idle admin clients, by connection settings (``client_pool``'s rules).
+_clients: ClientPool[KafkaClient] = new_pool("admin clients", _close_client)
+
+
 def _with_client(settings: Mapping[str, Any], work: Callable[[KafkaClient], Awaitable[T]]) -> T:
-    """``work(client)`` on the SDK's shared event loop, with a client that never auto-creates.
+    """``work(client)`` on the SDK's shared event loop, with a client that never auto-creates,
+    taken from this worker's pool (a new one if none is idle; closed if the work failed).
     No broker answering (one restarting) is waited out for the request timeout, as the
     producer and consumer wait, rather than failing the task at once."""
     config = _client_config(settings)
+    key = settings_key(settings)
+    pooled = _clients.borrow(key)
 
-    async def run() -> T:
+    async def started() -> KafkaClient:
         deadline = time.monotonic() + config.request_timeout_ms / 1000
         attempt = 0
         while True:
             client = KafkaClient.from_config(config, allow_auto_topic_creation=False)
             try:
                 await client.start()
-                break
+                return client
             except NoBrokersAvailableError:
                 await client.close()
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(client.reconnect_backoff.backoff_ms(attempt) / 1000)
                 attempt += 1
-        try:
-            return await work(client)
-        finally:
-            await client.close()
 
-    return shared_loop().run(run(), timeout=2 * config.request_timeout_ms / 1000 + TOPIC_READY_S + 10)
+    async def run() -> tuple[KafkaClient, T]:
+        client = pooled or await started()
+        try:
+            return client, await work(client)
+        except BaseException:
+            await client.close()
+            raise
+
+    timeout = 2 * config.request_timeout_ms / 1000 + TOPIC_READY_S + 10
+    client, result = shared_loop().run(run(), timeout=timeout)
+    _clients.give_back(key, client)
+    return result
 
 
 def ensure_topic(settings: Mapping[str, Any], spec: TopicSpec) -> None:

@@ -23,6 +23,7 @@ from pyspark.sql.datasource import InputPartition
 
 from sdk.client.cluster import TopicPartition
 from sdk.sync import Consumer
+from spark_integration.client_pool import ClientPool, new_pool, settings_key
 from spark_integration.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, TimestampSpec
 
 T = TypeVar("T")
@@ -234,36 +235,65 @@ def read_range(options: ReadOptions, offsets: OffsetRange) -> Iterator[tuple[Any
         yield _row(record, options.include_headers)
 
 
-def _records(options: ReadOptions, offsets: OffsetRange) -> Iterator[Any]:
-    """The consumer records of ``offsets``, in offset order, read through the SDK."""
-    if offsets.start >= offsets.end:
-        return
-    tp = TopicPartition(offsets.topic, offsets.partition)
+def _consumer_key(options: ReadOptions, tp: TopicPartition) -> tuple[Any, ...]:
+    return (settings_key(options.consumer_settings), options.isolation_level, options.fail_on_data_loss, tp)
+
+
+def _new_consumer(options: ReadOptions, tp: TopicPartition) -> Consumer:
     consumer = Consumer(**options.consumer_settings, isolation_level=options.isolation_level,
                         enable_auto_commit=False,
                         auto_offset_reset="none" if options.fail_on_data_loss else "earliest")
     consumer.start()
+    consumer.assign([tp])
+    return consumer
+
+
+#: This worker's idle range consumers, by settings and partition: the next range of a partition
+#: (the next micro-batch) goes on with the records its consumer already fetched.
+_consumers: ClientPool[Consumer] = new_pool("range consumers", lambda consumer: consumer.close())
+
+
+def _records(options: ReadOptions, offsets: OffsetRange) -> Iterator[Any]:
+    """The consumer records of ``offsets``, in offset order, read through the SDK with a consumer
+    of this worker's pool (taken for the task, given back when the range is read or the reader
+    stops early, closed if reading failed). At most the range's size is taken from the consumer,
+    so it stands at the range's end, where the next range of the partition starts."""
+    if offsets.start >= offsets.end:
+        return
+    tp = TopicPartition(offsets.topic, offsets.partition)
+    key = _consumer_key(options, tp)
+    pooled = _consumers.borrow(key)
+    consumer = pooled or _new_consumer(options, tp)
     try:
-        consumer.assign([tp])
-        consumer.seek(tp, offsets.start)
+        if pooled is None or consumer.position(tp) != offsets.start:
+            consumer.seek(tp, offsets.start)
         last_progress = time.monotonic()
         while True:
-            records = consumer.getmany(tp, timeout_ms=500).get(tp, ())
-            for record in records:
-                if record.offset >= offsets.end:
-                    return
-                yield record
             position = consumer.position(tp)
             if position >= offsets.end:
-                return
+                break
+            records = consumer.getmany(tp, timeout_ms=500, max_records=offsets.end - position).get(tp, ())
+            past_end = False
+            for record in records:
+                if record.offset >= offsets.end:  # the next range seeks back to its start
+                    past_end = True
+                    break
+                yield record
+            if past_end:
+                break
             if records:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > options.poll_timeout_s:
                 raise TimeoutError(
                     f"{tp.topic}-{tp.partition}: no records for {options.poll_timeout_s:.0f} s at offset "
                     f"{position}, the range ends at {offsets.end}")
-    finally:
-        consumer.close()
+    except GeneratorExit:  # the task stopped reading early: the consumer is sound
+        _consumers.give_back(key, consumer)
+        raise
+    except BaseException:
+        _consumers.discard(consumer)
+        raise
+    _consumers.give_back(key, consumer)
 
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)

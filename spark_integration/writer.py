@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from sdk.client.cluster import TopicPartition
@@ -62,6 +62,7 @@ from sdk.errors import InvalidTransactionTimeoutError
 from sdk.producer.producer import Producer as AsyncProducer
 from sdk.sync import Producer
 from spark_integration.admin import TopicSpec, ensure_topic, fetch_committed
+from spark_integration.client_pool import ClientPool, new_pool, settings_key
 from spark_integration.options import SINK_OPTIONS, OptionError, check_names, client_settings
 from spark_integration.ownership import (
     BATCH_WRITES,
@@ -391,17 +392,18 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
         began = time.monotonic()
         count = 0
         stall = attempt == 0 and _hooked(options.slow_task, partition, marker)
-        for row in rows:
+        sender = RecordSender(producer, options)
+        for chunk in rows:
             if timeout_s is not None and time.monotonic() - began > timeout_s:
                 raise _timed_out(transactional_id, time.monotonic() - began, options)
-            _send_row(producer, options, row)
-            count += 1
+            count += sender.send(chunk)
             if stall:
                 stall = False
                 producer.flush()
                 seconds = options.slow_task[2] if options.slow_task else 0.0
                 log.warning("%s: test hook stalls attempt 0 for %.1f s", transactional_id, seconds)
                 time.sleep(seconds)
+        sender.check()
         producer.send_offsets_to_transaction(
             {TopicPartition(options.marker_topic, 0): marker.committed_offset()},
             marker_group(transactional_id))
@@ -460,10 +462,79 @@ def _check_markers_kept(options: SinkOptions, prefix: str, marker: Marker, parti
         "after the restart may be written twice, set the sink option expired.markers=rewrite")
 
 
-def _send_row(producer: Producer, options: SinkOptions, row: Any) -> None:
+class RecordSender:
+    """Sends a task's input to ``producer``: Arrow record batches (what PySpark's Arrow writers
+    get) column by column, ``Row``s one by one. A batch with one topic (the option, or no topic
+    column), no partition and no headers column goes to the producer as one ``send_many`` of its
+    (key, value) pairs; otherwise record by record. ``check`` raises the first failed send once
+    everything sent is acknowledged."""
+
+    def __init__(self, producer: Producer, options: SinkOptions) -> None:
+        self.producer = producer
+        self.options = options
+        self.futures: list[Any] = []
+
+    def send(self, chunk: Any) -> int:
+        """Send one batch or row; the number of records sent."""
+        import pyarrow as pa
+
+        if isinstance(chunk, pa.RecordBatch):
+            return self._send_batch(chunk)
+        self.futures.append(_send_row(self.producer, self.options, chunk))
+        return 1
+
+    def check(self) -> None:
+        self.producer.flush()
+        for future in self.futures:
+            error = future.exception()
+            if error is not None:
+                raise error
+        self.futures.clear()
+
+    def _send_batch(self, batch: Any) -> int:
+        names = batch.schema.names
+        values = _binary_values(batch.column(names.index("value")))
+        keys = _binary_values(batch.column(names.index("key"))) if "key" in names else [None] * len(values)
+        topic = self.options.topic
+        if topic is None and "topic" in names:
+            topics = batch.column(names.index("topic")).to_pylist()
+            topic = topics[0] if topics and topics.count(topics[0]) == len(topics) else None
+        else:
+            topics = None
+        if topic is not None and "partition" not in names and "headers" not in names:
+            if values:
+                self.futures.append(self.producer.send_many(topic, zip(keys, values, strict=True)))
+            return len(values)
+        columns = {name: batch.column(index).to_pylist() for index, name in enumerate(names)
+                   if name in ("partition", "headers")}
+        partitions = columns.get("partition") or [None] * len(values)
+        headers = columns.get("headers") or [None] * len(values)
+        send = self.producer.send
+        for index, value in enumerate(values):
+            row_topic = topic if topic is not None else (topics[index] if topics else None)
+            if row_topic is None:
+                raise OptionError("a row has a null topic and the sink has no 'topic' option")
+            row_headers = headers[index]
+            self.futures.append(send(
+                row_topic, value, key=keys[index], partition=partitions[index],
+                headers=[(h["key"], _as_bytes(h["value"])) for h in row_headers] if row_headers else None))
+        return len(values)
+
+
+def _binary_values(column: Any) -> list[bytes | None]:
+    """A string or binary Arrow column as bytes (strings UTF-8 encoded), nulls as None."""
+    import pyarrow as pa
+
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        column = column.cast(pa.binary())
+    values: list[bytes | None] = column.to_pylist()
+    return values
+
+
+def _send_row(producer: Producer, options: SinkOptions, row: Any) -> Any:
     fields = row.asDict() if hasattr(row, "asDict") else dict(zip(options.columns, row, strict=True))
     headers = fields.get("headers")
-    producer.send(
+    return producer.send(
         options.topic or fields["topic"],
         _as_bytes(fields["value"]),
         key=_as_bytes(fields.get("key")),
@@ -472,19 +543,32 @@ def _send_row(producer: Producer, options: SinkOptions, row: Any) -> None:
     )
 
 
+#: This worker's idle at-least-once producers, by settings (``client_pool``'s rules). The
+#: transactional producers are not pooled: each task's own ``init_transactions`` is what fences
+#: an older attempt of its sink partition before the task reads its marker.
+_producers: ClientPool[Producer] = new_pool("at-least-once producers", lambda producer: producer.close())
+
+
 def _write_at_least_once(options: SinkOptions, rows: Iterator[Any], partition: int) -> SinkCommit:
     """``delivery.guarantee=at-least-once``: the rows through an idempotent producer (the SDK's
-    default with acks=all), flushed before the task reports; no transaction, no marker."""
+    default with acks=all) of this worker's pool, every record acknowledged before the task
+    reports; no transaction, no marker."""
+    key = settings_key(options.producer_settings)
+    producer = _producers.borrow(key) or Producer(**options.producer_settings)
     count = 0
-    with Producer(**options.producer_settings) as producer:
-        for row in rows:
-            _send_row(producer, options, row)
-            count += 1
-        producer.flush()
+    try:
+        sender = RecordSender(producer, options)
+        for chunk in rows:
+            count += sender.send(chunk)
+        sender.check()
+    except BaseException:
+        _producers.discard(producer)
+        raise
+    _producers.give_back(key, producer)
     return SinkCommit(partition, count, False)
 
 
-class KafkaBatchWriter(DataSourceWriter):
+class KafkaBatchWriter(DataSourceArrowWriter):
     """``df.write.format(FORMAT)``: each task's rows in one transaction."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
@@ -519,7 +603,7 @@ class KafkaBatchWriter(DataSourceWriter):
                           self.write_id, self.prefix, exc_info=True)
 
 
-class KafkaStreamWriter(DataSourceStreamWriter):
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format(FORMAT)``: each micro-batch task in one transaction, a re-run
     batch skipped by its marker. The default transactional id prefix is the query's id, which
     Spark keeps in the checkpoint, so it survives restarts."""
