@@ -20,6 +20,8 @@ __all__ = [
     'ConsumerGroupMetadataValue',
     'ConsumerGroupPartitionMetadataKey',
     'ConsumerGroupPartitionMetadataValue',
+    'ConsumerGroupRegularExpressionKey',
+    'ConsumerGroupRegularExpressionValue',
     'ConsumerGroupTargetAssignmentMemberKey',
     'ConsumerGroupTargetAssignmentMemberValue',
     'ConsumerGroupTargetAssignmentMetadataKey',
@@ -141,7 +143,8 @@ class ConsumerGroupMetadataValue(Message):
     VALID_VERSIONS: ClassVar[tuple[int, int]]
     FLEXIBLE_FROM: ClassVar[int]
     epoch: int
-    def __init__(self, *, epoch: int = ...) -> None: ...
+    metadata_hash: int
+    def __init__(self, *, epoch: int = ..., metadata_hash: int = ...) -> None: ...
 
 class ConsumerGroupPartitionMetadataKey(Message):
     API_KEY: ClassVar[None]
@@ -167,6 +170,23 @@ class ConsumerGroupPartitionMetadataValue(Message):
     topics: list[ConsumerGroupPartitionMetadataValue.TopicMetadata]
     def __init__(self, *, topics: list[ConsumerGroupPartitionMetadataValue.TopicMetadata] = ...) -> None: ...
     PartitionMetadata: TypeAlias = ConsumerGroupPartitionMetadataValue.TopicMetadata.PartitionMetadata
+
+class ConsumerGroupRegularExpressionKey(Message):
+    API_KEY: ClassVar[None]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    FLEXIBLE_FROM: ClassVar[None]
+    group_id: str
+    regular_expression: str
+    def __init__(self, *, group_id: str = ..., regular_expression: str = ...) -> None: ...
+
+class ConsumerGroupRegularExpressionValue(Message):
+    API_KEY: ClassVar[None]
+    VALID_VERSIONS: ClassVar[tuple[int, int]]
+    FLEXIBLE_FROM: ClassVar[int]
+    topics: list[str]
+    version: int
+    timestamp: int
+    def __init__(self, *, topics: list[str] = ..., version: int = ..., timestamp: int = ...) -> None: ...
 
 class ConsumerGroupTargetAssignmentMemberKey(Message):
     API_KEY: ClassVar[None]
@@ -248,7 +268,8 @@ class OffsetCommitValue(Message):
     metadata: str
     commit_timestamp: int
     expire_timestamp: int
-    def __init__(self, *, offset: int = ..., leader_epoch: int = ..., metadata: str = ..., commit_timestamp: int = ..., expire_timestamp: int = ...) -> None: ...
+    topic_id: _uuid.UUID
+    def __init__(self, *, offset: int = ..., leader_epoch: int = ..., metadata: str = ..., commit_timestamp: int = ..., expire_timestamp: int = ..., topic_id: _uuid.UUID = ...) -> None: ...
 
 class ShareGroupCurrentMemberAssignmentKey(Message):
     API_KEY: ClassVar[None]

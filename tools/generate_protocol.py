@@ -181,12 +181,53 @@ def load_messages(source: Path) -> list[dict[str, Any]]:
 #: form and the field it follows; a definition that already has a field of that name is left alone,
 #: so a newer copy of the definitions makes the entry a no-op.
 NEWER_INTERNAL_FIELDS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    # KIP-1101: the hash of the subscribed topics' metadata replaces ConsumerGroupPartitionMetadata.
+    "ConsumerGroupMetadataValue": [
+        ("Epoch", {"name": "MetadataHash", "type": "int64", "versions": "0+", "default": 0,
+                   "taggedVersions": "0+", "tag": 0}),
+    ],
+    # KIP-848 topic ids in offset commits: the committed partition's topic id.
+    "OffsetCommitValue": [
+        ("expireTimestamp", {"name": "topicId", "type": "uuid", "versions": "4+",
+                             "taggedVersions": "4+", "tag": 0}),
+    ],
     # KIP-939: the epoch that goes with NextProducerId.
     "TransactionLogValue": [
         (
             "NextProducerId",
             {"name": "NextProducerEpoch", "type": "int16", "default": -1, "taggedVersions": "1+", "tag": 3},
         ),
+    ],
+}
+
+
+#: Internal records Kafka 4.1 writes that the copy in ``../shared`` lacks, in Kafka's JSON form, by
+#: the folder they belong to. A definition of the same name in ``../shared`` wins, so a newer copy
+#: of the definitions makes the entry a no-op. A key's version is its record type.
+NEWER_INTERNAL_RECORDS: dict[str, list[dict[str, Any]]] = {
+    "group": [
+        # KIP-848: a regular expression subscription resolved to topic names (record type 16).
+        {
+            "type": "data",
+            "name": "ConsumerGroupRegularExpressionKey",
+            "validVersions": "16",
+            "flexibleVersions": "none",
+            "fields": [
+                {"name": "GroupId", "type": "string", "versions": "16"},
+                {"name": "RegularExpression", "type": "string", "versions": "16"},
+            ],
+        },
+        {
+            "type": "data",
+            "name": "ConsumerGroupRegularExpressionValue",
+            "validVersions": "0",
+            "flexibleVersions": "0+",
+            "fields": [
+                {"name": "Topics", "type": "[]string", "versions": "0+"},
+                {"name": "Version", "type": "int64", "versions": "0+"},
+                {"name": "Timestamp", "type": "int64", "versions": "0+"},
+            ],
+        },
     ],
 }
 
@@ -212,10 +253,20 @@ def load_internal_records(source: Path) -> list[dict[str, Any]]:
         directory = source / "internal" / folder
         if not directory.is_dir():
             raise SystemExit(f"{directory} is missing: the internal record definitions are required")
-        for path in sorted(directory.glob("*.json")):
-            spec = add_newer_fields(json.loads(strip_comments(path.read_text())))
+        specs = [
+            (str(path), json.loads(strip_comments(path.read_text())))
+            for path in sorted(directory.glob("*.json"))
+        ]
+        shared = {spec["name"] for _, spec in specs}
+        specs += [
+            (f"NEWER_INTERNAL_RECORDS[{folder!r}]", spec)
+            for spec in NEWER_INTERNAL_RECORDS.get(folder, [])
+            if spec["name"] not in shared
+        ]
+        for origin, spec in sorted(specs, key=lambda item: item[1]["name"]):
+            spec = add_newer_fields(spec)
             if spec["name"] in seen:
-                raise SystemExit(f"{path}: a second internal record named {spec['name']}")
+                raise SystemExit(f"{origin}: a second internal record named {spec['name']}")
             seen.add(spec["name"])
             records.append(Generator(spec).message())
     return records

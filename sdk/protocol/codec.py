@@ -120,7 +120,7 @@ def _compile(
             # and write the empty section, instead of a call that builds a default per field.
             checks = ["not o.unknown_tags"]
             for f in tagged:
-                ns[f"_t{f.tag}"] = f.make_default()
+                ns[f"_t{f.tag}"] = _tagged_default(f, version)
                 checks.append(f"o.{f.name} == _t{f.tag}")
             enc.append(f"    if {' and '.join(checks)}: out.append(0)")
             enc.append("    else: _write_tags(out, o, _tagged_list, _version)")
@@ -268,10 +268,52 @@ def _read_tags(
     return pos
 
 
+def _tagged_default(f: FieldSpec, version: int) -> Any:
+    """The value a tagged field is left out for. Kafka's rule for a nullable struct: it is left
+    out when it is the all-default struct, and null is always written (as a presence marker)."""
+    if f.struct is not None and f.nullable_in(version):
+        return f.struct()
+    return f.make_default()
+
+
+def _nullable_struct_tag_codec(
+    f: FieldSpec, version: int, holder: type[Message]
+) -> tuple[Encoder, Decoder]:
+    """A tagged nullable struct's value: an unsigned varint presence marker (0 null, any other
+    value present) and, when present, the struct. Outside tagged fields the marker is an int8."""
+    struct = f.struct
+    assert struct is not None
+    name = f.name
+
+    def encode_value(obj: Message, out: bytearray) -> None:
+        value = getattr(obj, name)
+        if value is None:
+            out.append(0)
+        else:
+            out.append(1)
+            _codec(struct, version, True)[0](value, out)
+
+    def decode_value(buf: Any, pos: int, end: int) -> tuple[Message, int]:
+        obj = holder.__new__(holder)
+        present, pos = p.read_uvarint(buf, pos, end)
+        value = None
+        if present:
+            value, pos = _codec(struct, version, True)[1](buf, pos, end)
+        setattr(obj, name, value)
+        return obj, pos
+
+    return encode_value, decode_value
+
+
 def _tagged_value_codec(f: FieldSpec, version: int) -> tuple[Encoder, Decoder, type[Message]]:
     """Codec for one tagged field's value: a one-field struct with no tag section."""
     key = (f, version)
     hit = _tag_codecs.get(key)
+    if hit is None and f.struct is not None and f.nullable_in(version):
+        holder = cast(type[Message], type("TaggedValue", (Message,), {"__slots__": (f.name,)}))
+        holder.NAME = f"{f.name} (tagged)"
+        enc, dec = _nullable_struct_tag_codec(f, version, holder)
+        hit = _tag_codecs[key] = (enc, dec, holder)
     if hit is None:
         holder = cast(type[Message], type("TaggedValue", (Message,), {"__slots__": (f.name,)}))
         plain = FieldSpec.__new__(FieldSpec)
@@ -298,7 +340,7 @@ def _write_tags(out: bytearray, obj: Message, fields: list[FieldSpec], version: 
     entries: list[tuple[int, bytes]] = []
     for f in fields:
         value = getattr(obj, f.name)
-        if f.is_default(value):
+        if value == _tagged_default(f, version):
             continue
         enc, _, holder = _tagged_value_codec(f, version)
         h = holder.__new__(holder)

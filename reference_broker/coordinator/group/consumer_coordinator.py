@@ -323,12 +323,12 @@ class ConsumerGroupCoordinator:
             }
             names |= set(updated.subscribed_topic_names)
         metadata = self._subscription_metadata(names)
-        if metadata != group.subscription_metadata:
+        topics_hash = rec.metadata_hash(metadata)
+        if topics_hash != group.metadata_hash:
             bump = True
-            batch.append(rec.topics_record(group.group_id, metadata))
         group_epoch = group.group_epoch + 1 if bump else group.group_epoch
         if bump:
-            batch.append(rec.epoch_record(group.group_id, group_epoch))
+            batch += self._epoch_records(group, group_epoch, topics_hash)
         targets = group.target
         assignment_epoch = group.assignment_epoch
         if replaced_id is not None and group_epoch == group.assignment_epoch:
@@ -370,6 +370,9 @@ class ConsumerGroupCoordinator:
         group.update_member(reconciled)
         group.group_epoch = group_epoch
         group.subscription_metadata = metadata
+        if bump:
+            group.metadata_hash = topics_hash
+            group.has_partition_metadata_record = False
         if targets is not group.target:
             group.target = dict(targets)
             group.assignment_epoch = assignment_epoch
@@ -487,16 +490,25 @@ class ConsumerGroupCoordinator:
         batch = rec.member_tombstones(group.group_id, member.member_id)
         names = group.subscribed_topic_names(without=member.member_id)
         metadata = self._subscription_metadata(names)
-        if metadata != group.subscription_metadata:
-            batch.append(rec.topics_record(group.group_id, metadata))
-        batch.append(rec.epoch_record(group.group_id, group.group_epoch + 1))
+        topics_hash = rec.metadata_hash(metadata)
+        batch += self._epoch_records(group, group.group_epoch + 1, topics_hash)
         error = self.membership.write_records(group.group_id, batch)
         if error:
             raise Refused(error, "The coordinator could not write the group's records.")
         group.remove_member(member.member_id)
         group.subscription_metadata = metadata
+        group.metadata_hash = topics_hash
+        group.has_partition_metadata_record = False
         group.group_epoch += 1
         return 0
+
+    @staticmethod
+    def _epoch_records(group: ConsumerGroup, epoch: int, topics_hash: int) -> list[rec.Record]:
+        """The group epoch record (with the topics' hash), after the tombstone of a subscribed
+        topics record of the layout before Kafka 4.1 if the group still has one."""
+        out = [rec.topics_tombstone(group.group_id)] if group.has_partition_metadata_record else []
+        out.append(rec.epoch_record(group.group_id, epoch, topics_hash))
+        return out
 
     def _fence_if(
         self, group_id: str, member_id: str, why: str, still: Callable[[ConsumerGroupMember], bool]

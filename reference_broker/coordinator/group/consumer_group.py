@@ -105,6 +105,17 @@ class TopicInfo:
     num_partitions: int
 
 
+@dataclasses.dataclass(frozen=True)
+class ResolvedRegex:
+    """A regular expression subscription resolved against the topic names (Kafka's
+    ResolvedRegularExpression): the matching topics, the version of the topic names it was
+    resolved against, and when."""
+
+    topics: frozenset[str]
+    version: int
+    timestamp_ms: int
+
+
 class ConsumerGroup:
     """One KIP-848 group: the group epoch, its members, the target assignment and who holds what."""
 
@@ -121,6 +132,15 @@ class ConsumerGroup:
         self.partition_owners: dict[tuple[uuid.UUID, int], tuple[str, int]] = {}
         #: subscribed topic name -> what it looked like when the group epoch was last bumped.
         self.subscription_metadata: dict[str, TopicInfo] = {}
+        #: ``consumer_records.metadata_hash`` of the subscribed topics at the last epoch bump (kept
+        #: in the group epoch record): a different hash now means the topics changed.
+        self.metadata_hash = 0
+        #: The group has a ConsumerGroupPartitionMetadata record (the layout before Kafka 4.1): it is
+        #: deleted with the next group epoch record.
+        self.has_partition_metadata_record = False
+        #: regular expression -> the topics it matched when last resolved (one entry for every regex
+        #: a member subscribes with).
+        self.resolved_regexes: dict[str, ResolvedRegex] = {}
         self.created_ms = now_ms
         self.session_timers: dict[str, TimerHandle] = {}
         self.rebalance_timers: dict[str, TimerHandle] = {}

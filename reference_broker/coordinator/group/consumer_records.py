@@ -1,15 +1,19 @@
-"""The ``__consumer_offsets`` records of KIP-848 consumer groups, Kafka's formats (key versions 3-8),
-through the generated ``reference_broker.internal_records`` classes, and their replay.
+"""The ``__consumer_offsets`` records of KIP-848 consumer groups, Kafka 4.1's formats (key versions
+3-8 and 16), through the generated ``reference_broker.internal_records`` classes, and their replay.
 
-Key version -> record: 3 group epoch (ConsumerGroupMetadata), 4 subscribed topics
-(ConsumerGroupPartitionMetadata), 5 member subscription (ConsumerGroupMemberMetadata), 6 target
-assignment epoch (ConsumerGroupTargetAssignmentMetadata), 7 a member's target assignment
+Key version -> record: 3 group epoch (ConsumerGroupMetadata, with the hash of the subscribed
+topics' metadata), 4 subscribed topics (ConsumerGroupPartitionMetadata: the layout before Kafka
+4.1, which the hash replaced; only read, and deleted once the group writes its epoch again), 5
+member subscription (ConsumerGroupMemberMetadata), 6 target assignment epoch
+(ConsumerGroupTargetAssignmentMetadata), 7 a member's target assignment
 (ConsumerGroupTargetAssignmentMember), 8 a member's current assignment
-(ConsumerGroupCurrentMemberAssignment). Every value is version 0; a null value deletes.
+(ConsumerGroupCurrentMemberAssignment), 16 a regular expression's resolved topics
+(ConsumerGroupRegularExpression). Every value is version 0; a null value deletes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from collections.abc import Iterable
 from typing import Any
@@ -19,6 +23,7 @@ from reference_broker.coordinator.group.consumer_group import (
     ConsumerGroup,
     ConsumerGroupMember,
     MemberState,
+    ResolvedRegex,
     TopicInfo,
 )
 from reference_broker.internal_records import (
@@ -46,6 +51,12 @@ from reference_broker.internal_records import (
     ConsumerGroupPartitionMetadataValue as TopicsValue,
 )
 from reference_broker.internal_records import (
+    ConsumerGroupRegularExpressionKey as RegexKey,
+)
+from reference_broker.internal_records import (
+    ConsumerGroupRegularExpressionValue as RegexValue,
+)
+from reference_broker.internal_records import (
     ConsumerGroupTargetAssignmentMemberKey as TargetKey,
 )
 from reference_broker.internal_records import (
@@ -62,7 +73,7 @@ from sdk.protocol.messages import Message
 
 Record = tuple[bytes, bytes | None]
 
-EPOCH, TOPICS, MEMBER, TARGET_EPOCH, TARGET, CURRENT = 3, 4, 5, 6, 7, 8
+EPOCH, TOPICS, MEMBER, TARGET_EPOCH, TARGET, CURRENT, REGEX = 3, 4, 5, 6, 7, 8, 16
 KEY_CLASSES: dict[int, type[Message]] = {
     EPOCH: EpochKey,
     TOPICS: TopicsKey,
@@ -70,6 +81,7 @@ KEY_CLASSES: dict[int, type[Message]] = {
     TARGET_EPOCH: TargetEpochKey,
     TARGET: TargetKey,
     CURRENT: CurrentKey,
+    REGEX: RegexKey,
 }
 VALUE_CLASSES: dict[int, type[Message]] = {
     EPOCH: EpochValue,
@@ -78,7 +90,23 @@ VALUE_CLASSES: dict[int, type[Message]] = {
     TARGET_EPOCH: TargetEpochValue,
     TARGET: TargetValue,
     CURRENT: CurrentValue,
+    REGEX: RegexValue,
 }
+
+
+def metadata_hash(topics: dict[str, TopicInfo]) -> int:
+    """A signed 64-bit digest of the subscribed topics (name, id, partition count), 0 for none:
+    what the group epoch record keeps so that a change of the topics while the broker was down is
+    seen at the next heartbeat. Only this broker reads it (Kafka computes its own)."""
+    if not topics:
+        return 0
+    digest = hashlib.blake2b(digest_size=8)
+    for t in sorted(topics.values(), key=lambda t: t.name):
+        name = t.name.encode()
+        digest.update(struct.pack(">H", len(name)) + name)
+        digest.update(t.topic_id.bytes + struct.pack(">i", t.num_partitions))
+    (value,) = struct.unpack(">q", digest.digest())
+    return int(value) or 1
 
 
 def is_consumer_group_key(key: bytes) -> bool:
@@ -104,11 +132,12 @@ def _partitions(cls: Any, assignment: Assignment) -> list[Any]:
     ]
 
 
-def epoch_record(group_id: str, epoch: int) -> Record:
-    return _key(EPOCH, group_id), _value(EpochValue(epoch=epoch))
+def epoch_record(group_id: str, epoch: int, topics_hash: int) -> Record:
+    return _key(EPOCH, group_id), _value(EpochValue(epoch=epoch, metadata_hash=topics_hash))
 
 
 def topics_record(group_id: str, topics: dict[str, TopicInfo]) -> Record:
+    """The subscribed topics record of the layout before Kafka 4.1 (tests write old data dirs)."""
     value = TopicsValue(
         topics=[
             TopicsValue.TopicMetadata(topic_id=t.topic_id, topic_name=t.name, num_partitions=t.num_partitions)
@@ -116,6 +145,25 @@ def topics_record(group_id: str, topics: dict[str, TopicInfo]) -> Record:
         ]
     )
     return _key(TOPICS, group_id), _value(value)
+
+
+def topics_tombstone(group_id: str) -> Record:
+    return _key(TOPICS, group_id), None
+
+
+def regex_key(group_id: str, regex: str) -> bytes:
+    return struct.pack(">h", REGEX) + encode(RegexKey(group_id=group_id, regular_expression=regex), REGEX)
+
+
+def regex_record(group_id: str, regex: str, resolved: ResolvedRegex) -> Record:
+    value = RegexValue(
+        topics=sorted(resolved.topics), version=resolved.version, timestamp=resolved.timestamp_ms
+    )
+    return regex_key(group_id, regex), _value(value)
+
+
+def regex_tombstone(group_id: str, regex: str) -> Record:
+    return regex_key(group_id, regex), None
 
 
 def member_record(group_id: str, m: ConsumerGroupMember) -> Record:
@@ -176,6 +224,8 @@ class ConsumerGroupReplay:
         self.subscriptions: dict[tuple[str, str], Any] = {}
         self.targets: dict[tuple[str, str], Assignment | None] = {}
         self.currents: dict[tuple[str, str], Any] = {}
+        self.hashes: dict[str, int] = {}
+        self.regexes: dict[tuple[str, str], ResolvedRegex | None] = {}
 
     def add(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
         (kind,) = struct.unpack_from(">h", key_bytes)
@@ -185,8 +235,15 @@ class ConsumerGroupReplay:
             (version,) = struct.unpack_from(">h", value_bytes)
             value = decode(VALUE_CLASSES[kind], memoryview(value_bytes)[2:], version)
         group_id = key.group_id
-        if kind == EPOCH:
+        if kind == REGEX:
+            self.regexes[(group_id, key.regular_expression)] = (
+                None
+                if value is None
+                else ResolvedRegex(frozenset(value.topics), value.version, value.timestamp)
+            )
+        elif kind == EPOCH:
             self.epochs[group_id] = None if value is None else value.epoch
+            self.hashes[group_id] = 0 if value is None else value.metadata_hash
         elif kind == TOPICS:
             self.topics[group_id] = (
                 None
@@ -216,6 +273,11 @@ class ConsumerGroupReplay:
             group.group_epoch = epoch
             group.assignment_epoch = self.target_epochs.get(group_id) or 0
             group.subscription_metadata = self.topics.get(group_id) or {}
+            group.has_partition_metadata_record = self.topics.get(group_id) is not None
+            group.metadata_hash = self.hashes.get(group_id, 0)
+            if group.has_partition_metadata_record and not group.metadata_hash:
+                # Written before Kafka 4.1's layout: the hash comes from the topics record.
+                group.metadata_hash = metadata_hash(group.subscription_metadata)
         for (group_id, member_id), sub in self.subscriptions.items():
             owner = built.get(group_id)
             if owner is None or sub is None:
@@ -247,5 +309,9 @@ class ConsumerGroupReplay:
             target = self.targets.get((group_id, member_id))
             if target is not None:
                 group.target[member_id] = target
+        for (group_id, regex), resolved in self.regexes.items():
+            owner = built.get(group_id)
+            if owner is not None and resolved is not None:
+                owner.resolved_regexes[regex] = resolved
         deleted = {g for g, epoch in self.epochs.items() if epoch is None}
         return built, deleted

@@ -1,8 +1,11 @@
 """Apache Kafka 4.1 as the oracle of the internal record formats.
 
-Two consumer groups (a static member that stays, a dynamic one that leaves) commit offsets and a
-transactional producer commits a transaction (with offsets) on a Kafka node; then every record
-Kafka wrote to ``__consumer_offsets`` and ``__transaction_state`` is read raw and must decode with
+Two classic consumer groups (a static member that stays, a dynamic one that leaves) commit offsets,
+three KIP-848 consumer groups run on the node (a static member, a regular-expression
+subscription, and a classic member joined by a consumer-protocol one: an online upgrade that keeps
+a classic member inside a consumer group) and a transactional producer commits a transaction (with
+offsets); then every record Kafka wrote to ``__consumer_offsets`` and ``__transaction_state`` is
+read raw and must decode with
 the generated classes of ``reference_broker.internal_records`` whole (no byte left over, no tagged
 field the definitions lack) and encode back to Kafka's own bytes, and the broker's readers
 (``records.parse_*``) must see the commits, the groups and the transaction. The KRaft metadata log
@@ -156,6 +159,63 @@ def _consume_and_commit(bootstrap: str, topic: str, group: str, count: int, *, s
         consumer.close()
 
 
+def _poll_until(consumers: list[Any], done: Any, what: str) -> None:
+    """Poll every consumer in turn (each must keep polling to stay in its group) until ``done()``."""
+
+    def step() -> bool:
+        for consumer in consumers:
+            consumer.poll(0.2)
+        return bool(done())
+
+    wait_until(step, TIMEOUT_S, what, poll=0)
+
+
+def _consumer(bootstrap: str, group: str, protocol: str, **extra: str) -> Any:
+    return confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": protocol,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **extra,
+        }
+    )
+
+
+def _run_consumer_protocol_groups(bootstrap: str, topic: str, names: dict[str, str]) -> None:
+    """The KIP-848 groups: a static member and a regex subscriber that read and commit, and a
+    classic member that a consumer-protocol member joins (Kafka upgrades the group online and
+    keeps the classic member in it with its ClassicMemberMetadata)."""
+    static = _consumer(bootstrap, names["static_group"], "consumer",
+                       **{"group.instance.id": f"{names['static_group']}-instance"})
+    regex = _consumer(bootstrap, names["regex_group"], "consumer")
+    classic = _consumer(bootstrap, names["mixed_group"], "classic")
+    modern = _consumer(bootstrap, names["mixed_group"], "consumer")
+    everyone = [static, regex, classic, modern]
+    try:
+        static.subscribe([topic])
+        regex.subscribe([f"^{topic}.*"])
+        classic.subscribe([topic])
+        _poll_until([static, regex, classic], lambda: all(c.assignment() for c in (static, regex, classic)),
+                    "the static, regex and classic members to be assigned")
+        static.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 1)], asynchronous=False)
+        regex.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 1)], asynchronous=False)
+        modern.subscribe([topic])
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+
+        def upgraded() -> bool:
+            group = names["mixed_group"]
+            described = admin.describe_consumer_groups([group])[group].result(10)
+            is_consumer_group = described.type == confluent_kafka.ConsumerGroupType.CONSUMER
+            return is_consumer_group and len(described.members) == 2
+
+        _poll_until(everyone, upgraded, "the mixed group to become a consumer group with both members")
+    finally:
+        for consumer in everyone:
+            consumer.close()
+
+
 def _commit_transaction(bootstrap: str, topic: str, transactional_id: str, group: str) -> None:
     """One transaction: a record in ``topic`` and an offset of ``group``, committed."""
     producer = confluent_kafka.Producer(
@@ -192,6 +252,10 @@ def kafka_written(apache_kafka: Any) -> dict[str, Any]:
     _consume_and_commit(bootstrap, topic, group, 3, static=True)
     _consume_and_commit(bootstrap, topic, left_group, 2, static=False)
     _commit_transaction(bootstrap, topic, transactional_id, txn_group)
+    kip848 = {
+        name: f"{name.replace('_', '-')}-{suffix}" for name in ("static_group", "regex_group", "mixed_group")
+    }
+    _run_consumer_protocol_groups(bootstrap, topic, kip848)
 
     def transaction_records() -> list[Record]:
         return [r for r in _read_topic(bootstrap, "__transaction_state")
@@ -204,6 +268,7 @@ def kafka_written(apache_kafka: Any) -> dict[str, Any]:
 
     wait_until(completed, TIMEOUT_S, "Kafka to write the CompleteCommit record", poll=0.2)
     return {
+        **kip848,
         "topic": topic,
         "group": group,
         "left_group": left_group,
@@ -217,20 +282,29 @@ def kafka_written(apache_kafka: Any) -> dict[str, Any]:
 def test_every_consumer_offsets_record_decodes_whole(kafka_written: dict[str, Any]) -> None:
     key_classes = _group_key_classes()
     kinds: set[str] = set()
-    # The session's Kafka node also holds other tests' groups (KIP-848 ones among them, whose
-    # member records this test does not cover): only this scenario's groups are checked whole.
-    ours = {kafka_written[k] for k in ("group", "left_group", "txn_group")}
+    classic_members = 0
+    # Every record of the node (other tests' groups too), not only this scenario's.
     for key, value in kafka_written["offsets"]:
         (key_version,) = struct.unpack_from(">h", key)
         assert key_version in key_classes, f"__consumer_offsets key version {key_version} is not defined"
         key_class = key_classes[key_version]
-        decoded = _decode_whole(key_class, key)
-        if getattr(decoded, "group", getattr(decoded, "group_id", None)) not in ours:
-            continue
+        _decode_whole(key_class, key)
         if value is not None:
-            _decode_whole(RECORD_CLASSES[key_class.NAME.removesuffix("Key") + "Value"], value)
+            decoded = _decode_whole(RECORD_CLASSES[key_class.NAME.removesuffix("Key") + "Value"], value)
+            if getattr(decoded, "classic_member_metadata", None) is not None:
+                classic_members += 1
         kinds.add(key_class.NAME)
-    assert {"OffsetCommitKey", "GroupMetadataKey"} <= kinds
+    assert {
+        "OffsetCommitKey",
+        "GroupMetadataKey",
+        "ConsumerGroupMetadataKey",
+        "ConsumerGroupMemberMetadataKey",
+        "ConsumerGroupTargetAssignmentMetadataKey",
+        "ConsumerGroupTargetAssignmentMemberKey",
+        "ConsumerGroupCurrentMemberAssignmentKey",
+        "ConsumerGroupRegularExpressionKey",
+    } <= kinds, kinds
+    assert classic_members, "no classic member of a consumer group among Kafka's records"
 
 
 def test_every_transaction_state_record_decodes_whole(kafka_written: dict[str, Any]) -> None:
