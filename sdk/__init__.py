@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from sdk.consumer import (
         Consumer,
         ConsumerGroupMetadata,
+        ConsumerInterceptor,
         ConsumerRebalanceListener,
         ConsumerRecord,
         OffsetAndMetadata,
@@ -114,6 +115,7 @@ _LAZY: dict[str, tuple[str, str]] = {
         for name in (
             "Consumer",
             "ConsumerGroupMetadata",
+            "ConsumerInterceptor",
             "ConsumerRebalanceListener",
             "ConsumerRecord",
             "OffsetAndMetadata",
@@ -136,6 +138,7 @@ __all__ = [
     "ConfigError",
     "Consumer",
     "ConsumerGroupMetadata",
+    "ConsumerInterceptor",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "ConsumerStoppedError",

@@ -16,6 +16,7 @@ from sdk.consumer.records import ConsumerGroupMetadata, ConsumerRecord, OffsetAn
 __all__ = [
     "Consumer",
     "ConsumerGroupMetadata",
+    "ConsumerInterceptor",
     "ConsumerPartitionAssignor",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
@@ -34,6 +35,7 @@ __all__ = [
 _LAZY = {
     "Consumer": "sdk.consumer.consumer",
     "ConsumerRebalanceListener": "sdk.consumer.listener",
+    "ConsumerInterceptor": "sdk.consumer.interceptors",
     "ConsumerPartitionAssignor": "sdk.consumer.assignors",
     "RangeAssignor": "sdk.consumer.assignors",
     "RoundRobinAssignor": "sdk.consumer.assignors",
