@@ -18,9 +18,27 @@ from typing import Any, ClassVar
 from sdk.client.config import ClientConfig
 from sdk.errors import ConfigError
 
-__all__ = ["AIOKAFKA_IGNORED", "AUTO_OFFSET_RESETS", "ISOLATION_LEVELS", "ConsumerConfig", "warn_ignored"]
+__all__ = [
+    "AIOKAFKA_IGNORED",
+    "AUTO_OFFSET_RESETS",
+    "CLASSIC_ONLY",
+    "GROUP_PROTOCOLS",
+    "ISOLATION_LEVELS",
+    "ConsumerConfig",
+    "warn_ignored",
+]
 
 AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
+#: The group protocols (Java's ``group.protocol``): the classic rebalance protocol, or KIP-848's.
+GROUP_PROTOCOLS = ("classic", "consumer")
+#: Settings of the classic protocol only, with their defaults: with ``group_protocol="consumer"``
+#: the broker owns the session timeout, the heartbeat interval and the assignor, so setting one
+#: is an error (Java's consumer refuses them too).
+CLASSIC_ONLY = {
+    "partition_assignment_strategy": "range",
+    "session_timeout_ms": 10000,
+    "heartbeat_interval_ms": 3000,
+}
 #: isolation_level name -> the FetchRequest/ListOffsetsRequest int8.
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 _GROUP_ID = re.compile(r"\S")
@@ -74,6 +92,8 @@ class ConsumerConfig(ClientConfig):
     allow_auto_create_topics: bool = True
     consumer_timeout_ms: float = 200
     client_rack: str | None = None
+    group_protocol: str = "classic"
+    group_remote_assignor: str | None = None
     # Derived by validate():
     isolation: int = field(default=0, init=False)
 
@@ -136,6 +156,30 @@ class ConsumerConfig(ClientConfig):
                 raise ConfigError(name, f"must be callable, not {value!r}")
         if self.partition_assignment_strategy is None or self.partition_assignment_strategy in ("", (), []):
             raise ConfigError("partition_assignment_strategy", "at least one assignor is needed")
+        self._validate_group_protocol()
+
+    def _validate_group_protocol(self) -> None:
+        if not isinstance(self.group_protocol, str) or self.group_protocol.lower() not in GROUP_PROTOCOLS:
+            raise ConfigError(
+                "group_protocol", f"must be 'classic' or 'consumer', not {self.group_protocol!r}"
+            )
+        self.group_protocol = self.group_protocol.lower()
+        assignor = self.group_remote_assignor
+        if assignor is not None and (not isinstance(assignor, str) or not _GROUP_ID.search(assignor)):
+            raise ConfigError(
+                "group_remote_assignor", f"must be a non-empty string or None, not {assignor!r}"
+            )
+        if self.group_protocol == "classic":
+            if assignor is not None:
+                raise ConfigError("group_remote_assignor", "is a setting of group_protocol='consumer' only")
+            return
+        for name, default in CLASSIC_ONLY.items():
+            if getattr(self, name) != default:
+                raise ConfigError(
+                    name,
+                    "is not supported with group_protocol='consumer': the group coordinator decides it "
+                    "(group.consumer.* broker settings; choose a server assignor with group_remote_assignor)",
+                )
 
 
 def _positive_int(name: str, value: Any) -> None:

@@ -87,6 +87,8 @@ class Consumer:
         client_id: str | None = None,
         group_id: str | None = None,
         group_instance_id: str | None = None,
+        group_protocol: str = "classic",
+        group_remote_assignor: str | None = None,
         key_deserializer: Callable[[bytes | None], Any] | None = None,
         value_deserializer: Callable[[bytes | None], Any] | None = None,
         auto_offset_reset: str = "latest",
@@ -131,6 +133,14 @@ class Consumer:
         :param client_id: sent with every request (default ``"sdk-consumer"``).
         :param group_id: consumer group; needed by ``subscribe`` and ``commit``. None: no group.
         :param group_instance_id: static membership id (KIP-345); needs ``group_id``.
+        :param group_protocol: "classic" (JoinGroup/SyncGroup, assignors in the client) or
+            "consumer" (KIP-848, the Java client's ``group.protocol=consumer``: the broker assigns,
+            partitions move incrementally; needs Kafka 4.0+ or a broker serving
+            ConsumerGroupHeartbeat). With "consumer", ``partition_assignment_strategy``,
+            ``session_timeout_ms`` and ``heartbeat_interval_ms`` are the broker's and setting them
+            is a ``ConfigError``.
+        :param group_remote_assignor: with ``group_protocol="consumer"``: the broker's assignor
+            ("uniform" or "range"; None: the broker's default).
         :param key_deserializer: callable applied to each record's key bytes (or None).
         :param value_deserializer: callable applied to each record's value bytes (or None).
         :param auto_offset_reset: where to start without a valid position: 'earliest', 'latest'
@@ -185,6 +195,8 @@ class Consumer:
             client_id=client_id,
             group_id=group_id,
             group_instance_id=group_instance_id,
+            group_protocol=group_protocol,
+            group_remote_assignor=group_remote_assignor,
             key_deserializer=key_deserializer,
             value_deserializer=value_deserializer,
             auto_offset_reset=auto_offset_reset,

@@ -65,10 +65,26 @@ def membership_for(
     config: ConsumerConfig,
     assignors: Sequence[ConsumerPartitionAssignor],
 ) -> GroupMembership:
-    """The group membership for ``config``, over ``client``."""
+    """The membership ``config.group_protocol`` asks for, over ``client``."""
     from sdk.consumer.consumer_coordinator import ConsumerCoordinator
+    from sdk.consumer.consumer_membership import ConsumerMembershipManager
 
     assert config.group_id is not None
+    if config.group_protocol == "consumer":
+        return ConsumerMembershipManager.for_client(
+            client,
+            subscription,
+            group_id=config.group_id,
+            group_instance_id=config.group_instance_id,
+            rack_id=config.client_rack,
+            server_assignor=config.group_remote_assignor,
+            # As Java's consumer: the time the broker waits for a revocation is the poll interval.
+            rebalance_timeout_ms=int(config.max_poll_interval_ms),
+            max_poll_interval_ms=int(config.max_poll_interval_ms),
+            retry_backoff_ms=int(config.retry_backoff_ms),
+            enable_auto_commit=config.enable_auto_commit,
+            auto_commit_interval_ms=int(config.auto_commit_interval_ms),
+        )
     return ConsumerCoordinator.for_client(
         client,
         subscription,
