@@ -28,6 +28,7 @@ from reference_broker.handlers.authorization import install as install_authoriza
 from reference_broker.network.limits import ConnectionLimits
 from reference_broker.network.server import KafkaServer, RequestContext
 from reference_broker.producer_ids import ProducerIdManager
+from reference_broker.quotas import QuotaManager
 from reference_broker.security.authorizer import Authorizer
 from reference_broker.security.config import authorizer_enabled, configured_listeners, super_users
 from reference_broker.security.listeners import Listener
@@ -49,6 +50,7 @@ class Broker:
         self.clock: Clock = clock or LoopClock()
         self.node_id = config.node_id
         self.waiters = DataWaiters()
+        self.quotas = QuotaManager.from_config(config)
         self.registry = HandlerRegistry(self)
         install_handlers(self.registry)
         if authorizer_enabled(config):
@@ -148,7 +150,7 @@ class Broker:
                 sasl.scram_store = self.scram_credentials
             server = KafkaServer(
                 self.registry, listener.host, listener.port, max_request,
-                listener=listener, ssl_context=tls, sasl=sasl, limits=limits,
+                listener=listener, ssl_context=tls, sasl=sasl, limits=limits, quotas=self.quotas,
             )
             self.servers.append(server)
             host, port = await server.start()

@@ -13,6 +13,7 @@ in ``FAMILIES``.
 from reference_broker.handlers import (
     acls,
     api_versions,
+    client_quotas,
     cluster,
     configs,
     consumer_group_heartbeat,
@@ -53,6 +54,7 @@ FAMILIES = (
     sasl,
     acls,
     scram_credentials,
+    client_quotas,
 )
 
 

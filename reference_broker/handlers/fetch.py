@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from reference_broker.fetch_sessions import TOPIC_IDS_FROM, FetchPlan, SessionPartition
 from reference_broker.handlers.auth import Operation, topic_denied
 from reference_broker.handlers.common import ZERO_UUID, error_code_of, find_topic, leader_epoch_error
+from reference_broker.quotas import quota_identity
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import FetchRequest, FetchResponse
 
@@ -97,8 +98,9 @@ def response_max_bytes(broker: Broker, ctx: RequestContext, request: FetchReques
     ``fetch.max.bytes`` (and the client's fetch quota window, as Kafka's ReplicaManager does)."""
     budget = min(max(request.max_bytes, 0), broker.config.get("fetch.max.bytes"))
     quotas = getattr(broker, "quotas", None)
-    if quotas is not None:
-        budget = min(budget, quotas.fetch_window_bytes(ctx))
+    if quotas is not None and quotas.enabled:
+        user, client_id = quota_identity(ctx.connection.session.principal, ctx.client_id)
+        budget = min(budget, quotas.fetch_window_bytes(user, client_id))
     return budget
 
 

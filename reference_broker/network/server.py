@@ -40,6 +40,13 @@ from typing import Any, Protocol, cast
 
 from reference_broker.network.framing import SIZE_PREFIX
 from reference_broker.network.limits import ConnectionLimits
+from reference_broker.quotas import (
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    QuotaManager,
+    quota_identity,
+)
 from reference_broker.security.errors import SaslAuthenticationFailed
 from reference_broker.security.listeners import Listener
 from reference_broker.security.sasl import SaslSettings
@@ -52,6 +59,8 @@ from sdk.protocol.messages import ApiVersionsRequest, Message
 log = logging.getLogger("reference_broker.network")
 
 API_VERSIONS_KEY = ApiVersionsRequest.API_KEY
+PRODUCE_KEY = 0
+FETCH_KEY = 1
 #: Complete requests a connection may have read ahead of the one being served; past either bound
 #: the connection stops reading (the rest waits in the kernel, as behind Kafka's muted channel).
 MAX_READ_AHEAD = 64
@@ -84,7 +93,9 @@ _KEEP_FRAME_BUFFER = 16 * 1024 * 1024
 class RequestContext:
     """What a handler knows about the request besides its body."""
 
-    __slots__ = ("api_key", "api_version", "client_id", "close_after", "connection", "correlation_id")
+    __slots__ = (
+        "api_key", "api_version", "client_id", "close_after", "connection", "correlation_id", "request_size"
+    )
 
     def __init__(
         self,
@@ -102,6 +113,7 @@ class RequestContext:
         # Set by a handler that must drop the connection after answering (Kafka does so for an
         # acks=0 produce that failed: the client cannot otherwise learn of the error).
         self.close_after = False
+        self.request_size = 0  # the request frame's bytes (what a producer quota counts)
 
 
 class Dispatcher(Protocol):
@@ -537,6 +549,7 @@ class Connection(asyncio.BufferedProtocol):
                 log.warning("closing connection from %s (%s): %s", self.peer, session.principal, refusal)
                 return None
         ctx = RequestContext(api_key, version, header.correlation_id, header.client_id, self)
+        ctx.request_size = frame.nbytes if type(frame) is memoryview else len(frame)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "%s v%d (correlation id %d) from %s, client %r",
@@ -579,11 +592,30 @@ class Connection(asyncio.BufferedProtocol):
         return self._answer(ctx, request, response)
 
     def _run_now(self, ctx: RequestContext, request: Message) -> list[Any] | None:
+        started = time.perf_counter()
         try:
             response = self.dispatcher.handle_now(ctx, request)
         except Exception:
             return self._failed(ctx, request)
-        return self._answer(ctx, request, response)
+        return self._answer(ctx, request, response, time.perf_counter() - started)
+
+    def _throttle(
+        self, ctx: RequestContext, response: Message | None, response_size: int, handler_s: float
+    ) -> int:
+        """Record the request against the client's quotas; mute the connection for the throttle
+        time, which is returned (ms) for the response to carry (KIP-219)."""
+        quotas = self.server.quotas
+        assert quotas is not None
+        user, client_id = quota_identity(self.session.principal, ctx.client_id)
+        throttle = quotas.record(user, client_id, REQUEST_PERCENTAGE, handler_s * 100, max_window=True)
+        if ctx.api_key == PRODUCE_KEY:
+            throttle = max(throttle, quotas.record(user, client_id, PRODUCER_BYTE_RATE, ctx.request_size))
+        elif ctx.api_key == FETCH_KEY and response is not None:
+            throttle = max(throttle, quotas.record(user, client_id, CONSUMER_BYTE_RATE, response_size))
+        if throttle <= 0:
+            return 0
+        self.mute(throttle)
+        return min(int(throttle * 1000), 2**31 - 1)
 
     def _failed(self, ctx: RequestContext, request: Message) -> list[Any] | None:
         """The handler raised: log it and answer with an error."""
@@ -596,11 +628,23 @@ class Connection(asyncio.BufferedProtocol):
         )
         return self._error_answer(ctx, request)
 
-    def _answer(self, ctx: RequestContext, request: Message, response: Message | None) -> list[Any] | None:
+    def _answer(
+        self, ctx: RequestContext, request: Message, response: Message | None, handler_s: float = 0.0
+    ) -> list[Any] | None:
+        quotas = self.server.quotas
         if response is None:
+            if quotas is not None and quotas.enabled:
+                self._throttle(ctx, None, 0, handler_s)
             return None
         try:
-            return self._encoded(ctx, response)
+            frame = self._encoded(ctx, response)
+            if quotas is not None and quotas.enabled:
+                size = sum(part.nbytes if type(part) is memoryview else len(part) for part in frame)
+                throttle_ms = self._throttle(ctx, response, size, handler_s)
+                if throttle_ms > getattr(response, "throttle_time_ms", throttle_ms):
+                    response.throttle_time_ms = throttle_ms  # type: ignore[attr-defined]
+                    frame = self._encoded(ctx, response)
+            return frame
         except Exception:
             log.exception(
                 "cannot encode the response to %s v%d for %s",
@@ -779,9 +823,11 @@ class KafkaServer:
         ssl_context: ssl.SSLContext | None = None,
         sasl: SaslSettings | None = None,
         limits: ConnectionLimits | None = None,
+        quotas: QuotaManager | None = None,
     ):
         self.dispatcher = dispatcher
         self.limits = limits or ConnectionLimits()
+        self.quotas = quotas
         self._idle_task: asyncio.Task[None] | None = None
         self.host = host
         self.port = port

@@ -1,0 +1,109 @@
+"""DescribeClientQuotas (key 48) and AlterClientQuotas (key 49): the broker's client quotas
+(``reference_broker.quotas``), as ``kafka-configs --entity-type clients|users|ips`` reads and
+changes them.
+
+Errors as Kafka's: a bad filter answers INVALID_REQUEST for the whole describe; each altered entity
+gets its own error (INVALID_REQUEST with Kafka's message for a bad entity, key or value), and
+``validate_only`` checks without storing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from reference_broker.quotas import QuotaError, make_entity
+from sdk.protocol.errors import ErrorCode
+from sdk.protocol.messages import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+)
+
+if TYPE_CHECKING:
+    from reference_broker.broker import Broker
+    from reference_broker.handlers.registry import HandlerRegistry
+    from reference_broker.network.server import RequestContext
+
+DescribeEntry = DescribeClientQuotasResponse.EntryData
+AlterEntry = AlterClientQuotasResponse.EntryData
+
+
+def describe(
+    broker: Broker, ctx: RequestContext, request: DescribeClientQuotasRequest
+) -> DescribeClientQuotasResponse:
+    components = [(c.entity_type, c.match_type, c.match) for c in request.components]
+    try:
+        found = broker.quotas.store.describe(components, request.strict)
+    except QuotaError as exc:
+        return DescribeClientQuotasResponse(
+            error_code=ErrorCode.INVALID_REQUEST, error_message=str(exc), entries=None
+        )
+    return DescribeClientQuotasResponse(
+        error_code=ErrorCode.NONE,
+        error_message=None,
+        entries=[
+            DescribeEntry(
+                entity=[DescribeEntry.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+                values=[DescribeEntry.ValueData(key=k, value=v) for k, v in sorted(values.items())],
+            )
+            for entity, values in found
+        ],
+    )
+
+
+def alter(
+    broker: Broker, ctx: RequestContext, request: AlterClientQuotasRequest
+) -> AlterClientQuotasResponse:
+    results = []
+    seen: set[object] = set()
+    for entry in request.entries:
+        pairs = [(e.entity_type, e.entity_name) for e in entry.entity]
+        code, message = ErrorCode.NONE, None
+        try:
+            entity = make_entity(pairs)
+            if entity in seen:
+                raise QuotaError(f"Ignoring duplicate entity {dict(entity)}")
+            seen.add(entity)
+            broker.quotas.store.alter(
+                entity,
+                [(op.key, op.value, op.remove) for op in entry.ops],
+                validate_only=request.validate_only,
+            )
+        except QuotaError as exc:
+            code, message = ErrorCode.INVALID_REQUEST, str(exc)
+        results.append(
+            AlterEntry(
+                error_code=code,
+                error_message=message,
+                entity=[AlterEntry.EntityData(entity_type=t, entity_name=n) for t, n in pairs],
+            )
+        )
+    return AlterClientQuotasResponse(entries=results)
+
+
+def _describe_error(
+    request: DescribeClientQuotasRequest, version: int, code: int
+) -> DescribeClientQuotasResponse:
+    return DescribeClientQuotasResponse(error_code=code, error_message=None, entries=None)
+
+
+def _alter_error(request: AlterClientQuotasRequest, version: int, code: int) -> AlterClientQuotasResponse:
+    return AlterClientQuotasResponse(
+        entries=[
+            AlterEntry(
+                error_code=code,
+                error_message=None,
+                entity=[
+                    AlterEntry.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
+                    for e in entry.entity
+                ],
+            )
+            for entry in request.entries
+        ]
+    )
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(DescribeClientQuotasRequest.API_KEY, describe, error_response=_describe_error)
+    registry.register(AlterClientQuotasRequest.API_KEY, alter, error_response=_alter_error)

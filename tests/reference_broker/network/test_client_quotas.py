@@ -1,0 +1,261 @@
+"""Client quotas as Kafka has them, with Apache Kafka 4.1 as the control: Kafka's own
+``kafka-configs`` sets and describes them the same way on both brokers, bad values are refused
+with Kafka's errors, they survive a restart, and a quota'd producer is held to its byte rate (its
+throttle time visible to confluent-kafka) while an unquota'd one beside it is not."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from reference_broker.testing import BrokerFactory
+from sdk.protocol.messages import AlterClientQuotasRequest, DescribeClientQuotasRequest
+from tests.oracles.kafka_tools import run_tool
+from tests.reference_broker.wire import WireClient
+
+pytestmark = [
+    pytest.mark.apache_kafka,
+    pytest.mark.timeout(300),
+]
+
+CONFIGS = "kafka.admin.ConfigCommand"
+
+
+def configs(bootstrap: str, *args: str) -> tuple[int, str]:
+    result = run_tool(CONFIGS, "--bootstrap-server", bootstrap, *args, timeout=120)
+    return result.returncode, result.stdout + result.stderr
+
+
+def _describe_lines(bootstrap: str, *args: str) -> list[str]:
+    code, out = configs(bootstrap, "--describe", *args)
+    assert code == 0, out
+    return sorted(line for line in out.splitlines() if line.startswith("Quota configs"))
+
+
+def test_kafka_configs_sets_and_describes_client_quotas_as_on_kafka(
+    broker_factory: BrokerFactory, apache_kafka: Any
+) -> None:
+    ours = broker_factory()
+    tag = uuid.uuid4().hex[:6]
+    client, user = f"client-{tag}", f"user-{tag}"
+    described = []
+    for bootstrap in (ours.bootstrap, apache_kafka.bootstrap):
+        steps = [
+            ("--entity-type", "clients", "--entity-name", client, "--add-config", "producer_byte_rate=1024"),
+            ("--entity-type", "clients", "--entity-name", client, "--add-config", "consumer_byte_rate=2048"),
+            ("--entity-type", "users", "--entity-name", user, "--add-config", "request_percentage=12.5"),
+            (
+                "--entity-type",
+                "users",
+                "--entity-name",
+                user,
+                "--entity-type",
+                "clients",
+                "--entity-name",
+                client,
+                "--add-config",
+                "producer_byte_rate=4096",
+            ),
+            ("--entity-type", "clients", "--entity-name", client, "--delete-config", "consumer_byte_rate"),
+        ]
+        for step in steps:
+            code, out = configs(bootstrap, "--alter", *step)
+            assert code == 0, out
+        described.append(
+            _describe_lines(bootstrap, "--entity-type", "clients", "--entity-name", client)
+            + _describe_lines(bootstrap, "--entity-type", "users", "--entity-name", user)
+            + _describe_lines(
+                bootstrap,
+                "--entity-type",
+                "users",
+                "--entity-name",
+                user,
+                "--entity-type",
+                "clients",
+                "--entity-name",
+                client,
+            )
+        )
+    assert described[0] == described[1]
+    assert any("producer_byte_rate=1024.0" in line for line in described[0]), described[0]
+    # Kept durably: the same answers after a restart.
+    ours.restart()
+    assert _describe_lines(ours.bootstrap, "--entity-type", "clients", "--entity-name", client) == [
+        line for line in described[0] if f"client-id '{client}'" in line and "user-principal" not in line
+    ]
+
+
+@pytest.mark.parametrize(
+    ("entity", "key", "value"),
+    [
+        ([("client-id", "x")], "producer_byte_rate", 10.5),
+        ([("client-id", "x")], "producer_byte_rate", 0.0),
+        ([("user", "u")], "request_percentage", -1.0),
+        ([("ip", "127.0.0.1")], "connection_creation_rate", 1e10),
+        ([("client-id", "x")], "no_such_quota", 1.0),
+        ([("client-id", "x")], "connection_creation_rate", 1.0),
+        ([("ip", "127.0.0.1"), ("user", "u")], "connection_creation_rate", 1.0),
+        ([("client-id", "")], "producer_byte_rate", 1.0),
+        ([("group", "g")], "producer_byte_rate", 1.0),
+    ],
+)
+def test_bad_alterations_get_kafkas_errors(
+    broker_factory: BrokerFactory, apache_kafka: Any, entity: list[tuple[str, str]], key: str, value: float
+) -> None:
+    ours = broker_factory()
+    request = AlterClientQuotasRequest(
+        entries=[
+            AlterClientQuotasRequest.EntryData(
+                entity=[AlterClientQuotasRequest.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+                ops=[AlterClientQuotasRequest.OpData(key=key, value=value, remove=False)],
+            )
+        ],
+        validate_only=False,
+    )
+    answers = []
+    for bootstrap in (ours.bootstrap, apache_kafka.bootstrap):
+        with WireClient(bootstrap) as client:
+            response = client.request(request, 1)
+        answers.append((response.entries[0].error_code, response.entries[0].error_message))
+    assert answers[0][0] == answers[1][0] != 0, answers
+    assert answers[0][1] == answers[1][1], answers
+
+
+def test_describe_filters_match_kafka(broker_factory: BrokerFactory, apache_kafka: Any) -> None:
+    ours = broker_factory()
+    tag = uuid.uuid4().hex[:6]
+    entities = [
+        [("client-id", f"a-{tag}")],
+        [("user", f"u-{tag}")],
+        [("user", f"u-{tag}"), ("client-id", f"a-{tag}")],
+    ]
+    alter = AlterClientQuotasRequest(
+        entries=[
+            AlterClientQuotasRequest.EntryData(
+                entity=[AlterClientQuotasRequest.EntityData(entity_type=t, entity_name=n) for t, n in e],
+                ops=[
+                    AlterClientQuotasRequest.OpData(key="producer_byte_rate", value=1000.0 + i, remove=False)
+                ],
+            )
+            for i, e in enumerate(entities)
+        ],
+        validate_only=False,
+    )
+    filters = [
+        ([("client-id", 0, f"a-{tag}")], True),
+        ([("client-id", 0, f"a-{tag}")], False),
+        ([("user", 0, f"u-{tag}")], False),
+        ([("user", 0, f"u-{tag}"), ("client-id", 0, f"a-{tag}")], True),
+        ([("user", 0, f"u-{tag}"), ("user", 1, None)], False),
+    ]
+    results = []
+    for bootstrap in (ours.bootstrap, apache_kafka.bootstrap):
+        with WireClient(bootstrap) as client:
+            assert all(e.error_code == 0 for e in client.request(alter, 1).entries)
+            found = []
+            for components, strict in filters:
+                request = DescribeClientQuotasRequest(
+                    components=[
+                        DescribeClientQuotasRequest.ComponentData(entity_type=t, match_type=m, match=v)
+                        for t, m, v in components
+                    ],
+                    strict=strict,
+                )
+                response = client.request(request, 1)
+                found.append(
+                    (
+                        response.error_code,
+                        sorted(
+                            (
+                                tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)),
+                                tuple((v.key, v.value) for v in entry.values),
+                            )
+                            for entry in response.entries or []
+                        ),
+                    )
+                )
+            results.append(found)
+    assert results[0] == results[1]
+
+
+def _produce_for(bootstrap: str, topic: str, client_id: str, seconds: float) -> tuple[float, list[int]]:
+    """Produce 1 KiB records as fast as the broker lets ``client_id`` for ``seconds``; returns the
+    acknowledged bytes per second and the throttle times confluent-kafka reported."""
+    throttles: list[int] = []
+    acked = [0]
+
+    def on_throttle(event: Any) -> None:
+        throttles.append(int(event.throttle_time * 1000))
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            acked[0] += len(msg.value())
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "linger.ms": 5,
+            "batch.size": 64 * 1024,
+            "throttle_cb": on_throttle,
+            "queue.buffering.max.kbytes": 4096,
+        }
+    )
+    value = b"q" * 1024
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        try:
+            producer.produce(topic, value=value, on_delivery=on_delivery)
+        except BufferError:
+            producer.poll(0.05)
+        else:
+            producer.poll(0)
+    elapsed = time.monotonic() - started
+    rate = acked[0] / elapsed
+    producer.purge()
+    producer.flush(30)
+    producer.poll(0)
+    return rate, throttles
+
+
+QUOTA = 200_000  # bytes/s
+
+
+def test_a_quotad_producer_is_held_to_its_rate_as_on_kafka(
+    broker_factory: BrokerFactory, apache_kafka: Any
+) -> None:
+    ours = broker_factory()
+    tag = uuid.uuid4().hex[:6]
+    measured = {}
+    for name, bootstrap in (("ours", ours.bootstrap), ("kafka", apache_kafka.bootstrap)):
+        slow = f"slow-{tag}"
+        code, out = configs(
+            bootstrap,
+            "--alter",
+            "--entity-type",
+            "clients",
+            "--entity-name",
+            slow,
+            "--add-config",
+            f"producer_byte_rate={QUOTA}",
+        )
+        assert code == 0, out
+        topic = f"quota-{tag}"
+        slow_rate, slow_throttles = _produce_for(bootstrap, topic, slow, 12)
+        fast_rate, fast_throttles = _produce_for(bootstrap, topic, f"fast-{tag}", 4)
+        measured[name] = (
+            slow_rate,
+            fast_rate,
+            max(slow_throttles, default=0),
+            max(fast_throttles, default=0),
+        )
+    for name, (slow_rate, fast_rate, slow_throttle, fast_throttle) in measured.items():
+        assert slow_rate < 3 * QUOTA, (name, measured)
+        assert fast_rate > 3 * slow_rate, (name, measured)
+        assert slow_throttle > 0 and fast_throttle == 0, (name, measured)
+    ours_rate, kafka_rate = measured["ours"][0], measured["kafka"][0]
+    assert 0.5 * kafka_rate <= ours_rate <= 2 * kafka_rate, measured
