@@ -91,6 +91,11 @@ class Fetcher:
         #: lag per partition handed out; the group and the consumer record into it too.
         self.metrics = metrics if metrics is not None else ConsumerMetrics(config.effective_client_id)
         self.metrics.bind_assigned_partitions(lambda: len(subscription.assigned_partitions()))
+        #: Records ``take_one`` handed out and not yet recorded in the metrics, per partition
+        #: (one record at a time is too often to record each): recorded at the next
+        #: ``take_records`` or read of the metrics.
+        self._taken_one: dict[TopicPartition, int] = {}
+        self.metrics.registry.before_read(self._record_taken_one)
         self._subscription = subscription
         self._config = config
         self._read_committed = config.isolation == 1
@@ -449,6 +454,8 @@ class Fetcher:
         Raises a pending partition error (out of range with 'none', corrupt data, authorization,
         ...) when no records are returned with it.
         """
+        if self._taken_one:
+            self._record_taken_one()
         wanted = None if not partitions else set(partitions)
         subscription = self._subscription
         result: dict[TopicPartition, list[ConsumerRecord]] = {}
@@ -521,12 +528,22 @@ class Fetcher:
             if record is None:
                 break
             state.position = part.next_offset
-            self._record_consumed(tp, state, 1)
+            taken = self._taken_one
+            taken[tp] = taken.get(tp, 0) + 1
             return record
         records = self.take_records(partitions, 1)
         for batch in records.values():
             return batch[0]
         return None
+
+    def _record_taken_one(self) -> None:
+        taken, self._taken_one = self._taken_one, {}
+        for tp, count in taken.items():
+            state = self._subscription.get_state(tp)
+            if state is not None and state.position is not None:
+                self._record_consumed(tp, state, count)
+            else:
+                self.metrics.record_consumed(tp, count, None, None, _now() * 1000)
 
     def _record_consumed(self, tp: TopicPartition, state: Any, count: int) -> None:
         """Java's ``FetchCollector``: records handed out, and the partition's lag (to the last

@@ -291,6 +291,8 @@ class Metrics:
         self._metrics: dict[MetricName, Callable[[float], float]] = {}
         #: ``(group, name) -> description`` of metrics that appear later (per partition).
         self._declared: dict[tuple[str, str], str] = {}
+        #: Called before values are read: a recorder that batches measurements flushes them.
+        self._before_read: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
     def metric_name(
@@ -348,8 +350,15 @@ class Metrics:
         with self._lock:
             return list(self._metrics)
 
+    def before_read(self, flush: Callable[[], None]) -> None:
+        """Call ``flush`` before every read of the values (``metrics()``), so a hot path may
+        count in a plain integer and record into its sensors only now and then."""
+        self._before_read.append(flush)
+
     def metrics(self) -> dict[MetricName, float]:
         """Every metric's current value, computed now."""
+        for flush in self._before_read:
+            flush()
         now = self.time_ms()
         with self._lock:
             measures = list(self._metrics.items())
