@@ -529,6 +529,12 @@ class ConsumerMembershipManager:
                 self._sent.reset()
                 if isinstance(exc, KafkaConnectionError | KafkaTimeoutError):
                     self._channel.forget()
+                if exc.code == ErrorCode.UNSUPPORTED_VERSION:
+                    exc = make_error(
+                        ErrorCode.UNSUPPORTED_VERSION,
+                        "the cluster does not support the consumer group protocol (KIP-848: "
+                        f"ConsumerGroupHeartbeat): use group_protocol='classic' until it does ({exc})",
+                    )
                 if not exc.retriable:
                     self._set_fatal(exc)
                     continue

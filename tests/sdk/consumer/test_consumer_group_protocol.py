@@ -31,7 +31,7 @@ from reference_broker.testing import BrokerProcess
 from sdk import Consumer, Producer
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.listener import ConsumerRebalanceListener
-from sdk.errors import InvalidRequestError, KafkaError
+from sdk.errors import InvalidRequestError, KafkaError, UnsupportedVersionError
 from tests.sdk.conftest import KafkaTarget
 
 pytestmark = [pytest.mark.timeout(240)]
@@ -438,3 +438,13 @@ async def test_a_confluent_kafka_consumer_protocol_member_shares_the_group(kafka
         stop.set()
         await asyncio.to_thread(thread.join, 30)
         await members.stop()
+
+
+async def test_a_broker_without_the_consumer_protocol_is_a_clear_error_at_start() -> None:
+    with BrokerProcess(config={"group.coordinator.rebalance.protocols": "classic"}) as proc:
+        consumer = Consumer("t", bootstrap_servers=proc.bootstrap, group_id="g", group_protocol="consumer")
+        try:
+            with pytest.raises(UnsupportedVersionError, match="group_protocol='classic'"):
+                await consumer.start()
+        finally:
+            await consumer.stop()
