@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from reference_broker.testing import BrokerFactory
 from sdk.protocol.messages import AlterClientQuotasRequest, DescribeClientQuotasRequest
@@ -257,5 +257,72 @@ def test_a_quotad_producer_is_held_to_its_rate_as_on_kafka(
         assert slow_rate < 3 * QUOTA, (name, measured)
         assert fast_rate > 3 * slow_rate, (name, measured)
         assert slow_throttle > 0 and fast_throttle == 0, (name, measured)
+    ours_rate, kafka_rate = measured["ours"][0], measured["kafka"][0]
+    assert 0.5 * kafka_rate <= ours_rate <= 2 * kafka_rate, measured
+
+
+def _consume_for(bootstrap: str, topic: str, client_id: str, seconds: float) -> tuple[float, list[int]]:
+    """Read ``topic`` from the start as ``client_id`` for ``seconds``: (bytes/s, throttle times)."""
+    throttles: list[int] = []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "group.id": f"{client_id}-group",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "throttle_cb": lambda event: throttles.append(int(event.throttle_time * 1000)),
+        }
+    )
+    consumed = 0
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                consumed += len(msg.value())
+        rate = consumed / (time.monotonic() - started)
+    finally:
+        consumer.close()
+    return rate, throttles
+
+
+def test_a_quotad_consumer_is_held_to_its_rate_as_on_kafka(
+    broker_factory: BrokerFactory, apache_kafka: Any
+) -> None:
+    ours = broker_factory()
+    tag = uuid.uuid4().hex[:6]
+    topic = f"consume-quota-{tag}"
+    measured = {}
+    for name, bootstrap in (("ours", ours.bootstrap), ("kafka", apache_kafka.bootstrap)):
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        for _ in range(16 * 1024):  # 16 MiB in 1 KiB records
+            while True:
+                try:
+                    producer.produce(topic, value=b"c" * 1024, partition=0)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        assert producer.flush(60) == 0
+        slow = f"reader-{tag}"
+        code, out = configs(
+            bootstrap,
+            "--alter",
+            "--entity-type",
+            "clients",
+            "--entity-name",
+            slow,
+            "--add-config",
+            f"consumer_byte_rate={QUOTA}",
+        )
+        assert code == 0, out
+        slow_rate, slow_throttles = _consume_for(bootstrap, topic, slow, 12)
+        fast_rate, _ = _consume_for(bootstrap, topic, f"fast-reader-{tag}", 4)
+        measured[name] = (slow_rate, fast_rate, max(slow_throttles, default=0))
+    for name, (slow_rate, fast_rate, slow_throttle) in measured.items():
+        assert slow_rate < 3 * QUOTA, (name, measured)
+        assert fast_rate > 3 * slow_rate, (name, measured)
+        assert slow_throttle > 0, (name, measured)
     ours_rate, kafka_rate = measured["ours"][0], measured["kafka"][0]
     assert 0.5 * kafka_rate <= ours_rate <= 2 * kafka_rate, measured
