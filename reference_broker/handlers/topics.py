@@ -102,9 +102,45 @@ def _partition_count(broker: Broker, topic: CreateTopicsRequest.CreatableTopic) 
     return topic.num_partitions
 
 
+#: Kafka's controller refuses a CreateTopics that asks for more partitions than this in one request
+#: (ReplicationControlManager.MAX_PARTITIONS_PER_BATCH), and any request whose metadata records
+#: (one per topic, partition and config override) would exceed the same number
+#: (QuorumController.MAX_RECORDS_PER_USER_OP): a CreatePartitions adding more than that many.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+MAX_RECORDS_PER_REQUEST = 10_000
+_TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
+_TOO_MANY_RECORDS = "Unable to perform excessively large batch operation."
+
+
+def _requested_partitions(broker: Broker, request: CreateTopicsRequest) -> int:
+    """Kafka's count: assignments when given, else num_partitions (-1: the broker default);
+    non-positive counts add nothing (they are refused per topic)."""
+    total = 0
+    default = int(broker.config.get("num.partitions"))
+    for topic in request.topics:
+        if topic.assignments:
+            total += len(topic.assignments)
+        elif topic.num_partitions == -1:
+            total += default
+        elif topic.num_partitions > 0:
+            total += topic.num_partitions
+    return total
+
+
 def create_topics(
     broker: Broker, ctx: RequestContext, request: CreateTopicsRequest
 ) -> CreateTopicsResponse:
+    partitions_asked = _requested_partitions(broker, request)
+    refusal = None
+    if partitions_asked > MAX_PARTITIONS_PER_REQUEST:
+        refusal = _TOO_MANY_PARTITIONS
+    elif partitions_asked + sum(1 + len(t.configs) for t in request.topics) > MAX_RECORDS_PER_REQUEST:
+        refusal = _TOO_MANY_RECORDS
+    if refusal is not None:
+        return CreateTopicsResponse(topics=[
+            CreatableResult(name=t.name, error_code=ErrorCode.POLICY_VIOLATION, error_message=refusal)
+            for t in request.topics
+        ])
     counts = Counter(t.name for t in request.topics)
     results = []
     for topic in request.topics:
@@ -218,6 +254,14 @@ def delete_topics_error(request: DeleteTopicsRequest, version: int, code: int) -
 def create_partitions(
     broker: Broker, ctx: RequestContext, request: CreatePartitionsRequest
 ) -> CreatePartitionsResponse:
+    added = 0
+    for topic in request.topics:
+        known = broker.logs.topic(topic.name)
+        if known is not None and topic.count > known.num_partitions:
+            added += topic.count - known.num_partitions
+    if added > MAX_RECORDS_PER_REQUEST:
+        # Kafka's controller fails the whole request on its record bound, without a message.
+        return create_partitions_error(request, ctx.api_version, ErrorCode.UNKNOWN_SERVER_ERROR)
     counts = Counter(t.name for t in request.topics)
     results = []
     for topic in request.topics:

@@ -12,7 +12,7 @@ import mmap
 import os
 from pathlib import Path
 
-__all__ = ["atomic_write", "fsync_dir", "pread_exact", "pwrite_all", "remove_quietly"]
+__all__ = ["atomic_write", "fsync_dir", "os_error_text", "pread_exact", "pwrite_all", "remove_quietly"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -110,3 +110,13 @@ def remove_quietly(path: Path) -> None:
     """Delete ``path`` if it exists."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
+
+
+def os_error_text(exc: BaseException) -> str:
+    """An OS error as clients may read it: the reason and the file's own name, never its absolute
+    path (the data directory's location is the operator's business, not a client's)."""
+    if not isinstance(exc, OSError) or exc.strerror is None:
+        return str(exc)
+    if exc.filename is None:
+        return exc.strerror
+    return f"{exc.strerror}: {Path(os.fsdecode(exc.filename)).name}"

@@ -59,11 +59,16 @@ class Corruption:
         return offset >= self.first_offset and (self.last_offset is None or offset <= self.last_offset)
 
     def __str__(self) -> str:
+        return self._describe(str(self.file))
+
+    def client_text(self) -> str:
+        """The description without the data directory's location (for error messages)."""
+        return self._describe(self.file.name)
+
+    def _describe(self, file: str) -> str:
         last = "end of segment" if self.last_offset is None else str(self.last_offset)
-        return (
-            f"corrupt data in {self.file} at position {self.position}"
-            f" (offsets {self.first_offset}..{last}): {self.reason}"
-        )
+        return (f"corrupt data in {file} at position {self.position}"
+                f" (offsets {self.first_offset}..{last}): {self.reason}")
 
 
 def scan_batches(

@@ -49,7 +49,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reference_broker.log._files import TMP_SUFFIX, atomic_write, fsync_dir, remove_quietly
+from reference_broker.log._files import TMP_SUFFIX, atomic_write, fsync_dir, os_error_text, remove_quietly
 from reference_broker.log.cleaner import CleanerError, clean_log, cleanable, read_checkpoint, write_checkpoint
 from reference_broker.log.config import INTERNAL_SEGMENT_BYTES, SEGMENT_BYTES_MIN, LogConfig
 from reference_broker.log.partition_log import PartitionLog
@@ -385,7 +385,7 @@ class LogManager:
             del self._configs[name]
             if isinstance(exc, KafkaError):
                 raise
-            raise KafkaStorageError(f"creating topic {name!r} failed: {exc}") from exc
+            raise KafkaStorageError(f"creating topic {name!r} failed: {os_error_text(exc)}") from exc
         self._topics[name] = meta
         for partition, plog in enumerate(opened):
             self._logs[(name, partition)] = plog
@@ -445,7 +445,7 @@ class LogManager:
             self._undo_partitions(name, added, opened)
             if isinstance(exc, KafkaError):
                 raise
-            raise KafkaStorageError(f"adding partitions to {name!r} failed: {exc}") from exc
+            raise KafkaStorageError(f"adding partitions to {name!r} failed: {os_error_text(exc)}") from exc
         for partition, plog in zip(added, opened, strict=True):
             self._logs[(name, partition)] = plog
         self._topics[name] = updated
@@ -597,7 +597,7 @@ class LogManager:
             self._uncleanable.add(plog.name)
             return None
         except OSError as exc:
-            raise plog._go_offline(f"cleaning failed: {exc}") from exc
+            raise plog._go_offline(f"cleaning failed: {os_error_text(exc)}") from exc
         return plog.name
 
     def run_periodic(self, now_ms: int | None = None) -> None:

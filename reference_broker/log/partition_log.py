@@ -56,7 +56,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from reference_broker.log._checkpoint import CLEAN_SHUTDOWN_FILE, Checkpoint
-from reference_broker.log._files import atomic_write, fsync_dir
+from reference_broker.log._files import atomic_write, fsync_dir, os_error_text
 from reference_broker.log._validation import validate_append
 from reference_broker.log.config import LogConfig
 from reference_broker.log.index import AbortedTxn
@@ -241,7 +241,7 @@ class PartitionLog:
             segment = self._maybe_roll(len(buf), max_ts, next_offset - 1, now_ms)
             segment.append(buf, positions, batches)
         except OSError as exc:
-            raise self._go_offline(f"append failed: {exc}") from exc
+            raise self._go_offline(f"append failed: {os_error_text(exc)}") from exc
         if infos:
             self._commit_producers(infos, completed, segment)
         self.producer_state.map_end_offset = next_offset
@@ -322,7 +322,7 @@ class PartitionLog:
                     segment.txn_index.append(
                         AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
                 except OSError as exc:
-                    raise self._go_offline(f"transaction index write failed: {exc}") from exc
+                    raise self._go_offline(f"transaction index write failed: {os_error_text(exc)}") from exc
                 with_aborts = self._segments_with_aborts
                 if not with_aborts or with_aborts[-1] is not segment:
                     with_aborts.append(segment)  # the active segment: the last of the log
@@ -388,7 +388,7 @@ class PartitionLog:
                 self.recovery_point = upto
                 self._write_checkpoint()
             except OSError as exc:
-                raise self._go_offline(f"flush failed: {exc}") from exc
+                raise self._go_offline(f"flush failed: {os_error_text(exc)}") from exc
         if upto == self.log_end_offset:
             self._last_flush_ms = _now_ms() if now_ms is None else now_ms
 
@@ -501,10 +501,10 @@ class PartitionLog:
                 if pieces:
                     break
                 raise KafkaStorageError(
-                    f"{self.name}: offset {next_offset} cannot be served: {exc.corruption}"
+                    f"{self.name}: offset {next_offset} cannot be served: {exc.corruption.client_text()}"
                 ) from None
             except OSError as exc:
-                raise self._go_offline(f"read failed: {exc}") from exc
+                raise self._go_offline(f"read failed: {os_error_text(exc)}") from exc
             if data:
                 if first < 0:
                     first = header.base_offset
@@ -585,9 +585,9 @@ class PartitionLog:
         try:
             return fn()
         except SegmentCorrupt as exc:
-            raise KafkaStorageError(f"{self.name}: {exc.corruption}") from None
+            raise KafkaStorageError(f"{self.name}: {exc.corruption.client_text()}") from None
         except OSError as exc:
-            raise self._go_offline(f"read failed: {exc}") from exc
+            raise self._go_offline(f"read failed: {os_error_text(exc)}") from exc
 
     # -- deletion ------------------------------------------------------------------------------
 
@@ -676,7 +676,7 @@ class PartitionLog:
                 segment.delete()
             self._cleanup_snapshots()
         except OSError as exc:
-            raise self._go_offline(f"segment deletion failed: {exc}") from exc
+            raise self._go_offline(f"segment deletion failed: {os_error_text(exc)}") from exc
         log.info("%s: deleted %d segment(s); log start offset is now %d",
                  self.name, len(doomed), self._log_start_offset)
         return len(doomed)

@@ -118,10 +118,21 @@ class LogSegment:
         seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         seg._unsynced = True
         SEGMENT_FILES.opened(seg)
-        for index in (seg.offset_index, seg.time_index, seg.txn_index):
-            index.reset([])
+        try:
+            for index in (seg.offset_index, seg.time_index, seg.txn_index):
+                index.reset([])
+        except OSError:
+            seg.close_quietly()
+            raise
         seg.indexes_loaded = True
         return seg
+
+    def close_quietly(self) -> None:
+        """Close every descriptor, ignoring errors (a creation being undone)."""
+        try:
+            self.close()
+        except OSError:
+            pass
 
     @classmethod
     def open_existing(

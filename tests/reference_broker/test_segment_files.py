@@ -9,6 +9,7 @@ them, and a SIGKILL and restart loses nothing.
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import uuid
 
@@ -94,3 +95,45 @@ def test_many_segments_keep_descriptors_bounded_and_survive_kill(broker_factory:
     proc.restart(kill=True)
     assert read_all(proc, topic) == expected
     assert open_descriptors(proc) - baseline <= ALLOWED_GROWTH
+
+
+def create_partitions_topic(proc: BrokerProcess, name: str, partitions: int) -> tuple[int, str | None]:
+    topic = messages.CreateTopicsRequest.CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)
+    with WireClient(proc.bootstrap, timeout=60) as wire:
+        result = wire.request(messages.CreateTopicsRequest(topics=[topic], timeout_ms=60_000), 7).topics[0]
+    return result.error_code, result.error_message
+
+
+def leftovers(proc: BrokerProcess, name: str) -> list[str]:
+    found = [p.name for p in proc.data_dir.iterdir() if p.name.startswith(f"{name}-")]
+    return found + [p.name for p in (proc.data_dir / ".topics").iterdir() if p.name.startswith(name)]
+
+
+def test_creations_beyond_the_descriptor_limit_succeed_or_leave_nothing(broker_factory: BrokerFactory) -> None:
+    proc = broker_factory(BROKER_CONFIG)
+    assert proc.pid is not None
+    soft, hard = resource.prlimit(proc.pid, resource.RLIMIT_NOFILE)
+    try:
+        # Room for the capped segments and a few connections, far less than 4 per partition.
+        resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (open_descriptors(proc) + ALLOWED_GROWTH + 16, hard))
+        name = f"many-{uuid.uuid4().hex[:8]}"
+        assert create_partitions_topic(proc, name, 400) == (0, None)
+        assert len([p for p in proc.data_dir.iterdir() if p.name.startswith(f"{name}-")]) == 400
+
+        # No descriptor to spare (the connection is already open): the creation fails and is
+        # undone completely.
+        doomed = f"doomed-{uuid.uuid4().hex[:8]}"
+        with WireClient(proc.bootstrap, timeout=60) as wire:
+            wire.request(messages.ApiVersionsRequest(), 0)
+            resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (open_descriptors(proc), hard))
+            topic = messages.CreateTopicsRequest.CreatableTopic(name=doomed, num_partitions=50, replication_factor=1)
+            result = wire.request(messages.CreateTopicsRequest(topics=[topic], timeout_ms=60_000), 7).topics[0]
+        assert result.error_code == ErrorCode.KAFKA_STORAGE_ERROR, result.error_message
+        assert result.error_message is not None and str(proc.data_dir) not in result.error_message
+    finally:
+        resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (soft, hard))
+    assert leftovers(proc, doomed) == []
+    with WireClient(proc.bootstrap) as wire:  # new connections are answered
+        metadata = wire.request(messages.MetadataRequest(topics=None), 12)
+    assert {t.name for t in metadata.topics} >= {name}
+    assert doomed not in {t.name for t in metadata.topics}

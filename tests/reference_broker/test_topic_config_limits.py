@@ -76,3 +76,28 @@ def test_internal_segment_bytes_is_accepted_and_described_when_set(bootstrap: st
     assert described.error_code == OK
     assert values["segment.bytes"] == str(1 << 30)
     assert values["internal.segment.bytes"] == "1000"
+
+
+def create_partitions(bootstrap: str, topic: str, count: int) -> messages.CreatePartitionsResponse:
+    request = messages.CreatePartitionsRequest(
+        topics=[messages.CreatePartitionsRequest.CreatePartitionsTopic(name=topic, count=count, assignments=None)],
+        timeout_ms=30_000, validate_only=True)
+    with WireClient(bootstrap) as wire:
+        return wire.request(request, 3)
+
+
+def test_partitions_per_request_are_capped_as_kafkas_controller_caps_them(bootstrap: str) -> None:
+    too_many = create(bootstrap, {}, partitions=10_001)
+    assert (too_many.error_code, too_many.error_message) == (
+        ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
+    # One metadata record per topic, partition and config override: 10,001 records are too many.
+    for partitions, configs in ((10_000, {}), (9_999, {"retention.ms": "1000"})):
+        too_large = create(bootstrap, configs, partitions=partitions)
+        assert (too_large.error_code, too_large.error_message) == (
+            ErrorCode.POLICY_VIOLATION, "Unable to perform excessively large batch operation.")
+    assert create(bootstrap, {}, partitions=9_999).error_code == OK
+    name = f"cfg-grow-{uuid.uuid4().hex[:8]}"
+    assert create(bootstrap, {}, validate_only=False, name=name).error_code == OK
+    assert create_partitions(bootstrap, name, 10_001).results[0].error_code == OK
+    grown = create_partitions(bootstrap, name, 10_002).results[0]
+    assert (grown.error_code, grown.error_message) == (ErrorCode.UNKNOWN_SERVER_ERROR, None)
