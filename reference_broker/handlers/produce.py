@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 from reference_broker.handlers.auth import Operation, ResourceType, authorize, topic_denied
 from reference_broker.handlers.common import error_code_of, find_topic
 from reference_broker.log.results import RecordError, record_errors_of
+from reference_broker.log.throttled_log import ThrottledLog
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import ProduceRequest, ProduceResponse
 
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
 
 API_KEY = ProduceRequest.API_KEY
 log = logging.getLogger("reference_broker.produce")
+#: one line per partition and error a minute: a full disk refuses every produce the same way
+_refusals = ThrottledLog(log)
 
 TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = ProduceResponse.PartitionProduceResponse
@@ -193,7 +196,8 @@ def _append(
         appended = broker.logs.append(name, index, records, in_place=True)
     except KafkaError as exc:
         if exc.code != ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
-            log.info("append to %s-%d refused: %s", name, index, exc)
+            _refusals.log((name, index, exc.code), logging.INFO,
+                          "append to %s-%d refused: %s", name, index, exc)
         return _failed(index, error_code_of(exc), exc.message or exc.name, record_errors_of(exc))
     return PartitionResponse(
         index=index,
