@@ -388,27 +388,37 @@ class ConsumerMembershipManager:
     # -- offsets --------------------------------------------------------------------------------
 
     async def commit_offsets(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """OffsetCommit with the member id and epoch (epoch -1 and no member in assign mode);
-        ``CommitFailedError`` when the broker says the epoch is not the member's any more."""
+        """OffsetCommit with the member id and epoch (epoch -1 and no member in assign mode).
+        Refused for a stale epoch while the member has a newer one meanwhile: sent again with
+        it (Java's CommitRequestManager does the same); otherwise ``CommitFailedError``."""
         if not offsets:
             return
         self._raise_if_fatal()
-        if self._subscription.partitions_auto_assigned():
-            if self.member_epoch <= 0 or self._lost_pending:
-                raise CommitFailedError(
-                    f"group {self.group_id!r}: the member is not in the group (epoch {self.member_epoch}): "
-                    "the partitions may belong to another member"
-                )
-            epoch, member_id, instance_id = self.member_epoch, self.member_id, self.group_instance_id
-        else:
-            epoch, member_id, instance_id = -1, "", None
-        request = commit_request(self.group_id, epoch, member_id, instance_id, offsets)
-        response, _ = await self._channel.send_retrying(
-            OffsetCommitRequest.API_KEY, lambda version: request, offset_commit_coordinator_error
-        )
-        refused = commit_errors(response)
-        if refused:
+        while True:
+            if self._subscription.partitions_auto_assigned():
+                if self.member_epoch <= 0 or self._lost_pending:
+                    raise CommitFailedError(
+                        f"group {self.group_id!r}: the member is not in the group (epoch "
+                        f"{self.member_epoch}): the partitions may belong to another member"
+                    )
+                epoch, member_id, instance_id = self.member_epoch, self.member_id, self.group_instance_id
+            else:
+                epoch, member_id, instance_id = -1, "", None
+            request = commit_request(self.group_id, epoch, member_id, instance_id, offsets)
+
+            def build(version: int, request: OffsetCommitRequest = request) -> OffsetCommitRequest:
+                return request
+
+            response, _ = await self._channel.send_retrying(
+                OffsetCommitRequest.API_KEY, build, offset_commit_coordinator_error
+            )
+            refused = commit_errors(response)
+            if not refused:
+                self._last_committed.update(offsets)
+                return
             code = next(iter(refused.values()))
+            if code in _COMMIT_MEMBERSHIP_ERRORS and self.member_epoch > 0 and self.member_epoch != epoch:
+                continue  # the member moved to a newer epoch while this commit was under way
             names = ", ".join(f"{t.topic}-{t.partition}: {make_error(c).name}" for t, c in refused.items())
             if code in _COMMIT_MEMBERSHIP_ERRORS:
                 raise CommitFailedError(
@@ -416,7 +426,6 @@ class ConsumerMembershipManager:
                     "the member's current one; the partitions may belong to another member"
                 )
             raise make_error(code, f"OffsetCommit failed for {names}")
-        self._last_committed.update(offsets)
 
     async def fetch_committed_offsets(
         self, partitions: Iterable[TopicPartition]

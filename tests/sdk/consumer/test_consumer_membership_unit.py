@@ -379,3 +379,28 @@ def test_the_blocking_consumer_takes_the_group_protocol_too() -> None:
     assert (consumer.config.group_protocol, consumer.config.group_remote_assignor) == ("consumer", "uniform")
     with pytest.raises(ConfigError, match="session_timeout_ms"):
         BlockingConsumer("t", group_id="g", group_protocol="consumer", session_timeout_ms=30000)
+
+
+def commit_answer(error: int = 0) -> OffsetCommitResponse:
+    partition = OffsetCommitResponse.OffsetCommitResponsePartition(partition_index=0, error_code=error)
+    return OffsetCommitResponse(
+        topics=[OffsetCommitResponse.OffsetCommitResponseTopic(name=TOPIC, partitions=[partition])]
+    )
+
+
+async def test_commit_refused_as_stale_is_sent_again_with_the_epoch_the_member_has_now(
+    member: Member,
+) -> None:
+    await member.stable([0], epoch=2)
+
+    def stale_while_the_epoch_moved_on(sent: Any) -> OffsetCommitResponse:
+        member.manager.member_epoch = 3  # a heartbeat answered meanwhile
+        return commit_answer(ErrorCode.STALE_MEMBER_EPOCH)
+
+    member.port.prepare_response(
+        stale_while_the_epoch_moved_on, api=OffsetCommitRequest, match={"generation_id_or_member_epoch": 2}
+    )
+    member.port.prepare_response(commit_answer(), match={"generation_id_or_member_epoch": 3})
+    await member.manager.commit_offsets({T0: OffsetAndMetadata(3)})
+    member.port.verify()
+    assert len(member.port.sent(OffsetCommitRequest)) == 2
