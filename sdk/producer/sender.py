@@ -213,13 +213,13 @@ class Sender:
     def abort_undrained(self, error: BaseException) -> None:
         """Fail every batch not sent yet with ``error`` (its transaction is being aborted)."""
         for batch in self._acc.abort_undrained():
-            self._fail(batch, error)
+            self._fail(batch, error, aborted=True)
 
     def force_close(self, error: BaseException) -> None:
         """Stop now: fail queued batches, and in-flight ones when their answer comes."""
         self._forced = error
         for batch in self._acc.abort_undrained():
-            self._fail(batch, error)
+            self._fail(batch, error, aborted=True)
         self.wake()
 
     # -- the loop -------------------------------------------------------------------------------
@@ -276,7 +276,7 @@ class Sender:
         txn = self._txn
         if self._forced is not None:
             for batch in acc.abort_undrained():
-                self._fail(batch, self._forced)
+                self._fail(batch, self._forced, aborted=True)
             return _IDLE_POLL_MS
         if txn is not None:
             txn.maybe_resolve_sequences()
@@ -527,8 +527,10 @@ class Sender:
         self._acc.done(batch)
         batch.complete(base_offset, log_append_time, log_start_offset, self._interceptors)
 
-    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
-        if self._metrics is not None:
+    def _fail(self, batch: ProducerBatch, error: BaseException, aborted: bool = False) -> None:
+        """Fail ``batch``; ``aborted`` batches (a transaction's abort, a forced close, a fatal
+        error) are not send errors in the metrics, as Java's ``abortBatches`` records none."""
+        if self._metrics is not None and not aborted:
             self._metrics.errors.record(batch.record_count)
         if self._txn is not None:
             self._txn.on_failure(batch, error)
@@ -540,7 +542,7 @@ class Sender:
             self.on_fatal()
         self._fatal = error
         for batch in self._acc.abort_undrained():
-            self._fail(batch, error)
+            self._fail(batch, error, aborted=True)
 
     # -- producer id ----------------------------------------------------------------------------
 
