@@ -34,6 +34,7 @@ from reference_broker.coordinator.group.state import (
     SyncCallback,
     SyncResult,
 )
+from reference_broker.coordinator.write_errors import write_error_code
 from sdk.protocol.errors import ErrorCode
 
 log = logging.getLogger("reference_broker.group_coordinator")
@@ -122,9 +123,11 @@ class GroupCoordinator:
             return 0
         try:
             self.store.write(self.partition_for(group_id), batch)
-        except Exception:
-            log.exception("writing group %s to __consumer_offsets failed", group_id)
-            return E.COORDINATOR_NOT_AVAILABLE
+        except Exception as exc:
+            code = write_error_code(exc)
+            log.warning("writing group %s to __consumer_offsets failed (answered %s): %s",
+                        group_id, E(code).name, exc)
+            return code
         return 0
 
     def _group_record(self, group: Group) -> Record:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from reference_broker.coordinator.group import records
 from reference_broker.coordinator.group.state import CommittedOffset, Group, GroupState
+from reference_broker.coordinator.write_errors import write_error_code
 from sdk.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -154,7 +155,7 @@ class GroupOffsets:
                 )
             except Exception as exc:
                 log.info("transactional offset commit of group %s refused: %s", group_id, exc)
-                error = getattr(exc, "code", E.NONE) or E.COORDINATOR_NOT_AVAILABLE
+                error = write_error_code(exc)
         if not error and accepted:
             group.pending_transactional_offsets.setdefault(producer_id, {}).update(accepted)
         for tp in accepted:

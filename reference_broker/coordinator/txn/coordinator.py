@@ -54,6 +54,7 @@ from reference_broker.coordinator.txn.state import (
     TxnState,
     check_txn_transition,
 )
+from reference_broker.coordinator.write_errors import write_error_code
 from reference_broker.patterns import compile_client_pattern
 from sdk.protocol.errors import ErrorCode, KafkaError
 
@@ -159,9 +160,11 @@ class TransactionCoordinator:
                     records.key(meta.transactional_id),
                     records.value(target, target.state, target.partitions),
                 )
-            except Exception:
-                log.exception("writing transaction %s to __transaction_state failed", meta.transactional_id)
-                return E.COORDINATOR_NOT_AVAILABLE
+            except Exception as exc:
+                code = write_error_code(exc)
+                log.warning("writing transaction %s to __transaction_state failed (answered %s): %s",
+                            meta.transactional_id, E(code).name, exc)
+                return code
         if target.producer_id != meta.producer_id:
             self.by_producer_id.pop(meta.producer_id, None)
         for f in dataclasses.fields(meta):

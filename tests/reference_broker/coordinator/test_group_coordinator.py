@@ -8,6 +8,7 @@ from reference_broker.clock import ManualClock
 from reference_broker.coordinator.group.coordinator import GroupConfig, GroupCoordinator
 from reference_broker.coordinator.group.state import CommittedOffset, GroupState, JoinResult, SyncResult
 from sdk.protocol.errors import ErrorCode as E
+from sdk.protocol.errors import KafkaStorageError, RecordListTooLargeError, UnknownTopicOrPartitionError
 
 SESSION_MS = 3000
 REBALANCE_MS = 5000
@@ -18,11 +19,11 @@ class ListStore:
 
     def __init__(self) -> None:
         self.partitions: dict[int, list[tuple[bytes, bytes | None]]] = {}
-        self.fail = False
+        self.fail: bool | Exception = False
 
     def write(self, partition: int, batch: list[tuple[bytes, bytes | None]]) -> None:
         if self.fail:
-            raise OSError("disk full")
+            raise self.fail if isinstance(self.fail, Exception) else OSError("disk full")
         self.partitions.setdefault(partition, []).extend(batch)
 
 
@@ -276,11 +277,18 @@ def test_oversized_metadata_is_refused_per_partition() -> None:
     }
 
 
-def test_failed_write_commits_nothing() -> None:
+@pytest.mark.parametrize(("failure", "answer"), [
+    (OSError("disk full"), E.UNKNOWN_SERVER_ERROR),
+    (KafkaStorageError("offline"), E.NOT_COORDINATOR),
+    (RecordListTooLargeError("too large"), E.UNKNOWN_SERVER_ERROR),
+    (UnknownTopicOrPartitionError("gone"), E.COORDINATOR_NOT_AVAILABLE),
+])
+def test_failed_write_commits_nothing(failure: Exception, answer: int) -> None:
+    """Kafka's mapping of a failed coordinator write (CoordinatorOperationExceptionHelper)."""
     coord, _, store = make()
-    store.fail = True
+    store.fail = failure
     offsets = {("t", 0): CommittedOffset(1, -1, "", 0)}
-    assert coord.commit_offsets("g", -1, "", None, offsets) == {("t", 0): E.COORDINATOR_NOT_AVAILABLE}
+    assert coord.commit_offsets("g", -1, "", None, offsets) == {("t", 0): answer}
     assert coord.fetch_offsets("g", [("t", 0)])[1][("t", 0)] == (None, 0)
 
 
