@@ -347,7 +347,7 @@ class GroupCoordinator:
         protocols = member_args.protocols
         member.rebalance_timeout_ms = rebalance_ms
         member.session_timeout_ms = session_ms
-        member.protocols = list(protocols)
+        group.set_protocols(member, protocols)
         member.join_callback = respond
         self.schedule_heartbeat(group, member)
         self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoining")
@@ -360,6 +360,7 @@ class GroupCoordinator:
         rebalance happens (Kafka's ``updateStaticMemberAndRebalance``)."""
         old_id = group.static_members[instance_id]
         old = group.members.pop(old_id)
+        group.count_protocols(old, -1)
         old_leader = group.leader_id
         if old.heartbeat_timer is not None:
             old.heartbeat_timer.cancel()
@@ -382,6 +383,7 @@ class GroupCoordinator:
             heartbeat_timer=None,
         )
         group.members[new_id] = member
+        group.count_protocols(member, 1)
         group.static_members[instance_id] = new_id
         if group.leader_id == old_id:
             group.leader_id = new_id
@@ -396,6 +398,8 @@ class GroupCoordinator:
                     # Undo: the old member id stays the member.
                     del group.members[new_id]
                     group.members[old_id] = dataclasses.replace(member, member_id=old_id, join_callback=None)
+                    group.count_protocols(member, -1)
+                    group.count_protocols(group.members[old_id], 1)
                     group.static_members[instance_id] = old_id
                     group.leader_id = old_leader
                     member.join_callback = None
@@ -429,6 +433,7 @@ class GroupCoordinator:
             self._reset_and_propagate_sync(group, E.REBALANCE_IN_PROGRESS)
         was_empty = group.is_(GroupState.EMPTY)
         group.transition(GroupState.PREPARING_REBALANCE, self.clock.now_ms())
+        group.start_join_window()
         if group.join_timer is not None:
             group.join_timer.cancel()
         rebalance_ms = group.max_rebalance_timeout_ms()

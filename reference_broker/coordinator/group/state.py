@@ -143,6 +143,12 @@ class Group:
         #: Transactional offset commits not yet committed, by producer id: they land here and move
         #: to ``offsets`` when their transaction commits (the transaction coordinator's issue).
         self.pending_transactional_offsets: dict[int, dict[tuple[str, int], CommittedOffset]] = {}
+        #: protocol name -> members supporting it (Kafka's ``supportedProtocols``), so a join checks
+        #: its protocols against the group in time independent of the group's size
+        self._protocol_counts: dict[str, int] = {}
+        #: members that had not rejoined when the rebalance started and may still not have; pruned
+        #: as they are found rejoined or gone, so ``all_members_joined`` is amortized O(1) per join
+        self._not_rejoined: set[str] = set()
 
     def transition(self, state: GroupState, now_ms: int) -> None:
         """Move to ``state``, which the current state must be allowed to lead to
@@ -162,6 +168,7 @@ class Group:
         if not self.members:
             self.protocol_type = member.protocol_type
         self.members[member.member_id] = member
+        self.count_protocols(member, 1)
         if member.group_instance_id is not None:
             self.static_members[member.group_instance_id] = member.member_id
         if self.leader_id is None:
@@ -171,6 +178,7 @@ class Group:
         member = self.members.pop(member_id, None)
         if member is None:
             return None
+        self.count_protocols(member, -1)
         instance_id = member.group_instance_id
         if instance_id is not None and self.static_members.get(instance_id) == member_id:
             del self.static_members[instance_id]
@@ -185,10 +193,31 @@ class Group:
         current = self.static_members.get(group_instance_id)
         return current is not None and current != member_id
 
+    def count_protocols(self, member: Member, step: int) -> None:
+        """Count ``member``'s protocols in (``step`` 1) or out (-1) of the group's tally; every
+        change of ``members`` or of a member's ``protocols`` goes through here."""
+        counts = self._protocol_counts
+        for name in {name for name, _ in member.protocols}:
+            left = counts.get(name, 0) + step
+            if left:
+                counts[name] = left
+            else:
+                counts.pop(name, None)
+
+    def set_protocols(self, member: Member, protocols: list[tuple[str, bytes]]) -> None:
+        """Change a member's protocols, keeping the tally right."""
+        self.count_protocols(member, -1)
+        member.protocols = list(protocols)
+        self.count_protocols(member, 1)
+
     def candidate_protocols(self) -> set[str]:
         """Protocols every member supports."""
-        sets = [{name for name, _ in m.protocols} for m in self.members.values()]
-        return set.intersection(*sets) if sets else set()
+        size = len(self.members)
+        return {name for name, count in self._protocol_counts.items() if count == size} if size else set()
+
+    def start_join_window(self) -> None:
+        """A rebalance starts: remember who must still rejoin (members without a pending join)."""
+        self._not_rejoined = {mid for mid, m in self.members.items() if not m.awaiting_join}
 
     def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
         """Kafka's ``supportsProtocols``: a new member must share the group's protocol type and at
@@ -212,7 +241,22 @@ class Group:
         return max(votes, key=lambda name: votes[name])
 
     def all_members_joined(self) -> bool:
-        return not self.pending_members and all(m.awaiting_join for m in self.members.values())
+        """Every member has a join waiting and no member id handed out is still unused.
+
+        Only meaningful while PreparingRebalance, after :meth:`start_join_window`: members added
+        during the window always come with a join, and a member's join is only answered when the
+        window closes, so the members that may lack one are a subset of ``_not_rejoined``."""
+        if self.pending_members:
+            return False
+        waiting = self._not_rejoined
+        members = self.members
+        while waiting:
+            member_id = next(iter(waiting))
+            member = members.get(member_id)
+            if member is not None and not member.awaiting_join:
+                return False
+            waiting.discard(member_id)
+        return True
 
     def max_rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)

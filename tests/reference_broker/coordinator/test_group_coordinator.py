@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from reference_broker.clock import ManualClock
@@ -410,3 +412,40 @@ def test_a_member_that_never_syncs_is_removed_after_the_rebalance_timeout() -> N
     group = coord.groups["g"]
     assert b.result.member_id not in group.members and leader[0].error == 0
     assert group.state is GroupState.PREPARING_REBALANCE
+
+
+def _calls_for_join_storm(members: int) -> int:
+    """Python function calls the coordinator makes for ``members`` v3 joins of one group."""
+    coord, _, _ = make(delay_ms=REBALANCE_MS)
+    calls = 0
+
+    def count(frame: object, event: str, arg: object) -> None:
+        nonlocal calls
+        if event == "call":
+            calls += 1
+
+    sys.setprofile(count)
+    try:
+        for _ in range(members):
+            join(coord, v4=False)
+    finally:
+        sys.setprofile(None)
+    assert len(coord.groups["g"].members) == members
+    return calls
+
+
+def test_a_join_storm_costs_the_same_per_join_however_large_the_group() -> None:
+    """Each JoinGroup of a new member checks its protocols against the group's tally and whether
+    everyone joined from a shrinking set: twice the members, about twice the work (a scan of the
+    members per join made it four times)."""
+    small, large = _calls_for_join_storm(1000), _calls_for_join_storm(2000)
+    assert large < 2.5 * small, (small, large)
+
+
+def test_a_full_group_refuses_new_members_with_group_max_size_reached() -> None:
+    coord, _, _ = make(delay_ms=REBALANCE_MS, max_group_size=2)
+    first, second = join(coord, v4=False), join(coord, v4=False)
+    third = join(coord, v4=False)
+    assert third.result.error == E.GROUP_MAX_SIZE_REACHED
+    assert len(coord.groups["g"].members) == 2
+    assert first.results == [] and second.results == []  # still waiting for the join window
