@@ -792,31 +792,15 @@ class GroupCoordinator:
     def load_records(self, partition_records: Iterable[tuple[bytes, bytes | None]]) -> None:
         """Replay one ``__consumer_offsets`` partition (oldest first; the last record of a key
         wins, a tombstone deletes) into groups and offsets."""
-        offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
-        group_values: dict[str, Any] = {}
-        consumer_replay = consumer_records.ConsumerGroupReplay()
+        replay = OffsetsReplay()
         for key_bytes, value_bytes in partition_records:
-            if consumer_records.is_consumer_group_key(key_bytes):
-                consumer_replay.add(key_bytes, value_bytes)
-                continue
-            key = records.parse_key(key_bytes)
-            if isinstance(key, records.OffsetKey):
-                if value_bytes is None:
-                    offsets.setdefault(key.group, {})[(key.topic, key.partition)] = None
-                else:
-                    v = records.parse_offset_value(value_bytes)
-                    offsets.setdefault(key.group, {})[(key.topic, key.partition)] = CommittedOffset(
-                        v.offset,
-                        v.leader_epoch,
-                        v.metadata,
-                        v.commit_timestamp,
-                        v.expire_timestamp if v.expire_timestamp >= 0 else None,
-                    )
-            elif isinstance(key, records.GroupKey):
-                group_values[key.group] = (
-                    None if value_bytes is None else records.parse_group_value(value_bytes)
-                )
+            replay.add(key_bytes, value_bytes)
+        self.finish_load(replay)
+
+    def finish_load(self, replay: OffsetsReplay) -> None:
+        """Install what ``replay`` gathered from one partition (its groups replace loaded ones)."""
         now = self.clock.now_ms()
+        offsets, group_values = replay.offsets, replay.group_values
         for group_id in set(offsets) | set(group_values):
             value = group_values.get(group_id)
             live_offsets = {tp: c for tp, c in offsets.get(group_id, {}).items() if c is not None}
@@ -828,7 +812,7 @@ class GroupCoordinator:
                 self._restore_group(group, value, now)
             group.offsets = live_offsets
             self.groups[group_id] = group
-        self.consumer.load(consumer_replay)
+        self.consumer.load(replay.consumer_replay)
 
     def _restore_group(self, group: Group, v: Any, now: int) -> None:
         """Rebuild ``group`` from a GroupMetadataValue: Stable with its members, or Empty."""
@@ -857,3 +841,36 @@ class GroupCoordinator:
                 self.schedule_heartbeat(group, member)
         else:
             group.state = GroupState.EMPTY
+
+
+class OffsetsReplay:
+    """The state of one ``__consumer_offsets`` partition gathered record by record (the last
+    record of a key wins, a tombstone deletes), so a loader can feed it in chunks and yield the
+    event loop between them; :meth:`GroupCoordinator.finish_load` installs it."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
+        self.group_values: dict[str, Any] = {}
+        self.consumer_replay = consumer_records.ConsumerGroupReplay()
+
+    def add(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
+        """Replay one record."""
+        if consumer_records.is_consumer_group_key(key_bytes):
+            self.consumer_replay.add(key_bytes, value_bytes)
+            return
+        key = records.parse_key(key_bytes)
+        if isinstance(key, records.OffsetKey):
+            if value_bytes is None:
+                self.offsets.setdefault(key.group, {})[(key.topic, key.partition)] = None
+            else:
+                v = records.parse_offset_value(value_bytes)
+                self.offsets.setdefault(key.group, {})[(key.topic, key.partition)] = CommittedOffset(
+                    v.offset,
+                    v.leader_epoch,
+                    v.metadata,
+                    v.commit_timestamp,
+                    v.expire_timestamp if v.expire_timestamp >= 0 else None,
+                )
+        elif isinstance(key, records.GroupKey):
+            value = None if value_bytes is None else records.parse_group_value(value_bytes)
+            self.group_values[key.group] = value

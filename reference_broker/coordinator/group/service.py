@@ -6,13 +6,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from reference_broker.clock import Clock
 from reference_broker.config import ConfigError
 from reference_broker.coordinator.group.consumer_coordinator import ConsumerGroupConfig
 from reference_broker.coordinator.group.consumer_group import TopicInfo
-from reference_broker.coordinator.group.coordinator import GroupConfig, GroupCoordinator, Record
+from reference_broker.coordinator.group.coordinator import (
+    GroupConfig,
+    GroupCoordinator,
+    OffsetsReplay,
+    Record,
+)
 from reference_broker.coordinator.group.server_assignors import ASSIGNORS
 from reference_broker.log.config import segment_size_configs
 from reference_broker.services import PeriodicTask
@@ -24,6 +30,8 @@ if TYPE_CHECKING:
     from reference_broker.storage import Storage
 
 log = logging.getLogger("reference_broker.group_coordinator")
+#: records replayed between two yields of the event loop while loading (a few milliseconds)
+LOAD_STEP_RECORDS = 2000
 
 
 def group_config(config: BrokerConfig, num_partitions: int | None = None) -> GroupConfig:
@@ -159,7 +167,7 @@ class GroupCoordinatorService:
     async def _load_all(self) -> None:
         for partition in sorted(self.coordinator.loading):
             try:
-                self.load_partition(partition)
+                await self.load_partition_in_steps(partition)
             except Exception:
                 log.exception("loading %s-%d failed", CONSUMER_OFFSETS, partition)
             self.coordinator.loading.discard(partition)
@@ -167,26 +175,52 @@ class GroupCoordinatorService:
         log.info("group coordinator loaded %d groups", len(self.coordinator.groups))
 
     def load_partition(self, partition: int) -> None:
-        # Transactional offset commits count from their producer's COMMIT marker on; those whose
-        # transaction is still open are restored as pending (the transaction coordinator ends them).
+        """Replay one partition at once (tests and tools; the broker loads in steps)."""
+        replay = OffsetsReplay()
         pending: dict[int, list[Record]] = {}
-
-        def entries() -> list[tuple[bytes, bytes | None]]:
-            found = []
-            for batch in self.storage.read_batches(CONSUMER_OFFSETS, partition):
-                if batch.is_control:
-                    ended = pending.pop(batch.producer_id, [])
-                    if batch.control_record().type == ControlType.COMMIT:
-                        found.extend(ended)
-                    continue
-                target = pending.setdefault(batch.producer_id, []) if batch.is_transactional else found
-                for record in batch:
-                    if record.key is not None:
-                        target.append((record.key, record.value))
-            return found
-
-        self.coordinator.load_records(entries())
+        for _ in self._replay_steps(partition, replay, pending):
+            pass
+        self.coordinator.finish_load(replay)
         self.coordinator.load_transactional_offsets(pending)
+
+    async def load_partition_in_steps(self, partition: int) -> None:
+        """Replay one partition, yielding the event loop after every ``LOAD_STEP_RECORDS``
+        records, so a large ``__consumer_offsets`` never holds other clients up; its groups
+        answer COORDINATOR_LOAD_IN_PROGRESS until the end."""
+        replay = OffsetsReplay()
+        pending: dict[int, list[Record]] = {}
+        for _ in self._replay_steps(partition, replay, pending):
+            await asyncio.sleep(0)
+        self.coordinator.finish_load(replay)
+        self.coordinator.load_transactional_offsets(pending)
+
+    def _replay_steps(
+        self, partition: int, replay: OffsetsReplay, pending: dict[int, list[Record]]
+    ) -> Iterator[None]:
+        """Feed the partition's records to ``replay``, pausing (yielding) between steps.
+
+        Transactional offset commits count from their producer's COMMIT marker on; those whose
+        transaction is still open end in ``pending`` (the transaction coordinator ends them)."""
+        done = 0
+        for batch in self.storage.read_batches(CONSUMER_OFFSETS, partition):
+            if batch.is_control:
+                ended = pending.pop(batch.producer_id, [])
+                if batch.control_record().type == ControlType.COMMIT:
+                    for key, value in ended:
+                        replay.add(key, value)
+                continue
+            target = pending.setdefault(batch.producer_id, []) if batch.is_transactional else None
+            for record in batch:
+                if record.key is None:
+                    continue
+                if target is not None:
+                    target.append((record.key, record.value))
+                else:
+                    replay.add(record.key, record.value)
+                done += 1
+            if done >= LOAD_STEP_RECORDS:
+                done = 0
+                yield
 
     async def wait_loaded(self) -> None:
         if self._loader is not None:

@@ -4,12 +4,13 @@ read, and the storage adapter's coordinator appends."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from reference_broker.clock import ManualClock
 from reference_broker.config import BrokerConfig
 from reference_broker.coordinator.group import records
-from reference_broker.coordinator.group.service import GroupCoordinatorService
+from reference_broker.coordinator.group.service import LOAD_STEP_RECORDS, GroupCoordinatorService
 from reference_broker.coordinator.group.state import CommittedOffset
 from reference_broker.storage import CONSUMER_OFFSETS, Storage, is_internal
 from sdk.protocol.errors import ErrorCode as E
@@ -66,3 +67,39 @@ def test_control_batch_append(tmp_path: Path) -> None:
         assert batch.control_record().coordinator_epoch == 3
     finally:
         storage.close()
+
+
+async def test_a_large_partition_is_loaded_in_steps_that_let_other_work_run(tmp_path: Path) -> None:
+    """Loading replays a partition a step at a time: work queued on the event loop meanwhile runs
+    while the partition is still loading (and its groups answer COORDINATOR_LOAD_IN_PROGRESS)."""
+    config = BrokerConfig.build(tmp_path, properties={"offsets.topic.num.partitions": 1})
+    storage = Storage.open(config)
+    service = GroupCoordinatorService(config, storage, ManualClock())
+    storage.create_topic("events", 1, {})
+    coordinator = service.coordinator
+    now = coordinator.clock.now_ms()
+    commits = 5 * LOAD_STEP_RECORDS
+    for i in range(0, commits, 500):  # 500 commits for each of 20 groups
+        group = f"g{i}"
+        for j in range(i, i + 500):
+            offsets = {("events", 0): CommittedOffset(j, -1, "", now)}
+            assert coordinator.commit_offsets(group, -1, "", None, offsets) == {("events", 0): 0}
+    await service.stop()
+    storage.close()
+
+    storage = Storage.open(config)
+    service = GroupCoordinatorService(config, storage, ManualClock())
+    seen_while_loading: list[int] = []
+
+    async def other_client() -> None:
+        seen_while_loading.append(service.coordinator.fetch_offsets("g0", None)[0])
+
+    await service.start()
+    other = asyncio.create_task(other_client())
+    await service.wait_loaded()
+    await other
+    assert seen_while_loading == [E.COORDINATOR_LOAD_IN_PROGRESS]
+    error, found = service.coordinator.fetch_offsets("g500", None)
+    assert error == 0 and found[("events", 0)][0].offset == 999
+    await service.stop()
+    storage.close()
