@@ -168,10 +168,49 @@ class Generator:
         }
 
 
+#: Versions Kafka 4.1 has of a message and the copy in ``../shared`` lacks: the message's valid
+#: versions there, and the fields those versions add, each as (path of its struct, the field it
+#: follows, the field in Kafka's JSON form). A copy that already has the versions is left alone.
+NEWER_MESSAGE_VERSIONS: dict[str, tuple[str, list[tuple[str, str, dict[str, Any]]]]] = {
+    # KIP-1099: v1 tells classic members of a consumer group from consumer-protocol ones.
+    "ConsumerGroupDescribeRequest": ("0-1", []),
+    "ConsumerGroupDescribeResponse": (
+        "0-1",
+        [
+            (
+                "Groups/Members",
+                "TargetAssignment",
+                {"name": "MemberType", "type": "int8", "versions": "1+", "default": "-1", "ignorable": True},
+            )
+        ],
+    ),
+}
+
+
+def add_newer_versions(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with the versions and fields of ``NEWER_MESSAGE_VERSIONS`` it lacks."""
+    newer = NEWER_MESSAGE_VERSIONS.get(spec["name"])
+    if newer is None:
+        return spec
+    valid, added = newer
+    if parse_versions(spec["validVersions"])[1] >= parse_versions(valid)[1]:
+        return spec
+    spec = json.loads(json.dumps(spec))
+    spec["validVersions"] = valid
+    for path, after, field in added:
+        fields = spec["fields"]
+        for step in path.split("/"):
+            fields = next(f for f in fields if f["name"] == step)["fields"]
+        names = [f["name"] for f in fields]
+        if field["name"] not in names:
+            fields.insert(names.index(after) + 1, field)
+    return spec
+
+
 def load_messages(source: Path) -> list[dict[str, Any]]:
     messages = []
     for path in sorted((source / "message").glob("*.json")):
-        spec = json.loads(strip_comments(path.read_text()))
+        spec = add_newer_versions(json.loads(strip_comments(path.read_text())))
         messages.append(Generator(spec).message())
     return messages
 

@@ -6,7 +6,8 @@ Versions served and per-version notes:
   v1 (KIP-1082) requires the client's own member id. SubscribedTopicRegex (v1) is refused with
   INVALID_REQUEST: regular expressions are evaluated only with a linear-time (RE2) engine, and
   none is installed.
-- ConsumerGroupDescribe (69) v0.
+- ConsumerGroupDescribe (69) v0-1: v1 (KIP-1099) adds each member's type, 0 for a classic
+  member inside the consumer group and 1 for a consumer-protocol one.
 
 Both are offered (and so advertised by ApiVersions) only when ``group.coordinator.rebalance.protocols``
 lists ``consumer``, as Kafka does; Kafka 4's default, and this broker's, lists it.
@@ -35,6 +36,8 @@ E = ErrorCode
 CONSUMER_PROTOCOL = "consumer"
 PROTOCOLS_KEY = "group.coordinator.rebalance.protocols"
 AUTHORIZED_OPS_OMITTED = -(2**31)
+#: ConsumerGroupDescribe v1's MemberType of a member speaking ConsumerGroupHeartbeat.
+CONSUMER_MEMBER_TYPE = 1
 # READ (3), DELETE (6), DESCRIBE (8): everything a group allows on an ACL-less broker.
 ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
@@ -150,6 +153,7 @@ def handle_describe(
                         subscribed_topic_regex=m.subscribed_topic_regex,
                         assignment=_described_assignment(broker, m.assigned),
                         target_assignment=_described_assignment(broker, group.target.get(m.member_id, {})),
+                        member_type=CONSUMER_MEMBER_TYPE,
                     )
                     for m in group.members.values()
                 ],
@@ -181,7 +185,7 @@ def listed_consumer_groups(broker: Broker) -> list[tuple[str, str]]:
 
 VERSIONS = {
     ConsumerGroupHeartbeatRequest.API_KEY: (0, 1),
-    ConsumerGroupDescribeRequest.API_KEY: (0, 0),
+    ConsumerGroupDescribeRequest.API_KEY: (0, 1),
 }
 
 

@@ -759,7 +759,8 @@ class ConsumerGroupDescribeResponse(Message):
             subscribed_topic_regex: str | None
             assignment: ConsumerGroupDescribeResponse.DescribedGroup.Member.Assignment
             target_assignment: ConsumerGroupDescribeResponse.DescribedGroup.Member.Assignment
-            def __init__(self, *, member_id: str = ..., instance_id: str | None = ..., rack_id: str | None = ..., member_epoch: int = ..., client_id: str = ..., client_host: str = ..., subscribed_topic_names: list[str] = ..., subscribed_topic_regex: str | None = ..., assignment: ConsumerGroupDescribeResponse.DescribedGroup.Member.Assignment = ..., target_assignment: ConsumerGroupDescribeResponse.DescribedGroup.Member.Assignment = ...) -> None: ...
+            member_type: int
+            def __init__(self, *, member_id: str = ..., instance_id: str | None = ..., rack_id: str | None = ..., member_epoch: int = ..., client_id: str = ..., client_host: str = ..., subscribed_topic_names: list[str] = ..., subscribed_topic_regex: str | None = ..., assignment: ConsumerGroupDescribeResponse.DescribedGroup.Member.Assignment = ..., target_assignment: ConsumerGroupDescribeResponse.DescribedGroup.Member.Assignment = ..., member_type: int = ...) -> None: ...
         error_code: int
         error_message: str | None
         group_id: str

@@ -45,7 +45,7 @@ def test_the_consumer_group_apis_are_offered_only_when_the_consumer_protocol_is_
     broker_factory: BrokerFactory,
 ) -> None:
     apis = _apis(broker_factory().bootstrap)
-    assert (apis[68], apis[69]) == ((0, 1), (0, 0))
+    assert (apis[68], apis[69]) == ((0, 1), (0, 1))
     classic_only = _apis(broker_factory({"group.coordinator.rebalance.protocols": "classic"}).bootstrap)
     assert 68 not in classic_only and 69 not in classic_only
 
