@@ -32,6 +32,11 @@ TRANSACTION_STATE = "__transaction_state"
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, TRANSACTION_STATE})
 
 
+#: producer ids examined per housekeeping run (every few seconds) for expiry: the whole broker is
+#: covered over successive runs, none holds the event loop for long
+PRODUCER_EXPIRY_STEP = 20_000
+
+
 def is_internal(topic: str) -> bool:
     return topic in INTERNAL_TOPICS
 
@@ -97,7 +102,7 @@ class Storage:
     def housekeeping(self) -> None:
         """fsync rolled segments (advancing recovery points) and expire idle producer ids."""
         self.manager.flush_logs(now_ms())
-        self.manager.remove_expired_producers(now_ms())
+        self.manager.remove_expired_producers(now_ms(), budget=PRODUCER_EXPIRY_STEP)
 
     # -- topics --------------------------------------------------------------------------
 

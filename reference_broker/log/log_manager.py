@@ -37,6 +37,7 @@ is fine here.
 from __future__ import annotations
 
 import base64
+import collections
 import hashlib
 import json
 import logging
@@ -212,6 +213,8 @@ class LogManager:
         #: logs the cleaner failed to read (damaged data): skipped until the next start, as Kafka
         #: marks a partition uncleanable
         self._uncleanable: set[str] = set()
+        #: logs whose producer ids the current round of bounded expiry has not looked at yet
+        self._expiry_queue: collections.deque[tuple[str, int]] = collections.deque()
         self._load(_now_ms() if now_ms is None else now_ms)
 
     # -- meta.properties -------------------------------------------------------------------
@@ -563,10 +566,24 @@ class LogManager:
             except KafkaStorageError as exc:
                 log.warning("flush skipped %s: %s", plog.name, exc)
 
-    def remove_expired_producers(self, now_ms: int | None = None) -> int:
-        """Expire idle producer ids on every log (``producer.id.expiration.ms``)."""
+    def remove_expired_producers(self, now_ms: int | None = None, *, budget: int | None = None) -> int:
+        """Expire idle producer ids (``producer.id.expiration.ms``): on every log, or with a
+        ``budget`` on logs holding about that many producers in all, resuming where the last
+        call stopped (a broker with many partitions and producers does it in bounded steps)."""
         now_ms = _now_ms() if now_ms is None else now_ms
-        return sum(plog.remove_expired_producers(now_ms) for _, _, plog in self.logs())
+        if budget is None:
+            return sum(plog.remove_expired_producers(now_ms) for _, _, plog in self.logs())
+        queue = self._expiry_queue
+        if not queue:
+            queue.extend(self._logs)
+        removed = examined = 0
+        while queue and examined < budget:
+            plog = self._logs.get(queue.popleft())
+            if plog is None:
+                continue
+            examined += len(plog.producer_state.producers) + 1
+            removed += plog.remove_expired_producers(now_ms)
+        return removed
 
     def run_cleaner(self, now_ms: int | None = None) -> str | None:
         """Compact the dirtiest compacted log that needs it (one log per call, see ``cleaner``);

@@ -59,6 +59,8 @@ from reference_broker.patterns import compile_client_pattern
 from sdk.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("reference_broker.txn_coordinator")
+#: transactional ids looked at per step of the expiry round (one tombstone write each at most)
+EXPIRY_STEP = 1000
 
 E = ErrorCode
 TopicPartition = tuple[str, int]
@@ -141,6 +143,8 @@ class TransactionCoordinator:
         #: Called once a PrepareCommit/PrepareAbort is written, before any marker (a fault point
         #: for crash tests; the service sets it from the environment).
         self.after_prepare: Callable[[TransactionMetadata], None] = lambda meta: None
+        #: a round of ``expire_transactional_ids`` still has steps to run
+        self._expiry_running = False
 
     # -- persistence ---------------------------------------------------------------------
 
@@ -653,12 +657,40 @@ class TransactionCoordinator:
         return aborted
 
     def expire_transactional_ids(self) -> int:
-        """Remove ids idle (no transaction open) for ``transactional.id.expiration.ms``."""
-        if self.loading:
+        """Remove ids idle (no transaction open) for ``transactional.id.expiration.ms``.
+
+        Done in steps of ``EXPIRY_STEP`` ids (each writes a tombstone): the first step runs now
+        and returns how many it expired; the rest follow as timers of the clock, so other work
+        runs between them however many ids there are."""
+        if self.loading or self._expiry_running:
             return 0
+        self._expiry_running = True
+        try:
+            return self._expire_step(list(self.txns.values()), 0)
+        except BaseException:
+            self._expiry_running = False
+            raise
+
+    def _expire_step(self, candidates: list[TransactionMetadata], start: int) -> int:
+        end = min(start + EXPIRY_STEP, len(candidates))
+        try:
+            expired = self._expire_ids(candidates[start:end])
+        finally:
+            if end < len(candidates):
+                def next_step() -> None:
+                    self._expire_step(candidates, end)
+
+                self.clock.call_later(0, next_step)
+            else:
+                self._expiry_running = False
+        return expired
+
+    def _expire_ids(self, candidates: list[TransactionMetadata]) -> int:
         now = self.clock.now_ms()
         expired = 0
-        for meta in list(self.txns.values()):
+        for meta in candidates:
+            if self.txns.get(meta.transactional_id) is not meta:
+                continue  # replaced or removed since the round started
             if meta.is_(*COMPLETE) and now - meta.last_update_ms >= self.config.id_expiration_ms:
                 if self.store is not None:
                     try:

@@ -182,7 +182,7 @@ def test_segment_bytes_below_the_kafka_4_floor_is_refused_and_stored_ones_still_
     managers, data_dir, make_batch
 ):
     manager = managers()
-    with pytest.raises(InvalidConfigError, match="segment.bytes"):
+    with pytest.raises(InvalidConfigError, match=r"segment\.bytes"):
         manager.create_topic("tiny", 1, {"segment.bytes": "500"})
     manager.create_topic("legacy", 1, {"retention.ms": "-1"})
     manager.get_log("legacy", 0).append(make_batch(tag=1), now_ms=0)
@@ -204,3 +204,21 @@ def test_topic_id_text_form_round_trips() -> None:
     text = topic_id_to_string(value)
     assert len(text) == 22 and topic_id_from_string(text) == value
     assert topic_id_from_string(str(value)) == value
+
+
+def test_producer_ids_expire_in_bounded_steps_that_cover_every_log(managers, make_batch):
+    """With a budget, one call looks at about that many producers (whole logs), and successive
+    calls resume where the last stopped until every log was visited."""
+    manager = managers()
+    manager.create_topic("idem", 10, {})
+    for partition in range(10):
+        plog = manager.get_log("idem", partition)
+        for pid in range(100):
+            plog.append(make_batch(pid=1000 * partition + pid, epoch=0, seq=0), now_ms=0)
+    expiry_ms = manager.topic_config("idem").producer_id_expiration_ms + 10_000
+    producers = lambda: sum(len(manager.get_log("idem", p).producer_state.producers) for p in range(10))  # noqa: E731
+    assert producers() == 1000
+    assert manager.remove_expired_producers(now_ms=expiry_ms, budget=250) == 300  # three logs of 100
+    assert producers() == 700
+    while producers():
+        assert manager.remove_expired_producers(now_ms=expiry_ms, budget=250) > 0

@@ -13,6 +13,7 @@ from reference_broker.config import BrokerConfig
 from reference_broker.coordinator.group.service import GroupCoordinatorService
 from reference_broker.coordinator.group.state import CommittedOffset
 from reference_broker.coordinator.txn import records
+from reference_broker.coordinator.txn.coordinator import EXPIRY_STEP
 from reference_broker.coordinator.txn.service import TransactionCoordinatorService
 from reference_broker.coordinator.txn.state import TxnState
 from reference_broker.producer_ids import ProducerIdManager
@@ -377,3 +378,27 @@ async def test_duration_filter_lists_every_state_whose_transaction_began_long_en
     assert listed(999) == [("done", TxnState.COMPLETE_COMMIT), ("open", TxnState.ONGOING)]
     assert listed(1000) == [("done", TxnState.COMPLETE_COMMIT)]  # exactly the filter: not listed
     assert listed(6000) == []
+
+
+async def test_idle_transactional_ids_expire_in_bounded_steps(tmp_path: Path, clock: ManualClock) -> None:
+    """Each step of the expiry round handles at most EXPIRY_STEP ids; the rest follow as timers,
+    so other work runs between them, and the round still expires every idle id."""
+    node = await Node(tmp_path, clock, **{"transactional.id.expiration.ms": 5000}).start()
+    try:
+        c = node.coordinator
+        ids = 2 * EXPIRY_STEP + 500
+        for i in range(ids):
+            c.init_producer_id(f"idle-{i}", TIMEOUT_MS)
+        clock.advance(5000)
+        assert c.expire_transactional_ids() == EXPIRY_STEP
+        assert len(c.txns) == ids - EXPIRY_STEP
+        assert c.expire_transactional_ids() == 0  # the round in progress is not started twice
+        clock.advance(0)  # the remaining steps, one timer each
+        assert c.txns == {}
+    finally:
+        await node.stop()
+    node = await Node(tmp_path, clock).start()
+    try:
+        assert node.coordinator.txns == {}
+    finally:
+        await node.stop()
