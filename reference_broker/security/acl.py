@@ -1,69 +1,29 @@
 """Kafka's ACL model (resource type, pattern, principal, host, operation, permission) and the
 durable ACL store.
 
-The enums carry Kafka's protocol codes (``AclOperation``, ``ResourceType``, ``PatternType``,
-``AclPermissionType``). ``AclFilter`` is the filter of DescribeAcls and DeleteAcls: ANY and null
-match everything, MATCH matches the bindings that would apply to the named resource (literal with
-the same name or ``*``, prefixes of it). The store is one JSON file in the data directory,
-replaced atomically on every change.
+The enums are the wire protocol's (``sdk.protocol.acl``), named here ``ResourceType``,
+``PatternType``, ``Operation`` and ``Permission``. ``AclFilter`` is the filter of DescribeAcls and
+DeleteAcls: ANY and null match everything, MATCH matches the bindings that would apply to the
+named resource (literal with the same name or ``*``, prefixes of it). The store is one JSON file
+in the data directory, replaced atomically on every change.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+# The broker's names of the shared wire enums.
+from sdk.protocol.acl import AclOperation as Operation
+from sdk.protocol.acl import AclPermissionType as Permission
+from sdk.protocol.acl import AclResourceType as ResourceType
+from sdk.protocol.acl import PatternType
+
 WILDCARD = "*"
 CLUSTER_NAME = "kafka-cluster"
-
-
-class ResourceType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class PatternType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class Operation(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-    TWO_PHASE_COMMIT = 15
-
-
-class Permission(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from sdk.admin.routing import AdminRouter, Deadline, call_once, run_per_item
 from sdk.errors import KafkaError, make_error
+from sdk.protocol.acl import AclOperation, AclPermissionType, AclResourceType, PatternType
 from sdk.protocol.messages import (
     AlterUserScramCredentialsRequest,
     CreateAclsRequest,
@@ -36,51 +37,6 @@ __all__ = [
     "UserScramCredentialUpsertion",
     "UserScramCredentials",
 ]
-
-
-class AclResourceType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
-
-class PatternType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    MATCH = 2
-    LITERAL = 3
-    PREFIXED = 4
-
-
-class AclOperation(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-    TWO_PHASE_COMMIT = 15
-
-
-class AclPermissionType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    DENY = 2
-    ALLOW = 3
 
 
 _SPECIFIC = "is a filter value; an ACL binding names one"
