@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from reference_broker.handlers.auth import Operation, ResourceType, authorize, authorized_operations
-from reference_broker.handlers.common import LEADER_EPOCH, ZERO_UUID, topic_name_problem
-from reference_broker.handlers.metadata import ALL_TOPIC_OPERATIONS
+from reference_broker.handlers.common import ZERO_UUID, topic_name_problem
+from reference_broker.handlers.metadata import ALL_TOPIC_OPERATIONS, partition_entries
 from reference_broker.storage import is_internal
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
@@ -40,26 +40,6 @@ Partition = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseParti
 
 class InvalidCursorError(ValueError):
     """The cursor names a topic the request does not ask for."""
-
-
-def _partitions(
-    broker: Broker, first: int, end: int
-) -> list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition]:
-    node = broker.node_id
-    return [
-        Partition(
-            error_code=ErrorCode.NONE,
-            partition_index=p,
-            leader_id=node,
-            leader_epoch=LEADER_EPOCH,
-            replica_nodes=[node],
-            isr_nodes=[node],
-            eligible_leader_replicas=[],
-            last_known_elr=[],
-            offline_replicas=[],
-        )
-        for p in range(first, end)
-    ]
 
 
 def describe(
@@ -113,7 +93,7 @@ def describe(
                 name=name,
                 topic_id=info.topic_id,
                 is_internal=is_internal(name),
-                partitions=_partitions(broker, first, end),
+                partitions=partition_entries(Partition, broker.node_id, range(first, end), with_elr=True),
                 topic_authorized_operations=authorized_operations(
                     broker, ctx, ResourceType.TOPIC, name, ALL_TOPIC_OPERATIONS
                 ),

@@ -14,7 +14,8 @@ authorized operations are the client's own.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from reference_broker.handlers.auth import (
     CLUSTER_NAME,
@@ -61,20 +62,33 @@ def topic_entry(
         name=info.name,
         topic_id=info.topic_id,
         is_internal=is_internal(info.name),
-        partitions=[
-            Partition(
-                error_code=ErrorCode.NONE,
-                partition_index=p,
-                leader_id=node,
-                leader_epoch=LEADER_EPOCH,
-                replica_nodes=[node],
-                isr_nodes=[node],
-                offline_replicas=[],
-            )
-            for p in range(info.num_partitions)
-        ],
+        partitions=partition_entries(Partition, node, range(info.num_partitions)),
         topic_authorized_operations=ops,
     )
+
+
+def partition_entries(
+    partition_class: Any, node: int, indexes: range, *, with_elr: bool = False
+) -> list[Any]:
+    """The entries of partitions ``indexes`` as Metadata and DescribeTopicPartitions answer them:
+    this single ``node`` leads each one at the fixed leader epoch and is its only, in-sync, replica.
+    ``with_elr`` adds the KIP-966 fields (no eligible leader replicas, none last known)."""
+    extra: Callable[[], dict[str, Any]] = (
+        (lambda: {"eligible_leader_replicas": [], "last_known_elr": []}) if with_elr else dict
+    )
+    return [
+        partition_class(
+            error_code=ErrorCode.NONE,
+            partition_index=p,
+            leader_id=node,
+            leader_epoch=LEADER_EPOCH,
+            replica_nodes=[node],
+            isr_nodes=[node],
+            offline_replicas=[],
+            **extra(),
+        )
+        for p in indexes
+    ]
 
 
 def _named(
