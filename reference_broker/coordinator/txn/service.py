@@ -11,10 +11,12 @@ import dataclasses
 import logging
 import os
 import signal
+from collections.abc import Iterator
 from functools import partial
 from typing import TYPE_CHECKING
 
 from reference_broker.clock import Clock
+from reference_broker.coordinator.txn import records
 from reference_broker.coordinator.txn.coordinator import TopicPartition, TransactionCoordinator, TxnConfig
 from reference_broker.coordinator.txn.state import TransactionMetadata
 from reference_broker.log.config import segment_size_configs
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
     from reference_broker.storage import Storage
 
 log = logging.getLogger("reference_broker.txn_coordinator")
+#: records replayed (and transactional ids installed) between two yields of the event loop at load
+LOAD_STEP_RECORDS = 2000
 
 #: Crash tests name a transactional id here: the broker SIGKILLs itself right after writing that
 #: id's PrepareCommit/PrepareAbort, before any marker (a restart must then roll it forward/back).
@@ -208,7 +212,8 @@ class TransactionCoordinatorService:
             if self.groups is not None:
                 await self.groups.wait_loaded()
             for partition in range(self.coordinator.config.num_partitions):
-                self.load_partition(partition)
+                for _ in self._load_steps(partition):
+                    await asyncio.sleep(0)
                 await asyncio.sleep(0)
         except asyncio.CancelledError:
             raise
@@ -219,14 +224,34 @@ class TransactionCoordinatorService:
         log.info("transaction coordinator loaded %d transactional ids", len(self.coordinator.txns))
 
     def load_partition(self, partition: int) -> None:
-        entries = []
+        """Replay one partition at once (tests and tools; the broker loads in steps)."""
+        for _ in self._load_steps(partition):
+            pass
+
+    def _load_steps(self, partition: int) -> Iterator[None]:
+        """Replay one partition, pausing (yielding) after every ``LOAD_STEP_RECORDS`` records
+        read and ids installed, so the event loop serves other clients meanwhile (the
+        transactional APIs answer COORDINATOR_LOAD_IN_PROGRESS until the whole load is done)."""
+        latest: dict[str, tuple[bytes, bytes | None]] = {}  # the last record of each id
+        done = 0
         for batch in self.storage.read_batches(TRANSACTION_STATE, partition):
             if batch.is_control:
                 continue
             for record in batch:
-                if record.key is not None:
-                    entries.append((record.key, record.value))
-        self.coordinator.load_records(entries)
+                if record.key is None:
+                    continue
+                transactional_id = records.parse_key(record.key)
+                if transactional_id is not None:
+                    latest.pop(transactional_id, None)  # keeps the order of last writes
+                    latest[transactional_id] = (record.key, record.value)
+                    done += 1
+            if done >= LOAD_STEP_RECORDS:
+                done = 0
+                yield
+        entries = list(latest.values())
+        for start in range(0, len(entries), LOAD_STEP_RECORDS):
+            self.coordinator.load_records(entries[start : start + LOAD_STEP_RECORDS])
+            yield
 
     async def wait_loaded(self) -> None:
         if self._loader is not None:

@@ -4,6 +4,7 @@ offsets through the group coordinator, and reloading what a crash left prepared.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from reference_broker.coordinator.group.service import GroupCoordinatorService
 from reference_broker.coordinator.group.state import CommittedOffset
 from reference_broker.coordinator.txn import records
 from reference_broker.coordinator.txn.coordinator import EXPIRY_STEP
-from reference_broker.coordinator.txn.service import TransactionCoordinatorService
+from reference_broker.coordinator.txn.service import LOAD_STEP_RECORDS, TransactionCoordinatorService
 from reference_broker.coordinator.txn.state import TxnState
 from reference_broker.producer_ids import ProducerIdManager
 from reference_broker.storage import CONSUMER_OFFSETS, TRANSACTION_STATE, Storage
@@ -400,5 +401,36 @@ async def test_idle_transactional_ids_expire_in_bounded_steps(tmp_path: Path, cl
     node = await Node(tmp_path, clock).start()
     try:
         assert node.coordinator.txns == {}
+    finally:
+        await node.stop()
+
+
+async def test_a_large_transaction_state_loads_in_steps_that_let_other_work_run(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Work queued on the event loop runs between the load's steps, not only before or after."""
+    node = await Node(tmp_path, clock, **{"transaction.state.log.num.partitions": 1}).start()
+    try:
+        for i in range(3 * LOAD_STEP_RECORDS):
+            node.coordinator.init_producer_id(f"tx-{i}", TIMEOUT_MS)
+    finally:
+        await node.stop()
+    node = Node(tmp_path, clock, **{"transaction.state.log.num.partitions": 1})
+    loaded_when_seen: list[int] = []  # ids installed each time other work got the loop
+
+    async def other_client() -> None:
+        while node.coordinator.loading:
+            loaded_when_seen.append(len(node.coordinator.txns))
+            await asyncio.sleep(0)
+
+    await node.groups.start()
+    await node.txn.start()
+    other = asyncio.create_task(other_client())
+    await node.txn.wait_loaded()
+    await other
+    try:
+        total = 3 * LOAD_STEP_RECORDS
+        assert len(node.coordinator.txns) == total
+        assert any(0 < seen < total for seen in loaded_when_seen), loaded_when_seen
     finally:
         await node.stop()
