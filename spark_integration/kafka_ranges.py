@@ -198,41 +198,49 @@ def arrow_schema(include_headers: bool) -> Any:
 
 
 def read_arrow(options: ReadOptions, offsets: OffsetRange) -> Iterator[Any]:
-    """The rows of ``offsets`` as ``pyarrow.RecordBatch``es of up to ``ARROW_BATCH_ROWS`` rows:
-    columns are filled straight from the records, without PySpark's per-row conversion."""
-    schema = arrow_schema(options.include_headers)
-    columns: list[list[Any]] = [[] for _ in schema.names]
-    keys, values, topics, partitions, positions, timestamps, types = columns[:7]
-    headers = columns[7] if options.include_headers else None
-    for record in _records(options, offsets):
-        keys.append(record.key)
-        values.append(record.value)
-        topics.append(record.topic)
-        partitions.append(record.partition)
-        positions.append(record.offset)
-        timestamps.append(record.timestamp * 1000)
-        types.append(record.timestamp_type)
-        if headers is not None:
-            headers.append([{"key": name, "value": value} for name, value in (record.headers or ())])
-        if len(keys) >= ARROW_BATCH_ROWS:
-            yield _arrow_batch(columns, schema)
-            for column in columns:
-                column.clear()
-    if keys:
-        yield _arrow_batch(columns, schema)
-
-
-def _arrow_batch(columns: list[list[Any]], schema: Any) -> Any:
+    """The rows of ``offsets`` as ``pyarrow.RecordBatch``es of about ``ARROW_BATCH_ROWS`` rows
+    (the consumer's chunks are not cut): columns are filled a chunk of records at a time, without
+    PySpark's per-row conversion; topic and partition, the same in every row, are repeated by
+    Arrow."""
     import pyarrow as pa
 
-    arrays = [pa.array(column, type=f.type) for column, f in zip(columns, schema, strict=True)]
+    schema = arrow_schema(options.include_headers)
+    chunks: list[list[Any]] = []
+    rows = 0
+    for chunk in _record_chunks(options, offsets):
+        chunks.append(chunk)
+        rows += len(chunk)
+        if rows >= ARROW_BATCH_ROWS:
+            yield _arrow_batch(chunks, schema, offsets, pa)
+            chunks, rows = [], 0
+    if chunks:
+        yield _arrow_batch(chunks, schema, offsets, pa)
+
+
+def _arrow_batch(chunks: list[list[Any]], schema: Any, offsets: OffsetRange, pa: Any) -> Any:
+    records = chunks[0] if len(chunks) == 1 else [r for chunk in chunks for r in chunk]
+    types = schema.types
+    arrays = [
+        pa.array([r.key for r in records], type=types[0]),
+        pa.array([r.value for r in records], type=types[1]),
+        pa.repeat(pa.scalar(offsets.topic, type=types[2]), len(records)),
+        pa.repeat(pa.scalar(offsets.partition, type=types[3]), len(records)),
+        pa.array([r.offset for r in records], type=types[4]),
+        pa.array([r.timestamp * 1000 for r in records], type=types[5]),
+        pa.array([r.timestamp_type for r in records], type=types[6]),
+    ]
+    if len(types) > 7:
+        arrays.append(pa.array(
+            [[{"key": name, "value": value} for name, value in (r.headers or ())] for r in records],
+            type=types[7]))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def read_range(options: ReadOptions, offsets: OffsetRange) -> Iterator[tuple[Any, ...]]:
     """The rows of ``offsets``, in offset order, read through the SDK on this executor."""
-    for record in _records(options, offsets):
-        yield _row(record, options.include_headers)
+    for chunk in _record_chunks(options, offsets):
+        for record in chunk:
+            yield _row(record, options.include_headers)
 
 
 def _consumer_key(options: ReadOptions, tp: TopicPartition) -> tuple[Any, ...]:
@@ -253,11 +261,13 @@ def _new_consumer(options: ReadOptions, tp: TopicPartition) -> Consumer:
 _consumers: ClientPool[Consumer] = new_pool("range consumers", lambda consumer: consumer.close())
 
 
-def _records(options: ReadOptions, offsets: OffsetRange) -> Iterator[Any]:
-    """The consumer records of ``offsets``, in offset order, read through the SDK with a consumer
-    of this worker's pool (taken for the task, given back when the range is read or the reader
-    stops early, closed if reading failed). At most the range's size is taken from the consumer,
-    so it stands at the range's end, where the next range of the partition starts."""
+def _record_chunks(options: ReadOptions, offsets: OffsetRange) -> Iterator[list[Any]]:
+    """The consumer records of ``offsets``, in offset order, in the chunks the consumer returns,
+    read through the SDK with a consumer of this worker's pool (taken for the task, given back
+    when the range is read or the reader stops early, closed if reading failed). At most the
+    range's size is taken from the consumer, so it stands at the range's end, where the next
+    range of the partition starts. The consumer's position is asked only after an empty poll
+    (aborted records and markers move it without records)."""
     if offsets.start >= offsets.end:
         return
     tp = TopicPartition(offsets.topic, offsets.partition)
@@ -267,23 +277,20 @@ def _records(options: ReadOptions, offsets: OffsetRange) -> Iterator[Any]:
     try:
         if pooled is None or consumer.position(tp) != offsets.start:
             consumer.seek(tp, offsets.start)
+        position = offsets.start
         last_progress = time.monotonic()
-        while True:
-            position = consumer.position(tp)
-            if position >= offsets.end:
-                break
-            records = consumer.getmany(tp, timeout_ms=500, max_records=offsets.end - position).get(tp, ())
-            past_end = False
-            for record in records:
-                if record.offset >= offsets.end:  # the next range seeks back to its start
-                    past_end = True
-                    break
-                yield record
-            if past_end:
-                break
+        while position < offsets.end:
+            records = consumer.getmany(tp, timeout_ms=500, max_records=offsets.end - position).get(tp)
             if records:
+                if records[-1].offset >= offsets.end:  # the next range seeks back to its start
+                    yield [r for r in records if r.offset < offsets.end]
+                    break
+                yield records
+                position = records[-1].offset + 1
                 last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > options.poll_timeout_s:
+                continue
+            position = consumer.position(tp)
+            if position < offsets.end and time.monotonic() - last_progress > options.poll_timeout_s:
                 raise TimeoutError(
                     f"{tp.topic}-{tp.partition}: no records for {options.poll_timeout_s:.0f} s at offset "
                     f"{position}, the range ends at {offsets.end}")
