@@ -3,9 +3,9 @@
 Versions served and per-version notes:
 
 - ConsumerGroupHeartbeat (68) v0-1: v0 joins with an empty member id get one from the broker;
-  v1 (KIP-1082) requires the client's own member id. SubscribedTopicRegex (v1) is refused with
-  INVALID_REQUEST: regular expressions are evaluated only with a linear-time (RE2) engine, and
-  none is installed.
+  v1 (KIP-1082) requires the client's own member id. SubscribedTopicRegex (v1) is resolved on the
+  broker with RE2 semantics (``reference_broker.patterns``) after the heartbeat is answered; an
+  invalid one gets INVALID_REGULAR_EXPRESSION.
 - ConsumerGroupDescribe (69) v0-1: v1 (KIP-1099) adds each member's type, 0 for a classic
   member inside the consumer group and 1 for a consumer-protocol one.
 

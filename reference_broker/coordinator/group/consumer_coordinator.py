@@ -34,11 +34,13 @@ from reference_broker.coordinator.group.consumer_group import (
     ConsumerGroup,
     ConsumerGroupMember,
     MemberState,
+    ResolvedRegex,
     TopicInfo,
     same_assignment,
 )
 from reference_broker.coordinator.group.reconciliation import FencedMemberEpoch, reconcile
 from reference_broker.coordinator.group.server_assignors import ASSIGNORS, MemberSpec, PartitionAssignorError
+from reference_broker.patterns import InvalidPatternError, compile_client_pattern
 from sdk.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -62,6 +64,11 @@ class ConsumerGroupConfig:
 
 #: topic name -> TopicInfo, or None for a topic that does not exist.
 TopicLookup = Callable[[str], "TopicInfo | None"]
+#: The names of every topic a regex subscription may match (the internal topics left out).
+TopicNames = Callable[[], "list[str]"]
+#: Kafka's REGEX_BATCH_REFRESH_MIN_INTERVAL_MS: resolved regexes are refreshed at most this often
+#: when topics came or went.
+REGEX_REFRESH_MIN_INTERVAL_MS = 10_000
 
 
 @dataclasses.dataclass
@@ -112,11 +119,16 @@ class ConsumerGroupCoordinator:
         self.membership = membership
         self.config = ConsumerGroupConfig()
         self.lookup_topic: TopicLookup = lambda name: None
+        self.topic_names: TopicNames = lambda: []
         self.groups: dict[str, ConsumerGroup] = {}
 
-    def configure(self, config: ConsumerGroupConfig, lookup_topic: TopicLookup) -> None:
+    def configure(
+        self, config: ConsumerGroupConfig, lookup_topic: TopicLookup, topic_names: TopicNames | None = None
+    ) -> None:
         self.config = config
         self.lookup_topic = lookup_topic
+        if topic_names is not None:
+            self.topic_names = topic_names
 
     @property
     def clock(self):  # type: ignore[no-untyped-def]
@@ -146,10 +158,14 @@ class ConsumerGroupCoordinator:
         if a.rack_id == "":
             raise invalid("RackId can't be empty.")
         if a.subscribed_topic_regex:
-            raise invalid(
-                "SubscribedTopicRegex is not supported by this broker: it evaluates regular expressions"
-                " only with a linear-time (RE2) engine, and none is installed."
-            )
+            try:
+                compile_client_pattern(a.subscribed_topic_regex)
+            except InvalidPatternError as exc:
+                raise Refused(
+                    E.INVALID_REGULAR_EXPRESSION,
+                    f"SubscribedTopicRegex `{a.subscribed_topic_regex}` is not a valid regular"
+                    f" expression: {exc}.",
+                ) from None
         client_id_required = a.api_version >= CLIENT_MEMBER_ID_VERSION or a.member_epoch != 0
         if client_id_required and not a.member_id:
             raise invalid("MemberId can't be empty.")
@@ -306,6 +322,12 @@ class ConsumerGroupCoordinator:
                 if a.subscribed_topic_names is not None
                 else member.subscribed_topic_names
             ),
+            # An empty regex clears the member's regex subscription.
+            subscribed_topic_regex=(
+                (a.subscribed_topic_regex or None)
+                if a.subscribed_topic_regex is not None
+                else member.subscribed_topic_regex
+            ),
             client_id=a.client_id,
             client_host=a.client_host,
         )
@@ -314,14 +336,14 @@ class ConsumerGroupCoordinator:
             batch.append(rec.member_record(group.group_id, updated))
             # A static member taking over its instance's place changes no subscription (no epoch bump).
             joined = is_new and replaced_id is None
-            bump = joined or updated.subscribed_topic_names != member.subscribed_topic_names
-        names = group.subscribed_topic_names(without=member_id) | set(updated.subscribed_topic_names)
+            bump = joined or group.member_topics(updated) != group.member_topics(member)
+        names = group.subscribed_topic_names(without=member_id) | group.member_topics(updated)
         if replaced_id is not None:
             batch[:0] = rec.member_tombstones(group.group_id, replaced_id)
             names = {
-                n for mid, m in group.members.items() if mid != replaced_id for n in m.subscribed_topic_names
+                n for mid, m in group.members.items() if mid != replaced_id for n in group.member_topics(m)
             }
-            names |= set(updated.subscribed_topic_names)
+            names |= group.member_topics(updated)
         metadata = self._subscription_metadata(names)
         topics_hash = rec.metadata_hash(metadata)
         if topics_hash != group.metadata_hash:
@@ -377,6 +399,10 @@ class ConsumerGroupCoordinator:
             group.target = dict(targets)
             group.assignment_epoch = assignment_epoch
         self._schedule_session_timeout(group, member_id)
+        if reconciled.subscribed_topic_regex != member.subscribed_topic_regex or self._regex_stale(
+            group, reconciled.subscribed_topic_regex
+        ):
+            self._schedule_regex_resolution(group)
         if reconciled.state == MemberState.UNREVOKED_PARTITIONS:
             if (
                 member.state != MemberState.UNREVOKED_PARTITIONS
@@ -413,7 +439,7 @@ class ConsumerGroupCoordinator:
         name = max(sorted(votes), key=lambda n: votes[n]) if votes else available[0]
         specs = {
             mid: MemberSpec(
-                frozenset(metadata[n].topic_id for n in m.subscribed_topic_names if n in metadata),
+                frozenset(metadata[n].topic_id for n in group.member_topics(m) if n in metadata),
                 m.instance_id,
                 group.target.get(
                     replaced_id
@@ -488,6 +514,8 @@ class ConsumerGroupCoordinator:
         """Remove the member: its partitions are free and the group epoch goes up, so the next
         heartbeat of any other member computes a new target assignment."""
         batch = rec.member_tombstones(group.group_id, member.member_id)
+        unused = set(group.resolved_regexes) - group.regexes_in_use(without=member.member_id)
+        batch += [rec.regex_tombstone(group.group_id, regex) for regex in sorted(unused)]
         names = group.subscribed_topic_names(without=member.member_id)
         metadata = self._subscription_metadata(names)
         topics_hash = rec.metadata_hash(metadata)
@@ -496,11 +524,87 @@ class ConsumerGroupCoordinator:
         if error:
             raise Refused(error, "The coordinator could not write the group's records.")
         group.remove_member(member.member_id)
+        for regex in unused:
+            del group.resolved_regexes[regex]
         group.subscription_metadata = metadata
         group.metadata_hash = topics_hash
         group.has_partition_metadata_record = False
         group.group_epoch += 1
         return 0
+
+    # -- regular expression subscriptions ----------------------------------------------------
+
+    def _regex_stale(self, group: ConsumerGroup, regex: str | None) -> bool:
+        """The member's regex was never resolved, or was resolved long enough ago (Kafka's minimum
+        refresh interval) against topic names that have changed since."""
+        if not regex:
+            return False
+        resolved = group.resolved_regexes.get(regex)
+        if resolved is None:
+            return True
+        if self.clock.now_ms() - resolved.timestamp_ms < REGEX_REFRESH_MIN_INTERVAL_MS:
+            return False
+        return rec.topic_names_version(self.topic_names()) != resolved.version
+
+    def _schedule_regex_resolution(self, group: ConsumerGroup) -> None:
+        """Resolve the group's regexes after this heartbeat is answered, as Kafka does off the
+        request path; a heartbeat never waits for a resolution."""
+        if group.regex_resolution_pending:
+            return
+        group.regex_resolution_pending = True
+        self.clock.call_later(0, lambda: self._resolve_regexes(group.group_id, group))
+
+    def _resolve_regexes(self, group_id: str, scheduled_for: ConsumerGroup) -> None:
+        """Match every regex the members subscribe with against the topic names; write what changed
+        (ConsumerGroupRegularExpression records, tombstones of regexes no member uses) and bump the
+        group epoch when a member's topics changed, so the next heartbeat computes a new target."""
+        scheduled_for.regex_resolution_pending = False
+        group = self.groups.get(group_id)
+        if group is not scheduled_for:
+            return
+        names = self.topic_names()
+        version, now = rec.topic_names_version(names), self.clock.now_ms()
+        resolved: dict[str, ResolvedRegex] = {}
+        batch: list[rec.Record] = []
+        changed = False
+        for regex in sorted(group.regexes_in_use()):
+            try:
+                pattern = compile_client_pattern(regex)
+            except InvalidPatternError:
+                log.warning("consumer group %s: regex %r no longer compiles; ignored", group_id, regex)
+                continue
+            found = ResolvedRegex(frozenset(n for n in names if pattern.matches(n)), version, now)
+            resolved[regex] = found
+            old = group.resolved_regexes.get(regex)
+            if old is None or old.topics != found.topics:
+                changed = True
+                batch.append(rec.regex_record(group_id, regex, found))
+        unused = sorted(set(group.resolved_regexes) - set(resolved))
+        batch += [rec.regex_tombstone(group_id, regex) for regex in unused]
+        previous = group.resolved_regexes
+        group.resolved_regexes = resolved
+        metadata = self._subscription_metadata(group.subscribed_topic_names())
+        topics_hash = rec.metadata_hash(metadata)
+        group.resolved_regexes = previous
+        bump = changed or topics_hash != group.metadata_hash
+        if bump:
+            batch += self._epoch_records(group, group.group_epoch + 1, topics_hash)
+        if batch:
+            error = self.membership.write_records(group_id, batch)
+            if error:
+                log.warning(
+                    "consumer group %s: regex resolution not written (error %d); the next heartbeat retries",
+                    group_id,
+                    error,
+                )
+                return
+        group.resolved_regexes = resolved
+        if bump:
+            group.group_epoch += 1
+            group.subscription_metadata = metadata
+            group.metadata_hash = topics_hash
+            group.has_partition_metadata_record = False
+            log.info("consumer group %s: regexes resolved, group epoch %d", group_id, group.group_epoch)
 
     @staticmethod
     def _epoch_records(group: ConsumerGroup, epoch: int, topics_hash: int) -> list[rec.Record]:

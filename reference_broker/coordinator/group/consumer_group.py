@@ -141,6 +141,8 @@ class ConsumerGroup:
         #: regular expression -> the topics it matched when last resolved (one entry for every regex
         #: a member subscribes with).
         self.resolved_regexes: dict[str, ResolvedRegex] = {}
+        #: A regex resolution is scheduled and has not run yet.
+        self.regex_resolution_pending = False
         self.created_ms = now_ms
         self.session_timers: dict[str, TimerHandle] = {}
         self.rebalance_timers: dict[str, TimerHandle] = {}
@@ -158,12 +160,29 @@ class ConsumerGroup:
             return ConsumerGroupState.STABLE
         return ConsumerGroupState.RECONCILING
 
+    def member_topics(self, member: ConsumerGroupMember) -> set[str]:
+        """The topics a member is subscribed to: its names and what its regex resolved to (nothing
+        until the regex is resolved)."""
+        topics = set(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            resolved = self.resolved_regexes.get(member.subscribed_topic_regex)
+            if resolved is not None:
+                topics |= resolved.topics
+        return topics
+
     def subscribed_topic_names(self, without: str | None = None) -> set[str]:
         return {
             name
             for member_id, m in self.members.items()
             if member_id != without
-            for name in m.subscribed_topic_names
+            for name in self.member_topics(m)
+        }
+
+    def regexes_in_use(self, without: str | None = None) -> set[str]:
+        return {
+            m.subscribed_topic_regex
+            for member_id, m in self.members.items()
+            if member_id != without and m.subscribed_topic_regex
         }
 
     def preferred_assignor(self, default: str) -> str:

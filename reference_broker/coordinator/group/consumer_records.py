@@ -94,6 +94,17 @@ VALUE_CLASSES: dict[int, type[Message]] = {
 }
 
 
+def topic_names_version(names: Iterable[str]) -> int:
+    """A non-negative 63-bit digest of the set of topic names: the version a regex was resolved
+    against (Kafka keeps its metadata image's offset there), different once a topic comes or goes."""
+    digest = hashlib.blake2b(digest_size=8)
+    for name in sorted(names):
+        encoded = name.encode()
+        digest.update(struct.pack(">H", len(encoded)) + encoded)
+    (value,) = struct.unpack(">Q", digest.digest())
+    return int(value) >> 1
+
+
 def metadata_hash(topics: dict[str, TopicInfo]) -> int:
     """A signed 64-bit digest of the subscribed topics (name, id, partition count), 0 for none:
     what the group epoch record keeps so that a change of the topics while the broker was down is

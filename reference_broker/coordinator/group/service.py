@@ -22,7 +22,7 @@ from reference_broker.coordinator.group.coordinator import (
 from reference_broker.coordinator.group.server_assignors import ASSIGNORS
 from reference_broker.log.config import segment_size_configs
 from reference_broker.services import PeriodicTask
-from reference_broker.storage import CONSUMER_OFFSETS
+from reference_broker.storage import CONSUMER_OFFSETS, is_internal
 from sdk.records import ControlType
 
 if TYPE_CHECKING:
@@ -129,12 +129,18 @@ class GroupCoordinatorService:
         self.coordinator = GroupCoordinator(
             clock, group_config(config, num_partitions), self.store, topic_exists=self._topic_exists
         )
-        self.coordinator.consumer.configure(consumer_group_config(config), self._topic_info)
+        self.coordinator.consumer.configure(
+            consumer_group_config(config), self._topic_info, self._topic_names
+        )
         self._loader: asyncio.Task[None] | None = None
 
     def _topic_info(self, name: str) -> TopicInfo | None:
         meta = self.storage.topic(name)
         return None if meta is None else TopicInfo(meta.topic_id, meta.name, meta.num_partitions)
+
+    def _topic_names(self) -> list[str]:
+        """What a regex subscription may match: every topic but the internal ones (as Kafka)."""
+        return [t.name for t in self.storage.topics() if not is_internal(t.name)]
 
     def ensure_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` if this broker has none yet: Kafka does when a client

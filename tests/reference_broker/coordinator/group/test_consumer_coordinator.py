@@ -162,8 +162,7 @@ def test_epoch_errors_fence_and_unknown_members_are_refused() -> None:
     assert Member(node, "ghost").heartbeat(member_epoch=3).error == E.UNKNOWN_MEMBER_ID
     assert Member(node, "x", group="nope").heartbeat(member_epoch=3).error == E.GROUP_ID_NOT_FOUND
     assert a.heartbeat(server_assignor="sticky").error == E.UNSUPPORTED_ASSIGNOR
-    regex = a.heartbeat(subscribed_topic_regex="ord.*")
-    assert regex.error == E.INVALID_REQUEST and "RE2" in (regex.message or "")
+    assert a.heartbeat(subscribed_topic_regex="ord(").error == E.INVALID_REGULAR_EXPRESSION
 
 
 def test_group_max_size() -> None:
