@@ -6,16 +6,19 @@ unchanged. Produce, Fetch, ListOffsets and Metadata check inside their handlers 
 as their answers interleave authorization with topic lookups.
 
 A wrapper either refuses the whole request with the API's error response (a group, transactional
-id or cluster permission), or runs the handler on the items the client may touch and adds the
-refused items to the answer with their error (TOPIC_AUTHORIZATION_FAILED per topic,
-GROUP_AUTHORIZATION_FAILED per group, ...), or filters what the answer may show (ListGroups,
-ListTransactions, OffsetFetch of all topics). Refused clients get the error, never a closed
-connection.
+id or cluster permission: :class:`Requires`), or runs the handler on the items the client may
+touch and adds the refused items to the answer with their error (TOPIC_AUTHORIZATION_FAILED per
+topic, GROUP_AUTHORIZATION_FAILED per group, ...: :class:`PerItem`), or filters what the answer
+may show (ListGroups, ListTransactions, OffsetFetch of all topics). The refusal's error is always
+the one of the refused resource's type (:data:`DENIED`). ``CHECKS`` is the table of every API's
+check; the few that fit neither shape (version-dependent or cluster-or-topic rules) are functions.
+Refused clients get the error, never a closed connection.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
@@ -89,16 +92,21 @@ if TYPE_CHECKING:
 #: (refusal to send instead, request to run, what to do to its response)
 Plan = tuple[Message | None, Any, Callable[[Any], Any]]
 Pre = Callable[["Broker", "RequestContext", Any], Plan]
+#: An item of a request -> the resource it needs the operation on (None: no check).
+Resource = Callable[["Broker", Any], "tuple[ResourceType, str] | None"]
 
 GROUP, TOPIC, TXN = ResourceType.GROUP, ResourceType.TOPIC, ResourceType.TRANSACTIONAL_ID
+CLUSTER = ResourceType.CLUSTER
 ALL_GROUP_OPERATIONS = sum(1 << op for op in SUPPORTED_OPERATIONS[ResourceType.GROUP])
-#: DescribeConfigs/AlterConfigs resource types -> (ACL resource, its error).
-_CONFIG_RESOURCES = {
-    2: (TOPIC, E.TOPIC_AUTHORIZATION_FAILED),
-    4: (ResourceType.CLUSTER, E.CLUSTER_AUTHORIZATION_FAILED),
-    8: (ResourceType.CLUSTER, E.CLUSTER_AUTHORIZATION_FAILED),
-    32: (GROUP, E.GROUP_AUTHORIZATION_FAILED),
+#: The error of a refused resource, by its type.
+DENIED = {
+    TOPIC: E.TOPIC_AUTHORIZATION_FAILED,
+    GROUP: E.GROUP_AUTHORIZATION_FAILED,
+    TXN: E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    CLUSTER: E.CLUSTER_AUTHORIZATION_FAILED,
 }
+#: DescribeConfigs/AlterConfigs resource types -> the ACL resource checked.
+_CONFIG_RESOURCES = {2: TOPIC, 4: CLUSTER, 8: CLUSTER, 32: GROUP}
 
 
 def _same(response: Any) -> Any:
@@ -116,7 +124,7 @@ def _refuse(broker: Broker, ctx: RequestContext, request: Any, code: int) -> Pla
 def _allowed(
     broker: Broker, ctx: RequestContext, op: Operation, kind: ResourceType, name: str | None
 ) -> bool:
-    if kind == ResourceType.CLUSTER:
+    if kind == CLUSTER:
         return authorize_cluster(broker, ctx, op)
     return authorize(broker, ctx, op, kind, name or "")
 
@@ -136,35 +144,223 @@ def _with(request: Any, **fields: Any) -> Any:
     return changed
 
 
-# -- whole-request checks -----------------------------------------------------------------------
+# -- the two shapes of check --------------------------------------------------------------------
 
 
-def _group_member(broker: Broker, ctx: RequestContext, request: Any) -> Plan:
-    """JoinGroup, SyncGroup, Heartbeat, LeaveGroup: READ on the group."""
-    if not authorize(broker, ctx, Operation.READ, GROUP, request.group_id):
-        return _refuse(broker, ctx, request, E.GROUP_AUTHORIZATION_FAILED)
-    return _run(request)
+@dataclasses.dataclass(frozen=True)
+class Requires:
+    """Whole-request permissions, checked in order: ``operation`` on the ``kind`` resource named
+    by the request's ``field``, for each (operation, kind, field) of ``needs``; the first refused
+    one refuses the request with its type's error. ``then`` checks what is left (the topics)."""
+
+    needs: tuple[tuple[Operation, ResourceType, str], ...]
+    then: Pre | None = None
+
+    def __call__(self, broker: Broker, ctx: RequestContext, request: Any) -> Plan:
+        for op, kind, field in self.needs:
+            if not _allowed(broker, ctx, op, kind, getattr(request, field)):
+                return _refuse(broker, ctx, request, DENIED[kind])
+        return self.then(broker, ctx, request) if self.then is not None else _run(request)
 
 
-def _end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> Plan:
-    if not authorize(broker, ctx, Operation.WRITE, TXN, request.transactional_id):
-        return _refuse(broker, ctx, request, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    return _run(request)
+@dataclasses.dataclass(frozen=True)
+class PerItem:
+    """Per-item permissions: the handler runs on the items of the request's ``items`` list the
+    client may ``operation`` (``resource(broker, item)`` names the resource; None: not checked);
+    each refused item is answered by ``refused(item, error)`` in the response's ``answers`` list,
+    after the handler's own answers. ``finish(broker, ctx, request, response)`` adjusts the
+    handler's answers first (authorized operations, hidden topics); ``response`` builds the whole
+    answer when every item is refused."""
+
+    operation: Operation
+    items: str
+    resource: Resource
+    refused: Callable[[Any, int], Any]
+    answers: str
+    response: Callable[[], Any]
+    finish: Callable[[Broker, RequestContext, Any, Any], None] | None = None
+
+    def __call__(self, broker: Broker, ctx: RequestContext, request: Any) -> Plan:
+        def keep(item: Any) -> bool:
+            resource = self.resource(broker, item)
+            return resource is None or _allowed(broker, ctx, self.operation, *resource)
+
+        allowed, refused = _split(getattr(request, self.items), keep)
+        entries = [self.refused(item, DENIED[self._kind(broker, item)]) for item in refused]
+        if refused and not allowed:
+            response = self.response()
+            setattr(response, self.answers, entries)
+            return response, None, _same
+        if not refused and self.finish is None:
+            return _run(request)
+
+        def finish(response: Any) -> Any:
+            if response is not None:
+                if self.finish is not None:
+                    self.finish(broker, ctx, request, response)
+                getattr(response, self.answers).extend(entries)
+            return response
+
+        return _run(_with(request, **{self.items: allowed}) if refused else request, finish)
+
+    def _kind(self, broker: Broker, item: Any) -> ResourceType:
+        resource = self.resource(broker, item)
+        assert resource is not None  # only checked items are refused
+        return resource[0]
 
 
-def _add_offsets(broker: Broker, ctx: RequestContext, request: AddOffsetsToTxnRequest) -> Plan:
-    if not authorize(broker, ctx, Operation.WRITE, TXN, request.transactional_id):
-        return _refuse(broker, ctx, request, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if not authorize(broker, ctx, Operation.READ, GROUP, request.group_id):
-        return _refuse(broker, ctx, request, E.GROUP_AUTHORIZATION_FAILED)
-    return _run(request)
+def _topic(broker: Broker, item: Any) -> tuple[ResourceType, str]:
+    return TOPIC, item.name
+
+
+def _group(broker: Broker, group_id: str) -> tuple[ResourceType, str]:
+    return GROUP, group_id
+
+
+def _txn(broker: Broker, transactional_id: str) -> tuple[ResourceType, str]:
+    return TXN, transactional_id
+
+
+def _topic_by_name_or_id(broker: Broker, state: Any) -> tuple[ResourceType, str]:
+    if state.name is None:
+        info = broker.logs.topic_by_id(state.topic_id)
+        return TOPIC, info.name if info is not None else ""
+    return TOPIC, str(state.name)
+
+
+def _config_resource(broker: Broker, resource: Any) -> tuple[ResourceType, str] | None:
+    kind = _CONFIG_RESOURCES.get(resource.resource_type)
+    return None if kind is None else (kind, resource.resource_name)
+
+
+def _per_topic(op: Operation, refused: Callable[[Any, int], Any], answers: str, response: Any) -> PerItem:
+    return PerItem(op, "topics", _topic, refused, answers, response)
+
+
+def _partitions_refused(topic_class: Any, partition_class: Any, **fields: Any) -> Callable[[Any, int], Any]:
+    """A refused topic answered with the error on each of its partitions."""
+
+    def entry(t: Any, code: int) -> Any:
+        return topic_class(
+            name=t.name,
+            partitions=[
+                partition_class(partition_index=p.partition_index, error_code=code, **fields)
+                for p in t.partitions
+            ],
+        )
+
+    return entry
+
+
+# -- answers to refused items -------------------------------------------------------------------
+
+_OffsetCommitTopic = OffsetCommitResponse.OffsetCommitResponseTopic
+_TxnCommitTopic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+_OffsetDeleteTopic = OffsetDeleteResponse.OffsetDeleteResponseTopic
+_DeleteRecordsTopic = DeleteRecordsResponse.DeleteRecordsTopicResult
+_commit_refused = _partitions_refused(_OffsetCommitTopic, _OffsetCommitTopic.OffsetCommitResponsePartition)
+_txn_commit_refused = _partitions_refused(_TxnCommitTopic, _TxnCommitTopic.TxnOffsetCommitResponsePartition)
+_offset_delete_refused = _partitions_refused(
+    _OffsetDeleteTopic, _OffsetDeleteTopic.OffsetDeleteResponsePartition
+)
+_delete_records_refused = _partitions_refused(
+    _DeleteRecordsTopic, _DeleteRecordsTopic.DeleteRecordsPartitionResult, low_watermark=-1
+)
+
+
+def _producers_refused(t: Any, code: int) -> Any:
+    T = DescribeProducersResponse.TopicResponse
+    return T(
+        name=t.name,
+        partitions=[T.PartitionResponse(partition_index=p, error_code=code) for p in t.partition_indexes],
+    )
+
+
+def _create_topic_refused(t: Any, code: int) -> Any:
+    return CreateTopicsResponse.CreatableTopicResult(
+        name=t.name,
+        error_code=code,
+        error_message="Authorization failed.",
+        num_partitions=-1,
+        replication_factor=-1,
+        configs=None,
+    )
+
+
+def _create_partitions_refused(t: Any, code: int) -> Any:
+    return CreatePartitionsResponse.CreatePartitionsTopicResult(
+        name=t.name, error_code=code, error_message="Authorization failed."
+    )
+
+
+def _delete_topic_refused(state: Any, code: int) -> Any:
+    return DeleteTopicsResponse.DeletableTopicResult(
+        name=state.name, topic_id=state.topic_id, error_code=code, error_message="Authorization failed."
+    )
+
+
+def _delete_topic_name_refused(name: str, code: int) -> Any:
+    return DeleteTopicsResponse.DeletableTopicResult(name=name, error_code=code)
+
+
+def _coordinator_refused(key: str, code: int) -> Any:
+    return FindCoordinatorResponse.Coordinator(key=key, node_id=-1, host="", port=-1, error_code=code)
+
+
+def _described_group_refused(response_type: Any) -> Callable[[str, int], Any]:
+    def entry(group_id: str, code: int) -> Any:
+        return response_type.DescribedGroup(
+            error_code=code, group_id=group_id, authorized_operations=-(2**31)
+        )
+
+    return entry
+
+
+def _deleted_group_refused(group_id: str, code: int) -> Any:
+    return DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code)
+
+
+def _config_refused(result_type: Any) -> Callable[[Any, int], Any]:
+    def entry(r: Any, code: int) -> Any:
+        return result_type(
+            error_code=code,
+            error_message="Authorization failed.",
+            resource_type=r.resource_type,
+            resource_name=r.resource_name,
+        )
+
+    return entry
+
+
+def _transaction_refused(transactional_id: str, code: int) -> Any:
+    return DescribeTransactionsResponse.TransactionState(
+        error_code=code, transactional_id=transactional_id, producer_id=-1, producer_epoch=-1
+    )
+
+
+# -- what the handler's own answers may show ----------------------------------------------------
+
+
+def _group_operations(broker: Broker, ctx: RequestContext, request: Any, response: Any) -> None:
+    if request.include_authorized_operations:
+        for group in response.groups:
+            group.authorized_operations = authorized_operations(
+                broker, ctx, GROUP, group.group_id, ALL_GROUP_OPERATIONS
+            )
+
+
+def _visible_transaction_topics(broker: Broker, ctx: RequestContext, request: Any, response: Any) -> None:
+    for state in response.transaction_states:
+        state.topics = [t for t in state.topics if authorize(broker, ctx, Operation.DESCRIBE, TOPIC, t.topic)]
+
+
+# -- checks that fit neither shape --------------------------------------------------------------
 
 
 def _init_producer_id(broker: Broker, ctx: RequestContext, request: InitProducerIdRequest) -> Plan:
     if request.transactional_id:
-        if not authorize(broker, ctx, Operation.WRITE, TXN, request.transactional_id):
-            return _refuse(broker, ctx, request, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    elif not (
+        return Requires(((Operation.WRITE, TXN, "transactional_id"),))(broker, ctx, request)
+    if not (
         authorize_cluster(broker, ctx, Operation.IDEMPOTENT_WRITE)
         or authorize_any(broker, ctx, Operation.WRITE, TOPIC)
     ):
@@ -202,146 +398,7 @@ def _add_partitions(broker: Broker, ctx: RequestContext, request: AddPartitionsT
     return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=results), None, _same
 
 
-# -- per-topic checks ---------------------------------------------------------------------------
-
-
-def _per_topic(
-    op: Operation,
-    topics_field: str,
-    refused_entry: Callable[[Any], Any],
-    response_field: str,
-    empty_response: Callable[[], Any],
-) -> Callable[[Broker, RequestContext, Any], Plan]:
-    """Run the handler on the topics the client may ``op``; answer the others with
-    ``refused_entry(topic)`` added to the response's ``response_field`` list."""
-
-    def pre(broker: Broker, ctx: RequestContext, request: Any) -> Plan:
-        allowed, refused = _split(
-            getattr(request, topics_field), lambda t: authorize(broker, ctx, op, TOPIC, t.name)
-        )
-        if not refused:
-            return _run(request)
-        entries = [refused_entry(t) for t in refused]
-        if not allowed:
-            response = empty_response()
-            setattr(response, response_field, entries)
-            return response, None, _same
-
-        def finish(response: Any) -> Any:
-            if response is not None:
-                getattr(response, response_field).extend(entries)
-            return response
-
-        return _run(_with(request, **{topics_field: allowed}), finish)
-
-    return pre
-
-
-def _offset_commit_topic(t: Any) -> Any:
-    T = OffsetCommitResponse.OffsetCommitResponseTopic
-    return T(
-        name=t.name,
-        partitions=[
-            T.OffsetCommitResponsePartition(
-                partition_index=p.partition_index, error_code=E.TOPIC_AUTHORIZATION_FAILED
-            )
-            for p in t.partitions
-        ],
-    )
-
-
-_commit_topics = _per_topic(Operation.READ, "topics", _offset_commit_topic, "topics", OffsetCommitResponse)
-
-
-def _offset_commit(broker: Broker, ctx: RequestContext, request: OffsetCommitRequest) -> Plan:
-    if not authorize(broker, ctx, Operation.READ, GROUP, request.group_id):
-        return _refuse(broker, ctx, request, E.GROUP_AUTHORIZATION_FAILED)
-    return _commit_topics(broker, ctx, request)
-
-
-def _txn_commit_topic(t: Any) -> Any:
-    T = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
-    return T(
-        name=t.name,
-        partitions=[
-            T.TxnOffsetCommitResponsePartition(
-                partition_index=p.partition_index, error_code=E.TOPIC_AUTHORIZATION_FAILED
-            )
-            for p in t.partitions
-        ],
-    )
-
-
-_txn_commit_topics = _per_topic(
-    Operation.READ, "topics", _txn_commit_topic, "topics", TxnOffsetCommitResponse
-)
-
-
-def _txn_offset_commit(broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRequest) -> Plan:
-    if not authorize(broker, ctx, Operation.WRITE, TXN, request.transactional_id):
-        return _refuse(broker, ctx, request, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if not authorize(broker, ctx, Operation.READ, GROUP, request.group_id):
-        return _refuse(broker, ctx, request, E.GROUP_AUTHORIZATION_FAILED)
-    return _txn_commit_topics(broker, ctx, request)
-
-
-def _offset_delete_topic(t: Any) -> Any:
-    T = OffsetDeleteResponse.OffsetDeleteResponseTopic
-    return T(
-        name=t.name,
-        partitions=[
-            T.OffsetDeleteResponsePartition(
-                partition_index=p.partition_index, error_code=E.TOPIC_AUTHORIZATION_FAILED
-            )
-            for p in t.partitions
-        ],
-    )
-
-
-_offset_delete_topics = _per_topic(
-    Operation.READ, "topics", _offset_delete_topic, "topics", OffsetDeleteResponse
-)
-
-
-def _offset_delete(broker: Broker, ctx: RequestContext, request: OffsetDeleteRequest) -> Plan:
-    if not authorize(broker, ctx, Operation.DELETE, GROUP, request.group_id):
-        return _refuse(broker, ctx, request, E.GROUP_AUTHORIZATION_FAILED)
-    return _offset_delete_topics(broker, ctx, request)
-
-
-def _delete_records_topic(t: Any) -> Any:
-    T = DeleteRecordsResponse.DeleteRecordsTopicResult
-    return T(
-        name=t.name,
-        partitions=[
-            T.DeleteRecordsPartitionResult(
-                partition_index=p.partition_index, low_watermark=-1, error_code=E.TOPIC_AUTHORIZATION_FAILED
-            )
-            for p in t.partitions
-        ],
-    )
-
-
-def _producers_topic(t: Any) -> Any:
-    T = DescribeProducersResponse.TopicResponse
-    return T(
-        name=t.name,
-        partitions=[
-            T.PartitionResponse(partition_index=p, error_code=E.TOPIC_AUTHORIZATION_FAILED)
-            for p in t.partition_indexes
-        ],
-    )
-
-
-def _create_topic(t: Any) -> Any:
-    return CreateTopicsResponse.CreatableTopicResult(
-        name=t.name,
-        error_code=E.TOPIC_AUTHORIZATION_FAILED,
-        error_message="Authorization failed.",
-        num_partitions=-1,
-        replication_factor=-1,
-        configs=None,
-    )
+_create_per_topic = _per_topic(Operation.CREATE, _create_topic_refused, "topics", CreateTopicsResponse)
 
 
 def _create_topics(broker: Broker, ctx: RequestContext, request: CreateTopicsRequest) -> Plan:
@@ -350,134 +407,40 @@ def _create_topics(broker: Broker, ctx: RequestContext, request: CreateTopicsReq
     return _create_per_topic(broker, ctx, request)
 
 
-_create_per_topic = _per_topic(Operation.CREATE, "topics", _create_topic, "topics", CreateTopicsResponse)
-
-
-def _create_partitions_topic(t: Any) -> Any:
-    return CreatePartitionsResponse.CreatePartitionsTopicResult(
-        name=t.name, error_code=E.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed."
-    )
+_DELETE_TOPICS_BY_ID = PerItem(
+    Operation.DELETE, "topics", _topic_by_name_or_id, _delete_topic_refused, "responses", DeleteTopicsResponse
+)
+_DELETE_TOPICS_BY_NAME = PerItem(
+    Operation.DELETE,
+    "topic_names",
+    lambda broker, name: (TOPIC, name),
+    _delete_topic_name_refused,
+    "responses",
+    DeleteTopicsResponse,
+)
 
 
 def _delete_topics(broker: Broker, ctx: RequestContext, request: DeleteTopicsRequest) -> Plan:
-    def name_of(state: Any) -> str:
-        if state.name is None:
-            info = broker.logs.topic_by_id(state.topic_id)
-            return info.name if info is not None else ""
-        return str(state.name)
-
-    def keep(name: str) -> bool:
-        return authorize(broker, ctx, Operation.DELETE, TOPIC, name)
-
-    Result = DeleteTopicsResponse.DeletableTopicResult
-    if ctx.api_version >= 6:
-        allowed, refused = _split(request.topics, lambda s: keep(name_of(s)))
-        entries = [
-            Result(
-                name=s.name,
-                topic_id=s.topic_id,
-                error_code=E.TOPIC_AUTHORIZATION_FAILED,
-                error_message="Authorization failed.",
-            )
-            for s in refused
-        ]
-        changed = {"topics": allowed}
-    else:
-        allowed, refused = _split(request.topic_names, keep)
-        entries = [Result(name=n, error_code=E.TOPIC_AUTHORIZATION_FAILED) for n in refused]
-        changed = {"topic_names": allowed}
-    if not refused:
-        return _run(request)
-    if not allowed:
-        return DeleteTopicsResponse(responses=entries), None, _same
-
-    def finish(response: Any) -> Any:
-        response.responses.extend(entries)
-        return response
-
-    return _run(_with(request, **changed), finish)
+    check = _DELETE_TOPICS_BY_ID if ctx.api_version >= 6 else _DELETE_TOPICS_BY_NAME
+    return check(broker, ctx, request)
 
 
-# -- groups, coordinators, configs, transactions ------------------------------------------------
+def _coordinator_check(kind: ResourceType, version: int) -> Pre:
+    if version < 4:
+        return Requires(((Operation.DESCRIBE, kind, "key"),))
+    return PerItem(
+        Operation.DESCRIBE,
+        "coordinator_keys",
+        lambda broker, key: (kind, key),
+        _coordinator_refused,
+        "coordinators",
+        FindCoordinatorResponse,
+    )
 
 
 def _find_coordinator(broker: Broker, ctx: RequestContext, request: FindCoordinatorRequest) -> Plan:
-    kind, code = (
-        (TXN, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        if request.key_type == 1
-        else (GROUP, E.GROUP_AUTHORIZATION_FAILED)
-    )
-    if ctx.api_version < 4:
-        if not authorize(broker, ctx, Operation.DESCRIBE, kind, request.key):
-            return _refuse(broker, ctx, request, code)
-        return _run(request)
-    allowed, refused = _split(
-        request.coordinator_keys, lambda key: authorize(broker, ctx, Operation.DESCRIBE, kind, key)
-    )
-    if not refused:
-        return _run(request)
-    entries = [
-        FindCoordinatorResponse.Coordinator(key=k, node_id=-1, host="", port=-1, error_code=code)
-        for k in refused
-    ]
-    if not allowed:
-        return FindCoordinatorResponse(coordinators=entries), None, _same
-
-    def finish(response: Any) -> Any:
-        response.coordinators.extend(entries)
-        return response
-
-    return _run(_with(request, coordinator_keys=allowed), finish)
-
-
-def _describe_groups(broker: Broker, ctx: RequestContext, request: DescribeGroupsRequest) -> Plan:
-    allowed, refused = _split(request.groups, lambda g: authorize(broker, ctx, Operation.DESCRIBE, GROUP, g))
-    entries = [
-        DescribeGroupsResponse.DescribedGroup(
-            error_code=E.GROUP_AUTHORIZATION_FAILED, group_id=g, authorized_operations=-(2**31)
-        )
-        for g in refused
-    ]
-
-    def finish(response: Any) -> Any:
-        if request.include_authorized_operations:
-            for group in response.groups:
-                group.authorized_operations = authorized_operations(
-                    broker, ctx, GROUP, group.group_id, ALL_GROUP_OPERATIONS
-                )
-        response.groups.extend(entries)
-        return response
-
-    if not allowed:
-        return DescribeGroupsResponse(groups=entries), None, _same
-    return _run(_with(request, groups=allowed), finish)
-
-
-def _consumer_group_describe(
-    broker: Broker, ctx: RequestContext, request: ConsumerGroupDescribeRequest
-) -> Plan:
-    allowed, refused = _split(
-        request.group_ids, lambda g: authorize(broker, ctx, Operation.DESCRIBE, GROUP, g)
-    )
-    entries = [
-        ConsumerGroupDescribeResponse.DescribedGroup(
-            error_code=E.GROUP_AUTHORIZATION_FAILED, group_id=g, authorized_operations=-(2**31)
-        )
-        for g in refused
-    ]
-
-    def finish(response: Any) -> Any:
-        if request.include_authorized_operations:
-            for group in response.groups:
-                group.authorized_operations = authorized_operations(
-                    broker, ctx, GROUP, group.group_id, ALL_GROUP_OPERATIONS
-                )
-        response.groups.extend(entries)
-        return response
-
-    if not allowed:
-        return ConsumerGroupDescribeResponse(groups=entries), None, _same
-    return _run(_with(request, group_ids=allowed), finish)
+    kind = TXN if request.key_type == 1 else GROUP
+    return _coordinator_check(kind, ctx.api_version)(broker, ctx, request)
 
 
 def _list_groups(broker: Broker, ctx: RequestContext, request: ListGroupsRequest) -> Plan:
@@ -491,24 +454,6 @@ def _list_groups(broker: Broker, ctx: RequestContext, request: ListGroupsRequest
         return response
 
     return _run(request, finish)
-
-
-def _delete_groups(broker: Broker, ctx: RequestContext, request: DeleteGroupsRequest) -> Plan:
-    allowed, refused = _split(
-        request.groups_names, lambda g: authorize(broker, ctx, Operation.DELETE, GROUP, g)
-    )
-    entries = [
-        DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=E.GROUP_AUTHORIZATION_FAILED)
-        for g in refused
-    ]
-    if not allowed:
-        return DeleteGroupsResponse(results=entries), None, _same
-
-    def finish(response: Any) -> Any:
-        response.results.extend(entries)
-        return response
-
-    return _run(_with(request, groups_names=allowed), finish)
 
 
 def _offset_fetch(broker: Broker, ctx: RequestContext, request: OffsetFetchRequest) -> Plan:
@@ -533,86 +478,21 @@ def _offset_fetch(broker: Broker, ctx: RequestContext, request: OffsetFetchReque
             return response
 
         return _run(request, finish_one)
-    allowed, refused = _split(
-        request.groups, lambda g: authorize(broker, ctx, Operation.DESCRIBE, GROUP, g.group_id)
-    )
     asked_all = {g.group_id: g.topics is None for g in request.groups}
-    entries = [
-        OffsetFetchResponse.OffsetFetchResponseGroup(
-            group_id=g.group_id, error_code=E.GROUP_AUTHORIZATION_FAILED
-        )
-        for g in refused
-    ]
 
-    def finish(response: Any) -> Any:
+    def finish(broker: Broker, ctx: RequestContext, request: Any, response: Any) -> None:
         for group in response.groups:
             group.topics = restrict(group.topics, asked_all.get(group.group_id, False))
-        response.groups.extend(entries)
-        return response
 
-    if not allowed:
-        return OffsetFetchResponse(groups=entries), None, _same
-    return _run(_with(request, groups=allowed), finish)
-
-
-def _configs(op: Operation, response_type: Any, result_type: Any, field: str) -> Callable[..., Plan]:
-    def pre(broker: Broker, ctx: RequestContext, request: Any) -> Plan:
-        def keep(resource: Any) -> bool:
-            kind, _ = _CONFIG_RESOURCES.get(resource.resource_type, (None, 0))
-            return kind is None or _allowed(broker, ctx, op, kind, resource.resource_name)
-
-        allowed, refused = _split(request.resources, keep)
-        if not refused:
-            return _run(request)
-        entries = [
-            result_type(
-                error_code=_CONFIG_RESOURCES[r.resource_type][1],
-                error_message="Authorization failed.",
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-            )
-            for r in refused
-        ]
-        if not allowed:
-            response = response_type()
-            setattr(response, field, entries)
-            return response, None, _same
-
-        def finish(response: Any) -> Any:
-            getattr(response, field).extend(entries)
-            return response
-
-        return _run(_with(request, resources=allowed), finish)
-
-    return pre
-
-
-def _describe_transactions(broker: Broker, ctx: RequestContext, request: DescribeTransactionsRequest) -> Plan:
-    allowed, refused = _split(
-        request.transactional_ids, lambda t: authorize(broker, ctx, Operation.DESCRIBE, TXN, t)
-    )
-    State = DescribeTransactionsResponse.TransactionState
-    entries = [
-        State(
-            error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            transactional_id=t,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
-        for t in refused
-    ]
-
-    def finish(response: Any) -> Any:
-        for state in response.transaction_states:
-            state.topics = [
-                t for t in state.topics if authorize(broker, ctx, Operation.DESCRIBE, TOPIC, t.topic)
-            ]
-        response.transaction_states.extend(entries)
-        return response
-
-    if not allowed:
-        return DescribeTransactionsResponse(transaction_states=entries), None, _same
-    return _run(_with(request, transactional_ids=allowed), finish)
+    return PerItem(
+        Operation.DESCRIBE,
+        "groups",
+        lambda broker, g: (GROUP, g.group_id),
+        lambda g, code: OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, error_code=code),
+        "groups",
+        OffsetFetchResponse,
+        finish,
+    )(broker, ctx, request)
 
 
 def _list_transactions(broker: Broker, ctx: RequestContext, request: ListTransactionsRequest) -> Plan:
@@ -627,25 +507,58 @@ def _list_transactions(broker: Broker, ctx: RequestContext, request: ListTransac
     return _run(request, finish)
 
 
+def _configs(op: Operation, response_type: Any, result_type: Any, answers: str) -> PerItem:
+    return PerItem(op, "resources", _config_resource, _config_refused(result_type), answers, response_type)
+
+
+_GROUP_MEMBER = Requires(((Operation.READ, GROUP, "group_id"),))
+_TXN_WRITE = (Operation.WRITE, TXN, "transactional_id")
+_GROUP_READ = (Operation.READ, GROUP, "group_id")
+
 CHECKS: dict[int, Pre] = {
-    JoinGroupRequest.API_KEY: _group_member,
-    SyncGroupRequest.API_KEY: _group_member,
-    HeartbeatRequest.API_KEY: _group_member,
-    LeaveGroupRequest.API_KEY: _group_member,
-    OffsetCommitRequest.API_KEY: _offset_commit,
+    JoinGroupRequest.API_KEY: _GROUP_MEMBER,
+    SyncGroupRequest.API_KEY: _GROUP_MEMBER,
+    HeartbeatRequest.API_KEY: _GROUP_MEMBER,
+    LeaveGroupRequest.API_KEY: _GROUP_MEMBER,
+    ConsumerGroupHeartbeatRequest.API_KEY: _GROUP_MEMBER,
+    OffsetCommitRequest.API_KEY: Requires(
+        (_GROUP_READ,), _per_topic(Operation.READ, _commit_refused, "topics", OffsetCommitResponse)
+    ),
     OffsetFetchRequest.API_KEY: _offset_fetch,
-    OffsetDeleteRequest.API_KEY: _offset_delete,
+    OffsetDeleteRequest.API_KEY: Requires(
+        ((Operation.DELETE, GROUP, "group_id"),),
+        _per_topic(Operation.READ, _offset_delete_refused, "topics", OffsetDeleteResponse),
+    ),
     FindCoordinatorRequest.API_KEY: _find_coordinator,
-    DescribeGroupsRequest.API_KEY: _describe_groups,
+    DescribeGroupsRequest.API_KEY: PerItem(
+        Operation.DESCRIBE,
+        "groups",
+        _group,
+        _described_group_refused(DescribeGroupsResponse),
+        "groups",
+        DescribeGroupsResponse,
+        _group_operations,
+    ),
+    ConsumerGroupDescribeRequest.API_KEY: PerItem(
+        Operation.DESCRIBE,
+        "group_ids",
+        _group,
+        _described_group_refused(ConsumerGroupDescribeResponse),
+        "groups",
+        ConsumerGroupDescribeResponse,
+        _group_operations,
+    ),
     ListGroupsRequest.API_KEY: _list_groups,
-    DeleteGroupsRequest.API_KEY: _delete_groups,
+    DeleteGroupsRequest.API_KEY: PerItem(
+        Operation.DELETE, "groups_names", _group, _deleted_group_refused, "results", DeleteGroupsResponse
+    ),
     CreateTopicsRequest.API_KEY: _create_topics,
     DeleteTopicsRequest.API_KEY: _delete_topics,
     DeleteRecordsRequest.API_KEY: _per_topic(
-        Operation.DELETE, "topics", _delete_records_topic, "topics", DeleteRecordsResponse
+        Operation.DELETE, _delete_records_refused, "topics", DeleteRecordsResponse
     ),
     CreatePartitionsRequest.API_KEY: _per_topic(
-        Operation.ALTER, "topics", _create_partitions_topic, "results", CreatePartitionsResponse
+        Operation.ALTER, _create_partitions_refused, "results", CreatePartitionsResponse
     ),
     DescribeConfigsRequest.API_KEY: _configs(
         Operation.DESCRIBE_CONFIGS,
@@ -667,16 +580,25 @@ CHECKS: dict[int, Pre] = {
     ),
     InitProducerIdRequest.API_KEY: _init_producer_id,
     AddPartitionsToTxnRequest.API_KEY: _add_partitions,
-    AddOffsetsToTxnRequest.API_KEY: _add_offsets,
-    EndTxnRequest.API_KEY: _end_txn,
-    TxnOffsetCommitRequest.API_KEY: _txn_offset_commit,
-    DescribeProducersRequest.API_KEY: _per_topic(
-        Operation.READ, "topics", _producers_topic, "topics", DescribeProducersResponse
+    AddOffsetsToTxnRequest.API_KEY: Requires((_TXN_WRITE, _GROUP_READ)),
+    EndTxnRequest.API_KEY: Requires((_TXN_WRITE,)),
+    TxnOffsetCommitRequest.API_KEY: Requires(
+        (_TXN_WRITE, _GROUP_READ),
+        _per_topic(Operation.READ, _txn_commit_refused, "topics", TxnOffsetCommitResponse),
     ),
-    DescribeTransactionsRequest.API_KEY: _describe_transactions,
+    DescribeProducersRequest.API_KEY: _per_topic(
+        Operation.READ, _producers_refused, "topics", DescribeProducersResponse
+    ),
+    DescribeTransactionsRequest.API_KEY: PerItem(
+        Operation.DESCRIBE,
+        "transactional_ids",
+        _txn,
+        _transaction_refused,
+        "transaction_states",
+        DescribeTransactionsResponse,
+        _visible_transaction_topics,
+    ),
     ListTransactionsRequest.API_KEY: _list_transactions,
-    ConsumerGroupHeartbeatRequest.API_KEY: _group_member,
-    ConsumerGroupDescribeRequest.API_KEY: _consumer_group_describe,
 }
 
 
