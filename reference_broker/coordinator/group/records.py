@@ -23,10 +23,11 @@ from reference_broker.internal_records import (
 from sdk.protocol.codec import decode, encode
 from sdk.protocol.messages import Message
 
-#: The versions Kafka 3.x/4.x writes (value v1 only when a v2-v4 OffsetCommit asked for a retention).
+#: The versions Kafka 4.1 writes (offset value v1 only when a v2-v4 OffsetCommit asked for a
+#: retention); every version is read.
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
-OFFSET_VALUE_VERSION = 3
+OFFSET_VALUE_VERSION = 4
 OFFSET_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_VALUE_VERSION = 3
 

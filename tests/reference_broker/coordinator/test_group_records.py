@@ -1,5 +1,6 @@
 """``__consumer_offsets`` records: the bytes of each record kind are the ones the broker has always
-written (captured from the hand-declared tables the generated classes replaced), and read back."""
+written (captured from the hand-declared tables the generated classes replaced; the offset value
+is Kafka 4.1's flexible v4 since), and read back."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ GOLDEN = {
     "group_key": (records.group_key("group-1"), "0002000767726f75702d31"),
     "offset_value": (
         records.offset_value(42, 5, "meta", 1_000, None),
-        "0003000000000000002a0000000500046d65746100000000000003e8",
+        "0004000000000000002a00000005056d65746100000000000003e800",
     ),
     "offset_value_with_expiry": (
         records.offset_value(42, -1, "", 1_000, 2_000),

@@ -307,6 +307,23 @@ def test_every_consumer_offsets_record_decodes_whole(kafka_written: dict[str, An
     assert classic_members, "no classic member of a consumer group among Kafka's records"
 
 
+def test_the_broker_writes_offset_commits_as_kafka_does(kafka_written: dict[str, Any]) -> None:
+    """The same commit gives the same value bytes (Kafka 4.1 writes OffsetCommitValue v4)."""
+    ours = {kafka_written[k] for k in ("group", "left_group", "static_group", "regex_group")}
+    compared = 0
+    for key, value in kafka_written["offsets"]:
+        parsed = group_records.parse_key(key)
+        if not isinstance(parsed, group_records.OffsetKey) or parsed.group not in ours or value is None:
+            continue
+        kafka = group_records.parse_offset_value(value)
+        mine = group_records.offset_value(
+            kafka.offset, kafka.leader_epoch, kafka.metadata, kafka.commit_timestamp, None
+        )
+        assert mine.hex() == value.hex()
+        compared += 1
+    assert compared >= len(ours)
+
+
 def test_every_transaction_state_record_decodes_whole(kafka_written: dict[str, Any]) -> None:
     assert kafka_written["transactions"]
     for key, value in kafka_written["transactions"]:
