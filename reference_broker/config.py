@@ -185,61 +185,167 @@ def _ip_overrides(v: str) -> str | None:
 _B = ConfigType
 
 SECURITY_KEYS = [
-    ConfigKey("ssl.keystore.type", _B.STRING, "JKS", "Keystore format; only PEM is supported."),
-    ConfigKey("ssl.keystore.location", _B.STRING, None, "PEM file with the private key and certificates."),
-    ConfigKey("ssl.keystore.password", _B.PASSWORD, None, "Password of the keystore.", sensitive=True),
-    ConfigKey("ssl.key.password", _B.PASSWORD, None, "Password of the private key.", sensitive=True),
     ConfigKey(
-        "ssl.keystore.certificate.chain", _B.PASSWORD, None, "PEM certificate chain (text).", sensitive=True
+        "ssl.keystore.type",
+        _B.STRING,
+        "JKS",
+        "Format of the keystore. Only PEM is supported (Kafka's default JKS is refused at start when "
+        "a keystore is used).",
     ),
-    ConfigKey("ssl.keystore.key", _B.PASSWORD, None, "PEM private key (text).", sensitive=True),
-    ConfigKey("ssl.truststore.type", _B.STRING, "JKS", "Truststore format; only PEM is supported."),
-    ConfigKey("ssl.truststore.location", _B.STRING, None, "PEM file with the trusted CA certificates."),
-    ConfigKey("ssl.truststore.password", _B.PASSWORD, None, "Password of the truststore.", sensitive=True),
     ConfigKey(
-        "ssl.truststore.certificates", _B.PASSWORD, None, "PEM CA certificates (text).", sensitive=True
+        "ssl.keystore.location",
+        _B.STRING,
+        None,
+        "PEM file with the broker's private key and certificate chain.",
+    ),
+    ConfigKey(
+        "ssl.keystore.password",
+        _B.PASSWORD,
+        None,
+        "Password of the keystore file. Sensitive: never described.",
+        sensitive=True,
+    ),
+    ConfigKey(
+        "ssl.key.password",
+        _B.PASSWORD,
+        None,
+        "Password of the private key in the keystore (for an encrypted PEM key). Sensitive: never "
+        "described.",
+        sensitive=True,
+    ),
+    ConfigKey(
+        "ssl.keystore.certificate.chain",
+        _B.PASSWORD,
+        None,
+        "The broker's certificate chain as PEM text, instead of ssl.keystore.location. Sensitive: "
+        "never described.",
+        sensitive=True,
+    ),
+    ConfigKey(
+        "ssl.keystore.key",
+        _B.PASSWORD,
+        None,
+        "The broker's private key as PEM text, instead of ssl.keystore.location. Sensitive: never "
+        "described.",
+        sensitive=True,
+    ),
+    ConfigKey(
+        "ssl.truststore.type",
+        _B.STRING,
+        "JKS",
+        "Format of the truststore. Only PEM is supported.",
+    ),
+    ConfigKey(
+        "ssl.truststore.location",
+        _B.STRING,
+        None,
+        "PEM file with the CA certificates client certificates are verified against.",
+    ),
+    ConfigKey(
+        "ssl.truststore.password",
+        _B.PASSWORD,
+        None,
+        "Password of the truststore file. Sensitive: never described.",
+        sensitive=True,
+    ),
+    ConfigKey(
+        "ssl.truststore.certificates",
+        _B.PASSWORD,
+        None,
+        "Trusted CA certificates as PEM text, instead of ssl.truststore.location. Sensitive: never "
+        "described.",
+        sensitive=True,
     ),
     ConfigKey(
         "ssl.client.auth",
         _B.STRING,
         "none",
-        "Client certificates: required, requested or none.",
+        "Whether TLS clients must (required), may (requested) or do not (none) present a certificate;"
+        " a verified certificate's subject DN is the principal.",
         choices=("required", "requested", "none"),
     ),
-    ConfigKey("ssl.enabled.protocols", _B.LIST, ["TLSv1.2", "TLSv1.3"], "TLS versions accepted."),
-    ConfigKey("ssl.protocol", _B.STRING, "TLSv1.3", "Accepted; ssl.enabled.protocols decides."),
-    ConfigKey("ssl.cipher.suites", _B.LIST, [], "Not supported when non-empty."),
-    ConfigKey("ssl.endpoint.identification.algorithm", _B.STRING, "https", "Accepted (client side)."),
-    ConfigKey("ssl.principal.mapping.rules", _B.STRING, "DEFAULT", "Only DEFAULT: User:<subject DN>."),
+    ConfigKey(
+        "ssl.enabled.protocols",
+        _B.LIST,
+        ["TLSv1.2", "TLSv1.3"],
+        "TLS versions accepted on SSL and SASL_SSL listeners.",
+    ),
+    ConfigKey(
+        "ssl.protocol",
+        _B.STRING,
+        "TLSv1.3",
+        "The TLS protocol the SSL context is created for. Accepted; ssl.enabled.protocols decides the"
+        " versions.",
+    ),
+    ConfigKey(
+        "ssl.cipher.suites",
+        _B.LIST,
+        [],
+        "TLS cipher suites offered. Only the default (empty: the TLS library's) is supported.",
+    ),
+    ConfigKey(
+        "ssl.endpoint.identification.algorithm",
+        _B.STRING,
+        "https",
+        "Host name verification of the peer's certificate. Accepted; it concerns clients, the broker "
+        "does not verify client host names.",
+    ),
+    ConfigKey(
+        "ssl.principal.mapping.rules",
+        _B.STRING,
+        "DEFAULT",
+        "Rules turning a certificate's subject DN into a principal name. Only DEFAULT (the whole DN) "
+        "is supported.",
+    ),
     ConfigKey(
         "sasl.enabled.mechanisms",
         _B.LIST,
         ["GSSAPI"],
-        "SASL mechanisms: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (not GSSAPI).",
+        "SASL mechanisms served on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER "
+        "(GSSAPI is not supported). Per listener as listener.name.<listener>.sasl.enabled.mechanisms.",
     ),
-    ConfigKey("sasl.mechanism.inter.broker.protocol", _B.STRING, "GSSAPI", "Accepted for compatibility."),
+    ConfigKey(
+        "sasl.mechanism.inter.broker.protocol",
+        _B.STRING,
+        "GSSAPI",
+        "SASL mechanism brokers use among themselves. Accepted; a single node has no peers.",
+    ),
     ConfigKey(
         "connections.max.reauth.ms",
         _B.LONG,
         0,
-        "SASL session lifetime (KIP-368); 0 keeps sessions for the connection's life.",
+        "Longest a SASL session lasts before the client must authenticate again (KIP-368), in ms; 0: "
+        "for the connection's life. Per listener and mechanism as "
+        "listener.name.<listener>.<mechanism>.connections.max.reauth.ms.",
         at_least(0),
     ),
     ConfigKey(
         "principal.builder.class",
         _B.CLASS,
         "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
-        "Only Kafka's default principal builder.",
+        "The class that turns an authenticated connection into a principal. Only Kafka's default "
+        "builder: User:<SASL name> or User:<certificate subject DN>.",
     ),
     ConfigKey(
         "authorizer.class.name",
         _B.STRING,
         "",
-        "Empty: everything allowed. Kafka's StandardAuthorizer or AclAuthorizer: ACLs.",
+        "The authorizer every request is checked with. Empty: no authorizer, everything is allowed. "
+        "Kafka's StandardAuthorizer (or the older AclAuthorizer) name: ACLs from CreateAcls are "
+        "enforced, kept in the data dir.",
     ),
-    ConfigKey("super.users", _B.STRING, None, "Principals (User:name) separated by ';', allowed everything."),
     ConfigKey(
-        "allow.everyone.if.no.acl.found", _B.BOOLEAN, False, "Allow a resource no ACL matches."
+        "super.users",
+        _B.STRING,
+        None,
+        "Principals allowed everything whatever the ACLs say, separated by ';' (User:admin;User:ops).",
+    ),
+    ConfigKey(
+        "allow.everyone.if.no.acl.found",
+        _B.BOOLEAN,
+        False,
+        "With an authorizer: whether a resource that no ACL matches is open to every principal (true)"
+        " or to super users only (false, Kafka's default).",
     ),
 ]
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
@@ -248,8 +354,20 @@ TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 BROKER_KEYS: dict[str, ConfigKey] = {
     k.name: k
     for k in [
-        ConfigKey("node.id", _B.INT, 1, "Id of this broker, reported in Metadata.", at_least(0)),
-        ConfigKey("broker.id", _B.INT, -1, "Legacy alias of node.id (ignored when -1).", at_least(-1)),
+        ConfigKey(
+            "node.id",
+            _B.INT,
+            1,
+            "Id of this broker, reported in Metadata, DescribeCluster and FindCoordinator.",
+            at_least(0),
+        ),
+        ConfigKey(
+            "broker.id",
+            _B.INT,
+            -1,
+            "Kafka's older name of node.id; used as the node id when node.id is not set (-1: not set).",
+            at_least(-1),
+        ),
         ConfigKey(
             "listeners",
             _B.LIST,
@@ -263,10 +381,34 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             ["SASL_SSL:SASL_SSL", "PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT"],
             "Listener name -> security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).",
         ),
-        ConfigKey("inter.broker.listener.name", _B.STRING, None, "Accepted; must name a listener."),
-        ConfigKey("security.inter.broker.protocol", _B.STRING, "PLAINTEXT", "Accepted for compatibility."),
-        ConfigKey("advertised.host", _B.STRING, None, "Host clients are told to connect to."),
-        ConfigKey("advertised.port", _B.INT, None, "Port clients are told to connect to.", between(0, 65535)),
+        ConfigKey(
+            "inter.broker.listener.name",
+            _B.STRING,
+            None,
+            "The listener brokers use among themselves. A single node has no peers: the value is only "
+            "checked to name one of the listeners.",
+        ),
+        ConfigKey(
+            "security.inter.broker.protocol",
+            _B.STRING,
+            "PLAINTEXT",
+            "Security protocol brokers use among themselves. Accepted; a single node has no peers.",
+        ),
+        ConfigKey(
+            "advertised.host",
+            _B.STRING,
+            None,
+            "Host name clients are told to connect to (Metadata), when it is not the bound one. Kafka's "
+            "old single-listener form; advertised.listeners replaces it.",
+        ),
+        ConfigKey(
+            "advertised.port",
+            _B.INT,
+            None,
+            "Port clients are told to connect to (Metadata), when it is not the bound one. Kafka's old "
+            "single-listener form; advertised.listeners replaces it.",
+            between(0, 65535),
+        ),
         ConfigKey(
             "advertised.listeners",
             _B.LIST,
@@ -274,11 +416,40 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "NAME://host:port per listener, what Metadata answers on it; without listeners the"
             " first entry applies to the one listener.",
         ),
-        ConfigKey("cluster.id", _B.STRING, None, "Cluster id; generated once and kept in the data dir."),
-        ConfigKey("broker.rack", _B.STRING, None, "Rack reported in Metadata."),
-        ConfigKey("log.dirs", _B.STRING, None, "Ignored: use --data-dir."),
-        ConfigKey("log.dir", _B.STRING, None, "Ignored: use --data-dir."),
-        ConfigKey("num.partitions", _B.INT, 1, "Partitions of auto-created topics.", at_least(1)),
+        ConfigKey(
+            "cluster.id",
+            _B.STRING,
+            None,
+            "The cluster's id, reported in Metadata and DescribeCluster. Generated at the first start and"
+            " kept in the data dir; a value given here must match the kept one.",
+        ),
+        ConfigKey(
+            "broker.rack",
+            _B.STRING,
+            None,
+            "Rack of this broker, reported in Metadata (rack-aware clients and assignors read it).",
+        ),
+        ConfigKey(
+            "log.dirs",
+            _B.STRING,
+            None,
+            "Kafka's data directories. Not read: the data directory is --data-dir (DescribeConfigs "
+            "reports it here).",
+        ),
+        ConfigKey(
+            "log.dir",
+            _B.STRING,
+            None,
+            "Kafka's data directory. Not read: the data directory is --data-dir (reported as log.dirs).",
+        ),
+        ConfigKey(
+            "num.partitions",
+            _B.INT,
+            1,
+            "Number of partitions of a topic created without a count (auto-created, or CreateTopics with "
+            "-1).",
+            at_least(1),
+        ),
         ConfigKey(
             "max.request.partition.size.limit",
             _B.INT,
@@ -286,51 +457,127 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "Most partitions one DescribeTopicPartitions response carries.",
             at_least(1),
         ),
-        ConfigKey("auto.create.topics.enable", _B.BOOLEAN, True, "Create unknown topics on Metadata."),
         ConfigKey(
-            "default.replication.factor", _B.INT, 1, "Accepted; only 1 is possible.", _replication_factor
+            "auto.create.topics.enable",
+            _B.BOOLEAN,
+            True,
+            "Whether a Metadata request for a topic that does not exist creates it (with num.partitions "
+            "partitions) when the client allows auto-creation.",
+        ),
+        ConfigKey(
+            "default.replication.factor",
+            _B.INT,
+            1,
+            "Replication factor of auto-created topics. This broker is one node, so only 1 (or -1, the "
+            "broker default) is possible.",
+            _replication_factor,
         ),
         ConfigKey(
             "offsets.topic.replication.factor",
             _B.SHORT,
             1,
-            "Accepted for compatibility.",
+            "Replication factor of __consumer_offsets. This broker is one node, so only 1 (or -1).",
             _replication_factor,
         ),
         ConfigKey(
             "transaction.state.log.replication.factor",
             _B.SHORT,
             1,
-            "Accepted for compatibility.",
+            "Replication factor of __transaction_state. This broker is one node, so only 1 (or -1).",
             _replication_factor,
         ),
-        ConfigKey("transaction.state.log.min.isr", _B.INT, 1, "Accepted for compatibility.", at_least(1)),
-        ConfigKey("min.insync.replicas", _B.INT, 1, "Accepted; acks=all needs only this node.", at_least(1)),
-        ConfigKey("delete.topic.enable", _B.BOOLEAN, True, "Allow DeleteTopics."),
+        ConfigKey(
+            "transaction.state.log.min.isr",
+            _B.INT,
+            1,
+            "min.insync.replicas of __transaction_state. Accepted; a single node is always enough.",
+            at_least(1),
+        ),
+        ConfigKey(
+            "min.insync.replicas",
+            _B.INT,
+            1,
+            "Replicas that must have a record before an acks=all produce succeeds. This broker is the "
+            "only replica, so any value is met by the node itself.",
+            at_least(1),
+        ),
+        ConfigKey(
+            "delete.topic.enable",
+            _B.BOOLEAN,
+            True,
+            "Whether DeleteTopics deletes topics; when false it is refused with TOPIC_DELETION_DISABLED.",
+        ),
         ConfigKey(
             "log.segment.bytes", _B.INT, 1 * GIB,
             "Roll a segment at this size (Kafka 4: at least 1 MiB; tests use the topic-level"
             " internal.segment.bytes).",
             at_least(1024 * 1024),
         ),
-        ConfigKey("log.roll.ms", _B.LONG, None, "Roll a segment after this long (ms)."),
-        ConfigKey("log.roll.hours", _B.INT, 168, "Roll a segment after this long (hours).", at_least(1)),
-        ConfigKey("log.roll.jitter.ms", _B.LONG, None, "Accepted; jitter is not applied."),
-        ConfigKey("log.roll.jitter.hours", _B.INT, 0, "Accepted; jitter is not applied.", at_least(0)),
         ConfigKey(
-            "log.retention.ms", _B.LONG, None, "Delete segments older than this (ms, -1 = never).", _retention
+            "log.roll.ms",
+            _B.LONG,
+            None,
+            "Longest a segment stays active before a new one is rolled (ms); unset: log.roll.hours. "
+            "Topics override it with segment.ms.",
         ),
-        ConfigKey("log.retention.minutes", _B.INT, None, "Retention in minutes."),
-        ConfigKey("log.retention.hours", _B.INT, 168, "Retention in hours."),
+        ConfigKey(
+            "log.roll.hours",
+            _B.INT,
+            168,
+            "Longest a segment stays active before a new one is rolled, in hours; log.roll.ms wins over "
+            "it.",
+            at_least(1),
+        ),
+        ConfigKey(
+            "log.roll.jitter.ms",
+            _B.LONG,
+            None,
+            "Random time Kafka subtracts from a segment's roll time (ms). Accepted; no jitter is applied.",
+        ),
+        ConfigKey(
+            "log.roll.jitter.hours",
+            _B.INT,
+            0,
+            "Random time Kafka subtracts from a segment's roll time, in hours, so partitions do not roll "
+            "together. Accepted; no jitter is applied.",
+            at_least(0),
+        ),
+        ConfigKey(
+            "log.retention.ms",
+            _B.LONG,
+            None,
+            "How long a segment is kept after its last record was written (ms, -1: forever); unset, "
+            "log.retention.minutes or log.retention.hours decide. Topics override it with retention.ms.",
+            _retention,
+        ),
+        ConfigKey(
+            "log.retention.minutes",
+            _B.INT,
+            None,
+            "How long a segment is kept after its last record was written, in minutes; log.retention.ms "
+            "wins over it.",
+        ),
+        ConfigKey(
+            "log.retention.hours",
+            _B.INT,
+            168,
+            "How long a segment is kept after its last record was written, in hours; "
+            "log.retention.minutes and log.retention.ms win over it.",
+        ),
         ConfigKey(
             "log.retention.bytes",
             _B.LONG,
             -1,
-            "Delete old segments beyond this size per partition.",
+            "Largest size of a partition's log before its oldest segments are deleted (-1: no limit). "
+            "Topics override it with retention.bytes.",
             _retention,
         ),
         ConfigKey(
-            "log.retention.check.interval.ms", _B.LONG, 300_000, "How often retention runs.", at_least(1)
+            "log.retention.check.interval.ms",
+            _B.LONG,
+            300_000,
+            "How often logs are checked for segments that retention may delete (ms).",
+            at_least(1),
         ),
         ConfigKey(
             "log.cleanup.policy",
@@ -340,16 +587,49 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             choices=("delete", "compact"),
         ),
         ConfigKey(
-            "log.flush.interval.messages", _B.LONG, LONG_MAX, "fsync after this many messages.", at_least(1)
+            "log.flush.interval.messages",
+            _B.LONG,
+            LONG_MAX,
+            "Records appended to a partition before its log is fsynced. Topics override it with "
+            "flush.messages.",
+            at_least(1),
         ),
-        ConfigKey("log.flush.interval.ms", _B.LONG, None, "fsync after this long."),
-        ConfigKey("log.flush.scheduler.interval.ms", _B.LONG, LONG_MAX, "How often the flusher runs."),
         ConfigKey(
-            "log.index.interval.bytes", _B.INT, 4096, "Bytes between offset-index entries.", at_least(0)
+            "log.flush.interval.ms",
+            _B.LONG,
+            None,
+            "Longest a record stays in a partition's log before it is fsynced (ms); unset: "
+            "log.flush.scheduler.interval.ms. Topics override it with flush.ms.",
         ),
-        ConfigKey("log.index.size.max.bytes", _B.INT, 10 * MIB, "Maximum index file size.", at_least(4)),
         ConfigKey(
-            "log.segment.delete.delay.ms", _B.LONG, 60_000, "Delay before deleting files.", at_least(0)
+            "log.flush.scheduler.interval.ms",
+            _B.LONG,
+            LONG_MAX,
+            "How often logs are checked for a due fsync (ms).",
+        ),
+        ConfigKey(
+            "log.index.interval.bytes",
+            _B.INT,
+            4096,
+            "Bytes of records between two entries of a segment's offset index: smaller finds offsets "
+            "faster with a larger index. Topics override it with index.interval.bytes.",
+            at_least(0),
+        ),
+        ConfigKey(
+            "log.index.size.max.bytes",
+            _B.INT,
+            10 * MIB,
+            "Largest size of a segment's offset index; a full index rolls the segment. Topics override it"
+            " with segment.index.bytes.",
+            at_least(4),
+        ),
+        ConfigKey(
+            "log.segment.delete.delay.ms",
+            _B.LONG,
+            60_000,
+            "How long a segment removed from a log waits before its files are deleted (ms). Topics "
+            "override it with file.delete.delay.ms.",
+            at_least(0),
         ),
         ConfigKey(
             "log.open.segments.max", _B.INT, None,
@@ -359,55 +639,149 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             at_least(16),
         ),
         ConfigKey(
-            "log.cleaner.delete.retention.ms", _B.LONG, 86_400_000, "Tombstone retention.", at_least(0)
+            "log.cleaner.delete.retention.ms",
+            _B.LONG,
+            86_400_000,
+            "How long a tombstone (a null value) and a transaction marker stay in a compacted log after "
+            "the cleaner reaches them, so a reader behind can still see the delete (ms). Topics override "
+            "it with delete.retention.ms.",
+            at_least(0),
         ),
-        ConfigKey("log.cleaner.min.compaction.lag.ms", _B.LONG, 0, "Compaction lag.", at_least(0)),
-        ConfigKey("log.cleaner.max.compaction.lag.ms", _B.LONG, LONG_MAX, "Compaction lag.", at_least(1)),
-        ConfigKey("log.cleaner.min.cleanable.ratio", _B.DOUBLE, 0.5, "Compaction ratio.", between(0, 1)),
-        ConfigKey("log.cleaner.enable", _B.BOOLEAN, True, "Run the log cleaner (compaction)."),
-        ConfigKey("log.cleaner.threads", _B.INT, 1, "Accepted; one cleaner task compacts.", at_least(0)),
         ConfigKey(
-            "log.cleaner.backoff.ms", _B.LONG, 15_000, "Cleaner sleep when no log needs cleaning.",
+            "log.cleaner.min.compaction.lag.ms",
+            _B.LONG,
+            0,
+            "Youngest a record may be and still be compacted away (ms). Topics override it with "
+            "min.compaction.lag.ms.",
+            at_least(0),
+        ),
+        ConfigKey(
+            "log.cleaner.max.compaction.lag.ms",
+            _B.LONG,
+            LONG_MAX,
+            "Longest a record may stay uncompacted: a log holding an older dirty record is cleaned "
+            "whatever its dirty ratio (ms). Topics override it with max.compaction.lag.ms.",
+            at_least(1),
+        ),
+        ConfigKey(
+            "log.cleaner.min.cleanable.ratio",
+            _B.DOUBLE,
+            0.5,
+            "Share of a log that must be dirty (written since the last cleaning) before the cleaner "
+            "compacts it. Topics override it with min.cleanable.dirty.ratio.",
+            between(0, 1),
+        ),
+        ConfigKey(
+            "log.cleaner.enable",
+            _B.BOOLEAN,
+            True,
+            "Whether the log cleaner runs; without it no topic with cleanup.policy compact is ever "
+            "compacted.",
+        ),
+        ConfigKey(
+            "log.cleaner.threads",
+            _B.INT,
+            1,
+            "Number of cleaner threads in Kafka. Accepted; here one cleaner task on the event loop "
+            "compacts one log per pass.",
+            at_least(0),
+        ),
+        ConfigKey(
+            "log.cleaner.backoff.ms",
+            _B.LONG,
+            15_000,
+            "How long the log cleaner sleeps when no log needs cleaning (ms).",
             at_least(0),
         ),
         ConfigKey(
             "log.message.timestamp.type",
             _B.STRING,
             "CreateTime",
-            "CreateTime or LogAppendTime.",
+            "Whether a record's timestamp is the producer's (CreateTime) or the broker's time of append "
+            "(LogAppendTime). Topics override it with message.timestamp.type.",
             choices=TIMESTAMP_TYPES,
         ),
         ConfigKey(
             "log.message.timestamp.before.max.ms",
             _B.LONG,
             LONG_MAX,
-            "Oldest accepted timestamp.",
+            "How far before the broker's clock a CreateTime timestamp may be; an older batch is refused "
+            "with INVALID_TIMESTAMP (ms). Topics override it with message.timestamp.before.max.ms.",
             at_least(0),
         ),
         ConfigKey(
             "log.message.timestamp.after.max.ms",
             _B.LONG,
             3_600_000,
-            "How far past the broker's clock a CreateTime timestamp may be (Kafka 4: one hour).",
+            "How far after the broker's clock a CreateTime timestamp may be; a later batch is refused "
+            "with INVALID_TIMESTAMP (ms, Kafka 4: one hour). Topics override it with "
+            "message.timestamp.after.max.ms.",
             at_least(0),
         ),
-        ConfigKey("log.preallocate", _B.BOOLEAN, False, "Accepted; files are not preallocated."),
-        ConfigKey("unclean.leader.election.enable", _B.BOOLEAN, False, "Accepted for compatibility."),
+        ConfigKey(
+            "log.preallocate",
+            _B.BOOLEAN,
+            False,
+            "Whether Kafka preallocates a new segment's file. Accepted; files here grow as written.",
+        ),
+        ConfigKey(
+            "unclean.leader.election.enable",
+            _B.BOOLEAN,
+            False,
+            "Whether an out-of-sync replica may become leader. Accepted; this node leads every partition."
+            " Topics override it with unclean.leader.election.enable.",
+        ),
         ConfigKey(
             "compression.type",
             _B.STRING,
             "producer",
-            "Stored as sent (producer) or recompressed.",
+            "Compression of the stored batches: 'producer' keeps the producer's codec as sent; a codec "
+            "name recompresses every batch with it; 'uncompressed' stores them plain. Topics override it "
+            "with compression.type.",
             choices=COMPRESSION_TYPES,
         ),
-        ConfigKey("message.max.bytes", _B.INT, 1_048_588, "Largest record batch accepted.", at_least(0)),
-        ConfigKey("replica.fetch.max.bytes", _B.INT, 1 * MIB, "Accepted for compatibility.", at_least(0)),
         ConfigKey(
-            "socket.request.max.bytes", _B.INT, 100 * MIB, "Largest request frame accepted.", at_least(1)
+            "message.max.bytes",
+            _B.INT,
+            1_048_588,
+            "Largest record batch (after compression) the broker accepts; a larger one is refused with "
+            "MESSAGE_TOO_LARGE. Topics override it with max.message.bytes.",
+            at_least(0),
         ),
-        ConfigKey("socket.send.buffer.bytes", _B.INT, 100 * KIB, "SO_SNDBUF (-1 = OS default)."),
-        ConfigKey("socket.receive.buffer.bytes", _B.INT, 100 * KIB, "SO_RCVBUF (-1 = OS default)."),
-        ConfigKey("fetch.max.bytes", _B.INT, 55 * MIB, "Cap on one fetch response.", at_least(1024)),
+        ConfigKey(
+            "replica.fetch.max.bytes",
+            _B.INT,
+            1 * MIB,
+            "Bytes per partition a follower fetches. Accepted; a single node has no followers.",
+            at_least(0),
+        ),
+        ConfigKey(
+            "socket.request.max.bytes",
+            _B.INT,
+            100 * MIB,
+            "Largest request the broker reads; a larger size prefix closes the connection.",
+            at_least(1),
+        ),
+        ConfigKey(
+            "socket.send.buffer.bytes",
+            _B.INT,
+            100 * KIB,
+            "SO_SNDBUF of accepted connections (-1: the operating system's default).",
+        ),
+        ConfigKey(
+            "socket.receive.buffer.bytes",
+            _B.INT,
+            100 * KIB,
+            "SO_RCVBUF of accepted connections (-1: the operating system's default).",
+        ),
+        ConfigKey(
+            "fetch.max.bytes",
+            _B.INT,
+            55 * MIB,
+            "Most bytes of record data one Fetch response carries, whatever the client asks (the first "
+            "batch of the first non-empty partition is always sent whole, so a consumer makes progress).",
+            at_least(1024),
+        ),
         ConfigKey("max.connections", _B.INT, INT_MAX, "Most connections the broker keeps open.", at_least(0)),
         ConfigKey(
             "max.connections.per.ip", _B.INT, INT_MAX, "Most connections from one address.", at_least(0)
@@ -425,7 +799,12 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey("quota.window.num", _B.INT, 11, "Samples kept for client quota rates.", at_least(1)),
         ConfigKey("quota.window.size.seconds", _B.INT, 1, "Length of one quota sample (s).", at_least(1)),
         ConfigKey(
-            "max.incremental.fetch.session.cache.slots", _B.INT, 1000, "Fetch sessions kept.", at_least(0)
+            "max.incremental.fetch.session.cache.slots",
+            _B.INT,
+            1000,
+            "Most incremental fetch sessions (KIP-227) the broker keeps; a client asking for one more "
+            "gets a full fetch instead.",
+            at_least(0),
         ),
         ConfigKey(
             "group.initial.rebalance.delay.ms",
@@ -438,13 +817,26 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "group.min.session.timeout.ms",
             _B.INT,
             6000,
-            "Shortest session timeout a member may ask for (ms).",
+            "Shortest session timeout a classic group member may ask for (ms); a shorter one is refused "
+            "with INVALID_SESSION_TIMEOUT.",
             at_least(0),
         ),
         ConfigKey(
-            "group.max.session.timeout.ms", _B.INT, 1_800_000, "Longest session timeout.", at_least(0)
+            "group.max.session.timeout.ms",
+            _B.INT,
+            1_800_000,
+            "Longest session timeout a classic group member may ask for (ms); a longer one is refused "
+            "with INVALID_SESSION_TIMEOUT.",
+            at_least(0),
         ),
-        ConfigKey("group.max.size", _B.INT, INT_MAX, "Most members a group may have.", at_least(1)),
+        ConfigKey(
+            "group.max.size",
+            _B.INT,
+            INT_MAX,
+            "Most members a classic group may have; a member beyond it is refused with "
+            "GROUP_MAX_SIZE_REACHED.",
+            at_least(1),
+        ),
         ConfigKey(
             "group.coordinator.rebalance.protocols",
             _B.LIST,
@@ -452,69 +844,128 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "Group protocols served; 'consumer' (KIP-848) offers ConsumerGroupHeartbeat/Describe.",
         ),
         ConfigKey(
-            "group.consumer.heartbeat.interval.ms", _B.INT, 5000, "KIP-848 heartbeat interval.", at_least(1)
+            "group.consumer.heartbeat.interval.ms",
+            _B.INT,
+            5000,
+            "Heartbeat interval handed to the members of consumer groups (KIP-848), in ms.",
+            at_least(1),
         ),
         ConfigKey(
-            "group.consumer.session.timeout.ms", _B.INT, 45000, "KIP-848 member session timeout.", at_least(1)
+            "group.consumer.session.timeout.ms",
+            _B.INT,
+            45000,
+            "How long a consumer group member (KIP-848) may go without a heartbeat before it is removed "
+            "from the group (ms).",
+            at_least(1),
         ),
-        ConfigKey("group.consumer.min.session.timeout.ms", _B.INT, 45000, "Its lower bound.", at_least(1)),
-        ConfigKey("group.consumer.max.session.timeout.ms", _B.INT, 60000, "Its upper bound.", at_least(1)),
-        ConfigKey("group.consumer.min.heartbeat.interval.ms", _B.INT, 5000, "Its lower bound.", at_least(1)),
-        ConfigKey("group.consumer.max.heartbeat.interval.ms", _B.INT, 15000, "Its upper bound.", at_least(1)),
+        ConfigKey(
+            "group.consumer.min.session.timeout.ms",
+            _B.INT,
+            45000,
+            "Smallest session timeout a consumer group may be configured with (ms).",
+            at_least(1),
+        ),
+        ConfigKey(
+            "group.consumer.max.session.timeout.ms",
+            _B.INT,
+            60000,
+            "Largest session timeout a consumer group may be configured with (ms).",
+            at_least(1),
+        ),
+        ConfigKey(
+            "group.consumer.min.heartbeat.interval.ms",
+            _B.INT,
+            5000,
+            "Smallest heartbeat interval a consumer group may be configured with (ms).",
+            at_least(1),
+        ),
+        ConfigKey(
+            "group.consumer.max.heartbeat.interval.ms",
+            _B.INT,
+            15000,
+            "Largest heartbeat interval a consumer group may be configured with (ms).",
+            at_least(1),
+        ),
         ConfigKey(
             "group.consumer.assignors",
             _B.LIST,
             ["uniform", "range"],
-            "Server-side assignors of consumer groups; the first is the default.",
-        ),
-        ConfigKey("group.consumer.max.size", _B.INT, INT_MAX, "Consumer group size limit.", at_least(1)),
-        ConfigKey(
-            "offset.metadata.max.bytes", _B.INT, 4096, "Longest commit metadata string.", at_least(0)
+            "Server-side partition assignors of consumer groups (KIP-848), by name; the first one is used"
+            " when a member names none.",
         ),
         ConfigKey(
-            "offsets.topic.num.partitions", _B.INT, 50, "Partitions of __consumer_offsets.", at_least(1)
+            "group.consumer.max.size",
+            _B.INT,
+            INT_MAX,
+            "Most members a consumer group (KIP-848) may have; a member beyond it is refused with "
+            "GROUP_MAX_SIZE_REACHED.",
+            at_least(1),
+        ),
+        ConfigKey(
+            "offset.metadata.max.bytes",
+            _B.INT,
+            4096,
+            "Longest metadata string an offset commit may carry; a longer one is refused with "
+            "OFFSET_METADATA_TOO_LARGE.",
+            at_least(0),
+        ),
+        ConfigKey(
+            "offsets.topic.num.partitions",
+            _B.INT,
+            50,
+            "Partitions of __consumer_offsets, fixed when it is first created.",
+            at_least(1),
         ),
         ConfigKey(
             "offsets.topic.segment.bytes",
             _B.INT,
             100 * MIB,
-            "Segment size of __consumer_offsets.",
+            "Segment size of __consumer_offsets (small, so compaction and loading stay fast).",
             at_least(14),
         ),
         ConfigKey(
             "offsets.retention.minutes",
             _B.INT,
             10080,
-            "How long an empty group's committed offsets are kept.",
+            "How long the committed offsets of a group that became empty are kept, in minutes; for a "
+            "standalone commit, since the commit.",
             at_least(1),
         ),
         ConfigKey(
             "offsets.retention.check.interval.ms",
             _B.LONG,
             600_000,
-            "How often expired offsets are removed.",
+            "How often committed offsets are checked for expiry (ms).",
             at_least(1),
         ),
-        ConfigKey("transaction.max.timeout.ms", _B.INT, 900_000, "Longest transaction timeout.", at_least(1)),
+        ConfigKey(
+            "transaction.max.timeout.ms",
+            _B.INT,
+            900_000,
+            "Longest transaction timeout a producer may ask for in InitProducerId; a longer one is "
+            "refused with INVALID_TRANSACTION_TIMEOUT (ms).",
+            at_least(1),
+        ),
         ConfigKey(
             "transactional.id.expiration.ms",
             _B.INT,
             604_800_000,
-            "For the transaction coordinator.",
+            "How long a transactional id is kept after its last transaction state change while no "
+            "transaction is open (ms); an expired id starts afresh.",
             at_least(1),
         ),
         ConfigKey(
             "transaction.state.log.num.partitions",
             _B.INT,
             50,
-            "Partitions of __transaction_state.",
+            "Partitions of __transaction_state, fixed when it is first created.",
             at_least(1),
         ),
         ConfigKey(
             "transaction.state.log.segment.bytes",
             _B.INT,
             100 * MIB,
-            "Segment size of __transaction_state.",
+            "Segment size of __transaction_state (small, so compaction and loading stay fast).",
             at_least(14),
         ),
         ConfigKey(
@@ -548,12 +999,37 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             " producer restarts).",
         ),
         ConfigKey(
-            "producer.id.expiration.ms", _B.INT, 86_400_000, "Idle idempotent producer expiry.", at_least(1)
+            "producer.id.expiration.ms",
+            _B.INT,
+            86_400_000,
+            "How long an idempotent producer's state is kept after its last write (ms); a producer silent"
+            " for longer loses its sequence checks.",
+            at_least(1),
         ),
-        ConfigKey("num.network.threads", _B.INT, 3, "Accepted; one asyncio loop serves all."),
-        ConfigKey("num.io.threads", _B.INT, 8, "Accepted; one asyncio loop serves all."),
-        ConfigKey("zookeeper.connect", _B.STRING, None, "Accepted and ignored."),
-        ConfigKey("process.roles", _B.LIST, ["broker", "controller"], "Accepted; always both."),
+        ConfigKey(
+            "num.network.threads",
+            _B.INT,
+            3,
+            "Kafka's network threads. Accepted; one event loop serves every connection here.",
+        ),
+        ConfigKey(
+            "num.io.threads",
+            _B.INT,
+            8,
+            "Kafka's request handler threads. Accepted; one event loop serves every request here.",
+        ),
+        ConfigKey(
+            "zookeeper.connect",
+            _B.STRING,
+            None,
+            "ZooKeeper address of pre-KRaft Kafka. Accepted and not read (Kafka 4 has no ZooKeeper).",
+        ),
+        ConfigKey(
+            "process.roles",
+            _B.LIST,
+            ["broker", "controller"],
+            "Whether a KRaft node is a broker, a controller or both. Accepted; this node is always both.",
+        ),
         *SECURITY_KEYS,
     ]
 }
@@ -565,13 +1041,27 @@ LISTENER_KEYS = frozenset(
 #: ``listener.name.<listener>.<mechanism>.<key>``: the per-mechanism settings of a SASL listener.
 MECHANISM_KEYS: dict[str, ConfigKey] = {
     "sasl.jaas.config": ConfigKey(
-        "sasl.jaas.config", _B.PASSWORD, None, "JAAS login module and options.", sensitive=True
+        "sasl.jaas.config",
+        _B.PASSWORD,
+        None,
+        "JAAS configuration of one SASL mechanism on one listener: the login module and its options "
+        "(for PLAIN, user_<name>=\"<password>\" entries). Sensitive: never described.",
+        sensitive=True,
     ),
     "sasl.server.callback.handler.class": ConfigKey(
-        "sasl.server.callback.handler.class", _B.CLASS, None, "package.module.callable validating tokens."
+        "sasl.server.callback.handler.class",
+        _B.CLASS,
+        None,
+        "For OAUTHBEARER: package.module.callable that validates a token (instead of accepting "
+        "unsecured JWS tokens).",
     ),
     "connections.max.reauth.ms": ConfigKey(
-        "connections.max.reauth.ms", _B.LONG, 0, "Session lifetime for this mechanism.", at_least(0)
+        "connections.max.reauth.ms",
+        _B.LONG,
+        0,
+        "Longest a SASL session of this mechanism on this listener lasts before re-authentication "
+        "(ms).",
+        at_least(0),
     ),
 }
 _LISTENER_PREFIX = re.compile(r"listener\.name\.([a-z0-9_]+)\.(.+)")
