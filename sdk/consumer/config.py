@@ -94,6 +94,8 @@ class ConsumerConfig(ClientConfig):
     client_rack: str | None = None
     group_protocol: str = "classic"
     group_remote_assignor: str | None = None
+    #: ``ConsumerInterceptor``s (``sdk.consumer.interceptors``), run in order.
+    interceptors: Any = ()
     # Derived by validate():
     isolation: int = field(default=0, init=False)
 
@@ -156,6 +158,10 @@ class ConsumerConfig(ClientConfig):
                 raise ConfigError(name, f"must be callable, not {value!r}")
         if self.partition_assignment_strategy is None or self.partition_assignment_strategy in ("", (), []):
             raise ConfigError("partition_assignment_strategy", "at least one assignor is needed")
+        self.interceptors = tuple(self.interceptors or ())
+        for interceptor in self.interceptors:
+            if not callable(getattr(interceptor, "on_consume", None)):
+                raise ConfigError("interceptors", f"{interceptor!r} is not a ConsumerInterceptor")
         self._validate_group_protocol()
 
     def _validate_group_protocol(self) -> None:

@@ -14,9 +14,12 @@ from sdk.client.client import KafkaClient
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.assignors import ConsumerPartitionAssignor, resolve_assignors
 from sdk.consumer.config import AIOKAFKA_IGNORED, ConsumerConfig, warn_ignored
+from sdk.consumer.consumer_coordinator import ConsumerCoordinator
 from sdk.consumer.errors import ConsumerStoppedError, NoGroupIdError
 from sdk.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Fetcher
 from sdk.consumer.group_membership import GroupMembership, membership_for
+from sdk.consumer.group_observer import GroupObserver
+from sdk.consumer.interceptors import ConsumerInterceptor, ConsumerInterceptorChain
 from sdk.consumer.listener import is_rebalance_listener
 from sdk.consumer.positions import PositionResolver
 from sdk.consumer.records import (
@@ -28,6 +31,8 @@ from sdk.consumer.records import (
 from sdk.consumer.subscription import SubscriptionState
 from sdk.consumer.topic_tracking import TopicTracker
 from sdk.errors import ConfigError, IllegalStateError, KafkaError, make_error
+from sdk.metrics.consumer import ConsumerMetrics
+from sdk.metrics.core import MetricName, Metrics
 
 __all__ = ["Consumer"]
 
@@ -123,6 +128,7 @@ class Consumer:
         sasl_plain_username: str | None = None,
         sasl_plain_password: str | None = None,
         sasl_oauth_token_provider: Any = None,
+        interceptors: Iterable[ConsumerInterceptor] = (),
         **aiokafka_options: Any,
     ) -> None:
         """Settings (aiokafka's names and defaults; times in milliseconds):
@@ -182,6 +188,8 @@ class Consumer:
         :param sasl_plain_username: PLAIN user name.
         :param sasl_plain_password: PLAIN password.
         :param sasl_oauth_token_provider: OAUTHBEARER's token provider (a ``token()`` coroutine).
+        :param interceptors: ``ConsumerInterceptor`` instances (``on_consume`` sees and may change
+            what each poll returns, ``on_commit`` sees committed offsets), as the producer's.
         :param aiokafka_options: aiokafka's options without a meaning here (``api_version``,
             ``loop``, ``connections_max_idle_ms``, ``sasl_kerberos_*``),
             accepted with a warning; any other name is a ``ConfigError``.
@@ -231,8 +239,14 @@ class Consumer:
             sasl_plain_username=sasl_plain_username,
             sasl_plain_password=sasl_plain_password,
             sasl_oauth_token_provider=sasl_oauth_token_provider,
+            interceptors=interceptors,
         )
         self.config.validate()
+        self._interceptors = (
+            ConsumerInterceptorChain(self.config.interceptors) if self.config.interceptors else None
+        )
+        #: Java's consumer metrics: the fetcher, the group membership and the polls record here.
+        self._metrics = ConsumerMetrics(self.config.effective_client_id)
         for topic in topics:
             if not isinstance(topic, str) or not topic:
                 raise ConfigError("topics", f"topic names must be non-empty strings, not {topic!r}")
@@ -272,10 +286,12 @@ class Consumer:
         await client.start()
         self._client = client
         try:
-            self._fetcher = Fetcher(client, self._subscription, cfg)
+            self._fetcher = Fetcher(client, self._subscription, cfg, self._metrics)
             self._fetcher.start()
             if cfg.group_id is not None:
                 self._coordinator = membership_for(client, self._subscription, cfg, self._assignors)
+                if isinstance(self._coordinator, ConsumerCoordinator):
+                    self._coordinator.observer = GroupObserver(self._metrics, self._interceptors)
                 await self._coordinator.start(join_in_background=True)
             self._positions = PositionResolver(
                 self._subscription,
@@ -346,6 +362,8 @@ class Consumer:
                 await self._fetcher.close()
             if self._client is not None:
                 await self._client.close()
+            if self._interceptors is not None:
+                self._interceptors.close()
 
     async def __aenter__(self) -> Consumer:
         await self.start()
@@ -491,10 +509,13 @@ class Consumer:
         elif isinstance(max_records, bool) or not isinstance(max_records, int) or max_records <= 0:
             raise ValueError(f"max_records must be a positive integer, not {max_records!r}")
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        self._metrics.record_poll()
         while True:
             await self._poll_prepare()
             records = fetcher.take_records(wanted, max_records)
             if records:
+                if self._interceptors is not None:
+                    records = self._interceptors.on_consume(records)
                 return records
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -509,11 +530,18 @@ class Consumer:
         for tp in wanted:
             if not self._subscription.is_assigned(tp):
                 raise IllegalStateError(f"partition {tp} is not assigned to this consumer")
+        self._metrics.record_poll()
         while True:
             await self._poll_prepare()
             record = fetcher.take_one(wanted)
             if record is not None:
-                return record
+                if self._interceptors is None:
+                    return record
+                tp = TopicPartition(record.topic, record.partition)
+                for kept in self._interceptors.on_consume({tp: [record]}).values():
+                    if kept:
+                        return kept[0]
+                continue  # the interceptors dropped it: the next one
             await fetcher.wait_for_data(self._wait_slice())
             self._running()
 
@@ -523,6 +551,19 @@ class Consumer:
         if self._coordinator is not None and self._subscription.partitions_auto_assigned():
             return min(self.config.heartbeat_interval_ms / 1000, 0.2)
         return self.config.max_poll_interval_ms / 2000
+
+    def metrics(self) -> dict[MetricName, float]:
+        """The consumer's metrics now, ``{MetricName: value}`` with Java's names and groups
+        (``consumer-fetch-manager-metrics``: ``records-lag`` per partition, ``records-lag-max``,
+        ``fetch-rate``, ...; ``consumer-coordinator-metrics``: ``commit-latency-avg``,
+        ``rebalance-total``, ...; ``consumer-metrics``: ``last-poll-seconds-ago``), tagged
+        ``client-id``. Available before ``start()``."""
+        return self._metrics.registry.metrics()
+
+    @property
+    def metrics_registry(self) -> Metrics:
+        """The registry behind ``metrics()`` (for exporters: ``sdk.metrics.opentelemetry``)."""
+        return self._metrics.registry
 
     def __aiter__(self) -> Consumer:
         return self

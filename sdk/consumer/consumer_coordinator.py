@@ -70,6 +70,7 @@ from sdk.consumer.group_leader import (
     decode_members,
     partition_counts,
 )
+from sdk.consumer.group_observer import GroupObserver
 from sdk.consumer.group_offsets import (
     commit_errors,
     commit_request,
@@ -201,6 +202,8 @@ class ConsumerCoordinator:
         self._background_join_error: KafkaError | None = None
         #: Rebalances completed (tests and metrics read it).
         self.rebalances = 0
+        #: Told of commits and rebalances (the consumer's metrics and interceptors), if set.
+        self.observer: GroupObserver | None = None
 
     @classmethod
     def for_client(
@@ -300,7 +303,12 @@ class ConsumerCoordinator:
     def request_rejoin(self, reason: str) -> None:
         """Rejoin at the next ``ensure_active_group`` (e.g. after a subscription change)."""
         if self._rejoin_reason is None:
-            log.info("group %s: rejoin requested: %s", self.group_id, reason)
+            log.info(
+                "group %s: rejoin requested: %s",
+                self.group_id,
+                reason,
+                extra={**self._log_fields(), "kafka_reason": reason},
+            )
             self._rejoin_reason = reason
         self._join_wanted.set()
 
@@ -359,6 +367,8 @@ class ConsumerCoordinator:
             except KafkaError as exc:
                 self.state = MemberState.UNJOINED
                 self._rejoin_reason = self._rejoin_reason or repr(exc)
+                if self.observer is not None:
+                    self.observer.rebalance_failed()
                 if not exc.retriable:
                     raise
                 if isinstance(exc, KafkaConnectionError | KafkaTimeoutError):
@@ -399,9 +409,11 @@ class ConsumerCoordinator:
             for tp, entry in offsets.items()
         }
         request = commit_request(self.group_id, generation, member_id, instance_id, offsets)
+        sent = self._clock.monotonic()
         response, _ = await self._channel.send_retrying(
             OffsetCommitRequest.API_KEY, lambda version: request, offset_commit_coordinator_error
         )
+        latency_ms = (self._clock.monotonic() - sent) * 1000
         refused = commit_errors(response)
         for code in refused.values():
             self._on_commit_error(code)
@@ -410,6 +422,8 @@ class ConsumerCoordinator:
             names = ", ".join(f"{t.topic}-{t.partition}: {make_error(c).name}" for t, c in refused.items())
             raise make_error(code, f"OffsetCommit failed for {names}")
         self._last_committed.update(offsets)
+        if self.observer is not None:
+            self.observer.committed(offsets, latency_ms)
 
     async def fetch_committed_offsets(
         self, partitions: Iterable[TopicPartition]
@@ -481,6 +495,8 @@ class ConsumerCoordinator:
             await self._clock.wait_for(self._channel.coordinator(), self._remaining(deadline))
         except TimeoutError:
             return False
+        if self.observer is not None:
+            self.observer.rebalance_started()
         await self._settle_lost_partitions()
         if self._needs_join_prepare:
             await self._on_join_prepare()
@@ -525,6 +541,7 @@ class ConsumerCoordinator:
         log.info(
             "group %s: joined generation %d as %s (%s, protocol %s)", self.group_id, self.generation,
             self.member_id, "leader" if self.leader_id == self.member_id else "follower", self.protocol_name,
+            extra={**self._log_fields(), "kafka_leader": self.leader_id == self.member_id},
         )
         assignments: dict[str, bytes] = {}
         if self.leader_id != self.member_id:
@@ -564,7 +581,18 @@ class ConsumerCoordinator:
         await self._on_join_complete(bytes(sync_response.assignment or b""))
         self._needs_join_prepare = True
         self.rebalances += 1
+        if self.observer is not None:
+            self.observer.rebalance_completed()
         return True
+
+    def _log_fields(self) -> dict[str, object]:
+        """The ``extra`` fields of the group's structured log lines."""
+        return {
+            "kafka_group_id": self.group_id,
+            "kafka_member_id": self.member_id,
+            "kafka_group_instance_id": self.group_instance_id,
+            "kafka_generation": self.generation,
+        }
 
     def _check_join_error(self, code: int, member_id: str, node: int) -> None:
         if not code:
@@ -685,6 +713,11 @@ class ConsumerCoordinator:
         log.info(
             "group %s: generation %d assignment %s (revoked %s)", self.group_id, self.generation,
             sorted(new), sorted(change.revoked),
+            extra={
+                **self._log_fields(),
+                "kafka_assignment": [f"{tp.topic}-{tp.partition}" for tp in sorted(new)],
+                "kafka_revoked": [f"{tp.topic}-{tp.partition}" for tp in sorted(change.revoked)],
+            },
         )
         if change.revoked:
             self._subscription.mark_for_revocation(change.revoked)
@@ -709,7 +742,10 @@ class ConsumerCoordinator:
 
     def _reset_generation(self, reason: str, *, reset_member_id: bool) -> None:
         """The membership is gone: partitions we hold are lost (the next poll tells the listener)."""
-        log.info("group %s: membership reset: %s", self.group_id, reason)
+        log.info(
+            "group %s: membership reset: %s", self.group_id, reason,
+            extra={**self._log_fields(), "kafka_reason": reason},
+        )
         self.generation = -1
         if reset_member_id:
             self.member_id = ""
@@ -727,7 +763,7 @@ class ConsumerCoordinator:
                 f"{self.group_instance_id!r}, so this one was fenced ({where} answered FENCED_INSTANCE_ID); "
                 "it can no longer consume or commit for the group"
             )
-            log.error("%s", self._fatal)
+            log.error("%s", self._fatal, extra={**self._log_fields(), "kafka_fenced": True})
         self.state = MemberState.UNJOINED
         assigned = self._subscription.assigned_partitions()
         if assigned and self._subscription.partitions_auto_assigned():

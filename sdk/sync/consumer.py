@@ -25,6 +25,7 @@ from sdk.consumer.records import (
     OffsetAndMetadata,
     OffsetAndTimestamp,
 )
+from sdk.metrics.core import MetricName, Metrics
 from sdk.sync._loop import shared_loop
 
 __all__ = ["Consumer"]
@@ -64,6 +65,15 @@ class Consumer:
             return fn(*args)
 
         return self._run(call())
+
+    def metrics(self) -> dict[MetricName, float]:
+        """See ``sdk.Consumer.metrics`` (read on the loop thread)."""
+        return self._call(self._consumer.metrics)
+
+    @property
+    def metrics_registry(self) -> Metrics:
+        """The registry behind ``metrics()`` (for exporters: ``sdk.metrics.opentelemetry``)."""
+        return self._consumer.metrics_registry
 
     # -- lifecycle ------------------------------------------------------------------------------
 

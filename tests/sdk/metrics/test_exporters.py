@@ -22,11 +22,11 @@ from opentelemetry.trace import SpanKind
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sdk import AdminClient, Producer
+from sdk import AdminClient, Consumer, Producer
 from sdk.admin import NewTopic
 from sdk.metrics.opentelemetry import instrument_metrics
 from sdk.metrics.prometheus import KafkaClientCollector
-from sdk.metrics.tracing import TracingProducerInterceptor
+from sdk.metrics.tracing import TracingConsumerInterceptor, TracingProducerInterceptor, record_context
 
 
 async def create_topic(bootstrap: str, name: str, partitions: int = 1) -> str:
@@ -130,3 +130,77 @@ def read_headers_with_confluent_kafka(bootstrap: str, topic: str) -> list[tuple[
         raise AssertionError("confluent-kafka read nothing")
     finally:
         consumer.close()
+
+
+async def test_trace_goes_from_our_producer_to_our_consumer_through_the_broker(broker, topic_name):
+    topic = await create_topic(broker.bootstrap, topic_name)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    async with Producer(
+        bootstrap_servers=broker.bootstrap, interceptors=[TracingProducerInterceptor(provider)]
+    ) as producer:
+        with tracer.start_as_current_span("checkout") as parent:
+            await producer.send_and_wait(topic, b"order-1")
+    async with Consumer(
+        topic,
+        bootstrap_servers=broker.bootstrap,
+        auto_offset_reset="earliest",
+        interceptors=[TracingConsumerInterceptor(provider)],
+    ) as consumer:
+        record = await asyncio.wait_for(consumer.getone(), 30)
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    publish, receive = spans[f"{topic} publish"], spans[f"{topic} receive"]
+    trace_id = parent.get_span_context().trace_id
+    assert publish.context.trace_id == receive.context.trace_id == trace_id
+    assert receive.kind == SpanKind.CONSUMER and receive.parent.span_id == publish.context.span_id
+    assert [link.context.span_id for link in receive.links] == [publish.context.span_id]
+    assert receive.attributes["messaging.kafka.message.offset"] == record.offset == 0
+    # The application continues the trace from the record itself.
+    with tracer.start_as_current_span("process", context=record_context(record)) as process:
+        pass
+    assert process.get_span_context().trace_id == trace_id
+
+
+async def test_consumer_lag_in_a_prometheus_scrape_and_opentelemetry(broker, topic_name):
+    topic = await create_topic(broker.bootstrap, topic_name)
+    async with Producer(bootstrap_servers=broker.bootstrap) as producer:
+        for i in range(7):
+            await producer.send(topic, b"v%d" % i, partition=0)
+        await producer.flush()
+    reader = InMemoryMetricReader()
+    meter = MeterProvider(metric_readers=[reader]).get_meter("test")
+    registry = CollectorRegistry()
+    async with Consumer(
+        topic, bootstrap_servers=broker.bootstrap, client_id="prom-consumer", auto_offset_reset="earliest"
+    ) as consumer:
+        registry.register(KafkaClientCollector(consumer))
+        instrument_metrics(consumer, meter=meter)  # before any partition metric exists
+        got = 0
+        while got < 3:
+            got += sum(len(b) for b in (await consumer.getmany(timeout_ms=200, max_records=3 - got)).values())
+        text = generate_latest(registry).decode()
+        data = reader.get_metrics_data()
+    scraped = samples(text)
+    labels = (("client_id", "prom-consumer"), ("partition", "0"), ("topic", topic))
+    assert scraped[("kafka_consumer_fetch_manager_metrics_records_lag", labels)] == 4
+    assert scraped[("kafka_consumer_fetch_manager_metrics_records_consumed_total", labels[:1])] == 3
+    # records-lag-max is the client's (no topic) next to each partition's, in one family.
+    assert (
+        scraped[
+            (
+                "kafka_consumer_fetch_manager_metrics_records_lag_max",
+                (labels[0], ("partition", ""), ("topic", "")),
+            )
+        ]
+        == 4
+    )
+    points = {}
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    points[(metric.name, tuple(sorted(point.attributes.items())))] = point.value
+    otel_labels = (("client-id", "prom-consumer"), ("partition", "0"), ("topic", topic))
+    assert points[("consumer-fetch-manager-metrics.records-lag", otel_labels)] == 4
