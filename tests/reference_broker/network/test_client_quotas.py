@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from reference_broker.testing import BrokerFactory
-from sdk.protocol.messages import AlterClientQuotasRequest, DescribeClientQuotasRequest
+from sdk.protocol.messages import AlterClientQuotasRequest, DescribeClientQuotasRequest, MetadataRequest
 from tests.oracles.kafka_tools import run_tool
 from tests.reference_broker.wire import WireClient
 
@@ -326,3 +326,31 @@ def test_a_quotad_consumer_is_held_to_its_rate_as_on_kafka(
         assert slow_throttle > 0, (name, measured)
     ours_rate, kafka_rate = measured["ours"][0], measured["kafka"][0]
     assert 0.5 * kafka_rate <= ours_rate <= 2 * kafka_rate, measured
+
+
+def test_a_request_percentage_quota_throttles_as_on_kafka(
+    broker_factory: BrokerFactory, apache_kafka: Any
+) -> None:
+    ours = broker_factory()
+    client_id = f"busy-{uuid.uuid4().hex[:6]}"
+    for bootstrap in (ours.bootstrap, apache_kafka.bootstrap):
+        code, out = configs(
+            bootstrap,
+            "--alter",
+            "--entity-type",
+            "clients",
+            "--entity-name",
+            client_id,
+            "--add-config",
+            "request_percentage=0.01",
+        )
+        assert code == 0, out
+        throttled = []
+        with WireClient(bootstrap, client_id=client_id) as client:
+            for _ in range(50):
+                response = client.request(MetadataRequest(topics=None), 12)
+                if response.throttle_time_ms > 0:
+                    throttled.append(response.throttle_time_ms)
+                    break
+        # Throttled, and (a request quota's throttle) for at most one quota window.
+        assert throttled and throttled[0] <= 1000, (bootstrap, throttled)
