@@ -57,9 +57,7 @@ def test_pipelined_expensive_requests_do_not_stall_another_connection(
 ) -> None:
     broker = broker_factory()
     ids = [f"txn-{i:06d}" for i in range(20_000)]
-    batch = b"".join(
-        _frame(DescribeTransactionsRequest(transactional_ids=ids), 0, cid) for cid in range(64)
-    )
+    batch = b"".join(_frame(DescribeTransactionsRequest(transactional_ids=ids), 0, cid) for cid in range(64))
     host, _, port = broker.bootstrap.rpartition(":")
     with WireClient(broker.bootstrap) as polite, socket.create_connection((host, int(port))) as abuser:
         polite.request(MetadataRequest(topics=[]), 12)  # connected and served once

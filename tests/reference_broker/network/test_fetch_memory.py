@@ -37,7 +37,12 @@ def _fill(bootstrap: str, topic: str, per_partition: int, batch_bytes: int) -> N
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": batch_bytes, "compression.type": "none"}
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": batch_bytes,
+            "compression.type": "none",
+        }
     )
     value = b"x" * 1000
     for partition in range(PARTITIONS):
@@ -64,7 +69,9 @@ def _all_partitions(topic: str, max_bytes: int, partition_max: int) -> FetchRequ
                 topic=topic,
                 topic_id=uuid.UUID(int=0),
                 partitions=[
-                    FetchRequest.FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=partition_max)
+                    FetchRequest.FetchPartition(
+                        partition=p, fetch_offset=0, partition_max_bytes=partition_max
+                    )
                     for p in range(PARTITIONS)
                 ],
             )
@@ -72,14 +79,21 @@ def _all_partitions(topic: str, max_bytes: int, partition_max: int) -> FetchRequ
     )
 
 
-def test_fetch_max_bytes_caps_a_response_but_returns_at_least_one_batch(broker_factory: BrokerFactory) -> None:
+def test_fetch_max_bytes_caps_a_response_but_returns_at_least_one_batch(
+    broker_factory: BrokerFactory,
+) -> None:
     broker = broker_factory(config={"fetch.max.bytes": 64 * 1024})
     topic = f"cap-{uuid.uuid4().hex[:8]}"
     _fill(broker.bootstrap, topic, 256 * 1024, 16 * 1024)
     with WireClient(broker.bootstrap) as client:
         response = client.request(_all_partitions(topic, 50 << 20, 10 << 20), 12)
         sizes = [len(p.records or b"") for t in response.responses for p in t.partitions]
-        batch = max(b.size_in_bytes for b in iter_batches(next(bytes(p.records) for t in response.responses for p in t.partitions if p.records)))
+        batch = max(
+            b.size_in_bytes
+            for b in iter_batches(
+                next(bytes(p.records) for t in response.responses for p in t.partitions if p.records)
+            )
+        )
         assert 0 < sum(sizes) <= 64 * 1024 + batch, sizes
         # A budget smaller than the first batch still returns that batch (progress, KIP-74).
         tiny = client.request(_all_partitions(topic, 10, 10), 12)
