@@ -2,7 +2,8 @@
 as the control, on Apache Kafka 4.1: confluent-kafka (librdkafka) with ``group.protocol=consumer``
 subscribes to ``^<prefix>.*``, which the broker resolves. It reads every record of the matching
 topics and none of the others, and a matching topic created later is picked up (the broker
-refreshes the expression and bumps the group epoch) without the client doing anything."""
+refreshes the expression and bumps the group epoch) without the client doing anything. An
+expression RE2 does not accept is refused with INVALID_REGULAR_EXPRESSION by both."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from reference_broker.testing import BrokerFactory
+from sdk.protocol.errors import ErrorCode as E
+from sdk.protocol.messages import ConsumerGroupHeartbeatRequest, FindCoordinatorRequest
+from tests.reference_broker.wire import WireClient
 
 pytestmark = [pytest.mark.slow]
 
@@ -81,3 +85,28 @@ def test_a_regex_subscription_reads_the_matching_topics_and_picks_up_new_ones(bo
         assert {t for t, _ in seen} == {first, second, later}
     finally:
         consumer.close()
+
+
+def test_an_invalid_regex_is_refused_as_kafka_refuses_it(bootstrap: str) -> None:
+    """RE2 has no backreferences: a pattern Java's own engine would take is refused too."""
+    group = f"invalid-regex-{uuid.uuid4().hex[:8]}"
+    not_ready = {E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS, E.COORDINATOR_NOT_AVAILABLE}
+    client = WireClient(bootstrap)
+    try:
+        client.request(FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)
+        for regex in ("orders(", r"(a)\1"):
+            join = ConsumerGroupHeartbeatRequest(
+                group_id=group,
+                member_id=f"member-{uuid.uuid4().hex[:8]}",
+                member_epoch=0,
+                rebalance_timeout_ms=30_000,
+                subscribed_topic_regex=regex,
+                topic_partitions=[],
+            )
+            deadline = time.monotonic() + TIMEOUT_S
+            while (answer := client.request(join, 1)).error_code in not_ready:
+                assert time.monotonic() < deadline, answer
+                time.sleep(0.1)
+            assert answer.error_code == E.INVALID_REGULAR_EXPRESSION, (regex, answer)
+    finally:
+        client.close()
