@@ -17,7 +17,7 @@ from pathlib import Path
 
 from reference_broker.config import BrokerConfig, ConfigError
 from reference_broker.log.config import LogConfig
-from reference_broker.log.log_manager import LogManager, TopicMetadata
+from reference_broker.log.log_manager import LogManager, TopicCreation, TopicMetadata
 from reference_broker.log.open_files import DEFAULT_CAPACITY, SEGMENT_FILES, raise_descriptor_limit
 from reference_broker.log.partition_log import AppendResult
 from reference_broker.log.producer_state import AppendOrigin, ProducerStateEntry
@@ -119,6 +119,19 @@ class Storage:
         return self.manager.create_topic(
             name, partitions, {k: v for k, v in overrides.items() if v is not None}
         )
+
+    def begin_create_topic(
+        self, name: str, partitions: int, overrides: Mapping[str, str | None]
+    ) -> TopicCreation:
+        """A creation to run a step at a time (see ``TopicCreation``); nothing visible before it
+        commits."""
+        return self.manager.begin_create_topic(
+            name, partitions, {k: v for k, v in overrides.items() if v is not None}
+        )
+
+    def begin_add_partitions(self, name: str, total: int) -> TopicCreation:
+        """Growing ``name`` to ``total`` partitions, a step at a time (see ``TopicCreation``)."""
+        return self.manager.begin_create_partitions(name, total)
 
     def check_topic_config(self, overrides: Mapping[str, str | None]) -> LogConfig:
         """The config ``overrides`` would give a topic; ValueError (naming the key) if invalid."""

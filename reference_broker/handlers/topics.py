@@ -24,6 +24,7 @@ same mistake.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections import Counter
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from reference_broker.handlers.common import error_code_of, error_message_of, find_topic, topic_name_problem
 from reference_broker.handlers.configs import describe_topic_configs
+from reference_broker.log.log_manager import TopicCreation, TopicMetadata
 from reference_broker.storage import is_internal
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import (
@@ -127,7 +129,23 @@ def _requested_partitions(broker: Broker, request: CreateTopicsRequest) -> int:
     return total
 
 
-def create_topics(
+#: partitions opened between two yields of the event loop while a topic is created or grown
+CREATE_STEP_PARTITIONS = 100
+
+
+async def _run_creation(creation: TopicCreation) -> TopicMetadata:
+    """Open a creation's partitions a step at a time, yielding the event loop between steps,
+    then make them visible; undone if the request is abandoned (broker stopping)."""
+    try:
+        while not creation.step(CREATE_STEP_PARTITIONS):
+            await asyncio.sleep(0)
+    except asyncio.CancelledError:
+        creation.abort()
+        raise
+    return creation.commit()
+
+
+async def create_topics(
     broker: Broker, ctx: RequestContext, request: CreateTopicsRequest
 ) -> CreateTopicsResponse:
     partitions_asked = _requested_partitions(broker, request)
@@ -163,7 +181,7 @@ def create_topics(
             if request.validate_only:
                 info = None
             else:
-                info = broker.logs.create_topic(topic.name, partitions, overrides)
+                info = await _run_creation(broker.logs.begin_create_topic(topic.name, partitions, overrides))
                 log.info("created topic %s (%d partitions, id %s)", topic.name, partitions, info.topic_id)
         except _Refused as refused:
             result.error_code, result.error_message = refused.code, refused.message
@@ -251,7 +269,7 @@ def delete_topics_error(request: DeleteTopicsRequest, version: int, code: int) -
     )
 
 
-def create_partitions(
+async def create_partitions(
     broker: Broker, ctx: RequestContext, request: CreatePartitionsRequest
 ) -> CreatePartitionsResponse:
     added = 0
@@ -293,7 +311,7 @@ def create_partitions(
             )
         elif not request.validate_only:
             try:
-                broker.logs.add_partitions(topic.name, topic.count)
+                await _run_creation(broker.logs.begin_add_partitions(topic.name, topic.count))
                 log.info("topic %s now has %d partitions", topic.name, topic.count)
             except Exception as exc:
                 log.exception("adding partitions to %s failed", topic.name)

@@ -213,6 +213,8 @@ class LogManager:
         #: logs the cleaner failed to read (damaged data): skipped until the next start, as Kafka
         #: marks a partition uncleanable
         self._uncleanable: set[str] = set()
+        #: topics being created or grown a step at a time (``TopicCreation``)
+        self._creating: set[str] = set()
         #: logs whose producer ids the current round of bounded expiry has not looked at yet
         self._expiry_queue: collections.deque[tuple[str, int]] = collections.deque()
         self._load(_now_ms() if now_ms is None else now_ms)
@@ -354,12 +356,31 @@ class LogManager:
         now_ms: int | None = None,
     ) -> TopicMetadata:
         """Create a topic with ``num_partitions`` empty partitions and config overrides."""
+        creation = self.begin_create_topic(
+            name, num_partitions, configs, topic_id=topic_id, validate_only=validate_only, now_ms=now_ms)
+        if validate_only:
+            return creation.meta
+        return creation.run()
+
+    def begin_create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        configs: Mapping[str, str] | None = None,
+        *,
+        topic_id: uuid.UUID | None = None,
+        validate_only: bool = False,
+        now_ms: int | None = None,
+    ) -> TopicCreation:
+        """Check a new topic and reserve its name; the returned creation opens its partitions a
+        step at a time (:meth:`TopicCreation.step`) so a caller on the event loop can yield
+        between steps. Nothing is visible until :meth:`TopicCreation.commit`."""
         self._check_open()
         validate_topic_name(name)
-        if name in self._topics:
+        if name in self._topics or name in self._creating:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         canonical = name.replace(".", "_")
-        for other in self._topics:
+        for other in [*self._topics, *self._creating]:
             if other.replace(".", "_") == canonical:
                 raise InvalidTopicError(f"topic {name!r} collides with existing topic {other!r}")
         if num_partitions < 1:
@@ -368,31 +389,11 @@ class LogManager:
         overrides = {k: str(v) for k, v in (configs or {}).items() if v is not None}
         config = self._parse_config(overrides)
         meta = TopicMetadata(name, topic_id or uuid.uuid4(), num_partitions, overrides)
-        if validate_only:
-            return meta
-        now_ms = _now_ms() if now_ms is None else now_ms
-        self._clear_leftovers(name, range(num_partitions))  # never adopt data the topic did not write
-        self._configs[name] = config
-        opened: list[PartitionLog] = []
-        try:
-            for partition in range(num_partitions):
-                opened.append(self._open_partition(meta, partition, now_ms))
-            self._write_topic(meta)
-        except Exception as exc:
-            log.error("creating topic %s failed (%s); removing what was made", name, exc)
-            path = self._topic_path(name)
-            _unlink_logged(path)
-            _unlink_logged(path.with_name(path.name + TMP_SUFFIX))
-            self._sync_topics_dir()
-            self._undo_partitions(name, range(num_partitions), opened)
-            del self._configs[name]
-            if isinstance(exc, KafkaError):
-                raise
-            raise KafkaStorageError(f"creating topic {name!r} failed: {os_error_text(exc)}") from exc
-        self._topics[name] = meta
-        for partition, plog in enumerate(opened):
-            self._logs[(name, partition)] = plog
-        return meta
+        creation = TopicCreation(self, meta, None, config, _now_ms() if now_ms is None else now_ms)
+        if not validate_only:
+            self._clear_leftovers(name, range(num_partitions))  # never adopt data the topic did not write
+            self._creating.add(name)
+        return creation
 
     def delete_topic(self, name: str) -> TopicMetadata:
         """Delete a topic and all its data; returns what was deleted."""
@@ -421,38 +422,30 @@ class LogManager:
     def create_partitions(self, name: str, total: int, *, validate_only: bool = False,
                           now_ms: int | None = None) -> TopicMetadata:
         """Grow a topic to ``total`` partitions (Kafka never shrinks)."""
+        creation = self.begin_create_partitions(name, total, validate_only=validate_only, now_ms=now_ms)
+        if validate_only:
+            return creation.meta
+        return creation.run()
+
+    def begin_create_partitions(self, name: str, total: int, *, validate_only: bool = False,
+                                now_ms: int | None = None) -> TopicCreation:
+        """Check growing a topic to ``total`` partitions; the returned creation adds them a step
+        at a time, as :meth:`begin_create_topic`'s does. Nothing is visible until it commits."""
         self._check_open()
         meta = self._require_topic(name)
+        if name in self._creating:
+            raise InvalidPartitionsError(f"topic {name!r} is already getting new partitions")
         if total <= meta.num_partitions:
             raise InvalidPartitionsError(
                 f"topic {name!r} has {meta.num_partitions} partitions; {total} is not an increase")
         check_partition_dir_fits(name, total)
         updated = TopicMetadata(name, meta.topic_id, total, meta.configs)
-        if validate_only:
-            return updated
-        now_ms = _now_ms() if now_ms is None else now_ms
-        added = range(meta.num_partitions, total)
-        self._clear_leftovers(name, added)
-        opened: list[PartitionLog] = []
-        try:
-            for partition in added:
-                opened.append(self._open_partition(updated, partition, now_ms))
-            self._write_topic(updated)
-        except Exception as exc:
-            log.error("adding partitions to %s failed (%s); removing what was made", name, exc)
-            if len(opened) == len(added):  # the metadata write failed: it may have replaced the file
-                try:
-                    self._write_topic(meta)
-                except OSError as again:
-                    log.error("rewriting the metadata of %s failed: %s", name, again)
-            self._undo_partitions(name, added, opened)
-            if isinstance(exc, KafkaError):
-                raise
-            raise KafkaStorageError(f"adding partitions to {name!r} failed: {os_error_text(exc)}") from exc
-        for partition, plog in zip(added, opened, strict=True):
-            self._logs[(name, partition)] = plog
-        self._topics[name] = updated
-        return updated
+        creation = TopicCreation(self, updated, meta, self._configs[name],
+                                 _now_ms() if now_ms is None else now_ms)
+        if not validate_only:
+            self._clear_leftovers(name, creation.partitions)
+            self._creating.add(name)
+        return creation
 
     def update_topic_config(
         self, name: str, changes: Mapping[str, str | None], *, replace: bool = False,
@@ -667,3 +660,96 @@ def _read_partition_topic_id(directory: Path) -> uuid.UUID | None:
         return topic_id_from_string(props["topic_id"])
     except (FileNotFoundError, KeyError, ValueError):
         return None
+
+
+class TopicCreation:
+    """A topic being created (``previous`` None) or grown, its partitions opened a step at a time.
+
+    Invariants: the topic's name is reserved in the manager until :meth:`commit` or
+    :meth:`abort`; no other request sees the new partitions before :meth:`commit` (the topic
+    metadata file is written last); :meth:`abort` removes every directory it made, and any
+    failure of a step aborts before it raises.
+    """
+
+    def __init__(self, manager: LogManager, meta: TopicMetadata, previous: TopicMetadata | None,
+                 config: LogConfig, now_ms: int):
+        self.manager = manager
+        self.meta = meta
+        self.previous = previous
+        self.config = config
+        self.now_ms = now_ms
+        first = previous.num_partitions if previous is not None else 0
+        self.partitions = range(first, meta.num_partitions)
+        self.opened: list[PartitionLog] = []
+        self._finished = False
+
+    @property
+    def _what(self) -> str:
+        name = self.meta.name
+        return f"creating topic {name!r}" if self.previous is None else f"adding partitions to {name!r}"
+
+    def step(self, count: int) -> bool:
+        """Open up to ``count`` more partitions; True once all are open."""
+        manager = self.manager
+        try:
+            manager._check_open()
+            if self.previous is None:
+                manager._configs.setdefault(self.meta.name, self.config)
+            for partition in self.partitions[len(self.opened):len(self.opened) + count]:
+                self.opened.append(manager._open_partition(self.meta, partition, self.now_ms))
+        except Exception as exc:
+            log.error("%s failed (%s); removing what was made", self._what, exc)
+            self.abort()
+            if isinstance(exc, KafkaError):
+                raise
+            raise KafkaStorageError(f"{self._what} failed: {os_error_text(exc)}") from exc
+        return len(self.opened) == len(self.partitions)
+
+    def commit(self) -> TopicMetadata:
+        """Write the topic's metadata and make the partitions visible (all must be open)."""
+        assert len(self.opened) == len(self.partitions) and not self._finished
+        manager, name = self.manager, self.meta.name
+        try:
+            manager._check_open()
+            manager._write_topic(self.meta)
+        except Exception as exc:
+            log.error("%s failed (%s); removing what was made", self._what, exc)
+            self.abort(metadata_written=True)
+            if isinstance(exc, KafkaError):
+                raise
+            raise KafkaStorageError(f"{self._what} failed: {os_error_text(exc)}") from exc
+        self._finished = True
+        manager._creating.discard(name)
+        if self.previous is None:
+            manager._configs[name] = self.config
+        for partition, plog in zip(self.partitions, self.opened, strict=True):
+            manager._logs[(name, partition)] = plog
+        manager._topics[name] = self.meta
+        return self.meta
+
+    def run(self) -> TopicMetadata:
+        """Open every partition and commit, in one go."""
+        self.step(len(self.partitions))
+        return self.commit()
+
+    def abort(self, *, metadata_written: bool = False) -> None:
+        """Undo: close and remove the partitions made, restore the topic file. Never raises."""
+        if self._finished:
+            return
+        self._finished = True
+        manager, name = self.manager, self.meta.name
+        manager._creating.discard(name)
+        if self.previous is None:
+            path = manager._topic_path(name)
+            _unlink_logged(path)
+            _unlink_logged(path.with_name(path.name + TMP_SUFFIX))
+            manager._sync_topics_dir()
+            if name not in manager._topics:
+                manager._configs.pop(name, None)
+        elif metadata_written:  # the metadata write failed: it may have replaced the file
+            try:
+                manager._write_topic(self.previous)
+            except OSError as again:
+                log.error("rewriting the metadata of %s failed: %s", name, again)
+        manager._undo_partitions(name, self.partitions, self.opened)
+        self.opened = []

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import resource
+import select
 import sys
+import time
 import uuid
 
 import pytest
@@ -97,10 +99,15 @@ def test_many_segments_keep_descriptors_bounded_and_survive_kill(broker_factory:
     assert open_descriptors(proc) - baseline <= ALLOWED_GROWTH
 
 
+def create_request(name: str, partitions: int) -> messages.CreateTopicsRequest:
+    topic = messages.CreateTopicsRequest.CreatableTopic(
+        name=name, num_partitions=partitions, replication_factor=1)
+    return messages.CreateTopicsRequest(topics=[topic], timeout_ms=120_000)
+
+
 def create_partitions_topic(proc: BrokerProcess, name: str, partitions: int) -> tuple[int, str | None]:
-    topic = messages.CreateTopicsRequest.CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)
     with WireClient(proc.bootstrap, timeout=60) as wire:
-        result = wire.request(messages.CreateTopicsRequest(topics=[topic], timeout_ms=60_000), 7).topics[0]
+        result = wire.request(create_request(name, partitions), 7).topics[0]
     return result.error_code, result.error_message
 
 
@@ -109,13 +116,16 @@ def leftovers(proc: BrokerProcess, name: str) -> list[str]:
     return found + [p.name for p in (proc.data_dir / ".topics").iterdir() if p.name.startswith(name)]
 
 
-def test_creations_beyond_the_descriptor_limit_succeed_or_leave_nothing(broker_factory: BrokerFactory) -> None:
+def test_creations_beyond_the_descriptor_limit_succeed_or_leave_nothing(
+    broker_factory: BrokerFactory,
+) -> None:
     proc = broker_factory(BROKER_CONFIG)
     assert proc.pid is not None
     soft, hard = resource.prlimit(proc.pid, resource.RLIMIT_NOFILE)
     try:
         # Room for the capped segments and a few connections, far less than 4 per partition.
-        resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (open_descriptors(proc) + ALLOWED_GROWTH + 16, hard))
+        room = open_descriptors(proc) + ALLOWED_GROWTH + 16
+        resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (room, hard))
         name = f"many-{uuid.uuid4().hex[:8]}"
         assert create_partitions_topic(proc, name, 400) == (0, None)
         assert len([p for p in proc.data_dir.iterdir() if p.name.startswith(f"{name}-")]) == 400
@@ -126,8 +136,7 @@ def test_creations_beyond_the_descriptor_limit_succeed_or_leave_nothing(broker_f
         with WireClient(proc.bootstrap, timeout=60) as wire:
             wire.request(messages.ApiVersionsRequest(), 0)
             resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (open_descriptors(proc), hard))
-            topic = messages.CreateTopicsRequest.CreatableTopic(name=doomed, num_partitions=50, replication_factor=1)
-            result = wire.request(messages.CreateTopicsRequest(topics=[topic], timeout_ms=60_000), 7).topics[0]
+            result = wire.request(create_request(doomed, 50), 7).topics[0]
         assert result.error_code == ErrorCode.KAFKA_STORAGE_ERROR, result.error_message
         assert result.error_message is not None and str(proc.data_dir) not in result.error_message
     finally:
@@ -137,3 +146,24 @@ def test_creations_beyond_the_descriptor_limit_succeed_or_leave_nothing(broker_f
         metadata = wire.request(messages.MetadataRequest(topics=None), 12)
     assert {t.name for t in metadata.topics} >= {name}
     assert doomed not in {t.name for t in metadata.topics}
+
+
+def test_a_large_creation_leaves_the_broker_answering_others(broker_factory: BrokerFactory) -> None:
+    """Partitions are opened a step at a time with the event loop yielded between steps: another
+    client is answered while a CreateTopics of 500 partitions is still under way."""
+    proc = broker_factory(BROKER_CONFIG)
+    name = f"wide-{uuid.uuid4().hex[:8]}"
+    with WireClient(proc.bootstrap, timeout=120) as creator, WireClient(proc.bootstrap) as other:
+        creator.send(create_request(name, 500), 7)
+        deadline = time.monotonic() + 60
+        while not any(p.name.startswith(f"{name}-") for p in proc.data_dir.iterdir()):
+            assert time.monotonic() < deadline, "the creation never started"
+        assert other.request(messages.ApiVersionsRequest(), 0).error_code == 0
+        assert other.request(messages.MetadataRequest(topics=None), 12).topics is not None
+        creation_answered = select.select([creator.sock], [], [], 0)[0]
+        assert not creation_answered, "the other client was only answered after the creation"
+        _, created = creator.receive(messages.CreateTopicsRequest.API_KEY, 7)
+    assert created.topics[0].error_code == 0
+    with WireClient(proc.bootstrap) as wire:
+        metadata = wire.request(messages.MetadataRequest(topics=None), 12)
+    assert len(next(t for t in metadata.topics if t.name == name).partitions) == 500
