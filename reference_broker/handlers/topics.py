@@ -16,6 +16,13 @@ Versions served and per-version notes:
   command-line tool; a broker that must lose nothing makes it itself.
 - CreatePartitions v0-3: v2+ flexible; v3's THROTTLING_QUOTA_EXCEEDED is never sent.
 
+Like Kafka's controller, a CreateTopics asking for more than 10,000 partitions, or for more than
+10,000 metadata records (one per topic, partition and config override), is refused whole with
+POLICY_VIOLATION, and a CreatePartitions adding more than 10,000 with UNKNOWN_SERVER_ERROR.
+Partitions are opened 100 at a time with the event loop yielded between steps (both handlers are
+``async def``), so a large creation never holds other clients up; a failed or abandoned one is
+undone (``log_manager.TopicCreation``).
+
 One node means one replica: replication factor 1 or -1 (the broker default) is accepted, any
 other value gets INVALID_REPLICATION_FACTOR, and manual assignments must name only this node,
 once per partition. Validation mirrors Kafka's order so clients see the same error for the
