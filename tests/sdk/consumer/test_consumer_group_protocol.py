@@ -302,7 +302,10 @@ class Copier:
 
         self.consumer.subscribe([source], listener=WaitForTransaction())
         self.producer = Producer(bootstrap_servers=bootstrap, transactional_id=f"{group}-{name}")
-        self.aborted = 0
+        #: What made transactions abort (and any abort that failed).
+        self.errors: list[str] = []
+        #: Records this copier committed.
+        self.copied = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.producer.start()
@@ -330,14 +333,25 @@ class Copier:
                 offsets = {tp: records[-1].offset + 1 for tp, records in batches.items()}
                 await self.producer.send_offsets_to_transaction(offsets, self.consumer.group_metadata())
                 await self.producer.commit_transaction()
-            except KafkaError:
-                self.aborted += 1
-                with contextlib.suppress(KafkaError):
+                self.copied += sum(map(len, batches.values()))
+            except KafkaError as exc:
+                self.errors.append(repr(exc))
+                try:
                     await self.producer.abort_transaction()
-                with contextlib.suppress(KafkaError):
-                    await self.consumer.seek_to_committed(
-                        *[tp for tp in batches if tp in self.consumer.assignment()]
-                    )
+                except KafkaError as abort_error:
+                    self.errors.append(f"abort: {abort_error!r}")
+                await self.rewind([tp for tp in batches if tp in self.consumer.assignment()])
+
+    async def rewind(self, partitions: list[TopicPartition]) -> None:
+        """Back to the committed offsets (the beginning where none is committed yet, as
+        ``auto_offset_reset='earliest'``), so the aborted records are read again."""
+        if not partitions:
+            return
+        with contextlib.suppress(KafkaError):
+            committed = await self.consumer.seek_to_committed(*partitions)
+            missing = [tp for tp, offset in committed.items() if offset is None]
+            if missing:
+                await self.consumer.seek_to_beginning(*missing)
 
 
 async def read_committed(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
@@ -362,29 +376,40 @@ async def test_exactly_once_copy_with_a_member_joining_mid_way(kafka: KafkaTarge
     target = await kafka.create_topic(unique("cg-eos-out"), PARTITIONS)
     group = unique("cg-eos")
     count = 600
-    async with Producer(bootstrap_servers=kafka.bootstrap) as producer:
-        for i in range(count):
-            await producer.send(source, str(i).encode(), partition=i % PARTITIONS)
-        await producer.flush()
+
+    async def produce(numbers: range) -> None:
+        async with Producer(bootstrap_servers=kafka.bootstrap) as producer:
+            for i in numbers:
+                await producer.send(source, str(i).encode(), partition=i % PARTITIONS)
+            await producer.flush()
+
+    async def copied() -> int:
+        return len(await read_committed(kafka.bootstrap, target, PARTITIONS))
+
     stop = asyncio.Event()
     first = Copier("a", kafka.bootstrap, source, target, group)
     second = Copier("b", kafka.bootstrap, source, target, group)
-    tasks = [asyncio.get_running_loop().create_task(first.run(stop))]
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(first.run(stop))]
+
+    def healthy() -> None:
+        for task in tasks:
+            if task.done():
+                task.result()
+
     try:
-        await eventually(lambda: bool(first.consumer.assignment()), "the first copier's assignment")
-        await eventually(lambda: len(first.consumer.assignment()) == PARTITIONS, "the first copier holds all")
-        tasks.append(asyncio.get_running_loop().create_task(second.run(stop)))
-
-        async def copied() -> int:
-            return len(await read_committed(kafka.bootstrap, target, PARTITIONS))
-
+        await produce(range(count // 2))
+        await eventually(lambda: first.copied > 0, "the first copier's first transaction")
+        tasks.append(loop.create_task(second.run(stop)))
+        # The second member joins while the first is copying: partitions move between them.
+        await eventually(lambda: bool(second.consumer.assignment()), "the second copier's share")
+        await produce(range(count // 2, count))
         deadline = time.monotonic() + 120
         while await copied() < count:
-            assert time.monotonic() < deadline, "the copy did not finish"
-            for task in tasks:
-                if task.done():
-                    task.result()
+            assert time.monotonic() < deadline, f"the copy did not finish: {first.errors} {second.errors}"
+            healthy()
             await asyncio.sleep(0.5)
+        healthy()
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -394,6 +419,7 @@ async def test_exactly_once_copy_with_a_member_joining_mid_way(kafka: KafkaTarge
         f"duplicates {sorted(v for v, n in values.items() if n > 1)[:10]}, "
         f"missing {sorted(set(expected) - set(values))[:10]}"
     )
+    assert first.copied > 0 and second.copied > 0, (first.copied, second.copied)
 
 
 async def test_a_confluent_kafka_consumer_protocol_member_shares_the_group(kafka: KafkaTarget) -> None:
