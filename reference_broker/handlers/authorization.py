@@ -38,6 +38,7 @@ from sdk.protocol.messages import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
+    AlterClientQuotasRequest,
     AlterConfigsRequest,
     AlterConfigsResponse,
     ConsumerGroupDescribeRequest,
@@ -53,6 +54,7 @@ from sdk.protocol.messages import (
     DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClientQuotasRequest,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsRequest,
@@ -511,6 +513,17 @@ def _configs(op: Operation, response_type: Any, result_type: Any, answers: str) 
     return PerItem(op, "resources", _config_resource, _config_refused(result_type), answers, response_type)
 
 
+def _cluster_needs(op: Operation) -> Pre:
+    """The whole request needs ``op`` on the cluster (client quotas are cluster configs)."""
+
+    def check(broker: Broker, ctx: RequestContext, request: Any) -> Plan:
+        if not authorize_cluster(broker, ctx, op):
+            return _refuse(broker, ctx, request, E.CLUSTER_AUTHORIZATION_FAILED)
+        return _run(request)
+
+    return check
+
+
 _GROUP_MEMBER = Requires(((Operation.READ, GROUP, "group_id"),))
 _TXN_WRITE = (Operation.WRITE, TXN, "transactional_id")
 _GROUP_READ = (Operation.READ, GROUP, "group_id")
@@ -599,6 +612,8 @@ CHECKS: dict[int, Pre] = {
         _visible_transaction_topics,
     ),
     ListTransactionsRequest.API_KEY: _list_transactions,
+    DescribeClientQuotasRequest.API_KEY: _cluster_needs(Operation.DESCRIBE_CONFIGS),
+    AlterClientQuotasRequest.API_KEY: _cluster_needs(Operation.ALTER_CONFIGS),
 }
 
 

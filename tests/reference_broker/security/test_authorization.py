@@ -27,9 +27,11 @@ from confluent_kafka.admin import (
 from reference_broker.testing import BrokerProcess
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
+    AlterClientQuotasRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
     DescribeAclsRequest,
+    DescribeClientQuotasRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     FindCoordinatorRequest,
@@ -272,6 +274,16 @@ def _codes_per_api(address: str) -> dict[str, Any]:
     any_acl = DescribeAclsRequest(
         resource_type_filter=1, pattern_type_filter=1, operation=1, permission_type=1
     )
+    quotas = DescribeClientQuotasRequest(components=[], strict=False)
+    quota_change = AlterClientQuotasRequest(
+        entries=[
+            AlterClientQuotasRequest.EntryData(
+                entity=[AlterClientQuotasRequest.EntityData(entity_type="user", entity_name="bob")],
+                ops=[AlterClientQuotasRequest.OpData(key="consumer_byte_rate", value=1024.0, remove=False)],
+            )
+        ],
+        validate_only=True,
+    )
     with _login(address, "alice") as a, _login(address, "bob") as b:
         return {
             "produce": (_produce(a, TOPIC), _produce(b, TOPIC)),
@@ -312,6 +324,8 @@ def _codes_per_api(address: str) -> dict[str, Any]:
             .groups[0]
             .authorized_operations,
             "describe acls": b.request(any_acl, 3).error_code,
+            "describe client quotas": b.request(quotas, 1).error_code,
+            "alter client quotas": b.request(quota_change, 1).entries[0].error_code,
         }
 
 
@@ -338,6 +352,8 @@ EXPECTED_CODES = {
     "find group coordinator": E.GROUP_AUTHORIZATION_FAILED,
     "group authorized operations": (1 << AclOperation.READ.value) | (1 << AclOperation.DESCRIBE.value),
     "describe acls": E.CLUSTER_AUTHORIZATION_FAILED,
+    "describe client quotas": E.CLUSTER_AUTHORIZATION_FAILED,
+    "alter client quotas": E.CLUSTER_AUTHORIZATION_FAILED,
 }
 
 
