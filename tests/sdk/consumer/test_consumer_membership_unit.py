@@ -16,7 +16,7 @@ import pytest
 
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.consumer import Consumer
-from sdk.consumer.consumer_membership import ConsumerMembershipManager, MembershipState
+from sdk.consumer.consumer_membership import LEAVE_EPOCH, ConsumerMembershipManager, MembershipState
 from sdk.consumer.errors import CommitFailedError
 from sdk.consumer.records import OffsetAndMetadata
 from sdk.consumer.subscription import SubscriptionState
@@ -404,3 +404,24 @@ async def test_commit_refused_as_stale_is_sent_again_with_the_epoch_the_member_h
     await member.manager.commit_offsets({T0: OffsetAndMetadata(3)})
     member.port.verify()
     assert len(member.port.sent(OffsetCommitRequest)) == 2
+
+
+async def test_no_poll_for_max_poll_interval_leaves_and_the_next_poll_rejoins(member: Member) -> None:
+    await member.stable([0, 1], epoch=3)
+    for _ in range(300_000 // INTERVAL_MS):  # heartbeats while the application does not poll
+        member.answer(epoch=3, match={"member_epoch": 3})
+        await member.time.tick(INTERVAL_MS)
+    member.answer(epoch=LEAVE_EPOCH, match={"member_epoch": LEAVE_EPOCH, "member_id": ME})
+    await member.time.tick(INTERVAL_MS)  # this one finds the poll overdue
+    await settle()
+    member.port.verify()
+    assert member.manager.member_epoch == 0
+    member.answer(epoch=4, assignment=[0], match={"member_epoch": 0, "member_id": ME, "topic_partitions": []})
+    member.answer(epoch=4)
+    member.manager.record_poll()
+    await member.manager.ensure_active_group()
+    await settle()
+    await member.manager.ensure_active_group()
+    member.port.verify()
+    assert member.listener.take() == [("lost", {T0, T1}), ("assigned", {T0})]
+    assert member.manager.member_epoch == 4
