@@ -200,3 +200,18 @@ def test_sync_consumer_metrics_and_interceptors(broker, topic_name):
     assert [r.value for r in records] == [b"value-0", b"value-2"]
     assert find_metric(values, "records-consumed-total") == 4
     assert find_metric(values, "records-lag", topic=topic_name, partition=0) == 0
+
+
+async def test_rebalance_log_lines_carry_generation_and_assignment(broker, topic_name, caplog):
+    caplog.set_level(logging.INFO, logger="sdk.consumer.consumer_coordinator")
+    topic = await create_topic(broker.bootstrap, topic_name, partitions=2)
+    group = f"group-{topic}"
+    async with Consumer(topic, bootstrap_servers=broker.bootstrap, group_id=group):
+        pass
+    assignments = [r for r in caplog.records if hasattr(r, "kafka_assignment")]
+    assert assignments, caplog.text
+    line = assignments[-1]
+    assert line.kafka_group_id == group and line.kafka_generation >= 1 and line.kafka_member_id
+    assert line.kafka_assignment == [f"{topic}-0", f"{topic}-1"] and line.kafka_revoked == []
+    joined = [r for r in caplog.records if hasattr(r, "kafka_leader")]
+    assert joined and joined[-1].kafka_leader is True  # the only member leads
