@@ -226,11 +226,11 @@ class GroupCoordinator:
             group = self.groups[group_id] = Group(group_id, self.clock.now_ms())
         if group.is_(GroupState.DEAD):
             return respond(JoinResult(E.COORDINATOR_NOT_AVAILABLE, member_id))
-        known = member_id in group.members or member_id in group.pending_members
-        if not known and len(group.members) + len(group.pending_members) >= self.config.max_group_size:
-            static_rejoin = group_instance_id is not None and group_instance_id in group.static_members
-            if not static_rejoin:
-                return respond(JoinResult(E.GROUP_MAX_SIZE_REACHED, member_id))
+        if not self._accepts_joining_member(group, member_id):
+            member = group.members.get(member_id)
+            if member is not None:
+                self._remove_member_and_update(group, member)
+            return respond(JoinResult(E.GROUP_MAX_SIZE_REACHED, member_id))
         if not group.supports(protocol_type, protocols):
             return respond(JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id))
         member_args = JoiningMember(
@@ -243,6 +243,20 @@ class GroupCoordinator:
         if group.is_(GroupState.PREPARING_REBALANCE):
             self._try_complete_join(group)
         return None
+
+    def _accepts_joining_member(self, group: Group, member_id: str) -> bool:
+        """Kafka's ``acceptJoiningMember`` (``group.max.size``): an Empty group takes anyone; one
+        preparing a rebalance takes a member whose join is already waiting, or anyone while fewer
+        than the maximum joins wait; otherwise a member or anyone while there is room."""
+        max_size = self.config.max_group_size
+        if group.is_(GroupState.EMPTY, GroupState.DEAD):
+            return True
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            member = group.members.get(member_id)
+            if member is not None and member.awaiting_join:
+                return True
+            return group.awaiting_join_count(max_size) < max_size
+        return member_id in group.members or len(group.members) < max_size
 
     def _join_unknown(
         self,

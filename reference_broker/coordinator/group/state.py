@@ -240,6 +240,18 @@ class Group:
             votes[choice] = votes.get(choice, 0) + 1
         return max(votes, key=lambda name: votes[name])
 
+    def awaiting_join_count(self, bound: int) -> int:
+        """Members whose join is waiting (Kafka's ``numAwaitingJoinResponse``), exact when at
+        least ``bound``; below ``bound`` the member count stands in (it is never smaller), which
+        keeps the check cheap unless the group is full. Only meaningful while PreparingRebalance."""
+        if len(self.members) < bound:
+            return len(self.members)
+        members = self.members
+        self._not_rejoined = {
+            mid for mid in self._not_rejoined if mid in members and not members[mid].awaiting_join
+        }
+        return len(members) - len(self._not_rejoined)
+
     def all_members_joined(self) -> bool:
         """Every member has a join waiting and no member id handed out is still unused.
 

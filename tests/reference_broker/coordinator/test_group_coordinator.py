@@ -449,3 +449,23 @@ def test_a_full_group_refuses_new_members_with_group_max_size_reached() -> None:
     assert third.result.error == E.GROUP_MAX_SIZE_REACHED
     assert len(coord.groups["g"].members) == 2
     assert first.results == [] and second.results == []  # still waiting for the join window
+
+
+def test_a_full_group_rebalancing_counts_only_the_joins_waiting() -> None:
+    """Kafka's acceptJoiningMember: while a rebalance prepares, a newcomer is taken as long as
+    fewer than group.max.size joins wait; a member that does not rejoin leaves room for it."""
+    coord, clock, _ = make(max_group_size=2)
+    a = join(coord, v4=False).result
+    sync(coord, a.member_id, 1, {a.member_id: b""})
+    b_join = join(coord, v4=False)
+    a_again = join(coord, a.member_id, v4=False).result
+    b = b_join.result
+    assert a_again.generation == b.generation == 2
+    sync(coord, a.member_id, 2, {a.member_id: b"", b.member_id: b""})
+    sync(coord, b.member_id, 2)
+    assert join(coord, v4=False).result.error == E.GROUP_MAX_SIZE_REACHED  # Stable and full
+    a_rejoin = join(coord, a.member_id, v4=False, protocols=[("range", b"new")])  # rebalance starts
+    c = join(coord, v4=False)  # one join waits (a's): room for c
+    clock.advance(REBALANCE_MS)  # b never rejoins and is dropped
+    assert a_rejoin.result.error == 0 and c.result.error == 0
+    assert set(coord.groups["g"].members) == {a.member_id, c.result.member_id}
