@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
@@ -34,8 +35,10 @@ Client = TypeVar("Client")
 #: Seconds an idle client is kept (Spark's consumer cache timeout).
 IDLE_TIMEOUT_S = 300.0
 #: Idle clients kept per pool at most (Spark's ``spark.kafka.consumer.cache.capacity`` is 64;
-#: a worker here serves one task at a time, so a few are enough).
-CAPACITY = 16
+#: a worker here serves one task at a time, so a few are enough). The environment variable
+#: ``TOPICWRIGHT_SPARK_CLIENT_POOL`` sets it for the worker processes (0: no reuse, every task
+#: makes and closes its own clients, which is how the reuse is measured).
+CAPACITY = int(os.environ.get("TOPICWRIGHT_SPARK_CLIENT_POOL", "16"))
 
 
 def settings_key(settings: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -134,7 +137,7 @@ _pools: list[ClientPool[Any]] = []
 
 def new_pool(name: str, close: Callable[[Client], None]) -> ClientPool[Client]:
     """A pool of this process, closed at its exit."""
-    pool: ClientPool[Client] = ClientPool(name, close)
+    pool: ClientPool[Client] = ClientPool(name, close, capacity=CAPACITY)
     _pools.append(pool)
     return pool
 
