@@ -38,7 +38,8 @@ class Checkpoint:
             log.warning("ignoring unreadable %s: %s", directory / CHECKPOINT_FILE, exc)
             return cls()
 
-    def write(self, directory: Path) -> None:
+    def write(self, directory: Path, *, sync: bool = True) -> None:
+        """Replace the checkpoint file (``sync=False``: no fsync, for a partition being created)."""
         body = {"version": 1, "log_start_offset": self.log_start_offset,
                 "recovery_point": self.recovery_point}
-        atomic_write(directory / CHECKPOINT_FILE, json.dumps(body).encode())
+        atomic_write(directory / CHECKPOINT_FILE, json.dumps(body).encode(), sync=sync)

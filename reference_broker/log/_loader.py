@@ -82,6 +82,10 @@ def load_partition(
 ) -> PartitionLog:
     """Open ``directory`` as a partition log (see module docstring)."""
 
+    # A partition being created: its empty files need no fsync (a crash before the topic's
+    # metadata is written forgets the topic; after it, a missing or empty file is recreated
+    # empty), which makes creating many partitions several times faster.
+    fresh = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
     marker = directory / CLEAN_SHUTDOWN_FILE
     clean = marker.exists() or not recover
@@ -129,14 +133,18 @@ def load_partition(
 
     if recovered or clean:
         for segment in segments:
-            if segment.base_offset in recovered:
+            if segment.base_offset in recovered and not fresh:
                 segment.flush()
         recovery_point = log_end
     else:
         recovery_point = min(checkpoint.recovery_point, log_end)
     plog = cls(directory, config, segments, producer_state, log_start, recovery_point, now_ms)
-    plog._checkpoint = checkpoint if (directory / CHECKPOINT_FILE).exists() else None
-    plog._write_checkpoint()
+    if fresh:
+        plog._checkpoint = Checkpoint(log_start, recovery_point)
+        plog._checkpoint.write(directory, sync=False)
+    else:
+        plog._checkpoint = checkpoint if (directory / CHECKPOINT_FILE).exists() else None
+        plog._write_checkpoint()
     if marker.exists():
         marker.unlink()
         fsync_dir(directory)

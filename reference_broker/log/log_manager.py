@@ -337,10 +337,11 @@ class LogManager:
 
     def _open_partition(self, meta: TopicMetadata, partition: int, now_ms: int) -> PartitionLog:
         directory = self.data_dir / f"{meta.name}-{partition}"
+        fresh = not directory.exists()  # no fsync for a new partition's files (see _loader)
         plog = PartitionLog.open(directory, self._configs[meta.name], now_ms=now_ms)
         if _read_partition_topic_id(directory) != meta.topic_id:
             body = f"version: 0\ntopic_id: {topic_id_to_string(meta.topic_id)}\n"
-            atomic_write(directory / PARTITION_METADATA, body.encode())
+            atomic_write(directory / PARTITION_METADATA, body.encode(), sync=not fresh)
         return plog
 
     # -- topics ----------------------------------------------------------------------------
