@@ -182,9 +182,9 @@ def test_bench_spark_compares_exactly_once_with_at_least_once() -> None:
     # that can break than batch mode's one write, and the sink's batch path has tests of its own.
     out = run_script("bench_spark.py", "--messages", "2000", "--runs", "1", "--mode", "stream",
                      "--batch", "1000", "--warm-up", "0")
-    assert_line(out, rf"^\| stream +\| +{NUMBER} \| +{NUMBER} \| +{NUMBER} \|$")
-    assert_line(out, rf"^\| stream +\| +{NUMBER} \| +{NUMBER} \|$")
-    assert not re.search(r"^\| batch ", out, re.MULTILINE), out
+    for variant in ("exactly-once", "at-least-once", "two-phase", "jvm"):
+        assert_line(out, rf"^\| reference \| stream \| {variant} +\| +{NUMBER} \| +{NUMBER} \| +{NUMBER} \|$")
+    assert not re.search(r"^\| \w+ +\| batch ", out, re.MULTILINE), out
 
 
 @pytest.mark.slow
