@@ -14,7 +14,6 @@ from sdk.client.client import KafkaClient
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.assignors import ConsumerPartitionAssignor, resolve_assignors
 from sdk.consumer.config import AIOKAFKA_IGNORED, ConsumerConfig, warn_ignored
-from sdk.consumer.consumer_coordinator import ConsumerCoordinator
 from sdk.consumer.errors import ConsumerStoppedError, NoGroupIdError
 from sdk.consumer.fetcher import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Fetcher
 from sdk.consumer.group_membership import GroupMembership, membership_for
@@ -290,8 +289,7 @@ class Consumer:
             self._fetcher.start()
             if cfg.group_id is not None:
                 self._coordinator = membership_for(client, self._subscription, cfg, self._assignors)
-                if isinstance(self._coordinator, ConsumerCoordinator):
-                    self._coordinator.observer = GroupObserver(self._metrics, self._interceptors)
+                self._coordinator.observer = GroupObserver(self._metrics, self._interceptors)
                 await self._coordinator.start(join_in_background=True)
             self._positions = PositionResolver(
                 self._subscription,

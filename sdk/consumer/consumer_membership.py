@@ -53,6 +53,7 @@ from sdk.client.coordinators import (
 from sdk.consumer.errors import CommitFailedError, ConsumerStoppedError
 from sdk.consumer.group_channel import LOAD_IN_PROGRESS, GroupChannel
 from sdk.consumer.group_clock import SYSTEM_CLOCK, Clock
+from sdk.consumer.group_observer import GroupObserver
 from sdk.consumer.group_offsets import (
     commit_errors,
     commit_request,
@@ -251,6 +252,8 @@ class ConsumerMembershipManager:
         self._background_error: KafkaError | None = None
         #: Reconciliations completed (tests and metrics read it).
         self.rebalances = 0
+        #: Told of commits and reconciliations (metrics, interceptors), when set.
+        self.observer: GroupObserver | None = None
 
     @classmethod
     def for_client(
@@ -405,6 +408,7 @@ class ConsumerMembershipManager:
             else:
                 epoch, member_id, instance_id = -1, "", None
             request = commit_request(self.group_id, epoch, member_id, instance_id, offsets)
+            sent_at = self._clock.monotonic()
 
             def build(version: int, request: OffsetCommitRequest = request) -> OffsetCommitRequest:
                 return request
@@ -415,6 +419,8 @@ class ConsumerMembershipManager:
             refused = commit_errors(response)
             if not refused:
                 self._last_committed.update(offsets)
+                if self.observer is not None:
+                    self.observer.committed(offsets, (self._clock.monotonic() - sent_at) * 1000)
                 return
             code = next(iter(refused.values()))
             if code in _COMMIT_MEMBERSHIP_ERRORS and self.member_epoch > 0 and self.member_epoch != epoch:
@@ -741,6 +747,8 @@ class ConsumerMembershipManager:
         added = target - owned
         if not revoked and not added:
             return
+        if self.observer is not None:
+            self.observer.rebalance_started()
         log.info(
             "group %s: epoch %d reconciling to %s (revoking %s)", self.group_id, self.member_epoch,
             sorted(target), sorted(revoked),
@@ -758,6 +766,8 @@ class ConsumerMembershipManager:
         self._subscription.assign_from_subscribed((owned - revoked) | added)
         await self._call("on_partitions_assigned", added)
         self.rebalances += 1
+        if self.observer is not None:
+            self.observer.rebalance_completed()
         if version == self._target_version and not self._target_differs():
             self.state = MembershipState.STABLE
         self._heartbeat_now.set()

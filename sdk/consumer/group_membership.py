@@ -17,6 +17,7 @@ from sdk.client.client import KafkaClient
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.assignors import ConsumerPartitionAssignor
 from sdk.consumer.config import ConsumerConfig
+from sdk.consumer.group_observer import GroupObserver
 from sdk.consumer.records import ConsumerGroupMetadata, OffsetAndMetadata
 from sdk.consumer.subscription import SubscriptionState
 
@@ -25,6 +26,9 @@ __all__ = ["GroupMembership", "membership_for"]
 
 class GroupMembership(Protocol):
     """What ``Consumer`` needs of a group membership."""
+
+    #: Told of commits and rebalances (metrics, interceptors), when set.
+    observer: GroupObserver | None
 
     async def start(self, *, join_in_background: bool = False) -> None:
         """Start the background tasks (heartbeat, auto-commit, and the join task)."""

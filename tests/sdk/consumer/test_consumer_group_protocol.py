@@ -32,6 +32,7 @@ from sdk import Consumer, Producer
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.listener import ConsumerRebalanceListener
 from sdk.errors import InvalidRequestError, KafkaError, UnsupportedVersionError
+from sdk.metrics import find_metric
 from tests.sdk.conftest import KafkaTarget
 
 pytestmark = [pytest.mark.timeout(240)]
@@ -180,6 +181,11 @@ async def test_members_share_partitions_and_a_third_gets_its_share_revoked_befor
         )
         metadata = members.consumers["c"].group_metadata()
         assert metadata.generation_id > 0 and metadata.member_id
+        owned = next(iter(members.consumers["c"].assignment()))
+        await members.consumers["c"].commit({owned: 0})
+        values = members.consumers["c"].metrics()
+        assert find_metric(values, "rebalance-total") >= 1
+        assert find_metric(values, "commit-total") >= 1
     finally:
         await members.stop()
     assert members.ownership.violations == []
