@@ -31,8 +31,9 @@ HAMMER = 300
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount_point = tmp_path / "disk"
     mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount_point)],
-                          capture_output=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount_point)], capture_output=True, check=False
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
     try:
@@ -44,9 +45,18 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def produce(wire: WireClient, topic: str, value: bytes) -> messages.ProduceResponse.PartitionProduceResponse:
     builder = RecordBatchBuilder()
     builder.append(1_700_000_000_000, None, value)
-    request = messages.ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[
-        messages.ProduceRequest.TopicProduceData(name=topic, partition_data=[
-            messages.ProduceRequest.PartitionProduceData(index=0, records=builder.build())])])
+    request = messages.ProduceRequest(
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            messages.ProduceRequest.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    messages.ProduceRequest.PartitionProduceData(index=0, records=builder.build())
+                ],
+            )
+        ],
+    )
     return wire.request(request, 9).responses[0].partition_responses[0]
 
 
@@ -57,11 +67,24 @@ def test_full_disk_refusals_are_rate_limited_and_name_no_path(small_disk: Path) 
     with proc:
         topic = f"full-{uuid.uuid4().hex[:8]}"
         with WireClient(proc.bootstrap) as wire:
-            created = wire.request(messages.CreateTopicsRequest(topics=[messages.CreateTopicsRequest.CreatableTopic(
-                name=topic, num_partitions=1, replication_factor=1,
-                configs=[messages.CreateTopicsRequest.CreatableTopicConfig(name="index.interval.bytes",
-                                                                           value="1000000")])],
-                timeout_ms=10_000), 7).topics[0]
+            created = wire.request(
+                messages.CreateTopicsRequest(
+                    topics=[
+                        messages.CreateTopicsRequest.CreatableTopic(
+                            name=topic,
+                            num_partitions=1,
+                            replication_factor=1,
+                            configs=[
+                                messages.CreateTopicsRequest.CreatableTopicConfig(
+                                    name="index.interval.bytes", value="1000000"
+                                )
+                            ],
+                        )
+                    ],
+                    timeout_ms=10_000,
+                ),
+                7,
+            ).topics[0]
             assert created.error_code == 0
             acked: list[bytes] = []
             refused = None
@@ -88,9 +111,15 @@ def test_full_disk_refusals_are_rate_limited_and_name_no_path(small_disk: Path) 
         with WireClient(proc.bootstrap) as reader:
             got: list[bytes] = []
             while len(got) < len(acked):
-                part = reader.request(fetch_request(topic, 0, len(got), max_bytes=1 << 20), 12).responses[0].partitions[0]
+                part = (
+                    reader.request(fetch_request(topic, 0, len(got), max_bytes=1 << 20), 12)
+                    .responses[0]
+                    .partitions[0]
+                )
                 assert part.error_code == 0
-                batch_values = [r.value for b in iter_batches(bytes(part.records)) for r in b if r.offset >= len(got)]
+                batch_values = [
+                    r.value for b in iter_batches(bytes(part.records)) for r in b if r.offset >= len(got)
+                ]
                 assert batch_values
                 got.extend(v for v in batch_values if v is not None)
             assert got == acked

@@ -27,11 +27,21 @@ def bootstrap(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(fixture).bootstrap)
 
 
-def create(bootstrap: str, configs: dict[str, str], *, validate_only: bool = True,
-           partitions: int = 1, name: str | None = None) -> messages.CreateTopicsResponse.CreatableTopicResult:
+def create(
+    bootstrap: str,
+    configs: dict[str, str],
+    *,
+    validate_only: bool = True,
+    partitions: int = 1,
+    name: str | None = None,
+) -> messages.CreateTopicsResponse.CreatableTopicResult:
     topic = messages.CreateTopicsRequest.CreatableTopic(
-        name=name or f"cfg-{uuid.uuid4().hex[:10]}", num_partitions=partitions, replication_factor=1,
-        configs=[messages.CreateTopicsRequest.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()],
+        name=name or f"cfg-{uuid.uuid4().hex[:10]}",
+        num_partitions=partitions,
+        replication_factor=1,
+        configs=[
+            messages.CreateTopicsRequest.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()
+        ],
     )
     request = messages.CreateTopicsRequest(topics=[topic], timeout_ms=30_000, validate_only=validate_only)
     with WireClient(bootstrap) as wire:
@@ -39,24 +49,27 @@ def create(bootstrap: str, configs: dict[str, str], *, validate_only: bool = Tru
     return response.topics[0]
 
 
-@pytest.mark.parametrize(("configs", "expected"), [
-    ({"segment.bytes": "1048575"}, INVALID),
-    ({"segment.bytes": "14"}, INVALID),
-    ({"segment.bytes": "1048576"}, OK),
-    ({"internal.segment.bytes": "1000"}, OK),
-    ({"min.insync.replicas": "0"}, INVALID),
-    ({"file.delete.delay.ms": "-1"}, INVALID),
-    ({"preallocate": "maybe"}, INVALID),
-    ({"unclean.leader.election.enable": "yes"}, INVALID),
-    ({"compression.gzip.level": "10"}, INVALID),
-    ({"compression.lz4.level": "18"}, INVALID),
-    ({"compression.zstd.level": "23"}, INVALID),
-    ({"local.retention.ms": "-3"}, INVALID),
-    ({"message.format.version": "3.0"}, INVALID),
-    ({"message.downconversion.enable": "true"}, INVALID),
-    ({"segment.index.bytes": "3"}, INVALID),
-    ({"max.compaction.lag.ms": "0"}, INVALID),
-])
+@pytest.mark.parametrize(
+    ("configs", "expected"),
+    [
+        ({"segment.bytes": "1048575"}, INVALID),
+        ({"segment.bytes": "14"}, INVALID),
+        ({"segment.bytes": "1048576"}, OK),
+        ({"internal.segment.bytes": "1000"}, OK),
+        ({"min.insync.replicas": "0"}, INVALID),
+        ({"file.delete.delay.ms": "-1"}, INVALID),
+        ({"preallocate": "maybe"}, INVALID),
+        ({"unclean.leader.election.enable": "yes"}, INVALID),
+        ({"compression.gzip.level": "10"}, INVALID),
+        ({"compression.lz4.level": "18"}, INVALID),
+        ({"compression.zstd.level": "23"}, INVALID),
+        ({"local.retention.ms": "-3"}, INVALID),
+        ({"message.format.version": "3.0"}, INVALID),
+        ({"message.downconversion.enable": "true"}, INVALID),
+        ({"segment.index.bytes": "3"}, INVALID),
+        ({"max.compaction.lag.ms": "0"}, INVALID),
+    ],
+)
 def test_topic_config_values_are_checked_as_kafka_checks_them(
     bootstrap: str, configs: dict[str, str], expected: int
 ) -> None:
@@ -66,10 +79,22 @@ def test_topic_config_values_are_checked_as_kafka_checks_them(
 
 def test_internal_segment_bytes_is_accepted_and_described_when_set(bootstrap: str) -> None:
     name = f"cfg-internal-{uuid.uuid4().hex[:8]}"
-    assert create(bootstrap, {"internal.segment.bytes": "1000", "retention.ms": "-1"},
-                  validate_only=False, name=name).error_code == OK
-    request = messages.DescribeConfigsRequest(resources=[messages.DescribeConfigsRequest.DescribeConfigsResource(
-        resource_type=2, resource_name=name, configuration_keys=None)])
+    assert (
+        create(
+            bootstrap,
+            {"internal.segment.bytes": "1000", "retention.ms": "-1"},
+            validate_only=False,
+            name=name,
+        ).error_code
+        == OK
+    )
+    request = messages.DescribeConfigsRequest(
+        resources=[
+            messages.DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=2, resource_name=name, configuration_keys=None
+            )
+        ]
+    )
     with WireClient(bootstrap) as wire:
         described = wire.request(request, 4).results[0]
     values = {c.name: c.value for c in described.configs}
@@ -80,8 +105,12 @@ def test_internal_segment_bytes_is_accepted_and_described_when_set(bootstrap: st
 
 def create_partitions(bootstrap: str, topic: str, count: int) -> messages.CreatePartitionsResponse:
     request = messages.CreatePartitionsRequest(
-        topics=[messages.CreatePartitionsRequest.CreatePartitionsTopic(name=topic, count=count, assignments=None)],
-        timeout_ms=30_000, validate_only=True)
+        topics=[
+            messages.CreatePartitionsRequest.CreatePartitionsTopic(name=topic, count=count, assignments=None)
+        ],
+        timeout_ms=30_000,
+        validate_only=True,
+    )
     with WireClient(bootstrap) as wire:
         return wire.request(request, 3)
 
@@ -89,12 +118,16 @@ def create_partitions(bootstrap: str, topic: str, count: int) -> messages.Create
 def test_partitions_per_request_are_capped_as_kafkas_controller_caps_them(bootstrap: str) -> None:
     too_many = create(bootstrap, {}, partitions=10_001)
     assert (too_many.error_code, too_many.error_message) == (
-        ErrorCode.POLICY_VIOLATION, "Excessively large number of partitions per request.")
+        ErrorCode.POLICY_VIOLATION,
+        "Excessively large number of partitions per request.",
+    )
     # One metadata record per topic, partition and config override: 10,001 records are too many.
     for partitions, configs in ((10_000, {}), (9_999, {"retention.ms": "1000"})):
         too_large = create(bootstrap, configs, partitions=partitions)
         assert (too_large.error_code, too_large.error_message) == (
-            ErrorCode.POLICY_VIOLATION, "Unable to perform excessively large batch operation.")
+            ErrorCode.POLICY_VIOLATION,
+            "Unable to perform excessively large batch operation.",
+        )
     assert create(bootstrap, {}, partitions=9_999).error_code == OK
     name = f"cfg-grow-{uuid.uuid4().hex[:8]}"
     assert create(bootstrap, {}, validate_only=False, name=name).error_code == OK
