@@ -174,7 +174,8 @@ def running_broker(kind: str, workdir: Path) -> Iterator[str]:
     else:
         from tests.apache_kafka import KafkaCluster
 
-        with KafkaCluster(workdir / "apache-kafka", 1, **{"num.partitions": PARTITIONS}) as cluster:
+        properties: dict[str, Any] = {"num.partitions": PARTITIONS}
+        with KafkaCluster(workdir / "apache-kafka", 1, **properties) as cluster:
             yield cluster.bootstrap
 
 
