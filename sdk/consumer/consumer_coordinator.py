@@ -72,12 +72,11 @@ from sdk.consumer.group_leader import (
 )
 from sdk.consumer.group_observer import GroupObserver
 from sdk.consumer.group_offsets import (
+    auto_commit_loop,
     commit_errors,
     commit_request,
-    fetch_request,
+    fetch_committed,
     offset_commit_coordinator_error,
-    offset_fetch_coordinator_error,
-    read_fetch_response,
 )
 from sdk.consumer.group_rebalance import assignment_change, rebalance_protocol
 from sdk.consumer.listener import call_listener
@@ -96,7 +95,6 @@ from sdk.protocol.messages import (
     JoinGroupRequest,
     LeaveGroupRequest,
     OffsetCommitRequest,
-    OffsetFetchRequest,
     SyncGroupRequest,
 )
 
@@ -429,25 +427,14 @@ class ConsumerCoordinator:
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """The group's committed offsets for ``partitions`` (None where nothing is committed)."""
-        wanted = [TopicPartition(*tp) for tp in partitions]
-        if not wanted:
-            return {}
-        deadline = self._clock.monotonic() + self._request_timeout_ms / 1000
-        attempt = 0
-        while True:
-            response, version = await self._channel.send_retrying(
-                OffsetFetchRequest.API_KEY,
-                lambda version: fetch_request(self.group_id, wanted, version),
-                offset_fetch_coordinator_error,
-            )
-            result, unstable = read_fetch_response(response, version, wanted, self.group_id)
-            if not unstable:
-                return result
-            # A transactional commit to these partitions is pending: its outcome decides the offset.
-            if self._clock.monotonic() > deadline:
-                raise make_error(ErrorCode.UNSTABLE_OFFSET_COMMIT, f"OffsetFetch for group {self.group_id!r}")
-            await self._clock.sleep(self._retry_backoff.backoff_ms(attempt) / 1000)
-            attempt += 1
+        return await fetch_committed(
+            self._channel,
+            self.group_id,
+            partitions,
+            clock=self._clock,
+            backoff=self._retry_backoff,
+            timeout_ms=self._request_timeout_ms,
+        )
 
     def _on_commit_error(self, code: int) -> None:
         """What a refused commit means for the membership; raises for the membership errors."""
@@ -539,8 +526,12 @@ class ConsumerCoordinator:
         self.protocol_name = response.protocol_name
         self.leader_id = response.leader
         log.info(
-            "group %s: joined generation %d as %s (%s, protocol %s)", self.group_id, self.generation,
-            self.member_id, "leader" if self.leader_id == self.member_id else "follower", self.protocol_name,
+            "group %s: joined generation %d as %s (%s, protocol %s)",
+            self.group_id,
+            self.generation,
+            self.member_id,
+            "leader" if self.leader_id == self.member_id else "follower",
+            self.protocol_name,
             extra={**self._log_fields(), "kafka_leader": self.leader_id == self.member_id},
         )
         assignments: dict[str, bytes] = {}
@@ -626,8 +617,10 @@ class ConsumerCoordinator:
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             raise _Retry("SyncGroup: rebalance in progress", backoff=False)
         if code in _GENERATION_LOST:
-            self._reset_generation(f"SyncGroup answered {make_error(code).name}",
-                                   reset_member_id=code == ErrorCode.UNKNOWN_MEMBER_ID)
+            self._reset_generation(
+                f"SyncGroup answered {make_error(code).name}",
+                reset_member_id=code == ErrorCode.UNKNOWN_MEMBER_ID,
+            )
             raise _Retry(f"SyncGroup: {make_error(code).name}", backoff=False)
         if code in COORDINATOR_ERRORS:
             self._channel.forget(node)
@@ -711,8 +704,11 @@ class ConsumerCoordinator:
         owned = self._subscription.assigned_partitions()
         change = assignment_change(self.protocol, owned, new)
         log.info(
-            "group %s: generation %d assignment %s (revoked %s)", self.group_id, self.generation,
-            sorted(new), sorted(change.revoked),
+            "group %s: generation %d assignment %s (revoked %s)",
+            self.group_id,
+            self.generation,
+            sorted(new),
+            sorted(change.revoked),
             extra={
                 **self._log_fields(),
                 "kafka_assignment": [f"{tp.topic}-{tp.partition}" for tp in sorted(new)],
@@ -743,7 +739,9 @@ class ConsumerCoordinator:
     def _reset_generation(self, reason: str, *, reset_member_id: bool) -> None:
         """The membership is gone: partitions we hold are lost (the next poll tells the listener)."""
         log.info(
-            "group %s: membership reset: %s", self.group_id, reason,
+            "group %s: membership reset: %s",
+            self.group_id,
+            reason,
             extra={**self._log_fields(), "kafka_reason": reason},
         )
         self.generation = -1
@@ -779,12 +777,16 @@ class ConsumerCoordinator:
         """LeaveGroup for this (dynamic) member; best effort: the session timeout also removes it."""
         member_id = self.member_id
         self.member_id, self.generation, self.state = "", -1, MemberState.UNJOINED
+
         def build(version: int) -> LeaveGroupRequest:
             if version >= 3:
                 return LeaveGroupRequest(
                     group_id=self.group_id,
-                    members=[LeaveGroupRequest.MemberIdentity(
-                        member_id=member_id, group_instance_id=self.group_instance_id, reason=reason)],
+                    members=[
+                        LeaveGroupRequest.MemberIdentity(
+                            member_id=member_id, group_instance_id=self.group_instance_id, reason=reason
+                        )
+                    ],
                 )
             return LeaveGroupRequest(group_id=self.group_id, member_id=member_id)
 
@@ -845,8 +847,10 @@ class ConsumerCoordinator:
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             self.request_rejoin("the group is rebalancing")
         elif code in _GENERATION_LOST:
-            self._reset_generation(f"Heartbeat answered {make_error(code).name}",
-                                   reset_member_id=code == ErrorCode.UNKNOWN_MEMBER_ID)
+            self._reset_generation(
+                f"Heartbeat answered {make_error(code).name}",
+                reset_member_id=code == ErrorCode.UNKNOWN_MEMBER_ID,
+            )
         elif code == ErrorCode.FENCED_INSTANCE_ID:
             self._fence("Heartbeat")
         elif code in COORDINATOR_ERRORS:
@@ -865,7 +869,8 @@ class ConsumerCoordinator:
         log.warning(
             "group %s: no poll for more than max_poll_interval_ms=%d: leaving the group; the next poll "
             "rejoins (process records faster or raise max_poll_interval_ms)",
-            self.group_id, self.max_poll_interval_ms,
+            self.group_id,
+            self.max_poll_interval_ms,
         )
         self._join_waits_for_poll = True
         if self.group_instance_id is None:
@@ -901,17 +906,13 @@ class ConsumerCoordinator:
                 await self._clock.wait_for(self._join_wanted.wait(), interval)
 
     async def _auto_commit_loop(self) -> None:
-        interval = self.auto_commit_interval_ms / 1000
-        while not self._closed:
-            await self._clock.sleep(interval)
-            try:
-                await self._commit_consumed(stop_when_closed=True)
-            except asyncio.CancelledError:
-                raise
-            except CommitFailedError as exc:
-                log.info("group %s: auto-commit: %s", self.group_id, exc)
-            except KafkaError as exc:
-                log.warning("group %s: auto-commit failed: %r", self.group_id, exc)
+        await auto_commit_loop(
+            self.group_id,
+            self.auto_commit_interval_ms,
+            self._clock,
+            lambda: self._closed,
+            lambda: self._commit_consumed(stop_when_closed=True),
+        )
 
     async def _commit_consumed(self, *, stop_when_closed: bool) -> None:
         subscription = self._subscription
@@ -929,4 +930,3 @@ class ConsumerCoordinator:
         }
         if offsets:
             await self.commit_offsets(offsets)
-

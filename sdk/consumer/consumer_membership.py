@@ -55,12 +55,11 @@ from sdk.consumer.group_channel import LOAD_IN_PROGRESS, GroupChannel
 from sdk.consumer.group_clock import SYSTEM_CLOCK, Clock
 from sdk.consumer.group_observer import GroupObserver
 from sdk.consumer.group_offsets import (
+    auto_commit_loop,
     commit_errors,
     commit_request,
-    fetch_request,
+    fetch_committed,
     offset_commit_coordinator_error,
-    offset_fetch_coordinator_error,
-    read_fetch_response,
 )
 from sdk.consumer.listener import call_listener
 from sdk.consumer.records import ConsumerGroupMetadata, OffsetAndMetadata
@@ -70,7 +69,6 @@ from sdk.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
     MetadataRequest,
     OffsetCommitRequest,
-    OffsetFetchRequest,
 )
 
 __all__ = [
@@ -91,8 +89,12 @@ STATIC_LEAVE_EPOCH = -2
 _FENCED = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
 #: Commit errors meaning the member's epoch is not (any more) the group's.
 _COMMIT_MEMBERSHIP_ERRORS = frozenset(
-    {ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.STALE_MEMBER_EPOCH,
-     ErrorCode.ILLEGAL_GENERATION}
+    {
+        ErrorCode.FENCED_MEMBER_EPOCH,
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        ErrorCode.STALE_MEMBER_EPOCH,
+        ErrorCode.ILLEGAL_GENERATION,
+    }
 )
 SERVER_ASSIGNORS = ("uniform", "range")
 
@@ -436,24 +438,15 @@ class ConsumerMembershipManager:
     async def fetch_committed_offsets(
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        wanted = [TopicPartition(*tp) for tp in partitions]
-        if not wanted:
-            return {}
-        deadline = self._clock.monotonic() + self._request_timeout_ms / 1000
-        attempt = 0
-        while True:
-            response, version = await self._channel.send_retrying(
-                OffsetFetchRequest.API_KEY,
-                lambda version: fetch_request(self.group_id, wanted, version),
-                offset_fetch_coordinator_error,
-            )
-            result, unstable = read_fetch_response(response, version, wanted, self.group_id)
-            if not unstable:
-                return result
-            if self._clock.monotonic() > deadline:
-                raise make_error(ErrorCode.UNSTABLE_OFFSET_COMMIT, f"OffsetFetch for group {self.group_id!r}")
-            await self._clock.sleep(self._retry_backoff.backoff_ms(attempt) / 1000)
-            attempt += 1
+        """The group's committed offsets for ``partitions`` (None where nothing is committed)."""
+        return await fetch_committed(
+            self._channel,
+            self.group_id,
+            partitions,
+            clock=self._clock,
+            backoff=self._retry_backoff,
+            timeout_ms=self._request_timeout_ms,
+        )
 
     # -- heartbeat ------------------------------------------------------------------------------
 
@@ -622,8 +615,12 @@ class ConsumerMembershipManager:
         if code in _FENCED:
             if epoch_sent != self.member_epoch:
                 return  # answered for an epoch we already left behind
-            log.info("group %s: member %s fenced (%s): partitions lost, rejoining", self.group_id,
-                     self.member_id, detail)
+            log.info(
+                "group %s: member %s fenced (%s): partitions lost, rejoining",
+                self.group_id,
+                self.member_id,
+                detail,
+            )
             self._reset_membership(new_state=MembershipState.JOINING)
             self._heartbeat_now.set()
             return
@@ -673,7 +670,9 @@ class ConsumerMembershipManager:
 
         def build(version: int) -> ConsumerGroupHeartbeatRequest:
             return ConsumerGroupHeartbeatRequest(
-                group_id=self.group_id, member_id=self.member_id, member_epoch=epoch,
+                group_id=self.group_id,
+                member_id=self.member_id,
+                member_epoch=epoch,
                 instance_id=self.group_instance_id,
             )
 
@@ -698,7 +697,9 @@ class ConsumerMembershipManager:
     async def _on_poll_timeout(self) -> None:
         log.warning(
             "group %s: no poll for more than max_poll_interval_ms=%d: leaving the group; the next poll "
-            "rejoins", self.group_id, self.max_poll_interval_ms,
+            "rejoins",
+            self.group_id,
+            self.max_poll_interval_ms,
         )
         self._waits_for_poll = True
         await self._leave("max_poll_interval_ms expired")
@@ -750,8 +751,11 @@ class ConsumerMembershipManager:
         if self.observer is not None:
             self.observer.rebalance_started()
         log.info(
-            "group %s: epoch %d reconciling to %s (revoking %s)", self.group_id, self.member_epoch,
-            sorted(target), sorted(revoked),
+            "group %s: epoch %d reconciling to %s (revoking %s)",
+            self.group_id,
+            self.member_epoch,
+            sorted(target),
+            sorted(revoked),
         )
         if revoked:
             self._subscription.mark_for_revocation(revoked)
@@ -813,17 +817,13 @@ class ConsumerMembershipManager:
     # -- auto-commit ----------------------------------------------------------------------------
 
     async def _auto_commit_loop(self) -> None:
-        interval = self.auto_commit_interval_ms / 1000
-        while not self._closed:
-            await self._clock.sleep(interval)
-            try:
-                await self._commit_consumed(stop_when_closed=True)
-            except asyncio.CancelledError:
-                raise
-            except CommitFailedError as exc:
-                log.info("group %s: auto-commit: %s", self.group_id, exc)
-            except KafkaError as exc:
-                log.warning("group %s: auto-commit failed: %r", self.group_id, exc)
+        await auto_commit_loop(
+            self.group_id,
+            self.auto_commit_interval_ms,
+            self._clock,
+            lambda: self._closed,
+            lambda: self._commit_consumed(stop_when_closed=True),
+        )
 
     async def _commit_consumed(self, *, stop_when_closed: bool) -> None:
         subscription = self._subscription

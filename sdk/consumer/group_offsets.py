@@ -1,27 +1,38 @@
-"""OffsetCommit and OffsetFetch for a group: building the requests per version and reading the
-answers. Which generation and member a commit carries, and what a rejection means for the
-membership, is ``ConsumerCoordinator``'s business; this module only translates."""
+"""OffsetCommit and OffsetFetch for a group: building the requests per version, reading the
+answers, and the two offset loops both memberships (classic and KIP-848) share: fetching committed
+offsets until no transactional commit is pending, and the auto-commit timer. Which generation or
+member epoch a commit carries, and what a rejection means for the membership, is the membership's
+business (``ConsumerCoordinator``, ``ConsumerMembershipManager``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from sdk.client.backoff import ExponentialBackoff
 from sdk.client.cluster import TopicPartition
 from sdk.client.coordinators import COORDINATOR_ERRORS
-from sdk.consumer.group_channel import LOAD_IN_PROGRESS
+from sdk.consumer.errors import CommitFailedError
+from sdk.consumer.group_channel import LOAD_IN_PROGRESS, GroupChannel
+from sdk.consumer.group_clock import Clock
 from sdk.consumer.records import OffsetAndMetadata
-from sdk.errors import ErrorCode, make_error
+from sdk.errors import ErrorCode, KafkaError, make_error
 from sdk.protocol.messages import OffsetCommitRequest, OffsetFetchRequest
 
 __all__ = [
+    "auto_commit_loop",
     "commit_errors",
     "commit_request",
+    "fetch_committed",
     "fetch_request",
     "offset_commit_coordinator_error",
     "offset_fetch_coordinator_error",
     "read_fetch_response",
 ]
+
+log = logging.getLogger(__name__)
 
 #: First OffsetFetch version that asks for several groups at once (KIP-709).
 FETCH_BATCHED_VERSION = 8
@@ -139,3 +150,56 @@ def offset_fetch_coordinator_error(response: Any) -> int:
             if _retry_code(part.error_code):
                 return int(part.error_code)
     return 0
+
+
+async def fetch_committed(
+    channel: GroupChannel,
+    group_id: str,
+    partitions: Iterable[TopicPartition],
+    *,
+    clock: Clock,
+    backoff: ExponentialBackoff,
+    timeout_ms: float,
+) -> dict[TopicPartition, OffsetAndMetadata | None]:
+    """The group's committed offsets for ``partitions`` (None where nothing is committed), asked
+    again while a transactional commit to them is pending (its outcome decides the offset), for at
+    most ``timeout_ms``."""
+    wanted = [TopicPartition(*tp) for tp in partitions]
+    if not wanted:
+        return {}
+    deadline = clock.monotonic() + timeout_ms / 1000
+    attempt = 0
+    while True:
+        response, version = await channel.send_retrying(
+            OffsetFetchRequest.API_KEY,
+            lambda version: fetch_request(group_id, wanted, version),
+            offset_fetch_coordinator_error,
+        )
+        result, unstable = read_fetch_response(response, version, wanted, group_id)
+        if not unstable:
+            return result
+        if clock.monotonic() > deadline:
+            raise make_error(ErrorCode.UNSTABLE_OFFSET_COMMIT, f"OffsetFetch for group {group_id!r}")
+        await clock.sleep(backoff.backoff_ms(attempt) / 1000)
+        attempt += 1
+
+
+async def auto_commit_loop(
+    group_id: str,
+    interval_ms: float,
+    clock: Clock,
+    closed: Callable[[], bool],
+    commit_consumed: Callable[[], Awaitable[None]],
+) -> None:
+    """Commit what was consumed every ``interval_ms`` until ``closed()``; a failed auto-commit is
+    logged and the next one tries again (the consumed positions are still there)."""
+    while not closed():
+        await clock.sleep(interval_ms / 1000)
+        try:
+            await commit_consumed()
+        except asyncio.CancelledError:
+            raise
+        except CommitFailedError as exc:
+            log.info("group %s: auto-commit: %s", group_id, exc)
+        except KafkaError as exc:
+            log.warning("group %s: auto-commit failed: %r", group_id, exc)
