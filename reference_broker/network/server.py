@@ -1,15 +1,16 @@
 """The asyncio TCP server: reads frames, dispatches them to handlers, writes responses in order.
 
-Each connection is a protocol plus one writer task. Each complete frame is decoded as it arrives.
-A synchronous handler (a plain ``def``: Produce, Metadata, ...) runs right there, in the read
-callback; an ``async def`` one (Fetch's long poll) is started as its own task, so it never stalls
-other connections and pipelined requests overlap. Responses go out strictly in arrival order,
-because Kafka clients match responses to requests by position as much as by correlation id: the
-writer task awaits them in order, except that a synchronous answer with nothing queued before it
-is written by the read callback itself (all such answers from one read in one ``send``), which
-saves the writer's wake-ups. Handlers start in arrival order and run synchronously up to their
-first ``await``, so a Produce followed by a Fetch on one connection sees its own write, as with
-Kafka's one-request-at-a-time channels.
+Each connection is a protocol plus one writer task. Complete frames wait in a bounded read-ahead
+queue (past it the connection stops reading); as on Kafka's channels, a connection serves one
+request at a time, in arrival order, and the next starts only once the previous response has been
+handed to the transport and sent, so a client that does not read its responses holds one
+response's memory, not a growing queue. Connections take turns: after about a millisecond of work
+a connection yields to the others (always finishing the request it is on). A synchronous handler
+(a plain ``def``: Produce, Metadata, ...) runs in its turn; an ``async def`` one (Fetch's long
+poll) runs as its own task, so waiting never stalls other connections. Responses go out in
+arrival order (Kafka clients match them by position as much as by correlation id); answers
+written at once by the turn go out in one ``send``, which saves the writer's wake-ups. Quota
+throttling mutes a connection after its response (KIP-219).
 
 Failure policy follows Kafka's SocketServer: a bad size prefix, an undecodable request, an
 unknown api key or an unsupported version (except ApiVersions, which gets the KIP-511 fallback)
