@@ -198,3 +198,76 @@ def test_eos_soak_copies_exactly_once_through_bounces() -> None:
     assert_line(out, r"^missing: 0$")
     assert_line(out, rf"^msgs/s: {NUMBER}$")
     assert out.rstrip().endswith("exact")
+
+
+def assert_cleaner_row(out: str, broker: str, *, own_figure: bool) -> None:
+    """bench_cleaner's row for ``broker``: cleaned and remaining MB, seconds, MB/s and its spread,
+    peak and starting RSS, and the broker's own MB/s (Kafka logs one, ours does not)."""
+    own = NUMBER if own_figure else "-"
+    figures = rf" +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}-{NUMBER} +{NUMBER} +{NUMBER} +{own}"
+    assert_line(out, rf"^ +{broker}{figures}$")
+
+
+def test_bench_cleaner_on_the_reference_broker_prints_its_row() -> None:
+    out = run_script("bench_cleaner.py", "--size", "4MB", "--runs", "2", "--brokers", "reference")
+    assert "peak RSS MB" in out.splitlines()[1]
+    assert_cleaner_row(out, "reference", own_figure=False)
+    assert not re.search(r"^ +kafka ", out, re.MULTILINE), out
+
+
+@pytest.mark.apache_kafka
+def test_bench_cleaner_against_apache_kafka_prints_both_rows_and_the_ratio() -> None:
+    from tests.apache_kafka import require_apache_kafka
+
+    require_apache_kafka()
+    out = run_script("bench_cleaner.py", "--size", "4MB", "--runs", "1", "--brokers", "reference,kafka")
+    assert_cleaner_row(out, "reference", own_figure=False)
+    assert_cleaner_row(out, "kafka", own_figure=True)
+    assert_line(
+        out, rf"^reference/kafka: MB/s {NUMBER} \(min-max {NUMBER}-{NUMBER}, per run\), peak RSS {NUMBER}$"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--size", "1.5 parsecs"), "not a size: '1.5 parsecs'"),
+        (("--size", "1MB"), "--size must hold at least two segments of 1048576 bytes"),
+        (("--size", "8MB", "--segment-bytes", "4KiB"), "--segment-bytes must be at least 1048576"),
+    ],
+)
+def test_bench_cleaner_rejects_a_log_it_cannot_measure(args: tuple[str, ...], message: str) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_cleaner.py"), *args],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def assert_security_rows(out: str, broker: str) -> None:
+    """bench_security's row per listener: per phase records/s, MB/s, the ratio to PLAINTEXT on
+    the same broker and its spread."""
+    phase = rf" +{NUMBER} +{NUMBER} +{NUMBER} +{NUMBER}-{NUMBER}"
+    for listener in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        assert_line(out, rf"^ +{broker} +{listener}{phase}{phase}$")
+
+
+def test_bench_security_on_the_reference_broker_prints_every_listener() -> None:
+    out = run_script(
+        "bench_security.py",
+        *("--messages", "5000", "--runs", "1", "--warm-up", "0", "--brokers", "reference"),
+    )
+    assert_security_rows(out, "reference")
+    assert "ref/kafka" not in out
+
+
+@pytest.mark.apache_kafka
+def test_bench_security_against_apache_kafka_compares_every_listener() -> None:
+    from tests.apache_kafka import require_apache_kafka
+
+    require_apache_kafka()
+    out = run_script("bench_security.py", *("--messages", "5000", "--runs", "1", "--warm-up", "2000"))
+    for broker in ("reference", "kafka"):
+        assert_security_rows(out, broker)
+    for listener in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        assert_line(out, rf"^ +{listener} +{NUMBER} +{NUMBER}-{NUMBER} +{NUMBER} +{NUMBER}-{NUMBER}$")
