@@ -3,7 +3,7 @@ SSL, a SASL_PLAINTEXT and a SASL_SSL listener (SASL with SCRAM-SHA-256), the ref
 Apache Kafka (one KRaft node, ``tests/apache_kafka.py``) configured alike, confluent-kafka as the
 client on both.
 
-    python benchmarks/bench_security.py [--messages 100000] [--value-bytes 1024] [--runs 3]
+    python benchmarks/bench_security.py [--messages 100000] [--value-bytes 1024] [--runs 3] [--warm-up 20000]
                                         [--listeners PLAINTEXT,SSL,SASL_PLAINTEXT,SASL_SSL]
                                         [--brokers reference,kafka]
 
@@ -13,11 +13,11 @@ credential of one user (ours through AlterUserScramCredentials, Kafka's through 
 format --add-scram``, which Kafka applies before its SASL listeners serve). Every run, each broker
 in turn (their order alternating between runs) and each listener in turn (the order rotating
 between runs): a new one-partition topic, ``--messages`` records produced over that listener
-(acks=all, idempotent), then read back over it; before the first run, ``--warm-up`` records
-the same way over every listener of both brokers, untimed, as Kafka's JVM compiles its hot paths
-while it runs. The clocks start once the connection is up and
-authenticated (a first record is delivered, or a first fetch answered, untimed), so the figures
-are the transfer's, not the handshakes'.
+(acks=all, idempotent), then read back over it. Before the first run, ``--warm-up`` records go
+the same way over every listener of both brokers, untimed: Kafka's JVM compiles its hot paths
+while it runs. The clocks start once the connection is up and authenticated (a first record is
+delivered, or a first fetch answered, untimed), so the figures are the transfer's, not the
+handshakes'.
 
 Printed: per broker and listener the median records/s and MB/s of each phase, and the median of
 the per-run ratios to PLAINTEXT on the same broker (the two figures of a ratio come from the same
