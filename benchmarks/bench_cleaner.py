@@ -3,7 +3,7 @@ distinct, cleaned by the reference broker and by Apache Kafka (one KRaft node, `
 through ``_kafka``) in the same run, the brokers taking turns run by run.
 
     python benchmarks/bench_cleaner.py [--size 1GB] [--runs 3] [--value-bytes 512]
-                                       [--segment-bytes N] [--brokers reference,kafka]
+                                       [--segment-bytes N] [--warm-up 64MB] [--brokers reference,kafka]
 
 Each run creates a topic with ``cleanup.policy=compact`` and ``min.cleanable.dirty.ratio=1.0``, a
 ratio no log can exceed, so nothing is cleaned while confluent-kafka fills it (records of
@@ -21,6 +21,9 @@ Memory: the broker's peak resident set while cleaning, from ``VmHWM`` in /proc/<
 resetting it (``/proc/<pid>/clear_refs``) when the clock starts; where the reset is refused, the
 largest ``VmRSS`` sampled every 20 ms. The resident set before cleaning is printed beside it, as a
 JVM's includes the heap it has grown to whatever the cleaner needs.
+
+Before the first run each broker cleans a ``--warm-up`` log the same way, untimed: Kafka's JVM
+compiles the cleaner's hot paths while it runs.
 
 Segments are ``--segment-bytes`` (default a sixteenth of the log, at least Kafka 4's floor of
 1 MiB and at most 64 MiB): a log in one segment has nothing to clean, as the active segment is
@@ -61,15 +64,17 @@ _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "M
 
 
 def parse_size(text: str) -> int:
-    """``1GB``, ``256MB``, ``64MiB`` or a plain byte count; ArgumentTypeError otherwise."""
+    """``1GB``, ``256MB``, ``64MiB``, ``0`` or a plain byte count; ArgumentTypeError otherwise."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
     unit = match.group(2).upper() if match else ""
     if match is None or unit not in _UNITS:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1GB, 256MB, 64MiB, 1000000)")
-    size = int(float(match.group(1)) * _UNITS[unit])
-    if size <= 0:
-        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
-    return size
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def default_segment_bytes(size: int) -> int:
+    """A sixteenth of the log, within Kafka 4's floor and 64 MiB."""
+    return min(SEGMENT_BYTES_MAX, max(SEGMENT_BYTES_MIN, size // 16))
 
 
 class Cleaned(NamedTuple):
@@ -369,12 +374,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--value-bytes", type=int, default=512)
     parser.add_argument("--segment-bytes", type=parse_size, default=None)
+    parser.add_argument(
+        "--warm-up",
+        type=parse_size,
+        default=parse_size("64MB"),
+        help="an untimed log cleaned first (0: none)",
+    )
     parser.add_argument("--timeout", type=float, default=3600, help="longest a pass may take (s)")
     parser.add_argument("--brokers", default=None, help=f"comma-separated, of {', '.join(BROKERS)}")
     args = parser.parse_args()
     if args.runs < 1 or args.value_bytes < 1:
         parser.error("--runs and --value-bytes must be at least 1")
-    segment_bytes = args.segment_bytes or min(SEGMENT_BYTES_MAX, max(SEGMENT_BYTES_MIN, args.size // 16))
+    segment_bytes = args.segment_bytes or default_segment_bytes(args.size)
     if segment_bytes < SEGMENT_BYTES_MIN:
         parser.error(f"--segment-bytes must be at least {SEGMENT_BYTES_MIN} (Kafka 4's floor)")
     if args.size < 2 * segment_bytes:
@@ -386,6 +397,16 @@ def main() -> None:
     )
     results: dict[str, list[Cleaned]] = {name: [] for name in names}
     with started(names) as targets:
+        if args.warm_up:  # untimed: Kafka's JVM compiles the cleaner's hot paths as it runs
+            warm_segments = default_segment_bytes(args.warm_up)
+            for target in targets:
+                measure(
+                    target,
+                    max(args.warm_up, 2 * warm_segments),
+                    args.value_bytes,
+                    warm_segments,
+                    args.timeout,
+                )
         for run in range(args.runs):
             for target in targets if run % 2 == 0 else reversed(targets):
                 cleaned = measure(target, args.size, args.value_bytes, segment_bytes, args.timeout)

@@ -209,7 +209,9 @@ def assert_cleaner_row(out: str, broker: str, *, own_figure: bool) -> None:
 
 
 def test_bench_cleaner_on_the_reference_broker_prints_its_row() -> None:
-    out = run_script("bench_cleaner.py", "--size", "4MB", "--runs", "2", "--brokers", "reference")
+    out = run_script(
+        "bench_cleaner.py", *("--size", "4MB", "--runs", "2", "--warm-up", "0", "--brokers", "reference")
+    )
     assert "peak RSS MB" in out.splitlines()[1]
     assert_cleaner_row(out, "reference", own_figure=False)
     assert not re.search(r"^ +kafka ", out, re.MULTILINE), out
@@ -220,7 +222,10 @@ def test_bench_cleaner_against_apache_kafka_prints_both_rows_and_the_ratio() -> 
     from tests.apache_kafka import require_apache_kafka
 
     require_apache_kafka()
-    out = run_script("bench_cleaner.py", "--size", "4MB", "--runs", "1", "--brokers", "reference,kafka")
+    out = run_script(
+        "bench_cleaner.py",
+        *("--size", "4MB", "--runs", "1", "--warm-up", "2MB", "--brokers", "reference,kafka"),
+    )
     assert_cleaner_row(out, "reference", own_figure=False)
     assert_cleaner_row(out, "kafka", own_figure=True)
     assert_line(
