@@ -176,6 +176,51 @@ def test_bench_group_times_both_clients_for_each_strategy() -> None:
             assert_line(out, rf"^\| {strategy} \| {client} {figures}\|$")
 
 
+def assert_group_protocol_rows(out: str, brokers: tuple[str, ...]) -> None:
+    """bench_group_protocols' rows: a median and spread per broker, protocol, client and event,
+    then per client and event a ratio consumer / classic for each broker, and reference / kafka
+    for each protocol when both brokers ran."""
+    for broker in brokers:
+        for protocol in ("classic", "consumer"):
+            for client in ("sdk", "confluent-kafka"):
+                for event in ("join", "leave"):
+                    assert_line(
+                        out,
+                        rf"^\| {broker} \| {protocol} \| {client} \| {event} "
+                        rf"\| {NUMBER} \| {NUMBER}-{NUMBER} \|$",
+                    )
+    ratios = len(brokers) + (2 if len(brokers) == 2 else 0)
+    for client in ("sdk", "confluent-kafka"):
+        for event in ("join", "leave"):
+            assert_line(out, rf"^\| {client} \| {event} " + rf"\| {NUMBER} " * ratios + r"\|$")
+
+
+def test_bench_group_protocols_on_the_reference_broker_times_both_protocols() -> None:
+    out = run_script("bench_group_protocols.py", "--members", "2", "--runs", "1", "--brokers", "reference")
+    assert_group_protocol_rows(out, ("reference",))
+    assert not re.search(r"^\| kafka ", out, re.MULTILINE), out
+
+
+@pytest.mark.apache_kafka
+def test_bench_group_protocols_against_apache_kafka_compares_both_brokers() -> None:
+    from tests.apache_kafka import require_apache_kafka
+
+    require_apache_kafka()
+    out = run_script(
+        "bench_group_protocols.py", *("--members", "2", "--runs", "1", "--brokers", "reference,kafka")
+    )
+    assert_group_protocol_rows(out, ("reference", "kafka"))
+
+
+def test_bench_group_protocols_rejects_a_group_that_cannot_settle() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_group_protocols.py"), *("--members", "3"),
+         *("--partitions", "3")],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )
+    assert result.returncode == 2 and "--partitions must be at least --members + 1 (4)" in result.stderr
+
+
 @pytest.mark.slow
 def test_bench_spark_compares_exactly_once_with_at_least_once() -> None:
     # Stream mode only: its branch of the script (checkpoint, trigger, micro-batches) holds more
