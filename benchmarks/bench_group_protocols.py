@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -69,22 +69,27 @@ LEAVING_SLOT = 0
 
 
 class Stopwatch:
-    """What a run's members report, keyed by member slot: their current partitions, and when a
-    leaving member stopped polling. Written by the members, read by the run; thread-safe."""
+    """What a run's members own, keyed by member slot, and when a leaving member stopped polling.
+
+    A member either reports its partitions after each poll (confluent-kafka: its assignment only
+    changes inside ``poll``) or hands over a probe the run calls itself (the SDK: its assignment
+    changes on the event loop between polls, and the run shares that loop). Thread-safe.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._owned: dict[int, set[int]] = {}
+        self._owned: dict[int, Callable[[], set[int]]] = {}
         self.left_at: dict[int, float] = {}
+
+    def joined(self, slot: int, probe: Callable[[], set[int]] | None = None) -> None:
+        """``slot`` is observed from now on: through ``probe``, or else its reports."""
+        with self._lock:
+            self._owned[slot] = probe or set
 
     def report(self, slot: int, partitions: set[int]) -> None:
         with self._lock:
             if slot in self._owned:
-                self._owned[slot] = partitions
-
-    def joined(self, slot: int) -> None:
-        with self._lock:
-            self._owned[slot] = set()
+                self._owned[slot] = lambda: partitions
 
     def leaving(self, slot: int) -> None:
         """``slot`` is no longer observed; the leave clock starts now."""
@@ -94,7 +99,8 @@ class Stopwatch:
 
     def settled(self, count: int, partitions: int) -> bool:
         with self._lock:
-            owned = [set(p) for p in self._owned.values()]
+            probes = list(self._owned.values())
+        owned = [probe() for probe in probes]
         return len(owned) == count and settled(owned, partitions)
 
 
@@ -142,12 +148,11 @@ async def _sdk_run(
             bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", **options
         )
         await consumer.start()
-        watch.joined(slot)
+        watch.joined(slot, lambda: {tp.partition for tp in consumer.assignment()})
         consumer.subscribe([topic])
         try:
             while not leave[slot].is_set():
                 await consumer.getmany(timeout_ms=int(POLL_S * 1000))
-                watch.report(slot, {tp.partition for tp in consumer.assignment()})
         finally:
             watch.leaving(slot)
             await consumer.stop()
