@@ -902,6 +902,19 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             at_least(1),
         ),
         ConfigKey(
+            "group.consumer.migration.policy",
+            _B.STRING,
+            "bidirectional",
+            "Whether a classic group with members becomes a consumer group when a consumer-protocol"
+            " member joins (upgrade) and back when its last consumer-protocol member leaves"
+            " (downgrade): disabled, upgrade, downgrade or bidirectional (case-insensitive).",
+            Check(
+                lambda v: str(v).lower() in ("disabled", "upgrade", "downgrade", "bidirectional"),
+                "must be one of disabled, upgrade, downgrade, bidirectional",
+                "[DISABLED, UPGRADE, DOWNGRADE, BIDIRECTIONAL]",
+            ),
+        ),
+        ConfigKey(
             "offset.metadata.max.bytes",
             _B.INT,
             4096,

@@ -38,6 +38,8 @@ PROTOCOLS_KEY = "group.coordinator.rebalance.protocols"
 AUTHORIZED_OPS_OMITTED = -(2**31)
 #: ConsumerGroupDescribe v1's MemberType of a member speaking ConsumerGroupHeartbeat.
 CONSUMER_MEMBER_TYPE = 1
+#: A member speaking the classic protocol inside the consumer group.
+CLASSIC_MEMBER_TYPE = 0
 # READ (3), DELETE (6), DESCRIBE (8): everything a group allows on an ACL-less broker.
 ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
@@ -153,7 +155,7 @@ def handle_describe(
                         subscribed_topic_regex=m.subscribed_topic_regex,
                         assignment=_described_assignment(broker, m.assigned),
                         target_assignment=_described_assignment(broker, group.target.get(m.member_id, {})),
-                        member_type=CONSUMER_MEMBER_TYPE,
+                        member_type=CLASSIC_MEMBER_TYPE if m.uses_classic_protocol else CONSUMER_MEMBER_TYPE,
                     )
                     for m in group.members.values()
                 ],

@@ -5,9 +5,6 @@ consumer group, the classic member stays in it through JoinGroup/SyncGroup/Heart
 consumer-protocol member leaves (the group becomes classic again). With a synchronous commit after
 every record, every record is consumed, and none twice unless the commit after its first
 consumption failed.
-
-Our broker does not migrate non-empty groups yet: its case is an expected failure, kept strict so
-that it is noticed when it starts to pass.
 """
 
 from __future__ import annotations
@@ -35,12 +32,6 @@ def bootstrap(request: pytest.FixtureRequest, broker_factory: BrokerFactory) -> 
     if request.param == "apache-kafka":
         request.applymarker(pytest.mark.apache_kafka)
         return str(request.getfixturevalue("apache_kafka").bootstrap)
-    request.applymarker(
-        pytest.mark.xfail(
-            strict=True,
-            reason="online upgrade/downgrade of a group with members is not implemented on our broker",
-        )
-    )
     return broker_factory({"num.partitions": PARTITIONS}).bootstrap
 
 

@@ -26,6 +26,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from reference_broker.coordinator.group import consumer_records as rec
+from reference_broker.coordinator.group.classic_members import (
+    ClassicJoin,
+    ClassicMembers,
+    MigrationPolicy,
+    classic_group_from_consumer,
+    classic_records_key,
+    consumer_group_from_classic,
+    downgrade_refusal,
+    upgrade_refusal,
+)
 from reference_broker.coordinator.group.consumer_group import (
     JOIN_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -121,6 +131,10 @@ class ConsumerGroupCoordinator:
         self.lookup_topic: TopicLookup = lambda name: None
         self.topic_names: TopicNames = lambda: []
         self.groups: dict[str, ConsumerGroup] = {}
+        #: Kafka's ``group.consumer.migration.policy``.
+        self.migration_policy = MigrationPolicy.BIDIRECTIONAL
+        #: JoinGroup, SyncGroup, Heartbeat and LeaveGroup of classic members of consumer groups.
+        self.classic = ClassicMembers(self)
 
     def configure(
         self, config: ConsumerGroupConfig, lookup_topic: TopicLookup, topic_names: TopicNames | None = None
@@ -197,7 +211,11 @@ class ConsumerGroupCoordinator:
             return group
         classic = self.membership.groups.get(group_id)
         if classic is not None and (classic.members or classic.pending_members):
-            raise Refused(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            refusal = upgrade_refusal(classic, self.migration_policy, self.config.max_size) if create else ""
+            if refusal or not create:
+                raise Refused(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group{refusal}.")
+            batch.append((classic_records_key(group_id), None))
+            return consumer_group_from_classic(classic, self.lookup_topic, self.clock.now_ms(), batch)
         if not create:
             raise Refused(E.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
         if classic is not None and classic.protocol_type is not None:
@@ -297,7 +315,7 @@ class ConsumerGroupCoordinator:
                 found[name] = info
         return found
 
-    def _heartbeat(self, a: HeartbeatArgs) -> HeartbeatAnswer:
+    def _heartbeat(self, a: HeartbeatArgs, classic: ClassicJoin | None = None) -> HeartbeatAnswer:
         batch: list[rec.Record] = []
         joining = a.member_epoch == JOIN_GROUP_MEMBER_EPOCH
         group = self._group_for(a.group_id, joining, batch)
@@ -307,7 +325,15 @@ class ConsumerGroupCoordinator:
                 E.GROUP_MAX_SIZE_REACHED,
                 f"The consumer group has reached its maximum capacity of {self.config.max_size} members.",
             )
-        member, replaced_id = self._resolve_member(group, a, member_id)
+        replaced_id: str | None
+        if classic is None:
+            member, replaced_id = self._resolve_member(group, a, member_id)
+        else:
+            # A classic member is not epoch-checked at JoinGroup: it is created or updated.
+            found = group.members.get(member_id)
+            if found is not None and not found.uses_classic_protocol:
+                raise Refused(E.UNKNOWN_MEMBER_ID, f"Member {member_id} does not use the classic protocol.")
+            member, replaced_id = found or ConsumerGroupMember(member_id, instance_id=a.instance_id), None
         is_new = member_id not in group.members
         updated = dataclasses.replace(
             member,
@@ -331,6 +357,12 @@ class ConsumerGroupCoordinator:
             client_id=a.client_id,
             client_host=a.client_host,
         )
+        if classic is not None:
+            updated = dataclasses.replace(
+                updated,
+                classic_session_timeout_ms=classic.session_timeout_ms,
+                classic_protocols=tuple(classic.protocols),
+            )
         bump = False
         if is_new or updated.subscription() != member.subscription():
             batch.append(rec.member_record(group.group_id, updated))
@@ -375,7 +407,11 @@ class ConsumerGroupCoordinator:
 
         try:
             reconciled = reconcile(
-                updated, assignment_epoch, targets.get(member_id, {}), partition_epoch, a.owned
+                updated,
+                assignment_epoch,
+                targets.get(member_id, {}),
+                partition_epoch,
+                a.owned if classic is None else classic.owned,
             )
         except FencedMemberEpoch as fenced:
             raise Refused(E.FENCED_MEMBER_EPOCH, str(fenced)) from None
@@ -386,7 +422,15 @@ class ConsumerGroupCoordinator:
             raise Refused(error, "The coordinator could not write the group's records.")
         # Applied only now that the records are stored.
         self.groups[group.group_id] = group
+        upgraded_from = self.membership.groups.get(group.group_id)
         self._ensure_offsets_holder(group.group_id)
+        if group.converted_members:
+            # The classic group became this consumer group: its members live on here.
+            assert upgraded_from is not None
+            self.membership.retire_classic_members(upgraded_from)
+            for converted in group.converted_members:
+                self._schedule_session_timeout(group, converted)
+            group.converted_members = []
         if replaced_id is not None:
             group.remove_member(replaced_id)
         group.update_member(reconciled)
@@ -512,7 +556,11 @@ class ConsumerGroupCoordinator:
 
     def _fence(self, group: ConsumerGroup, member: ConsumerGroupMember) -> int:
         """Remove the member: its partitions are free and the group epoch goes up, so the next
-        heartbeat of any other member computes a new target assignment."""
+        heartbeat of any other member computes a new target assignment. When only classic members
+        remain and the policy allows, the group becomes a classic group instead."""
+        classic_max = self.membership.config.max_group_size
+        if not downgrade_refusal(group, member.member_id, self.migration_policy, classic_max):
+            return self._downgrade(group, member.member_id)
         batch = rec.member_tombstones(group.group_id, member.member_id)
         unused = set(group.resolved_regexes) - group.regexes_in_use(without=member.member_id)
         batch += [rec.regex_tombstone(group.group_id, regex) for regex in sorted(unused)]
@@ -531,6 +579,29 @@ class ConsumerGroupCoordinator:
         group.has_partition_metadata_record = False
         group.group_epoch += 1
         return 0
+
+    def _downgrade(self, group: ConsumerGroup, leaving_id: str) -> int:
+        classic = classic_group_from_consumer(
+            group, leaving_id, self._topic_names_by_id(group), self.clock.now_ms()
+        )
+        batch: list[rec.Record] = []
+        for member_id in group.members:
+            batch += rec.member_tombstones(group.group_id, member_id)
+        batch += [rec.regex_tombstone(group.group_id, regex) for regex in sorted(group.resolved_regexes)]
+        batch += rec.group_tombstones(group.group_id)
+        error = self.membership.adopt_downgraded(classic, batch)
+        if error:
+            raise Refused(error, "The coordinator could not write the group's records.")
+        group.cancel_timers()
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+        log.info("consumer group %s downgraded to a classic group", group.group_id)
+        return 0
+
+    @staticmethod
+    def _topic_names_by_id(group: ConsumerGroup) -> Callable[[uuid.UUID], str | None]:
+        by_id = {info.topic_id: name for name, info in group.subscription_metadata.items()}
+        return by_id.get
 
     # -- regular expression subscriptions ----------------------------------------------------
 
@@ -636,8 +707,10 @@ class ConsumerGroupCoordinator:
         timer = group.session_timers.pop(member_id, None)
         if timer is not None:
             timer.cancel()
+        member = group.members.get(member_id)
+        classic_timeout = member.classic_session_timeout_ms if member is not None else None
         group.session_timers[member_id] = self.clock.call_later(
-            self.config.session_timeout_ms,
+            self.config.session_timeout_ms if classic_timeout is None else classic_timeout,
             lambda: self._fence_if(group.group_id, member_id, "the member session expired", lambda m: True),
         )
 
@@ -672,10 +745,11 @@ class ConsumerGroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             return E.UNKNOWN_MEMBER_ID
-        if not transactional and api_version < 9:
+        classic = member.uses_classic_protocol
+        if not transactional and api_version < 9 and not classic:
             return E.UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:
-            return E.ILLEGAL_GENERATION if transactional else E.STALE_MEMBER_EPOCH
+            return E.ILLEGAL_GENERATION if transactional or classic else E.STALE_MEMBER_EPOCH
         return 0
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:

@@ -68,6 +68,15 @@ class ConsumerGroupMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = dataclasses.field(default_factory=dict)
     pending_revocation: Assignment = dataclasses.field(default_factory=dict)
+    #: A member speaking the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside the consumer
+    #: group: its session timeout and its (name, metadata) protocols in order of preference; None
+    #: for a consumer-protocol member.
+    classic_session_timeout_ms: int | None = None
+    classic_protocols: tuple[tuple[str, bytes], ...] = ()
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic_session_timeout_ms is not None
 
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state == MemberState.STABLE and self.member_epoch == epoch
@@ -83,6 +92,8 @@ class ConsumerGroupMember:
             self.subscribed_topic_regex,
             self.rebalance_timeout_ms,
             self.server_assignor,
+            self.classic_session_timeout_ms,
+            self.classic_protocols,
         )
 
     def assignment_state(self) -> tuple[object, ...]:
@@ -146,6 +157,12 @@ class ConsumerGroup:
         self.created_ms = now_ms
         self.session_timers: dict[str, TimerHandle] = {}
         self.rebalance_timers: dict[str, TimerHandle] = {}
+        #: Classic members told to rejoin (or answered a JoinGroup) and not back yet (or not synced
+        #: yet): fenced when the timer fires.
+        self.classic_timers: dict[str, TimerHandle] = {}
+        #: Members of the classic group this group is being converted from, until the conversion
+        #: is written (they then need their session timers).
+        self.converted_members: list[str] = []
 
     # -- state ---------------------------------------------------------------------------
 
@@ -221,7 +238,7 @@ class ConsumerGroup:
         if member.instance_id is not None and self.static_members.get(member.instance_id) == member_id:
             del self.static_members[member.instance_id]
         self.target.pop(member_id, None)
-        for timers in (self.session_timers, self.rebalance_timers):
+        for timers in (self.session_timers, self.rebalance_timers, self.classic_timers):
             timer = timers.pop(member_id, None)
             if timer is not None:
                 timer.cancel()
@@ -236,7 +253,7 @@ class ConsumerGroup:
                         del self.partition_owners[(topic_id, p)]
 
     def cancel_timers(self) -> None:
-        for timers in (self.session_timers, self.rebalance_timers):
+        for timers in (self.session_timers, self.rebalance_timers, self.classic_timers):
             for timer in timers.values():
                 timer.cancel()
             timers.clear()

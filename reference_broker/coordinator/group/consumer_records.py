@@ -187,7 +187,15 @@ def member_record(group_id: str, m: ConsumerGroupMember) -> Record:
         subscribed_topic_regex=m.subscribed_topic_regex,
         rebalance_timeout_ms=m.rebalance_timeout_ms,
         server_assignor=m.server_assignor,
-        classic_member_metadata=None,
+        classic_member_metadata=None
+        if m.classic_session_timeout_ms is None
+        else MemberValue.ClassicMemberMetadata(
+            session_timeout_ms=m.classic_session_timeout_ms,
+            supported_protocols=[
+                MemberValue.ClassicMemberMetadata.ClassicProtocol(name=name, metadata=metadata)
+                for name, metadata in m.classic_protocols
+            ],
+        ),
     )
     return _key(MEMBER, group_id, m.member_id), _value(value)
 
@@ -305,6 +313,12 @@ class ConsumerGroupReplay:
                 sub.rebalance_timeout_ms,
                 sub.server_assignor,
             )
+            classic = sub.classic_member_metadata
+            if classic is not None and classic.supported_protocols:
+                member.classic_session_timeout_ms = classic.session_timeout_ms
+                member.classic_protocols = tuple(
+                    (p.name, bytes(p.metadata)) for p in classic.supported_protocols
+                )
             current = self.currents.get((group_id, member_id))
             if current is not None:
                 member.member_epoch = current.member_epoch

@@ -214,10 +214,24 @@ class GroupCoordinator:
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
         consumer_group = self.consumer.groups.get(group_id)
-        # A consumer group with members takes no classic member here (Kafka's mixed groups are not
-        # implemented); an empty one is deleted and the group becomes classic, as in Kafka.
-        consumer_members = consumer_group is not None and bool(consumer_group.members)
-        if consumer_group is not None and (consumer_members or self.consumer.delete_group(consumer_group)):
+        # A consumer group with members takes the classic member in (Kafka's mixed groups); an
+        # empty one is deleted and the group becomes classic, as in Kafka.
+        if consumer_group is not None and consumer_group.members:
+            return respond(
+                self.consumer.classic.join(
+                    consumer_group,
+                    member_id,
+                    group_instance_id,
+                    require_known_member_id,
+                    client_id,
+                    client_host,
+                    rebalance_timeout_ms,
+                    session_timeout_ms,
+                    protocol_type,
+                    protocols,
+                )
+            )
+        if consumer_group is not None and self.consumer.delete_group(consumer_group):
             return respond(JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id))
         group = self.groups.get(group_id)
         if group is None:
@@ -554,6 +568,13 @@ class GroupCoordinator:
     ) -> None:
         if self.is_loading(group_id):
             return respond(SyncResult(E.COORDINATOR_LOAD_IN_PROGRESS))
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return respond(
+                self.consumer.classic.sync(
+                    consumer_group, generation, member_id, group_instance_id, protocol_type, protocol_name
+                )
+            )
         group = self.groups.get(group_id)
         if group is None:
             return respond(SyncResult(E.UNKNOWN_MEMBER_ID))
@@ -604,6 +625,9 @@ class GroupCoordinator:
     def heartbeat(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None) -> int:
         if self.is_loading(group_id):
             return E.COORDINATOR_LOAD_IN_PROGRESS
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            return self.consumer.classic.heartbeat(consumer_group, generation, member_id, group_instance_id)
         group = self.groups.get(group_id)
         if group is None:
             return E.UNKNOWN_MEMBER_ID
@@ -630,6 +654,13 @@ class GroupCoordinator:
         one outcome per member)."""
         if self.is_loading(group_id):
             return E.COORDINATOR_LOAD_IN_PROGRESS, []
+        consumer_group = self.consumer.groups.get(group_id)
+        if consumer_group is not None:
+            left = []
+            for member_id, instance_id in leaving:
+                found_id, error = self.consumer.classic.leave(consumer_group, member_id, instance_id)
+                left.append(LeaveOutcome(found_id, instance_id, error))
+            return E.NONE, left
         group = self.groups.get(group_id)
         if group is None:
             return E.NONE, [LeaveOutcome(m, i, E.UNKNOWN_MEMBER_ID) for m, i in leaving]
@@ -677,6 +708,49 @@ class GroupCoordinator:
             self._maybe_prepare_rebalance(group, f"member {member.member_id} left")
         elif group.is_(GroupState.PREPARING_REBALANCE):
             self._try_complete_join(group)
+
+    def retire_classic_members(self, group: Group) -> None:
+        """The classic group became a consumer group (its members now belong to it): waiting joins
+        and syncs are told to rejoin, timers stop, and a member-less group keeps the offsets."""
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+            group.join_timer = None
+        group.generation += 1  # outdates a pending-sync expiry already scheduled
+        group.pending_sync.clear()
+        group.pending_members.clear()
+        for member in list(group.members.values()):
+            if member.heartbeat_timer is not None:
+                member.heartbeat_timer.cancel()
+                member.heartbeat_timer = None
+            if member.join_callback is not None:
+                join_callback, member.join_callback = member.join_callback, None
+                join_callback(JoinResult(E.REBALANCE_IN_PROGRESS, member.member_id))
+            if member.sync_callback is not None:
+                sync_callback, member.sync_callback = member.sync_callback, None
+                sync_callback(SyncResult(E.REBALANCE_IN_PROGRESS))
+            group.remove(member.member_id)
+        holder = Group(group.group_id, self.clock.now_ms())
+        holder.offsets = group.offsets
+        holder.pending_transactional_offsets = group.pending_transactional_offsets
+        self.groups[group.group_id] = holder
+
+    def adopt_downgraded(self, group: Group, batch: list[Record]) -> int:
+        """A consumer group whose members all speak the classic protocol becomes the classic
+        ``group`` (Stable at the consumer group's epoch, each member holding its target
+        assignment), written with ``batch`` (the consumer group's tombstones), then rebalanced so
+        the members rejoin it: 0, or the error that kept it a consumer group."""
+        error = self.write_records(group.group_id, [*batch, self._group_record(group)])
+        if error:
+            return error
+        holder = self.groups.get(group.group_id)
+        if holder is not None:
+            group.offsets = holder.offsets
+            group.pending_transactional_offsets = holder.pending_transactional_offsets
+        self.groups[group.group_id] = group
+        for member in group.members.values():
+            self.schedule_heartbeat(group, member)
+        self._prepare_rebalance(group, f"downgrade of group {group.group_id} from consumer to classic")
+        return 0
 
     # -- offsets (``offsets.GroupOffsets``) ---------------------------------------------
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from reference_broker.clock import Clock
 from reference_broker.config import ConfigError
+from reference_broker.coordinator.group.classic_members import MigrationPolicy
 from reference_broker.coordinator.group.consumer_coordinator import ConsumerGroupConfig
 from reference_broker.coordinator.group.consumer_group import TopicInfo
 from reference_broker.coordinator.group.coordinator import (
@@ -131,6 +132,9 @@ class GroupCoordinatorService:
         )
         self.coordinator.consumer.configure(
             consumer_group_config(config), self._topic_info, self._topic_names
+        )
+        self.coordinator.consumer.migration_policy = MigrationPolicy(
+            str(config.get("group.consumer.migration.policy")).lower()
         )
         self._loader: asyncio.Task[None] | None = None
 

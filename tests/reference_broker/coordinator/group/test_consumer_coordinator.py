@@ -250,14 +250,15 @@ def test_offset_commits_are_checked_against_the_member_epoch() -> None:
     assert txn == {(TOPIC, 0): E.ILLEGAL_GENERATION}
 
 
-def test_classic_join_is_refused_while_the_consumer_group_has_members() -> None:
+def test_a_classic_join_into_a_consumer_group_with_members_needs_the_consumer_protocol_type() -> None:
     node = Node()
     Member(node, "a").heartbeat()
     answers: list[JoinResult] = []
-    node.coordinator.join_group(
-        "g", "", None, True, "c", "h", 10_000, 10_000, "consumer", [("range", b"")], answers.append
-    )
-    assert [a.error for a in answers] == [E.INCONSISTENT_GROUP_PROTOCOL]
+    for protocol_type in ("connect", "consumer"):
+        node.coordinator.join_group(
+            "g", "", None, True, "c", "h", 10_000, 10_000, protocol_type, [("range", b"")], answers.append
+        )
+    assert [a.error for a in answers] == [E.INCONSISTENT_GROUP_PROTOCOL, E.MEMBER_ID_REQUIRED]
 
 
 def test_a_restarted_coordinator_keeps_the_group_from_its_records() -> None:
