@@ -79,8 +79,8 @@ def upgrade_refusal(classic: Group, policy: MigrationPolicy, max_size: int) -> s
         m.protocol_type != CONSUMER_PROTOCOL_TYPE for m in classic.members.values()
     ):
         return ": the group does not use the consumer embedded protocol"
-    if classic.pending_members or not classic.members:
-        return ": the group has members joining"
+    if not classic.members:
+        return ": the group has no members yet"
     if len(classic.members) > max_size:
         return ": the group size exceeds the consumer group maximum size"
     return ""
@@ -246,8 +246,8 @@ class ClassicMembers:
             member_id = kafka_uuid_string()
             if require_known_member_id and instance_id is None:
                 return JoinResult(E.MEMBER_ID_REQUIRED, member_id)
-        elif member_id not in group.members:
-            return JoinResult(E.UNKNOWN_MEMBER_ID, member_id)
+        elif instance_id is not None and group.static_members.get(instance_id, member_id) != member_id:
+            return JoinResult(E.FENCED_INSTANCE_ID, member_id)
         try:
             subscription = embedded.decode_subscription(protocols[0][1])
         except Exception:

@@ -329,11 +329,24 @@ class ConsumerGroupCoordinator:
         if classic is None:
             member, replaced_id = self._resolve_member(group, a, member_id)
         else:
-            # A classic member is not epoch-checked at JoinGroup: it is created or updated.
+            # A classic member is not epoch-checked at JoinGroup: it is created or updated, and a
+            # static one joining under a new member id takes its instance's place and partitions.
             found = group.members.get(member_id)
             if found is not None and not found.uses_classic_protocol:
                 raise Refused(E.UNKNOWN_MEMBER_ID, f"Member {member_id} does not use the classic protocol.")
-            member, replaced_id = found or ConsumerGroupMember(member_id, instance_id=a.instance_id), None
+            existing_id = group.static_members.get(a.instance_id) if a.instance_id is not None else None
+            existing = group.members.get(existing_id) if existing_id is not None else None
+            if found is None and existing is not None:
+                member = dataclasses.replace(
+                    existing,
+                    member_id=member_id,
+                    member_epoch=0,
+                    previous_member_epoch=0,
+                    pending_revocation={},
+                )
+                replaced_id = existing.member_id
+            else:
+                member, replaced_id = found or ConsumerGroupMember(member_id, instance_id=a.instance_id), None
         is_new = member_id not in group.members
         updated = dataclasses.replace(
             member,
@@ -357,12 +370,12 @@ class ConsumerGroupCoordinator:
             client_id=a.client_id,
             client_host=a.client_host,
         )
-        if classic is not None:
-            updated = dataclasses.replace(
-                updated,
-                classic_session_timeout_ms=classic.session_timeout_ms,
-                classic_protocols=tuple(classic.protocols),
-            )
+        # A member's protocol is the one of its latest request (a classic member may switch).
+        updated = dataclasses.replace(
+            updated,
+            classic_session_timeout_ms=classic.session_timeout_ms if classic is not None else None,
+            classic_protocols=tuple(classic.protocols) if classic is not None else (),
+        )
         bump = False
         if is_new or updated.subscription() != member.subscription():
             batch.append(rec.member_record(group.group_id, updated))

@@ -50,8 +50,9 @@ class Node:
 class ClassicClient:
     """An eager classic consumer: gives up everything before it rejoins."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, instance_id: str | None = None) -> None:
         self.node = node
+        self.instance_id = instance_id
         self.member_id = ""
         self.generation = -1
         self.protocol = "range"
@@ -61,7 +62,7 @@ class ClassicClient:
         answers: list[JoinResult] = []
         metadata = embedded.encode_subscription(embedded.Subscription([TOPIC]))
         self.node.coordinator.join_group(
-            GROUP, self.member_id, None, True, "classic", "/127.0.0.1", 60_000, 10_000,
+            GROUP, self.member_id, self.instance_id, True, "classic", "/127.0.0.1", 60_000, 10_000,
             "consumer", [(self.protocol, metadata)], answers.append,
         )  # fmt: skip
         assert answers, "the JoinGroup was not answered at once"
@@ -80,7 +81,7 @@ class ClassicClient:
     def sync(self, leader_assignment: dict[str, bytes] | None = None) -> SyncResult:
         answers: list[SyncResult] = []
         self.node.coordinator.sync_group(
-            GROUP, self.generation, self.member_id, None, "consumer", self.protocol,
+            GROUP, self.generation, self.member_id, self.instance_id, "consumer", self.protocol,
             leader_assignment or {}, answers.append,
         )  # fmt: skip
         assert answers and answers[0].error == 0, answers and E(answers[0].error).name
@@ -90,11 +91,11 @@ class ClassicClient:
         return answers[0]
 
     def heartbeat(self) -> int:
-        return self.node.coordinator.heartbeat(GROUP, self.generation, self.member_id, None)
+        return self.node.coordinator.heartbeat(GROUP, self.generation, self.member_id, self.instance_id)
 
     def commit(self, partition: int, offset: int) -> int:
         result = self.node.coordinator.commit_offsets(
-            GROUP, self.generation, self.member_id, None,
+            GROUP, self.generation, self.member_id, self.instance_id,
             {(TOPIC, partition): CommittedOffset(offset, -1, "", self.node.clock.now_ms())}, api_version=8,
         )  # fmt: skip
         return result[(TOPIC, partition)]
@@ -117,8 +118,8 @@ def consumer_heartbeat(
     return answer.error, answer.member_epoch, answer.assignment if answer.assignment is not None else owned
 
 
-def classic_group_of_one(node: Node) -> ClassicClient:
-    classic = ClassicClient(node)
+def classic_group_of_one(node: Node, instance_id: str | None = None) -> ClassicClient:
+    classic = ClassicClient(node, instance_id)
     answer = classic.join()
     assert answer.leader_id == classic.member_id
     everything = embedded.encode_assignment(embedded.Assignment([TopicPartition(TOPIC, p) for p in range(4)]))
@@ -220,3 +221,31 @@ def test_the_migration_policy_setting_takes_only_kafkas_values(tmp_path: pathlib
         assert MigrationPolicy(config.get("group.consumer.migration.policy").lower())
     with pytest.raises(ConfigError, match=r"group\.consumer\.migration\.policy"):
         BrokerConfig.build(tmp_path, properties={"group.consumer.migration.policy": "sideways"})
+
+
+def test_a_static_classic_member_restarted_under_a_new_member_id_takes_its_place() -> None:
+    node = Node()
+    classic = classic_group_of_one(node, "inst")
+    consumer_heartbeat(node, "modern", 0, {})
+    group = node.coordinator.consumer.groups[GROUP]
+    old_id = classic.member_id
+    assert group.static_members["inst"] == old_id
+    metadata = embedded.encode_subscription(embedded.Subscription([TOPIC]))
+    answers: list[JoinResult] = []
+    for member_id in ("", "someone-else"):
+        node.coordinator.join_group(
+            GROUP, member_id, "inst", True, "classic", "/127.0.0.1", 60_000, 10_000,
+            "consumer", [("range", metadata)], answers.append,
+        )  # fmt: skip
+    assert [a.error for a in answers] == [0, E.FENCED_INSTANCE_ID]
+    assert old_id not in group.members and group.static_members["inst"] == answers[0].member_id
+
+
+def test_a_classic_member_switching_to_the_consumer_protocol_stops_being_classic() -> None:
+    node = Node()
+    classic = classic_group_of_one(node)
+    consumer_heartbeat(node, "modern", 0, {})
+    error, _, _ = consumer_heartbeat(node, classic.member_id, 0, {})
+    assert error == 0
+    assert not node.coordinator.consumer.groups[GROUP].members[classic.member_id].uses_classic_protocol
+    assert classic.heartbeat() == E.UNKNOWN_MEMBER_ID
