@@ -162,9 +162,17 @@ def downgrade_refusal(group: ConsumerGroup, leaving_id: str, policy: MigrationPo
         return ": members use the consumer protocol" if rest else ": the group would be empty"
     if not policy.downgrade_enabled:
         return ": the online downgrade is disabled"
+    if not common_protocols(rest):
+        return ": its members share no protocol"
     if len(rest) > max_size:
         return ": the group size exceeds the classic group maximum size"
     return ""
+
+
+def common_protocols(members: list[ConsumerGroupMember]) -> set[str]:
+    """The protocol names every one of these classic members supports."""
+    names = [{name for name, _ in m.classic_protocols} for m in members]
+    return set.intersection(*names) if names else set()
 
 
 def classic_group_from_consumer(
@@ -241,6 +249,10 @@ class ClassicMembers:
         )
 
         if protocol_type != CONSUMER_PROTOCOL_TYPE or not protocols:
+            return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
+        others = [m for mid, m in group.members.items() if m.uses_classic_protocol and mid != member_id]
+        if others and not common_protocols(others) & {name for name, _ in protocols}:
+            # Kafka's supportsClassicProtocols: the classic members must keep a protocol in common.
             return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
         if not member_id:
             member_id = kafka_uuid_string()

@@ -249,3 +249,16 @@ def test_a_classic_member_switching_to_the_consumer_protocol_stops_being_classic
     assert error == 0
     assert not node.coordinator.consumer.groups[GROUP].members[classic.member_id].uses_classic_protocol
     assert classic.heartbeat() == E.UNKNOWN_MEMBER_ID
+
+
+def test_a_classic_member_sharing_no_protocol_with_the_other_classic_members_is_refused() -> None:
+    node = Node()
+    classic_group_of_one(node)
+    consumer_heartbeat(node, "modern", 0, {})
+    answers: list[JoinResult] = []
+    metadata = embedded.encode_subscription(embedded.Subscription([TOPIC]))
+    node.coordinator.join_group(
+        GROUP, "", None, False, "classic", "/127.0.0.1", 60_000, 10_000,
+        "consumer", [("roundrobin", metadata)], answers.append,
+    )  # fmt: skip
+    assert [a.error for a in answers] == [E.INCONSISTENT_GROUP_PROTOCOL]
