@@ -51,6 +51,8 @@ OURS_ONLY = {
     "advertised.port": "the old spelling of the advertised address, kept for old config files",
     "allow.everyone.if.no.acl.found": _AUTHORIZER,
     "super.users": _AUTHORIZER,
+    "log.open.segments.max": "the cap on segments holding open files (Kafka opens indexes lazily "
+    "and keeps segment files open; this broker closes inactive ones)",
     "cluster.id": "Kafka keeps it in meta.properties only; ours also takes it as a setting",
     "transaction.version": "a feature level set with kafka-features on Kafka, a setting here",
     "zookeeper.connect": "removed in Kafka 4; accepted and ignored so old config files still start",

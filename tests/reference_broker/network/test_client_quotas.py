@@ -346,8 +346,11 @@ def test_a_request_percentage_quota_throttles_as_on_kafka(
         )
         assert code == 0, out
         throttled = []
+        # Until the busy client has used more than its share: fifty fast requests were not
+        # enough where one costs the broker only tens of microseconds.
+        deadline = time.monotonic() + 30
         with WireClient(bootstrap, client_id=client_id) as client:
-            for _ in range(50):
+            while time.monotonic() < deadline:
                 response = client.request(MetadataRequest(topics=None), 12)
                 if response.throttle_time_ms > 0:
                     throttled.append(response.throttle_time_ms)
