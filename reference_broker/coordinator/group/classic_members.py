@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reference_broker.coordinator.group import records as classic_records
 from reference_broker.coordinator.group.consumer_group import (
@@ -28,8 +28,7 @@ from reference_broker.coordinator.group.consumer_group import (
     TopicInfo,
 )
 from reference_broker.coordinator.group.state import Group, GroupState, JoinResult, Member, SyncResult
-from sdk.client.cluster import TopicPartition
-from sdk.consumer.assignors import protocol as embedded
+from sdk.protocol import consumer_protocol as embedded
 from sdk.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -86,14 +85,31 @@ def upgrade_refusal(classic: Group, policy: MigrationPolicy, max_size: int) -> s
     return ""
 
 
+def _owned(subscription: Any) -> list[tuple[str, int]]:
+    """The (topic, partition) pairs a decoded subscription says its member owns."""
+    return [(t.topic, p) for t in subscription.owned_partitions for p in t.partitions]
+
+
+def _assigned(data: bytes) -> list[tuple[str, int]]:
+    message = embedded.decode_assignment_message(data)
+    return [(t.topic, p) for t in message.assigned_partitions for p in t.partitions]
+
+
+def _by_topic(partitions: list[tuple[str, int]]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        grouped.setdefault(topic, []).append(partition)
+    return grouped
+
+
 def _to_assignment(
-    partitions: list[TopicPartition], lookup_topic: Callable[[str], TopicInfo | None]
+    partitions: list[tuple[str, int]], lookup_topic: Callable[[str], TopicInfo | None]
 ) -> Assignment:
     found: dict[object, set[int]] = {}
-    for tp in partitions:
-        info = lookup_topic(tp.topic)
-        if info is not None and 0 <= tp.partition < info.num_partitions:
-            found.setdefault(info.topic_id, set()).add(tp.partition)
+    for topic, partition in partitions:
+        info = lookup_topic(topic)
+        if info is not None and 0 <= partition < info.num_partitions:
+            found.setdefault(info.topic_id, set()).add(partition)
     return {topic_id: frozenset(parts) for topic_id, parts in found.items()}  # type: ignore[misc]
 
 
@@ -110,8 +126,8 @@ def consumer_group_from_classic(
     for m in classic.members.values():
         try:
             metadata = m.metadata_for(protocol) if protocol else m.protocols[0][1]
-            subscription = embedded.decode_subscription(metadata)
-            assigned = embedded.decode_assignment(m.assignment).partitions if m.assignment else []
+            subscription = embedded.decode_subscription_message(metadata)
+            assigned = _assigned(m.assignment) if m.assignment else []
         except Exception:
             from reference_broker.coordinator.group.consumer_coordinator import Refused
 
@@ -123,7 +139,7 @@ def consumer_group_from_classic(
         member = ConsumerGroupMember(
             m.member_id,
             instance_id=m.group_instance_id,
-            rack_id=subscription.rack_id,
+            rack_id=subscription.rack_id or None,
             client_id=m.client_id,
             client_host=m.client_host,
             subscribed_topic_names=tuple(sorted(subscription.topics)),
@@ -202,13 +218,13 @@ def classic_group_from_consumer(
     classic.protocol_name = classic.select_protocol()
     for member in classic.members.values():
         partitions = [
-            TopicPartition(name, p)
+            (name, p)
             for topic_id, parts in group.target.get(member.member_id, {}).items()
             if (name := topic_name(topic_id)) is not None
             for p in sorted(parts)
         ]
         version = min(metadata_version(member.metadata_for(classic.protocol_name)), embedded.HIGHEST_VERSION)
-        member.assignment = embedded.encode_assignment(embedded.Assignment(partitions), version)
+        member.assignment = embedded.encode_assignment_message(_by_topic(partitions), None, version)
     return classic
 
 
@@ -219,10 +235,10 @@ class ClassicMembers:
         self.consumer = consumer
 
     @staticmethod
-    def _names(group: ConsumerGroup, assignment: Assignment) -> list[TopicPartition]:
+    def _names(group: ConsumerGroup, assignment: Assignment) -> list[tuple[str, int]]:
         by_id = {info.topic_id: name for name, info in group.subscription_metadata.items()}
         return [
-            TopicPartition(by_id[topic_id], p)
+            (by_id[topic_id], p)
             for topic_id, parts in assignment.items()
             if topic_id in by_id
             for p in sorted(parts)
@@ -261,7 +277,7 @@ class ClassicMembers:
         elif instance_id is not None and group.static_members.get(instance_id, member_id) != member_id:
             return JoinResult(E.FENCED_INSTANCE_ID, member_id)
         try:
-            subscription = embedded.decode_subscription(protocols[0][1])
+            subscription = embedded.decode_subscription_message(protocols[0][1])
         except Exception:
             return JoinResult(E.INCONSISTENT_GROUP_PROTOCOL, member_id)
         args = HeartbeatArgs(
@@ -269,13 +285,13 @@ class ClassicMembers:
             member_id=member_id,
             member_epoch=0,
             instance_id=instance_id,
-            rack_id=subscription.rack_id,
+            rack_id=subscription.rack_id or None,
             rebalance_timeout_ms=rebalance_timeout_ms,
             subscribed_topic_names=sorted(subscription.topics),
             client_id=client_id,
             client_host=client_host,
         )
-        owned = _to_assignment(subscription.owned_partitions, self.consumer.lookup_topic)
+        owned = _to_assignment(_owned(subscription), self.consumer.lookup_topic)
         try:
             answer = self.consumer._heartbeat(args, ClassicJoin(session_timeout_ms, protocols, owned))
         except Refused as refused:
@@ -332,8 +348,8 @@ class ClassicMembers:
             timer.cancel()
         self.consumer._schedule_session_timeout(group, member_id)
         version = min(metadata_version(metadata), embedded.HIGHEST_VERSION)
-        assignment = embedded.encode_assignment(
-            embedded.Assignment(self._names(group, member.assigned)), version
+        assignment = embedded.encode_assignment_message(
+            _by_topic(self._names(group, member.assigned)), None, version
         )
         return SyncResult(0, CONSUMER_PROTOCOL_TYPE, name, assignment)
 

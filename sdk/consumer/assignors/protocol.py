@@ -18,10 +18,17 @@ from typing import Any
 
 from sdk.client.cluster import TopicPartition
 from sdk.protocol import codec
-from sdk.protocol.errors import DecodeError
-from sdk.protocol.messages import ConsumerProtocolAssignment, ConsumerProtocolSubscription
+from sdk.protocol.consumer_protocol import (
+    HIGHEST_VERSION,
+    check_encode_version,
+    decode_assignment_message,
+    decode_subscription_message,
+    encode_assignment_message,
+)
+from sdk.protocol.messages import ConsumerProtocolSubscription
 
 __all__ = [
+    "HIGHEST_VERSION",
     "Assignment",
     "RebalanceProtocol",
     "Subscription",
@@ -32,7 +39,6 @@ __all__ = [
     "group_by_topic",
 ]
 
-HIGHEST_VERSION = ConsumerProtocolSubscription.VALID_VERSIONS[1]
 DEFAULT_GENERATION = -1
 _VERSION = struct.Struct(">h")
 
@@ -79,24 +85,9 @@ def _flatten(grouped: Iterable[Any]) -> list[TopicPartition]:
     return [TopicPartition(tp.topic, partition) for tp in grouped for partition in tp.partitions]
 
 
-def _check_encode_version(version: int) -> None:
-    if not 0 <= version <= HIGHEST_VERSION:
-        raise ValueError(f"the consumer protocol has versions 0 to {HIGHEST_VERSION}, not {version}")
-
-
-def _read_version(data: bytes | bytearray | memoryview, what: str) -> tuple[memoryview, int]:
-    view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data.cast("B")
-    if len(view) < 2:
-        raise DecodeError(f"consumer protocol {what}: {len(view)} bytes, too short for the version")
-    (version,) = _VERSION.unpack_from(view, 0)
-    if version < 0:
-        raise DecodeError(f"consumer protocol {what}: unsupported version {version}")
-    return view[2:], min(version, HIGHEST_VERSION)
-
-
 def encode_subscription(sub: Subscription, version: int = HIGHEST_VERSION) -> bytes:
     """The JoinGroup metadata of ``sub``: topics and owned partitions sorted, as Kafka writes them."""
-    _check_encode_version(version)
+    check_encode_version(version)
     owned = sorted({TopicPartition(*tp) for tp in sub.owned_partitions})
     message = ConsumerProtocolSubscription(
         topics=sorted(sub.topics),
@@ -113,8 +104,7 @@ def encode_subscription(sub: Subscription, version: int = HIGHEST_VERSION) -> by
 
 def decode_subscription(data: bytes | bytearray | memoryview) -> Subscription:
     """A member's JoinGroup metadata; raises ``DecodeError`` when it is not a subscription."""
-    body, version = _read_version(data, "subscription")
-    message = codec.decode(ConsumerProtocolSubscription, body, version)
+    message = decode_subscription_message(data)
     return Subscription(
         topics=list(message.topics),
         user_data=None if message.user_data is None else bytes(message.user_data),
@@ -126,21 +116,13 @@ def decode_subscription(data: bytes | bytearray | memoryview) -> Subscription:
 
 def encode_assignment(assignment: Assignment, version: int = HIGHEST_VERSION) -> bytes:
     """The SyncGroup assignment bytes: partitions grouped by topic in order of first appearance."""
-    _check_encode_version(version)
-    message = ConsumerProtocolAssignment(
-        assigned_partitions=[
-            ConsumerProtocolAssignment.TopicPartition(topic=topic, partitions=partitions)
-            for topic, partitions in group_by_topic(assignment.partitions).items()
-        ],
-        user_data=None if assignment.user_data is None else bytes(assignment.user_data),
-    )
-    return _VERSION.pack(version) + codec.encode(message, version)
+    user_data = None if assignment.user_data is None else bytes(assignment.user_data)
+    return encode_assignment_message(group_by_topic(assignment.partitions), user_data, version)
 
 
 def decode_assignment(data: bytes | bytearray | memoryview) -> Assignment:
     """A SyncGroup assignment; raises ``DecodeError`` when it is not one."""
-    body, version = _read_version(data, "assignment")
-    message = codec.decode(ConsumerProtocolAssignment, body, version)
+    message = decode_assignment_message(data)
     return Assignment(
         partitions=_flatten(message.assigned_partitions),
         user_data=None if message.user_data is None else bytes(message.user_data),
