@@ -693,16 +693,22 @@ class GroupCoordinator:
         self._remove_member_and_update(group, member)
         return 0
 
-    def _remove_member_and_update(self, group: Group, member: Member) -> None:
+    @staticmethod
+    def _release(member: Member, code: int) -> None:
+        """Stop the member's heartbeat timer and answer its waiting JoinGroup and SyncGroup with
+        ``code``: the member is leaving the group."""
         if member.heartbeat_timer is not None:
             member.heartbeat_timer.cancel()
             member.heartbeat_timer = None
         if member.join_callback is not None:
-            callback, member.join_callback = member.join_callback, None
-            callback(JoinResult(E.UNKNOWN_MEMBER_ID, member.member_id))
+            join_callback, member.join_callback = member.join_callback, None
+            join_callback(JoinResult(code, member.member_id))
         if member.sync_callback is not None:
-            callback_sync, member.sync_callback = member.sync_callback, None
-            callback_sync(SyncResult(E.UNKNOWN_MEMBER_ID))
+            sync_callback, member.sync_callback = member.sync_callback, None
+            sync_callback(SyncResult(code))
+
+    def _remove_member_and_update(self, group: Group, member: Member) -> None:
+        self._release(member, E.UNKNOWN_MEMBER_ID)
         group.remove(member.member_id)
         if group.is_(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance(group, f"member {member.member_id} left")
@@ -719,15 +725,7 @@ class GroupCoordinator:
         group.pending_sync.clear()
         group.pending_members.clear()
         for member in list(group.members.values()):
-            if member.heartbeat_timer is not None:
-                member.heartbeat_timer.cancel()
-                member.heartbeat_timer = None
-            if member.join_callback is not None:
-                join_callback, member.join_callback = member.join_callback, None
-                join_callback(JoinResult(E.REBALANCE_IN_PROGRESS, member.member_id))
-            if member.sync_callback is not None:
-                sync_callback, member.sync_callback = member.sync_callback, None
-                sync_callback(SyncResult(E.REBALANCE_IN_PROGRESS))
+            self._release(member, E.REBALANCE_IN_PROGRESS)
             group.remove(member.member_id)
         holder = Group(group.group_id, self.clock.now_ms())
         holder.offsets = group.offsets
