@@ -58,8 +58,13 @@ class PeerConnection:
         client_id: str,
         connect_timeout_s: float = 5.0,
         request_timeout_s: float = 30.0,
+        local_host: str | None = None,
     ) -> None:
         self.host = host
+        #: The address outbound connections are bound to (the node's own listener host): on a
+        #: loopback cluster each node has its own 127.0.0.x, so a proxy in front of a node can
+        #: tell which node a connection comes from (``reference_broker.testing``'s partitions).
+        self.local_host = local_host
         self.port = port
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
@@ -106,7 +111,11 @@ class PeerConnection:
                 return
             try:
                 reader, self._writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), self.connect_timeout_s
+                    asyncio.open_connection(
+                        self.host, self.port,
+                        local_addr=(self.local_host, 0) if self.local_host else None,
+                    ),
+                    self.connect_timeout_s,
                 )
             except (TimeoutError, OSError) as exc:
                 raise PeerConnectionError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
@@ -202,8 +211,10 @@ class PeerChannels:
     new endpoints after a restart on another port): ``update`` replaces a node's connection."""
 
     def __init__(self, client_id: str, *, connect_timeout_s: float = 5.0, request_timeout_s: float = 30.0,
+                 local_host: str | None = None,
                  factory: Callable[..., PeerConnection] = PeerConnection) -> None:
         self.client_id = client_id
+        self._local_host = local_host
         self._connect_timeout_s = connect_timeout_s
         self._request_timeout_s = request_timeout_s
         self._factory = factory
@@ -229,7 +240,8 @@ class PeerChannels:
             host, port = self._addresses[node_id]
             conn = self._factory(host, port, client_id=self.client_id,
                                  connect_timeout_s=self._connect_timeout_s,
-                                 request_timeout_s=self._request_timeout_s)
+                                 request_timeout_s=self._request_timeout_s,
+                                 local_host=self._local_host)
             self._connections[node_id] = conn
         return conn
 
