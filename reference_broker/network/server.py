@@ -70,7 +70,11 @@ MAX_READ_AHEAD_BYTES = 4 * 1024 * 1024
 #: (one request at least, however long it takes).
 _TURN_S = 0.001
 _SIZE = struct.Struct(">i")
-#: Receive buffer for small frames; a frame larger than _SMALL_FRAME gets its own buffer.
+#: Receive buffer for small frames; a frame larger than _SMALL_FRAME gets its own buffer. A
+#: connection starts with _FIRST_RECV_BUFFER bytes (an idle or long-polling connection costs little)
+#: and grows it, four times at a step up to _RECV_BUFFER, each time a read fills it whole (a client
+#: pipelining small requests then needs few ``recv`` calls); a grown buffer is kept.
+_FIRST_RECV_BUFFER = 4 * 1024
 _RECV_BUFFER = 256 * 1024
 _SMALL_FRAME = 64 * 1024
 #: Response parts at least this large are handed to the transport uncopied.
@@ -162,7 +166,8 @@ class Connection(asyncio.BufferedProtocol):
         self.peer_host = ""
         self.session = Session(server.listener, server.sasl)
         self.transport: asyncio.Transport | None = None
-        self._recv = bytearray(_RECV_BUFFER)
+        self._recv = bytearray(_FIRST_RECV_BUFFER)
+        self._recv_filled = False  # the last read filled the receive buffer: grow it
         self._start = 0  # unparsed bytes are self._recv[self._start : self._end]
         self._end = 0
         self._frame: bytearray | None = None  # a large frame being received into its own buffer
@@ -229,12 +234,19 @@ class Connection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
             return memoryview(self._frame)[self._frame_got : self._frame_size]
-        if self._end == len(self._recv):
+        if self._recv_filled and len(self._recv) < _RECV_BUFFER:
+            # A new, larger buffer (never a resize: a view of the old one may still be alive).
+            grown = bytearray(min(len(self._recv) * 4, _RECV_BUFFER))
+            pending = self._end - self._start
+            grown[:pending] = self._recv[self._start : self._end]
+            self._recv, self._start, self._end = grown, 0, pending
+        elif self._end == len(self._recv):
             # Move the start of a partial small frame to the front (same-size slice assignment:
             # the buffer never changes size, so no view of it can be invalidated).
             pending = self._end - self._start
             self._recv[:pending] = self._recv[self._start : self._end]
             self._start, self._end = 0, pending
+        self._recv_filled = False
         return memoryview(self._recv)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -246,6 +258,7 @@ class Connection(asyncio.BufferedProtocol):
                 self._parse()  # frames that arrived while reading was paused
             return
         self._end += nbytes
+        self._recv_filled = self._end == len(self._recv)
         self._parse()
 
     def eof_received(self) -> bool:
