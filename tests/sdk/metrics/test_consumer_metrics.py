@@ -47,12 +47,12 @@ async def poll_until(consumer: Consumer, count: int, max_records: int | None = N
     return records
 
 
-async def test_lag_is_the_end_offset_minus_the_position(broker, topic_name):
-    topic = await create_topic(broker.bootstrap, topic_name)
-    await produce(broker.bootstrap, topic, 10)
+async def test_lag_is_the_end_offset_minus_the_position(cluster, topic_name):
+    topic = await create_topic(cluster.bootstrap, topic_name)
+    await produce(cluster.bootstrap, topic, 10)
     tp = TopicPartition(topic, 0)
     async with Consumer(
-        topic, bootstrap_servers=broker.bootstrap, client_id="lag-reader", auto_offset_reset="earliest"
+        topic, bootstrap_servers=cluster.bootstrap, client_id="lag-reader", auto_offset_reset="earliest"
     ) as consumer:
         first = await poll_until(consumer, 4, max_records=4)
         assert len(first) == 4
@@ -86,12 +86,12 @@ async def test_lag_is_the_end_offset_minus_the_position(broker, topic_name):
         assert metric.tag_dict["client-id"] == "lag-reader"
 
 
-async def test_commits_and_rebalances_are_counted(broker, topic_name):
-    topic = await create_topic(broker.bootstrap, topic_name, partitions=2)
-    await produce(broker.bootstrap, topic, 5, partition=0)
+async def test_commits_and_rebalances_are_counted(cluster, topic_name):
+    topic = await create_topic(cluster.bootstrap, topic_name, partitions=2)
+    await produce(cluster.bootstrap, topic, 5, partition=0)
     group = f"group-{topic}"
     settings = {
-        "bootstrap_servers": broker.bootstrap,
+        "bootstrap_servers": cluster.bootstrap,
         "group_id": group,
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
@@ -152,14 +152,14 @@ class Broken(ConsumerInterceptor):
         raise RuntimeError("on_commit bug")
 
 
-async def test_interceptors_see_and_change_records_and_see_commits(broker, topic_name, caplog):
+async def test_interceptors_see_and_change_records_and_see_commits(cluster, topic_name, caplog):
     caplog.set_level(logging.WARNING, logger="sdk.consumer.interceptors")
-    topic = await create_topic(broker.bootstrap, topic_name)
-    await produce(broker.bootstrap, topic, 10)
+    topic = await create_topic(cluster.bootstrap, topic_name)
+    await produce(cluster.bootstrap, topic, 10)
     tagging = Tagging()
     async with Consumer(
         topic,
-        bootstrap_servers=broker.bootstrap,
+        bootstrap_servers=cluster.bootstrap,
         group_id=f"group-{topic}",
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -180,13 +180,13 @@ async def test_interceptors_see_and_change_records_and_see_commits(broker, topic
     assert "failed in on_consume" in caplog.text and "failed in on_commit" in caplog.text
 
 
-def test_sync_consumer_metrics_and_interceptors(broker, topic_name):
-    asyncio.run(create_topic(broker.bootstrap, topic_name))
-    asyncio.run(produce(broker.bootstrap, topic_name, 4))
+def test_sync_consumer_metrics_and_interceptors(cluster, topic_name):
+    asyncio.run(create_topic(cluster.bootstrap, topic_name))
+    asyncio.run(produce(cluster.bootstrap, topic_name, 4))
     tagging = Tagging()
     with SyncConsumer(
         topic_name,
-        bootstrap_servers=broker.bootstrap,
+        bootstrap_servers=cluster.bootstrap,
         auto_offset_reset="earliest",
         interceptors=[tagging],
     ) as consumer:
@@ -202,11 +202,11 @@ def test_sync_consumer_metrics_and_interceptors(broker, topic_name):
     assert find_metric(values, "records-lag", topic=topic_name, partition=0) == 0
 
 
-async def test_rebalance_log_lines_carry_generation_and_assignment(broker, topic_name, caplog):
+async def test_rebalance_log_lines_carry_generation_and_assignment(cluster, topic_name, caplog):
     caplog.set_level(logging.INFO, logger="sdk.consumer.consumer_coordinator")
-    topic = await create_topic(broker.bootstrap, topic_name, partitions=2)
+    topic = await create_topic(cluster.bootstrap, topic_name, partitions=2)
     group = f"group-{topic}"
-    async with Consumer(topic, bootstrap_servers=broker.bootstrap, group_id=group):
+    async with Consumer(topic, bootstrap_servers=cluster.bootstrap, group_id=group):
         pass
     assignments = [r for r in caplog.records if hasattr(r, "kafka_assignment")]
     assert assignments, caplog.text

@@ -44,12 +44,12 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return found
 
 
-async def test_prometheus_scrape_of_a_running_producer_and_admin_client(broker, topic_name):
-    topic = await create_topic(broker.bootstrap, topic_name)
+async def test_prometheus_scrape_of_a_running_producer_and_admin_client(cluster, topic_name):
+    topic = await create_topic(cluster.bootstrap, topic_name)
     registry = CollectorRegistry()
     async with (
-        AdminClient(bootstrap_servers=broker.bootstrap, client_id="prom-admin") as admin,
-        Producer(bootstrap_servers=broker.bootstrap, client_id="prom-producer") as producer,
+        AdminClient(bootstrap_servers=cluster.bootstrap, client_id="prom-admin") as admin,
+        Producer(bootstrap_servers=cluster.bootstrap, client_id="prom-producer") as producer,
     ):
         registry.register(KafkaClientCollector(producer, admin))
         for i in range(20):
@@ -70,11 +70,11 @@ async def test_prometheus_scrape_of_a_running_producer_and_admin_client(broker, 
     assert scraped[("kafka_admin_client_metrics_request_total", (("client_id", "prom-admin"),))] >= 1
 
 
-async def test_opentelemetry_metrics_read_the_producer(broker, topic_name):
-    topic = await create_topic(broker.bootstrap, topic_name)
+async def test_opentelemetry_metrics_read_the_producer(cluster, topic_name):
+    topic = await create_topic(cluster.bootstrap, topic_name)
     reader = InMemoryMetricReader()
     meter = MeterProvider(metric_readers=[reader]).get_meter("test")
-    async with Producer(bootstrap_servers=broker.bootstrap, client_id="otel-producer") as producer:
+    async with Producer(bootstrap_servers=cluster.bootstrap, client_id="otel-producer") as producer:
         instrument_metrics(producer, meter=meter)
         for i in range(30):
             await producer.send(topic, b"v%d" % i)
@@ -91,14 +91,14 @@ async def test_opentelemetry_metrics_read_the_producer(broker, topic_name):
     assert points[("producer-metrics.batch-size-max", labels)] > 0
 
 
-async def test_trace_context_reaches_a_peer_consumer_in_the_traceparent_header(broker, topic_name):
-    topic = await create_topic(broker.bootstrap, topic_name)
+async def test_trace_context_reaches_a_peer_consumer_in_the_traceparent_header(cluster, topic_name):
+    topic = await create_topic(cluster.bootstrap, topic_name)
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("test")
     async with Producer(
-        bootstrap_servers=broker.bootstrap, interceptors=[TracingProducerInterceptor(provider)]
+        bootstrap_servers=cluster.bootstrap, interceptors=[TracingProducerInterceptor(provider)]
     ) as producer:
         with tracer.start_as_current_span("handle request") as parent:
             await producer.send_and_wait(topic, b"traced", headers=[("app", b"1")])
@@ -108,7 +108,7 @@ async def test_trace_context_reaches_a_peer_consumer_in_the_traceparent_header(b
     assert publish[0].context.trace_id == trace_id
     assert publish[0].parent.span_id == parent.get_span_context().span_id
 
-    headers = await asyncio.to_thread(read_headers_with_confluent_kafka, broker.bootstrap, topic)
+    headers = await asyncio.to_thread(read_headers_with_confluent_kafka, cluster.bootstrap, topic)
     assert headers[0] == ("app", b"1")
     traceparent = dict(headers)["traceparent"].decode()
     version, header_trace_id, header_span_id, flags = traceparent.split("-")
@@ -132,20 +132,20 @@ def read_headers_with_confluent_kafka(bootstrap: str, topic: str) -> list[tuple[
         consumer.close()
 
 
-async def test_trace_goes_from_our_producer_to_our_consumer_through_the_broker(broker, topic_name):
-    topic = await create_topic(broker.bootstrap, topic_name)
+async def test_trace_goes_from_our_producer_to_our_consumer_through_the_broker(cluster, topic_name):
+    topic = await create_topic(cluster.bootstrap, topic_name)
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("test")
     async with Producer(
-        bootstrap_servers=broker.bootstrap, interceptors=[TracingProducerInterceptor(provider)]
+        bootstrap_servers=cluster.bootstrap, interceptors=[TracingProducerInterceptor(provider)]
     ) as producer:
         with tracer.start_as_current_span("checkout") as parent:
             await producer.send_and_wait(topic, b"order-1")
     async with Consumer(
         topic,
-        bootstrap_servers=broker.bootstrap,
+        bootstrap_servers=cluster.bootstrap,
         auto_offset_reset="earliest",
         interceptors=[TracingConsumerInterceptor(provider)],
     ) as consumer:
@@ -163,9 +163,9 @@ async def test_trace_goes_from_our_producer_to_our_consumer_through_the_broker(b
     assert process.get_span_context().trace_id == trace_id
 
 
-async def test_consumer_lag_in_a_prometheus_scrape_and_opentelemetry(broker, topic_name):
-    topic = await create_topic(broker.bootstrap, topic_name)
-    async with Producer(bootstrap_servers=broker.bootstrap) as producer:
+async def test_consumer_lag_in_a_prometheus_scrape_and_opentelemetry(cluster, topic_name):
+    topic = await create_topic(cluster.bootstrap, topic_name)
+    async with Producer(bootstrap_servers=cluster.bootstrap) as producer:
         for i in range(7):
             await producer.send(topic, b"v%d" % i, partition=0)
         await producer.flush()
@@ -173,7 +173,7 @@ async def test_consumer_lag_in_a_prometheus_scrape_and_opentelemetry(broker, top
     meter = MeterProvider(metric_readers=[reader]).get_meter("test")
     registry = CollectorRegistry()
     async with Consumer(
-        topic, bootstrap_servers=broker.bootstrap, client_id="prom-consumer", auto_offset_reset="earliest"
+        topic, bootstrap_servers=cluster.bootstrap, client_id="prom-consumer", auto_offset_reset="earliest"
     ) as consumer:
         registry.register(KafkaClientCollector(consumer))
         instrument_metrics(consumer, meter=meter)  # before any partition metric exists

@@ -37,10 +37,10 @@ def value(values: dict[MetricName, float], name: str) -> float:
     return find_metric(values, name, group="producer-metrics")
 
 
-async def test_send_figures_match_what_was_sent(broker, topic_name):
-    topic = await create_topic(broker.bootstrap, topic_name)
+async def test_send_figures_match_what_was_sent(cluster, topic_name):
+    topic = await create_topic(cluster.bootstrap, topic_name)
     async with Producer(
-        bootstrap_servers=broker.bootstrap,
+        bootstrap_servers=cluster.bootstrap,
         client_id="metrics-producer",
         compression_type="gzip",
         buffer_memory=8 * 1024 * 1024,
@@ -75,11 +75,11 @@ async def test_send_figures_match_what_was_sent(broker, topic_name):
         assert metric.tag_dict["client-id"] == "metrics-producer"
 
 
-async def test_transaction_times_are_totalled(broker, topic_name):
-    topic = await create_topic(broker.bootstrap, topic_name)
+async def test_transaction_times_are_totalled(cluster, topic_name):
+    topic = await create_topic(cluster.bootstrap, topic_name)
     # A long linger keeps the aborted transaction's record in the producer until the abort.
     settings = {"transactional_id": f"txn-{topic}", "linger_ms": 60_000}
-    async with Producer(bootstrap_servers=broker.bootstrap, **settings) as producer:
+    async with Producer(bootstrap_servers=cluster.bootstrap, **settings) as producer:
         await producer.begin_transaction()
         await producer.send(topic, b"committed", partition=0)
         await producer.commit_transaction()
@@ -123,17 +123,17 @@ async def test_a_request_lost_in_a_broker_restart_is_counted_as_a_retry(broker_f
     assert retries[0].kafka_records == 1 and retries[0].kafka_error
 
 
-async def test_fencing_and_aborts_are_logged_with_their_fields(broker, topic_name, caplog):
+async def test_fencing_and_aborts_are_logged_with_their_fields(cluster, topic_name, caplog):
     caplog.set_level(logging.INFO, logger="sdk.producer")
-    topic = await create_topic(broker.bootstrap, topic_name)
+    topic = await create_topic(cluster.bootstrap, topic_name)
     transactional_id = f"fenced-{topic}"
-    async with Producer(bootstrap_servers=broker.bootstrap, transactional_id=transactional_id) as first:
+    async with Producer(bootstrap_servers=cluster.bootstrap, transactional_id=transactional_id) as first:
         await first.begin_transaction()
         await first.send_and_wait(topic, b"first", partition=0)
         await first.abort_transaction()
         await first.begin_transaction()
         await first.send_and_wait(topic, b"first again", partition=0)
-        async with Producer(bootstrap_servers=broker.bootstrap, transactional_id=transactional_id):
+        async with Producer(bootstrap_servers=cluster.bootstrap, transactional_id=transactional_id):
             with pytest.raises(ProducerFencedError):
                 await first.commit_transaction()
     aborts = [r for r in caplog.records if "aborting the transaction" in r.getMessage()]
@@ -144,9 +144,9 @@ async def test_fencing_and_aborts_are_logged_with_their_fields(broker, topic_nam
     assert fenced[0].levelno == logging.ERROR and fenced[0].kafka_transactional_id == transactional_id
 
 
-def test_sync_producer_metrics(broker, topic_name):
-    asyncio.run(create_topic(broker.bootstrap, topic_name))
-    producer = SyncProducer(bootstrap_servers=broker.bootstrap, client_id="sync-metrics")
+def test_sync_producer_metrics(cluster, topic_name):
+    asyncio.run(create_topic(cluster.bootstrap, topic_name))
+    producer = SyncProducer(bootstrap_servers=cluster.bootstrap, client_id="sync-metrics")
     try:
         for i in range(50):
             producer.send(topic_name, b"v%d" % i)
@@ -158,8 +158,8 @@ def test_sync_producer_metrics(broker, topic_name):
     assert find_metric(values, "record-send-total", client_id="sync-metrics") == 50
 
 
-async def test_admin_client_counts_requests_and_their_latency(broker, topic_name):
-    async with AdminClient(bootstrap_servers=broker.bootstrap, client_id="metrics-admin") as admin:
+async def test_admin_client_counts_requests_and_their_latency(cluster, topic_name):
+    async with AdminClient(bootstrap_servers=cluster.bootstrap, client_id="metrics-admin") as admin:
         assert find_metric(admin.metrics(), "request-total") == 0
         await admin.create_topics([NewTopic(topic_name, 1, 1)])
         await admin.list_topics()
@@ -172,10 +172,10 @@ async def test_admin_client_counts_requests_and_their_latency(broker, topic_name
     assert {metric.tag_dict["client-id"] for metric in values} == {"metrics-admin"}
 
 
-def test_sync_admin_client_metrics(broker):
+def test_sync_admin_client_metrics(cluster):
     from sdk.sync import AdminClient as SyncAdminClient
 
-    with SyncAdminClient(bootstrap_servers=broker.bootstrap) as admin:
+    with SyncAdminClient(bootstrap_servers=cluster.bootstrap) as admin:
         admin.list_topics()
         values = admin.metrics()
     assert find_metric(values, "request-total") >= 1
