@@ -15,7 +15,11 @@ Steps (Kafka's LogLoader, simplified for one node):
 4. Producer state: newest usable snapshot at or below the first segment needing a rebuilt
    transaction index (or the log end), then replay of batch headers up to the log end (control
    batches have their single marker record decoded, nothing else is).
-5. fsync what was validated, write the checkpoint, remove the clean-shutdown marker.
+5. Leader epochs: ``leader-epoch-checkpoint`` is read and extended with the epochs of the
+   validated segments' batches (an epoch newer than the last entry starts at its first batch); a
+   missing or unreadable file is rebuilt from every segment's batch headers. Entries beyond the
+   recovered log end are dropped, those before the log start collapse onto it.
+6. fsync what was validated, write the checkpoint, remove the clean-shutdown marker.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from reference_broker.log._files import TMP_SUFFIX, fsync_dir, remove_quietly
 from reference_broker.log.cleaner import complete_interrupted_swaps
 from reference_broker.log.config import LogConfig
 from reference_broker.log.index import AbortedTxn
+from reference_broker.log.leader_epoch import CheckpointFormatError, LeaderEpochCache
 from reference_broker.log.producer_state import AppendOrigin, ProducerAppendInfo, ProducerStateManager
 from reference_broker.log.segment import (
     INDEX_SUFFIXES,
@@ -128,8 +133,10 @@ def load_partition(
             remove_quietly(producer_state.snapshot_path(offset))
     replay_from = min(rebuild) if rebuild else log_end
     producer_state.load_snapshot(replay_from, now_ms)
-    _replay(segments, producer_state, rebuild)
+    replay_producer_state(segments, producer_state, rebuild)
     producer_state.map_end_offset = log_end
+    epochs = LeaderEpochCache(directory) if fresh else _load_leader_epochs(
+        directory, segments, recovered, log_start, log_end)
 
     if recovered or clean:
         for segment in segments:
@@ -138,7 +145,8 @@ def load_partition(
         recovery_point = log_end
     else:
         recovery_point = min(checkpoint.recovery_point, log_end)
-    plog = cls(directory, config, segments, producer_state, log_start, recovery_point, now_ms)
+    plog = cls(directory, config, segments, producer_state, log_start, recovery_point, now_ms,
+               epochs)
     if fresh:
         plog._checkpoint = Checkpoint(log_start, recovery_point)
         plog._checkpoint.write(directory, sync=False)
@@ -235,7 +243,42 @@ def _load_txn_indexes(segments: list[LogSegment], recovered: set[int]) -> set[in
     return rebuild
 
 
-def _replay(segments: list[LogSegment], state: ProducerStateManager, rebuild: set[int]) -> None:
+def _load_leader_epochs(directory: Path, segments: list[LogSegment], recovered: set[int],
+                        log_start: int, log_end: int) -> LeaderEpochCache:
+    """The partition's leader epoch cache, checked against the recovered log (step 5)."""
+    cache = LeaderEpochCache(directory)
+    try:
+        entries = LeaderEpochCache.read_file(cache.path)  # type: ignore[arg-type]  # has a directory
+    except (CheckpointFormatError, OSError) as exc:
+        log.warning("%s: rebuilding the leader epoch cache from the log: %s", directory.name, exc)
+        entries = None
+    if entries is None:
+        scan = segments
+    else:
+        cache = LeaderEpochCache(directory, entries)
+        scan = [s for s in segments if s.base_offset in recovered]
+    changed = entries is None
+    for segment in scan:
+        if segment.size == 0:
+            continue
+        try:
+            for _, batch in scan_batches(segment.fd, 0, segment.size):
+                epoch = batch.partition_leader_epoch
+                latest = cache.latest_epoch
+                if epoch >= 0 and (latest is None or epoch > latest) and \
+                        not segment.corruption_covering(batch.base_offset):
+                    changed |= cache.assign_in_memory(epoch, batch.base_offset)
+        except FramingError as exc:
+            log.warning("%s: leader epoch scan stops at damaged data: %s", segment.log_path, exc)
+    if changed:
+        cache.write(sync=False)
+    cache.truncate_from_end(log_end)
+    cache.truncate_from_start(log_start)
+    return cache
+
+
+def replay_producer_state(segments: list[LogSegment], state: ProducerStateManager,
+                          rebuild: set[int]) -> None:
     """Apply every batch from ``state.map_end_offset`` on to the producer state (headers only,
     plus the marker record of control batches), re-adding aborts to rebuilt transaction indexes."""
     start = max(state.map_end_offset, segments[0].base_offset)

@@ -23,6 +23,11 @@ Checks, in Kafka's order and with Kafka's error for each:
   ``record_errors`` (KIP-467; :func:`reference_broker.log.results.record_errors_of`);
 * the whole append larger than ``segment.bytes`` -> ``RecordListTooLargeError``.
 
+REPLICATION appends (a follower writing what its leader fetched it, Kafka's ``appendAsFollower``)
+get the framing and CRC checks only: the leader validated the records, its offsets and batches are
+kept as they are, and size and timestamp limits (which the leader applied when it accepted them)
+must not make a follower refuse what the leader has.
+
 For ``CreateTime`` the batch's max timestamp is recomputed from its records and rewritten (with a
 new CRC) if the producer got it wrong, as Kafka does, so the time index can be trusted.
 """
@@ -118,6 +123,7 @@ def _validate(
     positions: list[int] = []
     if total == 0:
         raise InvalidRecordError("the append holds no record batches")
+    replication = origin is AppendOrigin.REPLICATION
     rel = 0
     while rel < total:
         pos = start + rel
@@ -136,7 +142,7 @@ def _validate(
             raise CorruptMessageError(
                 f"batch at byte {pos} claims {size} bytes but only {total - rel} remain"
             )
-        if size > config.max_message_bytes:
+        if size > config.max_message_bytes and not replication:
             raise MessageTooLargeError(
                 f"the record batch size is {size} bytes, which exceeds the maximum configured"
                 f" value of {config.max_message_bytes} (max.message.bytes)"
@@ -146,13 +152,14 @@ def _validate(
         except CorruptRecordError as exc:
             raise CorruptMessageError(f"record batch at byte {pos} is corrupt: {exc}") from None
         _check_batch(batch, origin)
-        _check_records(data, pos, batch, config, origin, now_ms)
+        if not replication:
+            _check_records(data, pos, batch, config, origin, now_ms)
         positions.append(rel)
         rel += size
     if origin is AppendOrigin.CLIENT and len(positions) > 1:
         # Kafka's LogValidator: a v2 produce carries one batch per partition.
         raise InvalidRecordError("Compressed outer record has more than one batch")
-    if total > config.segment_size:
+    if total > config.segment_size and not replication:
         raise RecordListTooLargeError(
             f"the append is {total} bytes, which exceeds the configured segment size of"
             f" {config.segment_size}"

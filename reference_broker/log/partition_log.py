@@ -4,9 +4,18 @@ Directory ``<data>/<topic>-<partition>/`` holds the segments (see ``segment``), 
 snapshots (``{offset:020d}.snapshot``), ``partition.checkpoint`` (log start offset and recovery
 point, JSON, replaced atomically) and, after a clean close, ``.clean_shutdown``.
 
-Offsets: ``log_start_offset`` <= ``last_stable_offset`` <= ``high_watermark`` ==
-``log_end_offset`` (single node: everything appended is committed). ``last_stable_offset`` is the
-first offset of the oldest open transaction, or the high watermark.
+Offsets: ``log_start_offset`` <= ``last_stable_offset`` <= ``high_watermark`` <=
+``log_end_offset``. On a single node the high watermark follows the log end offset (everything
+appended is committed); a replicated partition sets it (:meth:`PartitionLog.set_high_watermark`)
+and reads without a ``max_offset`` stop at it, so consumers never see uncommitted records
+(a follower's fetch passes ``max_offset=log_end_offset``). ``last_stable_offset`` is the first
+offset of the oldest open transaction, or the high watermark.
+
+Leader epochs: every append made here as leader stamps :attr:`PartitionLog.leader_epoch` (0 on a
+single node) in each batch's ``partition_leader_epoch`` and records where each epoch began in the
+:class:`~reference_broker.log.leader_epoch.LeaderEpochCache` (``leader-epoch-checkpoint``). A
+follower's :meth:`PartitionLog.append_as_follower` keeps the leader's batches, offsets and epochs;
+:meth:`PartitionLog.truncate_to` cuts the log back to where it diverged from the leader's.
 
 Errors (all from ``sdk.protocol.errors``, so a handler can answer with ``exc.code``):
 
@@ -60,6 +69,7 @@ from reference_broker.log._files import atomic_write, fsync_dir, os_error_text
 from reference_broker.log._validation import validate_append
 from reference_broker.log.config import LogConfig
 from reference_broker.log.index import AbortedTxn
+from reference_broker.log.leader_epoch import LeaderEpochCache
 from reference_broker.log.producer_state import (
     AppendOrigin,
     BatchMetadata,
@@ -84,7 +94,10 @@ __all__ = ["AppendResult", "FileSlice", "PartitionLog", "ReadResult", "SliceRead
 log = logging.getLogger("reference_broker.log")
 
 _BASE_OFFSET = struct.Struct(">q")  # the first field of a batch header
+_LEADER_EPOCH = struct.Struct(">i")  # partition_leader_epoch, after base offset and length
+_LEADER_EPOCH_POSITION = 12
 _CLIENT = AppendOrigin.CLIENT  # Enum class attribute access is slow; the append path tests it
+_REPLICATION = AppendOrigin.REPLICATION
 
 
 def _now_ms() -> int:
@@ -96,7 +109,8 @@ class PartitionLog:
 
     def __init__(self, directory: Path, config: LogConfig, segments: list[LogSegment],
                  producer_state: ProducerStateManager, log_start_offset: int,
-                 recovery_point: int, now_ms: int):
+                 recovery_point: int, now_ms: int,
+                 leader_epoch_cache: LeaderEpochCache | None = None):
         self.directory = directory
         self.config = config
         self.segments = segments
@@ -111,6 +125,12 @@ class PartitionLog:
         self._checkpoint: Checkpoint | None = None  # last written, to skip identical rewrites
         self._closed = False
         self.offline_reason: str | None = None
+        self.leader_epoch_cache = leader_epoch_cache or LeaderEpochCache(directory)
+        #: stamped into the batches this log appends as leader
+        latest_epoch = self.leader_epoch_cache.latest_epoch
+        self.leader_epoch = 0 if latest_epoch is None else latest_epoch
+        #: None: the high watermark follows the log end offset (a single node)
+        self._high_watermark: int | None = None
 
     # -- open ----------------------------------------------------------------------------------
 
@@ -161,8 +181,21 @@ class PartitionLog:
 
     @property
     def high_watermark(self) -> int:
-        """Last committed offset + 1; equals the log end offset on this single node."""
-        return self.log_end_offset
+        """Last committed offset + 1: the log end offset unless replication set it."""
+        hw = self._high_watermark
+        return self.segments[-1].next_offset if hw is None else hw
+
+    @property
+    def replicated(self) -> bool:
+        """Whether the high watermark is set by replication rather than following the log end."""
+        return self._high_watermark is not None
+
+    def set_high_watermark(self, offset: int | None) -> None:
+        """Set the high watermark (clamped to ``[log_start_offset, log_end_offset]``);
+        None makes it follow the log end offset again (a partition no longer replicated)."""
+        if offset is not None:
+            offset = min(max(offset, self._log_start_offset), self.log_end_offset)
+        self._high_watermark = offset
 
     @property
     def last_stable_offset(self) -> int:
@@ -188,10 +221,33 @@ class PartitionLog:
         return self._log_start_offset
 
     def latest_offset(self) -> int:
-        """ListOffsets LATEST (-1): the log end offset (use ``last_stable_offset`` for
-        read_committed)."""
+        """ListOffsets LATEST (-1): the high watermark (the log end offset on a single node; use
+        ``last_stable_offset`` for read_committed)."""
         self._check_open()
-        return self.log_end_offset
+        return self.high_watermark
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch's ``(epoch, end offset)`` for ``epoch`` (Kafka's
+        ``endOffsetForEpoch``; ``(-1, -1)`` when unknown). The current :attr:`leader_epoch`
+        counts as begun at the log end offset when none of its batches is written yet, as it
+        does in Kafka, whose leader records its epoch when it takes over."""
+        self._check_open()
+        if epoch < 0:
+            return -1, -1
+        cache = self.leader_epoch_cache
+        log_end = self.log_end_offset
+        current = self.leader_epoch
+        latest = cache.latest_epoch
+        if latest is None or latest < current:
+            if epoch == current:
+                return current, log_end
+            if epoch > current:
+                return -1, -1
+            if latest is None:
+                return epoch, log_end  # older than every entry: the virtual entry's start
+            if epoch >= latest:
+                return latest, log_end  # the latest written epoch ended where the current began
+        return cache.end_offset_for(epoch, log_end)
 
     # -- append --------------------------------------------------------------------------------
 
@@ -205,23 +261,27 @@ class PartitionLog:
     ) -> AppendResult:
         """Validate, assign offsets and append one produce request's batches for this partition.
 
-        The input is not modified (a copy gets the offsets and, for ``LogAppendTime`` topics,
-        the broker timestamp) unless ``in_place`` says the caller gives it up: then a writable
-        input gets them itself and is written as it is. Control batches are refused unless
-        ``origin`` is COORDINATOR.
+        The input is not modified (a copy gets the offsets, the leader epoch and, for
+        ``LogAppendTime`` topics, the broker timestamp) unless ``in_place`` says the caller gives
+        it up: then a writable input gets them itself and is written as it is. Control batches
+        are refused unless ``origin`` is COORDINATOR.
         """
         if self._closed or self.offline_reason is not None:
             self._check_open()
+        if origin is _REPLICATION:
+            raise ValueError("a follower appends with append_as_follower")
         config = self.config
         buf, positions = validate_append(records, config, origin, now_ms, in_place=in_place)
         base = next_offset = self.segments[-1].next_offset
         log_append_time = config.log_append_time
+        epoch = self.leader_epoch
         # One header object per batch, parsed once offsets (and LogAppendTime) are in place and
         # shared by the producer checks and the segment's index bookkeeping.
         batches = []
         for pos in positions:
             # validate_append checked the framing that assign_offsets would check again.
             _BASE_OFFSET.pack_into(buf, pos, next_offset)
+            _LEADER_EPOCH.pack_into(buf, pos + _LEADER_EPOCH_POSITION, epoch)
             if log_append_time:
                 set_log_append_time(buf, pos, now_ms)
             batch = RecordBatch(buf, pos)
@@ -234,6 +294,70 @@ class PartitionLog:
                 plan.timestamp if log_append_time else -1,
                 self._log_start_offset, plan.last_offset - plan.first_offset + 1, duplicate=True,
             )
+        if self.leader_epoch_cache.latest_epoch != epoch:
+            self._assign_epoch(epoch, base)
+        self._write(buf, positions, batches, plan, next_offset, now_ms)
+        return AppendResult(
+            base, next_offset - 1, now_ms if log_append_time else -1,
+            self._log_start_offset, next_offset - base,
+        )
+
+    def append_as_follower(
+        self, records: bytes | bytearray | memoryview, *, now_ms: int
+    ) -> AppendResult:
+        """Append batches fetched from the leader as they are: offsets, leader epochs and
+        timestamps stay the leader's (Kafka's ``appendAsFollower``).
+
+        Checked: framing and CRC (``CorruptMessageError``), and that the batches continue this
+        log: the first starts at the log end offset and each follows the previous one
+        (``InvalidRecordError`` otherwise; a compacted log's batches may skip offsets). Producer
+        state and the transaction index are updated as for a leader's append; each batch's epoch
+        is recorded in the leader epoch cache. The high watermark is not moved (the leader says
+        where it is).
+        """
+        self._check_open()
+        buf, positions = validate_append(records, self.config, _REPLICATION, now_ms)
+        batches = [RecordBatch(buf, pos) for pos in positions]
+        base = expected = self.log_end_offset
+        gaps = self.active_segment.gaps_allowed
+        for batch in batches:
+            first = batch.base_offset
+            if first < expected or (first > expected and not gaps) or batch.last_offset < first:
+                raise InvalidRecordError(
+                    f"{self.name}: a replicated batch at offset {first} does not continue the log"
+                    f" at {expected}"
+                )
+            expected = batch.last_offset + 1
+        plan = self._analyze_producers(batches, _REPLICATION)
+        if isinstance(plan, BatchMetadata):  # never: duplicates are searched for clients only
+            raise AssertionError("a replicated append was taken for a duplicate")
+        cache = self.leader_epoch_cache
+        for batch in batches:
+            epoch = batch.partition_leader_epoch
+            if epoch >= 0 and epoch != cache.latest_epoch:
+                self._assign_epoch(epoch, batch.base_offset)
+        self._write(buf, positions, batches, plan, expected, now_ms)
+        first = batches[0]
+        return AppendResult(first.base_offset, expected - 1, -1, self._log_start_offset,
+                            expected - base)
+
+    def _assign_epoch(self, epoch: int, start_offset: int) -> None:
+        try:
+            self.leader_epoch_cache.assign(epoch, start_offset)
+        except OSError as exc:
+            raise self._go_offline(f"leader epoch checkpoint write failed: {os_error_text(exc)}") from exc
+
+    def _write(
+        self,
+        buf: bytearray | memoryview,
+        positions: list[int],
+        batches: list[RecordBatch],
+        plan: tuple[dict[int, ProducerAppendInfo], list[CompletedTxn]],
+        next_offset: int,
+        now_ms: int,
+    ) -> None:
+        """Write validated batches (offsets final) to the active segment, rolling first if due,
+        then commit the producer updates the batches were checked against."""
         infos, completed = plan
         max_ts = batches[0].max_timestamp if len(batches) == 1 else max(
             b.max_timestamp for b in batches)
@@ -246,10 +370,6 @@ class PartitionLog:
             self._commit_producers(infos, completed, segment)
         self.producer_state.map_end_offset = next_offset
         self._flush_if_due(now_ms)
-        return AppendResult(
-            base, next_offset - 1, now_ms if log_append_time else -1,
-            self._log_start_offset, next_offset - base,
-        )
 
     def append_control(
         self,
@@ -424,8 +544,9 @@ class PartitionLog:
 
         With ``min_one_batch`` the first batch is returned even if larger than ``max_bytes``
         (Kafka's rule, so a consumer can always progress). Batches whose last offset is >=
-        ``max_offset`` are excluded (pass ``last_stable_offset`` for read_committed). May span
-        segments. Never decodes records; verifies the CRC of batches not yet verified.
+        ``max_offset`` (default: the high watermark) are excluded (pass ``last_stable_offset``
+        for read_committed, ``log_end_offset`` for a follower). May span segments. Never decodes
+        records; verifies the CRC of batches not yet verified.
         """
         pieces, first, next_offset = self._collect(offset, max_bytes, max_offset, min_one_batch)
         if len(pieces) == 1:
@@ -478,7 +599,7 @@ class PartitionLog:
     ) -> tuple[list[tuple[LogSegment, int, bytes | memoryview]], int, int]:
         self._check_open()
         self._check_offset(offset)
-        upper = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        upper = self.high_watermark if max_offset is None else min(max_offset, self.log_end_offset)
         pieces: list[tuple[LogSegment, int, bytes | memoryview]] = []
         first = -1
         next_offset = offset
@@ -609,9 +730,33 @@ class PartitionLog:
         if offset > self._log_start_offset:
             self._log_start_offset = offset
             self._write_checkpoint()
+            self._epochs_start_at(offset)
             self._delete_segments(self._deletable(
                 lambda seg, nxt: nxt is not None and nxt.base_offset <= offset), now_ms)
         return self._log_start_offset
+
+    def _epochs_start_at(self, offset: int) -> None:
+        try:
+            self.leader_epoch_cache.truncate_from_start(offset)
+        except OSError as exc:
+            raise self._go_offline(f"leader epoch checkpoint write failed: {os_error_text(exc)}") from exc
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch ending at or after ``offset`` (a follower whose log diverged from
+        its leader's); segments, indexes, producer state, leader epochs and the high watermark
+        follow. False if nothing was removed. See ``_truncation`` for the crash-safe order."""
+        from reference_broker.log._truncation import truncate_to
+
+        self._check_open()
+        return truncate_to(self, offset)
+
+    def truncate_fully_and_start_at(self, offset: int, *, now_ms: int | None = None) -> None:
+        """Empty the log and restart it at ``offset`` (a follower behind its leader's log
+        start)."""
+        from reference_broker.log._truncation import truncate_fully
+
+        self._check_open()
+        truncate_fully(self, offset, now_ms)
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete whole segments past ``retention.ms`` (by largest timestamp) or
@@ -672,6 +817,7 @@ class PartitionLog:
                 self._log_start_offset = self.segments[0].base_offset
             self.recovery_point = max(self.recovery_point, self._log_start_offset)
             self._write_checkpoint()
+            self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
             for segment in doomed:
                 segment.delete()
             self._cleanup_snapshots()

@@ -145,7 +145,7 @@ def test_validator_matches_full_decoding(data: bytes, config: LogConfig, origin:
 )
 def test_random_record_sections(section: bytes, count: int, codec: Compression, config: LogConfig) -> None:
     payload = compress(codec, section) if codec else section
-    assert_same(raw_batch(payload, count, attributes=int(codec)), config, AppendOrigin.REPLICATION)
+    assert_same(raw_batch(payload, count, attributes=int(codec)), config, AppendOrigin.COORDINATOR)
 
 
 GOOD = b"\x10\x00\x00\x00\x01\x04ab\x00"  # null key, value "ab", ts delta 0, offset delta 0
@@ -165,7 +165,7 @@ KEYED = b"\x12\x00\x00\x00\x02k\x04ab\x00"  # key "k"
     ],
 )
 def test_rejections(section: bytes, count: int, config: LogConfig, error: str) -> None:
-    result = assert_same(raw_batch(section, count), config, AppendOrigin.REPLICATION)
+    result = assert_same(raw_batch(section, count), config, AppendOrigin.COORDINATOR)
     assert result[0] == error
 
 
