@@ -177,7 +177,9 @@ class Broker:
         )
         if self.config.get("log.cleaner.enable"):
             backoff_s = self.config.get("log.cleaner.backoff.ms") / 1000
-            self.services.add(LogCleanerChore(backoff_s, storage.clean_logs))
+            threads = self.config.get("log.cleaner.threads")
+            self.services.add(
+                LogCleanerChore(backoff_s, storage.clean_logs, storage.abort_cleaning, threads))
 
     async def stop(self) -> None:
         for server in self.servers:

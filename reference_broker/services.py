@@ -10,13 +10,18 @@ storage is closed.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+from reference_broker.log.cleaner import InThread
 
 log = logging.getLogger("reference_broker.services")
+
+_T = TypeVar("_T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,22 +118,71 @@ class LogChores:
 
 
 class LogCleanerChore:
-    """The log cleaner (compaction) as a broker task: every ``log.cleaner.backoff.ms`` it compacts
-    the dirtiest compacted log that needs it, one log per run (Kafka's cleaner thread backs off
-    that long when no log needs cleaning)."""
+    """The log cleaner (compaction): ``threads`` cleaners (``log.cleaner.threads``), each
+    compacting the dirtiest compacted log no other one is cleaning, one log at a time, and
+    sleeping ``log.cleaner.backoff.ms`` when no log needs it (Kafka's cleaner threads). A pass
+    reads and writes in a worker thread of its own, so clients are served meanwhile (see
+    ``reference_broker.log.cleaner``); ``stop`` aborts the passes under way and waits for them."""
 
     name = "log-cleaner"
     MIN_INTERVAL_S = 0.01
 
-    def __init__(self, backoff_s: float, clean: Callable[[], object]):
+    def __init__(
+        self,
+        backoff_s: float,
+        clean: Callable[[InThread], Awaitable[str | None]],
+        abort: Callable[[str], None],
+        threads: int = 1,
+    ):
+        if threads < 0:
+            raise ValueError(f"log.cleaner.threads must be at least 0, not {threads}")
         self._interval_s = max(backoff_s, self.MIN_INTERVAL_S)
         self._clean = clean
+        self._abort = abort
+        self._threads = threads
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
 
     async def start(self) -> None:
-        return None
+        if self._threads == 0:
+            log.warning("log.cleaner.threads is 0: no log is compacted")
+            return
+        self._stopping = asyncio.Event()
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            self._threads, thread_name_prefix="log-cleaner")
+        self._tasks = [asyncio.create_task(self._cleaner(), name=f"log-cleaner-{i}")
+                       for i in range(self._threads)]
+
+    @property
+    def backoff_s(self) -> float:
+        """How long a cleaner sleeps when no log needs cleaning."""
+        return self._interval_s
 
     def periodic_tasks(self) -> list[PeriodicTask]:
-        return [PeriodicTask("cleaner", self._interval_s, self._clean)]
+        return []  # the cleaners are tasks of their own, started by start()
+
+    def _in_thread(self, fn: Callable[[], _T]) -> Awaitable[_T]:
+        assert self._executor is not None
+        return asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    async def _cleaner(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                cleaned = await self._clean(self._in_thread)
+            except Exception:
+                log.exception("cleaner failed")
+                cleaned = None
+            if cleaned is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), self._interval_s)
 
     async def stop(self) -> None:
-        return None
+        self._stopping.set()
+        self._abort("the broker is stopping")
+        for task in self._tasks:
+            await task
+        self._tasks.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reference_broker.config import BrokerConfig, ConfigError
+from reference_broker.log.cleaner import InThread
 from reference_broker.log.config import LogConfig
 from reference_broker.log.log_manager import LogManager, TopicCreation, TopicMetadata
 from reference_broker.log.open_files import DEFAULT_CAPACITY, SEGMENT_FILES, raise_descriptor_limit
@@ -95,9 +96,14 @@ class Storage:
     def enforce_retention(self) -> None:
         self.manager.run_retention(now_ms())
 
-    def clean_logs(self) -> None:
-        """Compact the dirtiest compacted log that needs it (``cleanup.policy=compact``)."""
-        self.manager.run_cleaner(now_ms())
+    async def clean_logs(self, in_thread: InThread) -> str | None:
+        """Compact the dirtiest compacted log that needs it (``cleanup.policy=compact``), its
+        reading and writing in ``in_thread``; returns its name, None when none was cleaned."""
+        return await self.manager.run_cleaner_in(in_thread, now_ms())
+
+    def abort_cleaning(self, reason: str) -> None:
+        """Abort the cleaning passes under way (the broker stops)."""
+        self.manager.abort_cleaning(reason)
 
     def housekeeping(self) -> None:
         """fsync rolled segments (advancing recovery points) and expire idle producer ids."""

@@ -33,19 +33,32 @@ deleted and the swap file renamed to ``<base>.log``, and its indexes rebuilt.
 finishes any swap found, so after a crash a log holds either the old or the new segments, never
 both or neither.
 
-The cleaner runs on the broker's event loop (see ``LogManager.run_cleaner``), so it never races
-appends, reads or retention; a pass rewrites at most the log's inactive segments.
+Concurrency (Kafka's cleaner threads and ``LogCleanerManager``): a :class:`CleaningPass` is
+prepared on the event loop (the range, the groups, the aborted transactions and producers are read
+there), builds its key map and writes each group's ``.cleaned`` file in a worker thread, and swaps
+each group in on the event loop. So appends (to the active segment, never cleaned), fetches,
+retention and topic deletion carry on during a pass. The worker reads segment files through
+descriptors of its own and never touches a :class:`LogSegment` object (their descriptors and the
+open-file registry belong to the event loop). A pass is aborted (:meth:`CleaningPass.abort`) when
+its log is deleted or the broker stops: the worker stops at its next batch, and after the abort it
+creates no file (creation and the abort share a lock), so a deleted directory is removed whole.
+A swap first checks that the pass was not aborted, that the log is open and that the group's
+segments are still the log's (retention or DeleteRecords may have deleted some meanwhile); if not,
+the pass ends there, its output is removed and the checkpoint is left where it was.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import os
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from reference_broker.log._checkpoint import CLEANER_CHECKPOINT_FILE
 from reference_broker.log._cleaned_batches import empty_batch, filtered_batch
@@ -57,9 +70,11 @@ from reference_broker.log.segment import (
     LOG_SUFFIX,
     FramingError,
     LogSegment,
+    _IndexBuilder,
     scan_batches,
     segment_stem,
 )
+from sdk.protocol.errors import KafkaStorageError
 from sdk.records import ControlType, CorruptRecordError, Record, RecordBatch
 
 if TYPE_CHECKING:
@@ -69,6 +84,10 @@ __all__ = [
     "CHECKPOINT_FILE",
     "CLEANED_SUFFIX",
     "SWAP_SUFFIX",
+    "CleanerError",
+    "CleaningAborted",
+    "CleaningPass",
+    "InThread",
     "LogToClean",
     "clean_log",
     "cleanable",
@@ -239,49 +258,55 @@ def _aborted_txns(plog: PartitionLog, start: int, end: int) -> list[AbortedTxn]:
 # -- cleaning --------------------------------------------------------------------------------------
 
 
-def _batches(segment: LogSegment) -> Iterator[tuple[int, RecordBatch]]:
-    """The segment's batches, read a window at a time (never the whole file at once).
-
-    Reads through a descriptor of its own: the cleaner opens other segments' files while this
-    walk is suspended, which may make the segment release its shared ones (``open_files``)."""
-    fd = os.open(segment.log_path, os.O_RDONLY)
-    try:
-        yield from scan_batches(fd, 0, segment.size, with_data=True)
-    except FramingError as exc:
-        raise CleanerError(f"{segment.log_path}: {exc}") from None
-    finally:
-        os.close(fd)
-
-
 class CleanerError(Exception):
     """A segment could not be read for cleaning (the log is left as it was)."""
 
 
-def _build_map(plog: PartitionLog, first_dirty: int, end: int) -> KeyOffsetMap:
-    offsets = KeyOffsetMap()
-    txns = _Transactions()
-    txns.add_aborted(_aborted_txns(plog, first_dirty, end))
-    for segment in plog.segments[_floor(plog.segments, first_dirty):]:
-        if segment.base_offset >= end:
-            break
-        for _, batch in _batches(segment):
-            if batch.is_control:
-                txns.on_marker(batch)
-            elif not txns.on_data(batch):
-                for record in _records(segment, batch):
-                    if record.key is not None and record.offset >= first_dirty:
-                        offsets.put(bytes(record.key), record.offset)
-            if batch.last_offset >= first_dirty:
-                offsets.update_latest_offset(batch.last_offset)
-    offsets.update_latest_offset(end - 1)
-    return offsets
+class CleaningAborted(Exception):
+    """A pass was abandoned: its log was deleted, closed or changed under it (nothing is lost)."""
 
 
-def _records(segment: LogSegment, batch: RecordBatch) -> list[Record]:
-    try:
-        return list(batch)
-    except CorruptRecordError as exc:
-        raise CleanerError(f"{segment.log_path}: batch at offset {batch.base_offset}: {exc}") from None
+_T = TypeVar("_T")
+
+
+class InThread(Protocol):
+    """Runs a function in a worker thread and hands its result to the event loop."""
+
+    def __call__(self, fn: Callable[[], _T], /) -> Awaitable[_T]: ...
+
+
+@dataclass(frozen=True)
+class _Source:
+    """A segment as a worker reads it: its file, its size when the pass began (an inactive
+    segment never grows) and the aborted transactions from its base offset to the next one's."""
+
+    path: Path
+    size: int
+    aborted: list[AbortedTxn]
+
+
+@dataclass
+class _Group:
+    """Consecutive segments rewritten into one, and the facts the swap checks and keeps."""
+
+    segments: list[LogSegment]  # only the event loop looks at these
+    sources: list[_Source]
+    end: int  # base offset of the segment after the group
+    mtime: float  # of its last segment's file, which the cleaned file keeps
+
+    @property
+    def base(self) -> int:
+        return self.segments[0].base_offset
+
+
+@dataclass
+class _Output:
+    """A group's ``.cleaned`` file, written and fsynced, with what its segment will need."""
+
+    path: Path
+    segment: LogSegment  # not opened yet: it becomes the segment once swapped in
+    index: _IndexBuilder
+    kept_aborts: list[AbortedTxn]
 
 
 @dataclass
@@ -295,7 +320,7 @@ class _Pass:
     last_of_producers: dict[int, tuple[int | None, int]]  # pid -> (last data offset, epoch)
     round_end: int
 
-    def keep(self, segment: LogSegment, batch: RecordBatch) -> bytes | None:
+    def keep(self, source: _Source, batch: RecordBatch) -> bytes | None:
         """The bytes that replace ``batch`` in the cleaned segment (None: nothing)."""
         control = batch.is_control
         can_discard = self.txns.on_marker(batch) if control else self.txns.on_data(batch)
@@ -308,7 +333,7 @@ class _Pass:
             batch.next_offset == self.round_end)
         if discard_records and not retain_empty:
             return None
-        records = [] if discard_records else _records(segment, batch)
+        records = [] if discard_records else _records(source, batch)
         kept = records if control else [r for r in records if self._retain(batch, r)]
         if kept:
             tombstones = any(r.value is None for r in kept)
@@ -343,24 +368,248 @@ class _Pass:
         return not batch.has_delete_horizon or self.now_ms < batch.base_timestamp
 
 
+def _records(source: _Source, batch: RecordBatch) -> list[Record]:
+    try:
+        return list(batch)
+    except CorruptRecordError as exc:
+        raise CleanerError(f"{source.path}: batch at offset {batch.base_offset}: {exc}") from None
+
+
+class CleaningPass:
+    """One pass over ``plog`` up to ``to_clean.first_uncleanable``; see the module docstring.
+
+    Build it on the event loop; :meth:`build_map` and :meth:`write_group` may run in a worker
+    thread (one at a time), :meth:`swap` and :meth:`discard_outputs` run on the event loop.
+    :meth:`run` drives the phases with a worker, :meth:`run_inline` in the calling thread.
+    """
+
+    def __init__(self, plog: PartitionLog, to_clean: LogToClean, now_ms: int):
+        self.plog = plog
+        self.to_clean = to_clean
+        self.now_ms = now_ms
+        #: why the pass was abandoned, once it was
+        self.aborted: str | None = None
+        self._started = time.monotonic()
+        self._lock = threading.Lock()  # the abort against the worker's file creation
+        self._directory_gone = False
+        self._outputs: set[Path] = set()  # .cleaned files made and not swapped in yet
+        self._swapped = 0  # groups swapped in so far
+        end = self.first_uncleanable
+        if read_checkpoint(plog.directory) is None:  # before any gap exists: see LogSegment.cleaned
+            write_checkpoint(plog.directory, to_clean.first_dirty)
+        self.directory = plog.directory
+        self.config = plog.config
+        segments = plog.segments
+        first = _floor(segments, to_clean.first_dirty)
+        self._map_sources = [self._source(i, aborted=False) for i in range(first, len(segments) - 1)
+                             if segments[i].base_offset < end]
+        self._map_aborted = _aborted_txns(plog, to_clean.first_dirty, end)
+        producers = {
+            pid: (entry.last_data_offset if entry.last_data_offset >= 0 else None, entry.producer_epoch)
+            for pid, entry in plog.producer_state.producers.items()
+        }
+        self._pass = _Pass(KeyOffsetMap(), _Transactions(), now_ms,
+                           self.config.delete_retention_ms, producers, end)
+        position = {id(s): i for i, s in enumerate(segments)}
+        self.groups: list[_Group] = []
+        for group in _groups([s for s in segments[:-1] if s.base_offset < end],
+                             self.config.segment_size, self.config.segment_index_bytes, end):
+            self.groups.append(_Group(
+                group, [self._source(position[id(s)], aborted=True) for s in group],
+                segments[position[id(group[-1])] + 1].base_offset,
+                group[-1].log_path.stat().st_mtime))
+        log.info("%s: cleaning offsets [%d, %d) (dirty from offset %d)", plog.name,
+                 plog.log_start_offset, end, to_clean.first_dirty)
+
+    def _source(self, i: int, *, aborted: bool) -> _Source:
+        segments = self.plog.segments
+        segment = segments[i]
+        txns = _aborted_txns(self.plog, segment.base_offset, segments[i + 1].base_offset) if aborted else []
+        return _Source(segment.log_path, segment.size, txns)
+
+    @property
+    def first_uncleanable(self) -> int:
+        return self.to_clean.first_uncleanable
+
+    # -- abort ---------------------------------------------------------------------------------
+
+    def abort(self, reason: str, *, directory_gone: bool = False) -> None:
+        """Abandon the pass (the worker stops at its next batch and creates no file after this
+        returns). ``directory_gone``: the log's directory is being removed, whose owner then
+        removes the pass's output too."""
+        with self._lock:
+            if self.aborted is None:
+                self.aborted = reason
+            self._directory_gone = self._directory_gone or directory_gone
+
+    def _check_aborted(self) -> None:
+        if self.aborted is not None:
+            raise CleaningAborted(self.aborted)
+
+    def log_changed(self) -> bool:
+        """Whether a segment the pass reads has left the log (retention, DeleteRecords, a
+        follower's truncation) or changed size (truncated)."""
+        present = {id(s) for s in self.plog.segments}
+        return any(id(s) not in present or s.size != source.size
+                   for g in self.groups[self._swapped:]
+                   for s, source in zip(g.segments, g.sources, strict=True))
+
+    # -- worker phases -------------------------------------------------------------------------
+
+    def _batches(self, source: _Source) -> Iterator[tuple[int, RecordBatch]]:
+        """The segment's batches, read a window at a time through a descriptor of the pass's own;
+        stops with :class:`CleaningAborted` once the pass is aborted."""
+        fd = os.open(source.path, os.O_RDONLY)
+        try:
+            for item in scan_batches(fd, 0, source.size, with_data=True):
+                self._check_aborted()
+                yield item
+        except FramingError as exc:
+            raise CleanerError(f"{source.path}: {exc}") from None
+        finally:
+            os.close(fd)
+
+    def build_map(self) -> None:
+        """Map each key of the dirty range to the offset of its latest record."""
+        first_dirty, end = self.to_clean.first_dirty, self.first_uncleanable
+        offsets = KeyOffsetMap()
+        txns = _Transactions()
+        txns.add_aborted(self._map_aborted)
+        for source in self._map_sources:
+            for _, batch in self._batches(source):
+                if batch.is_control:
+                    txns.on_marker(batch)
+                elif not txns.on_data(batch):
+                    for record in _records(source, batch):
+                        if record.key is not None and record.offset >= first_dirty:
+                            offsets.put(bytes(record.key), record.offset)
+                if batch.last_offset >= first_dirty:
+                    offsets.update_latest_offset(batch.last_offset)
+        offsets.update_latest_offset(end - 1)
+        self._pass.offsets = offsets
+
+    def write_group(self, group: _Group) -> _Output:
+        """Write and fsync ``<base>.log.cleaned``: the batches of ``group`` the pass keeps."""
+        cleaning = self._pass
+        cleaning.txns.kept_aborts = []
+        path = self.directory / (segment_stem(group.base) + LOG_SUFFIX + CLEANED_SUFFIX)
+        segment = LogSegment(self.directory, group.base, self.config, self.now_ms)
+        index = _IndexBuilder(segment)
+        with self._lock:
+            self._check_aborted()
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            self._outputs.add(path)
+        try:
+            position = 0
+            for source in group.sources:
+                cleaning.txns.add_aborted(source.aborted)
+                for _, batch in self._batches(source):
+                    data = cleaning.keep(source, batch)
+                    if data:
+                        pwrite_all(fd, data, position)
+                        index.add(position, RecordBatch(data))
+                        position += len(data)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            self._remove_output(path)
+            raise
+        os.close(fd)
+        with self._lock:
+            self._check_aborted()
+            os.utime(path, (group.mtime, group.mtime))
+        return _Output(path, segment, index, cleaning.txns.kept_aborts)
+
+    def _remove_output(self, path: Path) -> None:
+        with self._lock:
+            self._outputs.discard(path)
+            if not self._directory_gone:
+                remove_quietly(path)
+
+    def discard_outputs(self) -> None:
+        """Remove the ``.cleaned`` files not swapped in (call once no worker phase runs)."""
+        for path in list(self._outputs):
+            self._remove_output(path)
+
+    # -- event-loop phases ---------------------------------------------------------------------
+
+    def swap(self, group: _Group, output: _Output) -> None:
+        """Put ``output`` in place of ``group``'s segments, atomically on disk (see the module
+        docstring); :class:`CleaningAborted` if the pass or its log no longer allows it."""
+        self._check_aborted()
+        plog = self.plog
+        try:
+            plog._check_open()
+        except KafkaStorageError as exc:
+            raise CleaningAborted(str(exc)) from None
+        segments = plog.segments
+        first = next((i for i, s in enumerate(segments) if s is group.segments[0]), None)
+        after = None if first is None else first + len(group.segments)
+        if (first is None or after is None or after >= len(segments)
+                or any(a is not b or a.size != source.size for a, b, source in
+                       zip(segments[first:after], group.segments, group.sources, strict=False))
+                or len(segments[first:after]) != len(group.segments)
+                or segments[after].base_offset != group.end):
+            raise CleaningAborted(f"segments of {plog.name} were deleted or truncated during the pass")
+        directory, base = self.directory, group.base
+        atomic_write(directory / (segment_stem(base) + SWAP_RANGE_SUFFIX), f"{group.end}\n".encode())
+        swap_path = directory / (segment_stem(base) + LOG_SUFFIX + SWAP_SUFFIX)
+        os.replace(output.path, swap_path)  # the commit point
+        self._outputs.discard(output.path)
+        fsync_dir(directory)
+        for segment in group.segments:
+            segment.delete()
+        _finish_swap(directory, base)
+        segment = output.segment
+        segment.size = segment.log_path.stat().st_size
+        segment.cleaned = True
+        output.index.finish()
+        segment.indexes_loaded = True
+        segment.next_offset = group.end
+        segment.txn_index.reset(output.kept_aborts)
+        segment.flush()
+        plog.replace_segments(group.segments, segment)
+        self._swapped += 1
+
+    def _done(self) -> int:
+        log.info("%s: cleaned offsets [%d, %d) (%d keys mapped from offset %d) in %.3f s",
+                 self.plog.name, self.plog.log_start_offset, self.first_uncleanable,
+                 len(self._pass.offsets), self.to_clean.first_dirty, time.monotonic() - self._started)
+        return self.first_uncleanable
+
+    # -- drivers -------------------------------------------------------------------------------
+
+    def run_inline(self) -> int:
+        """The whole pass in the calling thread; returns the new checkpoint offset."""
+        try:
+            self.build_map()
+            for group in self.groups:
+                self.swap(group, self.write_group(group))
+        except BaseException:
+            self.discard_outputs()
+            raise
+        return self._done()
+
+    async def run(self, in_thread: InThread) -> int:
+        """The pass with its heavy phases in a worker thread; returns the new checkpoint offset.
+
+        Cancelled, it aborts: the worker still running creates nothing more, and what it made
+        so far is removed."""
+        try:
+            await in_thread(self.build_map)
+            for group in self.groups:
+                self.swap(group, await in_thread(functools.partial(self.write_group, group)))
+        except BaseException:
+            self.abort("the pass was stopped")
+            self.discard_outputs()
+            raise
+        return self._done()
+
+
 def clean_log(plog: PartitionLog, to_clean: LogToClean, now_ms: int) -> int:
-    """Clean ``plog`` up to ``to_clean.first_uncleanable``; returns the new checkpoint offset."""
-    end = to_clean.first_uncleanable
-    if read_checkpoint(plog.directory) is None:  # before any gap exists: see LogSegment.cleaned
-        write_checkpoint(plog.directory, to_clean.first_dirty)
-    offsets = _build_map(plog, to_clean.first_dirty, end)
-    producers = {
-        pid: (entry.last_data_offset if entry.last_data_offset >= 0 else None, entry.producer_epoch)
-        for pid, entry in plog.producer_state.producers.items()
-    }
-    cleaning = _Pass(offsets, _Transactions(), now_ms, plog.config.delete_retention_ms, producers, end)
-    groups = _groups([s for s in plog.segments[:-1] if s.base_offset < end],
-                     plog.config.segment_size, plog.config.segment_index_bytes, end)
-    for group in groups:
-        _clean_group(plog, group, cleaning)
-    log.info("%s: cleaned offsets [%d, %d) (%d keys mapped from offset %d)", plog.name,
-             plog.log_start_offset, end, len(offsets), to_clean.first_dirty)
-    return end
+    """Clean ``plog`` up to ``to_clean.first_uncleanable`` in this thread; returns the new
+    checkpoint offset."""
+    return CleaningPass(plog, to_clean, now_ms).run_inline()
 
 
 def _groups(segments: list[LogSegment], max_size: int, index_bytes: int,
@@ -392,48 +641,6 @@ def _groups(segments: list[LogSegment], max_size: int, index_bytes: int,
             i += 1
         groups.append(group)
     return groups
-
-
-def _clean_group(plog: PartitionLog, group: list[LogSegment], cleaning: _Pass) -> None:
-    directory = plog.directory
-    base = group[0].base_offset
-    index = plog.segments.index(group[-1])
-    group_end = plog.segments[index + 1].base_offset
-    cleaning.txns.kept_aborts = []
-    cleaned_path = directory / (segment_stem(base) + LOG_SUFFIX + CLEANED_SUFFIX)
-    fd = os.open(cleaned_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        position = 0
-        for i, segment in enumerate(group):
-            upper = group[i + 1].base_offset if i + 1 < len(group) else group_end
-            cleaning.txns.add_aborted(_aborted_txns(plog, segment.base_offset, upper))
-            for _, batch in _batches(segment):
-                data = cleaning.keep(segment, batch)
-                if data:
-                    pwrite_all(fd, data, position)
-                    position += len(data)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        remove_quietly(cleaned_path)
-        raise
-    os.close(fd)
-    mtime = group[-1].log_path.stat().st_mtime
-    os.utime(cleaned_path, (mtime, mtime))
-    atomic_write(directory / (segment_stem(base) + SWAP_RANGE_SUFFIX), f"{group_end}\n".encode())
-    swap_path = directory / (segment_stem(base) + LOG_SUFFIX + SWAP_SUFFIX)
-    os.replace(cleaned_path, swap_path)  # the commit point
-    fsync_dir(directory)
-    for segment in group:
-        segment.delete()
-    _finish_swap(directory, base)
-    segment = LogSegment.open_existing(directory, base, plog.config, cleaning.now_ms)
-    segment.cleaned = True
-    segment.rebuild_indexes()
-    segment.next_offset = group_end
-    segment.txn_index.reset(cleaning.txns.kept_aborts)
-    segment.flush()
-    plog.replace_segments(group, segment)
 
 
 def _finish_swap(directory: Path, base: int) -> None:

@@ -51,7 +51,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reference_broker.log._files import TMP_SUFFIX, atomic_write, fsync_dir, os_error_text, remove_quietly
-from reference_broker.log.cleaner import CleanerError, clean_log, cleanable, read_checkpoint, write_checkpoint
+from reference_broker.log.cleaner import (
+    CleanerError,
+    CleaningAborted,
+    CleaningPass,
+    InThread,
+    cleanable,
+    read_checkpoint,
+    write_checkpoint,
+)
 from reference_broker.log.config import INTERNAL_SEGMENT_BYTES, SEGMENT_BYTES_MIN, LogConfig
 from reference_broker.log.partition_log import PartitionLog
 from sdk.protocol.errors import (
@@ -213,6 +221,8 @@ class LogManager:
         #: logs the cleaner failed to read (damaged data): skipped until the next start, as Kafka
         #: marks a partition uncleanable
         self._uncleanable: set[str] = set()
+        #: cleaning passes under way, by log (Kafka's LogCleanerManager "in progress" state)
+        self._cleaning: dict[int, CleaningPass] = {}
         #: topics being created or grown a step at a time (``TopicCreation``)
         self._creating: set[str] = set()
         #: logs whose producer ids the current round of bounded expiry has not looked at yet
@@ -316,6 +326,9 @@ class LogManager:
         anything else is put aside as stray)."""
         directory = self.data_dir / f"{topic}-{partition}"
         doomed = directory.with_name(renamed_partition_dir_name(topic, partition, DELETE_DIR_SUFFIX))
+        if plog is not None and (cleaning := self._cleaning.get(id(plog))) is not None:
+            # From here the pass creates no file, so the removal below takes all of its output.
+            cleaning.abort(f"{plog.name} is being deleted", directory_gone=True)
         renamed = False
         try:
             directory.rename(doomed)
@@ -580,13 +593,41 @@ class LogManager:
         return removed
 
     def run_cleaner(self, now_ms: int | None = None) -> str | None:
-        """Compact the dirtiest compacted log that needs it (one log per call, see ``cleaner``);
-        returns its name, or None when no log needed cleaning."""
+        """Compact the dirtiest compacted log that needs it, in this thread (one log per call,
+        see ``cleaner``); returns its name, or None when no log was cleaned."""
+        cleaning = self._start_cleaning(now_ms)
+        if cleaning is None:
+            return None
+        try:
+            cleaning.run_inline()
+        except Exception as exc:
+            return self._end_cleaning(cleaning, exc)
+        return self._end_cleaning(cleaning, None)
+
+    async def run_cleaner_in(self, in_thread: InThread, now_ms: int | None = None) -> str | None:
+        """:meth:`run_cleaner` with the pass's reading and writing in ``in_thread`` (a worker),
+        so the event loop keeps serving clients; the segment swaps run on the event loop. Logs
+        being cleaned by another call are skipped, so several calls may run at once."""
+        cleaning = self._start_cleaning(now_ms)
+        if cleaning is None:
+            return None
+        try:
+            await cleaning.run(in_thread)
+        except Exception as exc:
+            return self._end_cleaning(cleaning, exc)
+        return self._end_cleaning(cleaning, None)
+
+    def abort_cleaning(self, reason: str) -> None:
+        """Abort every pass under way (the broker stops); each ends at its worker's next batch."""
+        for cleaning in list(self._cleaning.values()):
+            cleaning.abort(reason)
+
+    def _start_cleaning(self, now_ms: int | None) -> CleaningPass | None:
         now_ms = _now_ms() if now_ms is None else now_ms
         candidates = []
         for _, _, plog in self.logs():
             if (not plog.config.compacted or plog.offline_reason is not None
-                    or plog.name in self._uncleanable):
+                    or plog.name in self._uncleanable or id(plog) in self._cleaning):
                 continue
             try:
                 candidate = cleanable(plog, read_checkpoint(plog.directory), now_ms)
@@ -600,16 +641,39 @@ class LogManager:
         chosen = max(candidates, key=lambda c: c.cleanable_ratio)
         plog = chosen.plog
         try:
-            end = clean_log(plog, chosen, now_ms)
-            write_checkpoint(plog.directory, end)
+            cleaning = CleaningPass(plog, chosen, now_ms)
+        except OSError as exc:
+            raise plog._go_offline(f"cleaning failed: {os_error_text(exc)}") from exc
+        self._cleaning[id(plog)] = cleaning
+        return cleaning
+
+    def _end_cleaning(self, cleaning: CleaningPass, error: Exception | None) -> str | None:
+        """Record a pass's outcome: the checkpoint when it finished, the log uncleanable when its
+        data is damaged, nothing when it was aborted; other failures take the log offline."""
+        plog = cleaning.plog
+        if self._cleaning.get(id(plog)) is cleaning:
+            del self._cleaning[id(plog)]
+        aborted = cleaning.aborted is not None or cleaning.log_changed()
+        try:
+            if error is None:
+                write_checkpoint(plog.directory, cleaning.first_uncleanable)
+                return plog.name
+            raise error
+        except CleaningAborted as exc:
+            log.info("cleaning %s aborted: %s", plog.name, exc)
         except CleanerError as exc:
+            if aborted:
+                log.info("cleaning %s aborted: %s", plog.name, cleaning.aborted or exc)
+                return None
             log.error("cleaning %s stopped (the rest of the log is left as it was); it is not"
                       " cleaned again until the broker restarts: %s", plog.name, exc)
             self._uncleanable.add(plog.name)
-            return None
         except OSError as exc:
+            if aborted:
+                log.info("cleaning %s aborted: %s", plog.name, cleaning.aborted or exc)
+                return None
             raise plog._go_offline(f"cleaning failed: {os_error_text(exc)}") from exc
-        return plog.name
+        return None
 
     def run_periodic(self, now_ms: int | None = None) -> None:
         """Retention, flushing and producer expiration in one call."""
@@ -623,6 +687,7 @@ class LogManager:
         if self._closed:
             return
         self._closed = True
+        self.abort_cleaning("the log manager is closing")
         for _, _, plog in self.logs():
             try:
                 plog.close()

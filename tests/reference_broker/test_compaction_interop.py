@@ -296,4 +296,4 @@ async def test_log_cleaner_enable_decides_whether_the_cleaner_task_runs(
         cleaner = broker.services.get("log-cleaner")
         assert (cleaner is not None) == enabled
         if cleaner is not None:
-            assert [t.interval_s for t in cleaner.periodic_tasks()] == [0.25]
+            assert cleaner.backoff_s == 0.25  # type: ignore[attr-defined]

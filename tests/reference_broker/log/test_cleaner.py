@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from reference_broker.log import LogConfig, PartitionLog
 from reference_broker.log.cleaner import (
+    InThread,
     clean_log,
     cleanable,
     complete_interrupted_swaps,
@@ -28,6 +33,7 @@ COMPACT = LogConfig(cleanup_policy=("compact",), segment_bytes=600, index_interv
                     delete_retention_ms=1_000)
 
 Row = tuple[int, bytes | None, bytes | None]
+_T = TypeVar("_T")
 
 
 def _batch(records: list[tuple[bytes, bytes | None]], ts: int = 1_000, *, pid: int = -1,
@@ -443,3 +449,93 @@ def _rows_from(plog: PartitionLog, offset: int) -> list[Row]:
         out += [(r.offset, r.key, r.value) for b in batches for r in b]
         offset = result.next_offset
     return out
+
+
+# -- passes off the event loop ---------------------------------------------------------------------
+
+
+def _worker_that(before_call: dict[int, Callable[[], object]]) -> InThread:
+    """An ``in_thread`` running each phase in a thread, first doing ``before_call[n]`` (on the
+    event loop) before its n-th phase: what clients do while a pass runs."""
+    calls = 0
+
+    async def in_thread(fn: Callable[[], _T]) -> _T:
+        nonlocal calls
+        calls += 1
+        action = before_call.get(calls)
+        if action is not None:
+            action()
+        return await asyncio.to_thread(fn)
+
+    return in_thread  # type: ignore[return-value]
+
+
+def _leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith((".cleaned", ".swap", ".swaprange")))
+
+
+def test_a_pass_in_a_worker_cleans_as_one_in_this_thread(tmp_path):
+    manager = LogManager(tmp_path, LogConfig(segment_bytes=600))
+    try:
+        manager.create_topic("kept", 1, {"cleanup.policy": "compact"}, now_ms=1_000)
+        plog = manager.get_log("kept", 0)
+        rows = _fill(plog, 60, keys=7)
+        assert asyncio.run(manager.run_cleaner_in(_worker_that({}), 2_000)) == "kept-0"
+        active = plog.active_segment.base_offset
+        assert read_checkpoint(plog.directory) == active
+        assert _rows(plog) == _latest(rows, active) + [r for r in rows if r[0] >= active]
+        assert _leftovers(plog.directory) == []
+    finally:
+        manager.close()
+
+
+def test_a_pass_whose_segments_were_deleted_meanwhile_ends_without_a_swap(tmp_path, caplog):
+    caplog.set_level(logging.INFO, "reference_broker.log")
+    manager = LogManager(tmp_path, LogConfig(segment_bytes=600))
+    try:
+        manager.create_topic("kept", 1, {"cleanup.policy": "compact"}, now_ms=1_000)
+        plog = manager.get_log("kept", 0)
+        rows = _fill(plog, 60, keys=7)
+        start = plog.segments[2].base_offset
+        in_thread = _worker_that({2: lambda: plog.delete_records_before(start)})  # DeleteRecords
+        assert asyncio.run(manager.run_cleaner_in(in_thread, 2_000)) is None
+        assert "cleaning kept-0 aborted" in caplog.text
+        assert plog.offline_reason is None and _leftovers(plog.directory) == []
+        assert read_checkpoint(plog.directory) == 0  # not advanced: the next pass starts over
+        assert _rows(plog) == [r for r in rows if r[0] >= start]
+        assert asyncio.run(manager.run_cleaner_in(_worker_that({}), 2_000)) == "kept-0"
+    finally:
+        manager.close()
+
+
+def test_deleting_a_log_during_a_pass_aborts_it_and_removes_everything(tmp_path, caplog):
+    caplog.set_level(logging.INFO, "reference_broker.log")
+    manager = LogManager(tmp_path, LogConfig(segment_bytes=600))
+    try:
+        manager.create_topic("gone", 1, {"cleanup.policy": "compact"}, now_ms=1_000)
+        plog = manager.get_log("gone", 0)
+        _fill(plog, 60, keys=7)
+        in_thread = _worker_that({2: lambda: manager.delete_topic("gone")})  # before the first write
+        assert asyncio.run(manager.run_cleaner_in(in_thread, 2_000)) is None
+        assert "cleaning gone-0 aborted" in caplog.text
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith("gone")]
+    finally:
+        manager.close()
+
+
+def test_closing_the_manager_during_a_pass_aborts_it_and_leaves_the_log_whole(tmp_path, caplog):
+    caplog.set_level(logging.INFO, "reference_broker.log")
+    manager = LogManager(tmp_path, LogConfig(segment_bytes=600))
+    manager.create_topic("kept", 1, {"cleanup.policy": "compact"}, now_ms=1_000)
+    plog = manager.get_log("kept", 0)
+    rows = _fill(plog, 60, keys=7)
+    directory = plog.directory
+    assert asyncio.run(manager.run_cleaner_in(_worker_that({3: manager.close}), 2_000)) is None
+    assert "cleaning kept-0 aborted" in caplog.text
+    assert _leftovers(directory) == []
+    reopened = LogManager(tmp_path, LogConfig(segment_bytes=600))
+    try:
+        got = _rows(reopened.get_log("kept", 0))
+        assert set(_latest(rows, rows[-1][0] + 1)) <= set(got) <= set(rows)
+    finally:
+        reopened.close()
