@@ -29,6 +29,7 @@ from reference_broker.network.limits import ConnectionLimits
 from reference_broker.network.server import KafkaServer, RequestContext
 from reference_broker.producer_ids import ProducerIdManager
 from reference_broker.quotas import QuotaManager
+from reference_broker.replication.replica_manager import ReplicaManager
 from reference_broker.security.authorizer import Authorizer
 from reference_broker.security.config import authorizer_enabled, configured_listeners, super_users
 from reference_broker.security.listeners import Listener
@@ -51,6 +52,9 @@ class Broker:
         self.node_id = config.node_id
         self.waiters = DataWaiters()
         self.quotas = QuotaManager.from_config(config)
+        #: Cluster mode: the partitions this node replicates (None on a single node). Created
+        #: before the handlers are installed: Produce waits for acks=all only when it is set.
+        self.replica_manager: ReplicaManager | None = None
         self.registry = HandlerRegistry(self)
         install_handlers(self.registry)
         if authorizer_enabled(config):

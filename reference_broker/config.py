@@ -497,8 +497,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "min.insync.replicas",
             _B.INT,
             1,
-            "Replicas that must have a record before an acks=all produce succeeds. This broker is the "
-            "only replica, so any value is met by the node itself.",
+            "Replicas (the ISR) that must have a record before an acks=all produce succeeds; topics "
+            "override it with min.insync.replicas. Enforced in cluster mode (NOT_ENOUGH_REPLICAS, "
+            "NOT_ENOUGH_REPLICAS_AFTER_APPEND); a single node is the only replica and meets any value.",
             at_least(1),
         ),
         ConfigKey(
@@ -730,6 +731,55 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             False,
             "Whether an out-of-sync replica may become leader. Accepted; this node leads every partition."
             " Topics override it with unclean.leader.election.enable.",
+        ),
+        ConfigKey(
+            "replica.lag.time.max.ms",
+            _B.LONG,
+            30_000,
+            "Cluster mode: a follower not caught up with its leader's log end for this long leaves the ISR.",
+            at_least(1),
+        ),
+        ConfigKey(
+            "replica.fetch.min.bytes",
+            _B.INT,
+            1,
+            "Cluster mode: bytes a follower's fetch waits for (up to replica.fetch.wait.max.ms).",
+            at_least(1),
+        ),
+        ConfigKey(
+            "replica.fetch.max.bytes",
+            _B.INT,
+            1_048_576,
+            "Cluster mode: bytes a follower fetches per partition (the first batch comes whole).",
+            at_least(0),
+        ),
+        ConfigKey(
+            "replica.fetch.wait.max.ms",
+            _B.INT,
+            500,
+            "Cluster mode: longest a follower's fetch waits at the leader for replica.fetch.min.bytes.",
+            at_least(0),
+        ),
+        ConfigKey(
+            "replica.fetch.backoff.ms",
+            _B.INT,
+            1_000,
+            "Cluster mode: pause of a follower's fetching after an error.",
+            at_least(0),
+        ),
+        ConfigKey(
+            "replica.fetch.response.max.bytes",
+            _B.INT,
+            10_485_760,
+            "Cluster mode: bytes a follower's whole fetch response may hold.",
+            at_least(0),
+        ),
+        ConfigKey(
+            "num.replica.fetchers",
+            _B.INT,
+            1,
+            "Cluster mode: fetch loops per leader a follower runs (partitions spread over them).",
+            at_least(1),
         ),
         ConfigKey(
             "compression.type",

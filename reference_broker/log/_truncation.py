@@ -36,6 +36,12 @@ def truncate_to(plog: PartitionLog, offset: int) -> bool:
     if offset < 0:
         raise ValueError(f"cannot truncate {plog.name} to a negative offset {offset}")
     if offset >= plog.log_end_offset:
+        # An epoch this replica recorded as leader without writing anything in it starts at the
+        # log end: the new leader's log may not have it, so it goes (Kafka does the same).
+        try:
+            plog.leader_epoch_cache.truncate_from_end(plog.log_end_offset)
+        except OSError as exc:
+            raise plog._go_offline(f"truncation failed: {os_error_text(exc)}") from exc
         return False
     if offset < plog.log_start_offset:
         truncate_fully(plog, offset, None)

@@ -210,3 +210,15 @@ def test_a_crash_in_the_middle_of_truncation_recovers_a_consistent_log(tmp_path,
         assert plog.append(make_batch(1), now_ms=5).base_offset == 8
     finally:
         plog._close_files()
+
+
+def test_truncating_at_the_log_end_drops_an_epoch_begun_there_without_records(open_log_in, make_batch):
+    """A replica that became leader (recording its epoch at its log end) and wrote nothing before
+    losing leadership must not keep that epoch: its next leader never had it, and a follower
+    that keeps it would fetch with it and diverge for ever."""
+    plog = open_log_in("replica")
+    plog.leader_epoch = 1
+    plog.append(make_batch(3), now_ms=5)
+    plog.leader_epoch_cache.assign(4, plog.log_end_offset)
+    assert not plog.truncate_to(plog.log_end_offset)
+    assert plog.leader_epoch_cache.entries == [EpochEntry(1, 0)]
