@@ -13,6 +13,10 @@ Versions served and per-version notes:
   here stays in epoch 0). v11 rack_id is accepted and preferred_read_replica is always -1 (no
   followers to read from).
 - v12+ flexible. last_fetched_epoch is accepted and never diverges: there is one epoch.
+- Cluster mode (a broker with a replica manager): a follower's fetch (``replica_id`` /
+  ``replica_state.replica_id`` >= 0) is answered by ``replication.leader_fetch`` (up to the log
+  end, diverging epochs, the follower's state updated); consumers are served by the leader only
+  (NOT_LEADER_OR_FOLLOWER elsewhere), in its epoch, up to the high watermark.
 - v13+ topics by id (KIP-516): an unknown id answers UNKNOWN_TOPIC_ID, where names answer
   UNKNOWN_TOPIC_OR_PARTITION. v14-18 change nothing here: no tiered storage (v14), replica state
   is for followers (v15), no leader moves to report in node_endpoints (v16), directory ids (v17)
@@ -31,6 +35,7 @@ deleted meanwhile answers as unknown for its partitions while the others are ser
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,6 +43,8 @@ from reference_broker.fetch_sessions import TOPIC_IDS_FROM, FetchPlan, SessionPa
 from reference_broker.handlers.auth import Operation, topic_denied
 from reference_broker.handlers.common import ZERO_UUID, error_code_of, find_topic, leader_epoch_error
 from reference_broker.quotas import quota_identity
+from reference_broker.replication.leader_fetch import follower_id, serve_follower_fetch
+from reference_broker.replication.replica_manager import client_read_error
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import FetchRequest, FetchResponse
 
@@ -66,6 +73,14 @@ class _Wanted:
 
 async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     version = ctx.api_version
+    replicas = broker.replica_manager
+    if replicas is not None and follower_id(request, version) >= 0:  # cluster mode: a follower
+        def name_of(topic_id: uuid.UUID) -> str | None:
+            info = broker.logs.topic_by_id(topic_id)
+            return None if info is None else info.name
+
+        return await serve_follower_fetch(replicas, broker.waiters, request, version, name_of,
+                                          response_max_bytes(broker, ctx, request))
     plan = broker.fetch_sessions.plan(request, version)
     if plan.error_code:
         return FetchResponse(error_code=plan.error_code, session_id=0)
@@ -219,7 +234,11 @@ def _read_all(
             result.append(_error(p.partition, w.missing_code or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             errors = True
             continue
-        code = leader_epoch_error(p.current_leader_epoch)
+        replicas = broker.replica_manager
+        if replicas is None:
+            code = leader_epoch_error(p.current_leader_epoch)
+        else:
+            code = client_read_error(replicas, info.name, p.partition, p.current_leader_epoch)
         if code:
             result.append(_error(p.partition, code))
             errors = True

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from reference_broker.handlers.auth import Operation, topic_denied
 from reference_broker.handlers.common import LEADER_EPOCH, error_code_of, find_topic, leader_epoch_error
+from reference_broker.replication.replica_manager import client_read_error
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import ListOffsetsRequest, ListOffsetsResponse
 
@@ -66,6 +67,21 @@ def _lookup(broker: Broker, name: str, partition: int, timestamp: int, committed
     return found
 
 
+def _epoch_error(broker: Broker, topic: str, partition: int, current_leader_epoch: int) -> int:
+    """Single node: the fixed epoch's check; cluster mode: only the leader answers, in its
+    epoch."""
+    replicas = broker.replica_manager
+    if replicas is None:
+        return leader_epoch_error(current_leader_epoch)
+    return client_read_error(replicas, topic, partition, current_leader_epoch)
+
+
+def _leader_epoch(broker: Broker, topic: str, partition: int) -> int:
+    replicas = broker.replica_manager
+    state = None if replicas is None else replicas.partition(topic, partition)
+    return LEADER_EPOCH if state is None else state.leader_epoch
+
+
 def handle(broker: Broker, ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     committed = request.isolation_level == READ_COMMITTED
     topics = []
@@ -80,14 +96,15 @@ def handle(broker: Broker, ctx: RequestContext, request: ListOffsetsRequest) -> 
                 result.error_code = missing or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif p.timestamp < 0 and ctx.api_version < _MIN_VERSION.get(p.timestamp, 0):
                 result.error_code = ErrorCode.UNSUPPORTED_VERSION
-            elif code := leader_epoch_error(p.current_leader_epoch):
+            elif code := _epoch_error(broker, info.name, p.partition_index, p.current_leader_epoch):
                 result.error_code = code
             else:
                 try:
                     result.timestamp, result.offset = _lookup(
                         broker, info.name, p.partition_index, p.timestamp, committed
                     )
-                    result.leader_epoch = LEADER_EPOCH if result.offset >= 0 else -1
+                    result.leader_epoch = _leader_epoch(broker, info.name, p.partition_index) \
+                        if result.offset >= 0 else -1
                 except KafkaError as exc:
                     result.error_code = error_code_of(exc)
             partitions.append(result)

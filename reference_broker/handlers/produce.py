@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from reference_broker.handlers.registry import HandlerRegistry
     from reference_broker.log.log_manager import TopicMetadata
     from reference_broker.network.server import RequestContext
+    from reference_broker.replication.produce import PendingAck
 
 API_KEY = ProduceRequest.API_KEY
 log = logging.getLogger("reference_broker.produce")
@@ -104,6 +105,25 @@ def _failed(
 
 
 def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
+    return _handle(broker, ctx, request, None)
+
+
+async def handle_replicated(broker: Broker, ctx: RequestContext,
+                            request: ProduceRequest) -> ProduceResponse | None:
+    """Cluster mode: appends go to partitions led here, acks=all waits for the ISR
+    (``reference_broker.replication.produce``). Pipelined requests still append in order: every
+    append happens before the first ``await``."""
+    from reference_broker.replication.produce import wait_for_acks
+
+    pending: list[PendingAck] = []
+    response = _handle(broker, ctx, request, pending)
+    if pending:
+        await wait_for_acks(pending, request.timeout_ms)
+    return response
+
+
+def _handle(broker: Broker, ctx: RequestContext, request: ProduceRequest,
+            pending: list[PendingAck] | None) -> ProduceResponse | None:
     version = ctx.api_version
     acks = request.acks
     any_error = False
@@ -134,7 +154,8 @@ def handle(broker: Broker, ctx: RequestContext, request: ProduceRequest) -> Prod
             elif info is None or not 0 <= part.index < info.num_partitions:
                 result = _failed(part.index, missing or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             else:
-                result = _append(broker, info, part.index, part.records, version, request.transactional_id)
+                result = _append(broker, info, part.index, part.records, version,
+                                 request.transactional_id, acks, pending)
             any_error = any_error or result.error_code != ErrorCode.NONE
             partitions.append(result)
         topics.append(TopicResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=partitions))
@@ -166,6 +187,8 @@ def _append(
     records: memoryview | bytes | None,
     version: int,
     transactional_id: str | None,
+    acks: int,
+    pending: list[PendingAck] | None,
 ) -> ProduceResponse.PartitionProduceResponse:
     name = info.name
     problem = request_level_problem(records, version)
@@ -191,6 +214,15 @@ def _append(
         if code:
             log.info("transactional produce to %s-%d of %d refused: %d", name, index, producer_id, code)
             return _failed(index, code, "The partition is not part of the producer's ongoing transaction")
+    leader = None
+    if pending is not None:  # cluster mode
+        from reference_broker.replication.produce import check_leader
+
+        replicas = broker.replica_manager
+        assert replicas is not None
+        leader, code, message = check_leader(replicas, name, index, acks)
+        if leader is None:
+            return _failed(index, code, message)
     try:
         # The records are a view into this request's own buffer, used for nothing else after.
         appended = broker.logs.append(name, index, records, in_place=True)
@@ -199,13 +231,22 @@ def _append(
             _refusals.log((name, index, exc.code), logging.INFO,
                           "append to %s-%d refused: %s", name, index, exc)
         return _failed(index, error_code_of(exc), exc.message or exc.name, record_errors_of(exc))
-    return PartitionResponse(
+    response = PartitionResponse(
         index=index,
         error_code=ErrorCode.NONE,
         base_offset=appended.base_offset,
         log_append_time_ms=appended.log_append_time_ms,
         log_start_offset=appended.log_start_offset,
     )
+    if leader is not None:
+        leader.maybe_increment_high_watermark()  # an ISR of the leader alone commits at once
+    if leader is not None and acks == -1:
+        from reference_broker.replication.produce import PendingAck, min_insync_replicas
+
+        assert pending is not None and broker.replica_manager is not None
+        pending.append(PendingAck(response, leader, appended.last_offset + 1,
+                                  min_insync_replicas(broker.replica_manager, leader)))
+    return response
 
 
 #: Kafka's ReplicaManager: the implicit add's retriable coordinator errors become
@@ -253,4 +294,8 @@ def error_response(request: ProduceRequest, version: int, code: int) -> ProduceR
 
 
 def install(registry: HandlerRegistry) -> None:
-    registry.register(API_KEY, handle, error_response=error_response)
+    """The synchronous handler on a single node; in cluster mode (a broker with a replica
+    manager) the one that waits for acks=all."""
+    replicated = getattr(registry.broker, "replica_manager", None) is not None
+    registry.register(API_KEY, handle_replicated if replicated else handle,
+                      error_response=error_response)

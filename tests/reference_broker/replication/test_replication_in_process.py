@@ -1,0 +1,158 @@
+"""Replication over the wire, before the controller drives it: a real broker (in-process, on a
+loopback port) leads a partition through its ReplicaManager; a follower ReplicaManager with its own
+PartitionLog in a temp dir fetches from it over TCP with PeerChannels. The transitions the metadata
+publisher will make (become_leader / become_follower) are called directly, and the controller's
+AlterPartition is a callback that commits every proposal.
+
+Checked end to end: the follower's diverged suffix (records of an old epoch the leader never had)
+is cut by the leader's diverging epoch; the follower ends byte-identical to the leader with the
+same leader epochs; acks=all from a real producer (confluent-kafka) is answered once the follower
+has the records; a follower that stops fetching is shrunk out of the ISR after
+replica.lag.time.max.ms, and acks=all then gets NOT_ENOUGH_REPLICAS (min.insync.replicas=2)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from reference_broker.broker import Broker
+from reference_broker.config import BrokerConfig
+from reference_broker.handlers import produce
+from reference_broker.log import PartitionLog
+from reference_broker.network.peer import PeerChannels
+from reference_broker.replication import IsrCommitted, IsrProposal, ReplicaManager, ReplicationConfig
+from sdk.protocol.codec import decode_response, encode_request
+from sdk.protocol.errors import ErrorCode
+from sdk.protocol.messages import ProduceRequest
+from sdk.records import RecordBatchBuilder, iter_batches
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+CONFIG = ReplicationConfig(lag_time_max_ms=400, fetch_wait_max_ms=100, fetch_backoff_ms=50)
+
+
+def batch(values: list[bytes]) -> bytes:
+    builder = RecordBatchBuilder()
+    for i, value in enumerate(values):
+        builder.append(1_000 + i, None, value)
+    return builder.build()
+
+
+async def until(condition: Callable[[], bool], what: str, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        await asyncio.sleep(0.02)
+
+
+async def produce_raw(host: str, port: int, topic: str, records: bytes, acks: int) -> int:
+    """One Produce (v9) of ``records`` to partition 0; its error code."""
+    request = ProduceRequest(acks=acks, timeout_ms=5_000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.PartitionProduceData(index=0, records=records)])])
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        payload = encode_request(request, 9, 1, "replication-test")
+        writer.write(struct.pack(">i", len(payload)) + payload)
+        await writer.drain()
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
+        _, response = decode_response(ProduceRequest.API_KEY, 9, await reader.readexactly(size))
+        return response.responses[0].partition_responses[0].error_code  # type: ignore[attr-defined]
+    finally:
+        writer.close()
+
+
+class Controller:
+    def __init__(self) -> None:
+        self.proposals: list[IsrProposal] = []
+
+    async def __call__(self, proposal: IsrProposal) -> IsrCommitted:
+        self.proposals.append(proposal)
+        return IsrCommitted(proposal.leader_epoch, proposal.partition_epoch + 1, proposal.isr)
+
+
+def all_bytes(plog: PartitionLog) -> bytes:
+    return bytes(plog.read(plog.log_start_offset, 1 << 24, max_offset=plog.log_end_offset).data)
+
+
+async def test_follower_truncates_replicates_and_acks_all_follows_the_isr(tmp_path: Path) -> None:
+    config = BrokerConfig.build(tmp_path / "leader", port=0, node_id=1)
+    async with Broker(config) as broker:
+        broker.logs.create_topic("t", 1, {"min.insync.replicas": "2"})
+        topic_id = broker.logs.topic("t").topic_id  # type: ignore[union-attr]
+        leader_log = broker.logs.manager.get_log("t", 0)
+        # Epoch 1 wrote offsets 0-4 on the leader; the follower has them and two more records of
+        # epoch 1 (5-6) that never reached the leader before it lost leadership.
+        leader_log.leader_epoch = 1
+        leader_log.append(batch([b"a0", b"a1", b"a2"]), now_ms=1)
+        leader_log.append(batch([b"a3", b"a4"]), now_ms=1)
+        follower_log = PartitionLog.open(tmp_path / "follower" / "t-0", now_ms=1)
+        follower_log.append_as_follower(all_bytes(leader_log), now_ms=1)
+        follower_log.leader_epoch = 1
+        follower_log.append(batch([b"lost5", b"lost6"]), now_ms=1)
+        assert follower_log.log_end_offset == 7
+
+        controller = Controller()
+        leader_channels, follower_channels = PeerChannels("leader"), PeerChannels("follower")
+        leader_rm = ReplicaManager(1, get_log=lambda tp: broker.logs.manager.get_log(*tp),
+                                   channels=leader_channels, config=CONFIG,
+                                   alter_partition=controller, notify=broker.waiters.notify,
+                                   topic_id=lambda name: topic_id)
+        broker.replica_manager = leader_rm
+        produce.install(broker.registry)  # the cluster-mode Produce (acks=all waits)
+        follower_rm = ReplicaManager(2, get_log=lambda tp: follower_log, channels=follower_channels,
+                                     config=CONFIG, topic_id=lambda name: topic_id)
+        follower_channels.update(1, broker.host, broker.port)
+        await leader_rm.start()
+        await follower_rm.start()
+        try:
+            assert leader_rm.become_leader(("t", 0), 2, 0, [1, 2], [1, 2])
+            assert follower_rm.become_follower(("t", 0), 1, 2, 0, [1, 2])
+
+            # A real producer's acks=all is answered once the follower has the records.
+            producer = confluent_kafka.Producer({
+                "bootstrap.servers": f"{broker.host}:{broker.port}", "acks": "all",
+                "linger.ms": 0, "message.timeout.ms": 15_000})
+            reports: list[tuple[object, int]] = []
+            for i in range(3):
+                producer.produce("t", b"b%d" % i, partition=0,
+                                 on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+            remaining = await asyncio.to_thread(producer.flush, 20)
+            assert remaining == 0 and [e for e, _ in reports] == [None] * 3
+            assert sorted(o for _, o in reports) == [5, 6, 7]
+
+            await until(lambda: follower_log.log_end_offset == leader_log.log_end_offset == 8
+                        and follower_log.high_watermark == 8, "the follower caught up")
+            assert all_bytes(follower_log) == all_bytes(leader_log)
+            values = [r.value for b in iter_batches(all_bytes(follower_log)) for r in b]
+            assert b"lost5" not in values and values[5:] == [b"b0", b"b1", b"b2"]
+            assert follower_log.leader_epoch_cache.entries == leader_log.leader_epoch_cache.entries
+            assert [tuple(e) for e in leader_log.leader_epoch_cache.entries] == [(1, 0), (2, 5)]
+            assert leader_rm.partition("t", 0).isr == (1, 2)  # type: ignore[union-attr]
+
+            # The follower stops fetching: after replica.lag.time.max.ms it is shrunk out, and
+            # acks=all with min.insync.replicas=2 is refused before anything is written.
+            await follower_rm.stop()
+            await until(lambda: leader_rm.partition("t", 0).isr == (1,),  # type: ignore[union-attr]
+                        "the ISR shrank")
+            assert controller.proposals[-1].isr == (1,)
+            end = leader_log.log_end_offset
+            code = await produce_raw(broker.host, broker.port, "t", batch([b"c"]), acks=-1)
+            assert code == ErrorCode.NOT_ENOUGH_REPLICAS
+            assert leader_log.log_end_offset == end
+            code = await produce_raw(broker.host, broker.port, "t", batch([b"c"]), acks=1)
+            assert code == ErrorCode.NONE
+            assert leader_log.high_watermark == leader_log.log_end_offset == end + 1
+        finally:
+            await follower_rm.stop()
+            await leader_rm.stop()
+            await follower_channels.close()
+            await leader_channels.close()
+            broker.replica_manager = None
+            follower_log.close()
