@@ -25,7 +25,7 @@ from confluent_kafka.admin import (
 pytestmark = pytest.mark.interop
 
 #: small records in many batches: cleaning them takes the cleaner a while (records are decoded)
-RECORDS = 300_000
+RECORDS = 250_000
 KEYS = 20_000
 SEGMENT_BYTES = 4 * 1024 * 1024
 BROKER_CONFIG = {"log.cleaner.backoff.ms": 50}
