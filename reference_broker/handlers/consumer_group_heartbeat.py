@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from reference_broker.coordinator.group.consumer_coordinator import HeartbeatArgs
 from reference_broker.coordinator.group.consumer_group import Assignment, ConsumerGroupState
+from reference_broker.security.acl import ResourceType
+from reference_broker.security.authorizer import SUPPORTED_OPERATIONS
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
     ConsumerGroupDescribeRequest,
@@ -41,7 +43,8 @@ CONSUMER_MEMBER_TYPE = 1
 #: A member speaking the classic protocol inside the consumer group.
 CLASSIC_MEMBER_TYPE = 0
 # READ (3), DELETE (6), DESCRIBE (8): everything a group allows on an ACL-less broker.
-ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+#: Every operation a group ACL can name, as bits (an authorizer narrows them to the principal's).
+ALL_GROUP_OPERATIONS = sum(1 << op for op in SUPPORTED_OPERATIONS[ResourceType.GROUP])
 
 
 def _client_host(ctx: RequestContext) -> str:

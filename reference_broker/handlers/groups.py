@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from reference_broker.coordinator.group.state import GroupState, JoinResult, SyncResult
 from reference_broker.handlers.consumer_group_heartbeat import listed_consumer_groups
+from reference_broker.security.acl import ResourceType
+from reference_broker.security.authorizer import SUPPORTED_OPERATIONS
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
     DeleteGroupsRequest,
@@ -55,7 +57,9 @@ GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 AUTHORIZED_OPS_OMITTED = -(2**31)
 # READ (3), DELETE (6), DESCRIBE (8): everything a group allows on an ACL-less broker.
-ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+#: Every operation a group ACL can name, as bits: what a group's authorized operations are without
+#: an authorizer (one replaces them with what the principal may do).
+ALL_GROUP_OPERATIONS = sum(1 << op for op in SUPPORTED_OPERATIONS[ResourceType.GROUP])
 CLASSIC = "classic"
 CONSUMER = "consumer"
 
@@ -285,7 +289,7 @@ def _described(
                 error_message=f"Group {group_id} not found.",
                 group_id=group_id,
                 group_state=GroupState.DEAD.value,
-                authorized_operations=ops,
+                authorized_operations=AUTHORIZED_OPS_OMITTED,  # an error answer carries none
             )
         return DescribeGroupsResponse.DescribedGroup(
             group_id=group_id, group_state=GroupState.DEAD.value, authorized_operations=ops
