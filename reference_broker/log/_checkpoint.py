@@ -1,8 +1,11 @@
-"""Per-partition checkpoint file: log start offset and recovery point.
+"""Per-partition checkpoint file: log start offset, recovery point and (replicated) high watermark.
 
 ``partition.checkpoint`` (JSON, replaced atomically) plays the role of Kafka's per-directory
-``log-start-offset-checkpoint`` and ``recovery-point-offset-checkpoint``; ``.clean_shutdown``
-marks a partition closed cleanly (its files can be trusted without validation).
+``log-start-offset-checkpoint`` and ``recovery-point-offset-checkpoint``, and for a replicated
+partition of ``replication-offset-checkpoint`` (the high watermark, written when it changed at the
+next periodic flush; a stale value is safe: it only moves forward, and a replica starts from it
+rather than from the log start). ``.clean_shutdown`` marks a partition closed cleanly (its files
+can be trusted without validation).
 """
 
 from __future__ import annotations
@@ -26,12 +29,16 @@ CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 class Checkpoint:
     log_start_offset: int = 0
     recovery_point: int = 0
+    #: None for a partition that is not replicated (a single node's: it follows the log end)
+    high_watermark: int | None = None
 
     @classmethod
     def read(cls, directory: Path) -> Checkpoint:
         try:
             data = json.loads((directory / CHECKPOINT_FILE).read_text())
-            return cls(int(data["log_start_offset"]), int(data["recovery_point"]))
+            hw = data.get("high_watermark")
+            return cls(int(data["log_start_offset"]), int(data["recovery_point"]),
+                       None if hw is None else int(hw))
         except FileNotFoundError:
             return cls()
         except (ValueError, KeyError, TypeError) as exc:
@@ -42,4 +49,6 @@ class Checkpoint:
         """Replace the checkpoint file (``sync=False``: no fsync, for a partition being created)."""
         body = {"version": 1, "log_start_offset": self.log_start_offset,
                 "recovery_point": self.recovery_point}
+        if self.high_watermark is not None:
+            body["high_watermark"] = self.high_watermark
         atomic_write(directory / CHECKPOINT_FILE, json.dumps(body).encode(), sync=sync)

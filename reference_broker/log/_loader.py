@@ -147,6 +147,8 @@ def load_partition(
         recovery_point = min(checkpoint.recovery_point, log_end)
     plog = cls(directory, config, segments, producer_state, log_start, recovery_point, now_ms,
                epochs)
+    if checkpoint.high_watermark is not None:
+        plog.checkpointed_high_watermark = min(max(checkpoint.high_watermark, log_start), log_end)
     if fresh:
         plog._checkpoint = Checkpoint(log_start, recovery_point)
         plog._checkpoint.write(directory, sync=False)

@@ -131,6 +131,8 @@ class PartitionLog:
         self.leader_epoch = 0 if latest_epoch is None else latest_epoch
         #: None: the high watermark follows the log end offset (a single node)
         self._high_watermark: int | None = None
+        #: the high watermark a replicated partition had checkpointed (None if it never was)
+        self.checkpointed_high_watermark: int | None = None
 
     # -- open ----------------------------------------------------------------------------------
 
@@ -484,8 +486,15 @@ class PartitionLog:
             self.flush(now_ms=now_ms)
 
     def maybe_flush(self, now_ms: int) -> None:
-        """Periodic durability work: fsync rolled segments and honour ``flush.ms``."""
+        """Periodic durability work: fsync rolled segments and honour ``flush.ms``; checkpoint a
+        replicated partition's high watermark when it moved."""
         self._check_open()
+        hw = self._high_watermark
+        if hw is not None and self._checkpoint is not None and self._checkpoint.high_watermark != hw:
+            try:
+                self._write_checkpoint()
+            except OSError as exc:
+                raise self._go_offline(f"checkpoint write failed: {os_error_text(exc)}") from exc
         if now_ms - self._last_flush_ms >= self.config.flush_interval_ms:
             self.flush(now_ms=now_ms)
         elif self.recovery_point < self.active_segment.base_offset:
@@ -513,7 +522,9 @@ class PartitionLog:
             self._last_flush_ms = _now_ms() if now_ms is None else now_ms
 
     def _write_checkpoint(self) -> None:
-        checkpoint = Checkpoint(self._log_start_offset, self.recovery_point)
+        hw = self._high_watermark
+        checkpoint = Checkpoint(self._log_start_offset, self.recovery_point,
+                                self.checkpointed_high_watermark if hw is None else hw)
         if checkpoint != self._checkpoint:
             checkpoint.write(self.directory)
             self._checkpoint = checkpoint

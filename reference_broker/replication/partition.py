@@ -176,7 +176,7 @@ class Partition:
             if cache.latest_epoch is None or cache.latest_epoch < leader_epoch:
                 cache.assign(leader_epoch, plog.log_end_offset)
             if not plog.replicated:
-                plog.set_high_watermark(plog.log_start_offset)
+                plog.set_high_watermark(_initial_high_watermark(plog))
         end = plog.log_end_offset
         followers = {}
         for replica in replicas:
@@ -208,7 +208,7 @@ class Partition:
         self.followers = {}
         self.log.leader_epoch = leader_epoch
         if not self.log.replicated:
-            self.log.set_high_watermark(self.log.log_start_offset)
+            self.log.set_high_watermark(_initial_high_watermark(self.log))
         self.fail_waiters(NotLeaderOrFollowerError(
             f"{self.topic}-{self.index}: leadership moved to {leader_id}"))
         return True
@@ -363,3 +363,10 @@ class Partition:
             else:
                 remaining.append(waiter)
         self._waiters = remaining
+
+
+def _initial_high_watermark(plog: PartitionLog) -> int:
+    """Where a replica's high watermark starts: the checkpointed one, else the log start (nothing
+    is known to be committed; the leader's ISR or fetch responses move it up)."""
+    hw = plog.checkpointed_high_watermark
+    return plog.log_start_offset if hw is None else hw

@@ -222,3 +222,27 @@ def test_truncating_at_the_log_end_drops_an_epoch_begun_there_without_records(op
     plog.leader_epoch_cache.assign(4, plog.log_end_offset)
     assert not plog.truncate_to(plog.log_end_offset)
     assert plog.leader_epoch_cache.entries == [EpochEntry(1, 0)]
+
+
+def test_a_replicated_high_watermark_is_checkpointed_and_read_back(open_log_in, make_batch, tmp_path):
+    import json
+
+    from reference_broker.replication.partition import Partition
+
+    single = open_log_in("single")
+    single.append(make_batch(2), now_ms=5)
+    single.maybe_flush(10**13)
+    assert "high_watermark" not in json.loads((tmp_path / "single" / "partition.checkpoint").read_text())
+
+    plog = _leader_with_epochs(open_log_in, make_batch)
+    plog.set_high_watermark(4)
+    plog.maybe_flush(10)  # the periodic chore: the moved high watermark is written
+    body = json.loads((tmp_path / "leader" / "partition.checkpoint").read_text())
+    assert body["high_watermark"] == 4
+    plog.close()
+    again = open_log_in("leader")
+    assert again.checkpointed_high_watermark == 4
+    assert again.high_watermark == again.log_end_offset  # not replicated until told so
+    partition = Partition("leader", 0, 2, again)
+    assert partition.make_follower(1, 5, 0, [1, 2])
+    assert again.high_watermark == 4  # a replica starts from its checkpoint, not the log end
