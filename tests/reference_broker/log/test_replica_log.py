@@ -13,7 +13,7 @@ import pytest
 
 from reference_broker.log import LogConfig
 from reference_broker.log.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, EpochEntry
-from sdk.protocol.errors import CorruptMessageError, InvalidRecordError
+from sdk.protocol.errors import CorruptMessageError, InvalidRecordError, OutOfOrderSequenceNumberError
 from sdk.records import ControlType, iter_batches
 
 SMALL = LogConfig(segment_bytes=250, index_interval_bytes=100, retention_ms=-1)
@@ -246,3 +246,22 @@ def test_a_replicated_high_watermark_is_checkpointed_and_read_back(open_log_in, 
     partition = Partition("leader", 0, 2, again)
     assert partition.make_follower(1, 5, 0, [1, 2])
     assert again.high_watermark == 4  # a replica starts from its checkpoint, not the log end
+
+
+def test_an_elected_follower_keeps_sequence_checks_and_the_open_transaction(open_log_in, make_batch):
+    leader = open_log_in("leader")
+    leader.leader_epoch = 1
+    produced = make_batch(2, pid=40, epoch=0, seq=0)
+    leader.append(produced, now_ms=5)
+    leader.append(make_batch(1, pid=41, epoch=0, seq=0, txn=True), now_ms=5)  # left open
+    leader.append(make_batch(1), now_ms=5)
+    follower = open_log_in("follower")
+    follower.append_as_follower(leader.read(0, 1 << 20, max_offset=leader.log_end_offset).data, now_ms=6)
+    # The follower is elected: the producer's retry of its first batch is a duplicate there too,
+    # and read_committed readers stop at the transaction still open.
+    follower.leader_epoch = 2
+    retry = follower.append(produced, now_ms=7)
+    assert retry.duplicate and (retry.base_offset, retry.last_offset) == (0, 1)
+    assert follower.last_stable_offset == 2
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        follower.append(make_batch(1, pid=40, epoch=0, seq=5), now_ms=7)
