@@ -1,0 +1,187 @@
+"""Broker membership on the active controller: Kafka's ClusterControlManager and
+BrokerHeartbeatManager, and the producer id blocks of ProducerIdControlManager.
+
+- BrokerRegistration writes a RegisterBrokerRecord (fenced) with a new broker epoch. The epoch is
+  larger than every offset of the metadata log so far, so it grows across restarts and controller
+  failovers, and a broker whose metadata has reached it has seen its own registration. A second
+  incarnation while the first still heartbeats is DUPLICATE_BROKER_REGISTRATION; a retry of the
+  same incarnation gets its epoch again. A restart that was not a clean shutdown (the previous
+  epoch is not the registered one) first takes the broker out of every ISR and leadership.
+- BrokerHeartbeat: unknown broker BROKER_ID_NOT_REGISTERED, other epoch STALE_BROKER_EPOCH. A
+  fenced broker is unfenced once its metadata offset reaches its registration (caught up); a
+  broker that asks to be fenced is, and one that asks to shut down is fenced and told to stop.
+- A broker whose last heartbeat is older than ``broker.session.timeout.ms`` is fenced. The
+  heartbeat times are the active controller's memory only: a new active controller gives every
+  broker a whole session from its activation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from reference_broker import internal_records as rec
+from reference_broker.controller.result import ControllerResult
+from reference_broker.controller.settings import PRODUCER_ID_BLOCK_SIZE
+from sdk.protocol.errors import ErrorCode
+from sdk.protocol.messages import (
+    AllocateProducerIdsResponse,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationResponse,
+)
+
+if TYPE_CHECKING:
+    from reference_broker.controller.quorum_controller import QuorumController
+
+METADATA_VERSION = "metadata.version"
+FENCING_UNFENCE = -1
+FENCING_FENCE = 1
+
+
+class ClusterControl:
+    def __init__(self, controller: QuorumController):
+        self.controller = controller
+        #: broker id -> monotonic ms of its last heartbeat (or of this controller's activation)
+        self.last_contact: dict[int, float] = {}
+
+    def activate(self, now_ms: float) -> None:
+        self.last_contact = {b: now_ms for b in self.controller.image.brokers}
+
+    # -- registration ------------------------------------------------------------------------------
+    def register(self, request: Any, now_ms: float) -> ControllerResult:
+        ctl = self.controller
+        image = ctl.image
+
+        def refuse(code: int) -> ControllerResult:
+            return ControllerResult([], BrokerRegistrationResponse(error_code=code, broker_epoch=-1))
+
+        if ctl.settings.cluster_id and request.cluster_id != ctl.settings.cluster_id:
+            return refuse(ErrorCode.INCONSISTENT_CLUSTER_ID)
+        level = image.features.get(METADATA_VERSION)
+        if level is not None:
+            supported = {f.name: (f.min_supported_version, f.max_supported_version) for f in request.features}
+            low, high = supported.get(METADATA_VERSION, (1, 1))
+            if not low <= level <= high:
+                return refuse(ErrorCode.UNSUPPORTED_VERSION)
+        existing = image.brokers.get(request.broker_id)
+        records: list[Any] = []
+        if existing is not None:
+            if existing.incarnation_id == request.incarnation_id:
+                self.last_contact[request.broker_id] = now_ms
+                return ControllerResult([], BrokerRegistrationResponse(broker_epoch=existing.epoch))
+            alive = now_ms - self.last_contact.get(request.broker_id, -1e18) < ctl.settings.session_timeout_ms
+            if alive and not existing.fenced:
+                return refuse(ErrorCode.DUPLICATE_BROKER_REGISTRATION)
+            if request.previous_broker_epoch != existing.epoch:
+                records += ctl.replication.leave_partitions(request.broker_id)
+        epoch = ctl.next_broker_epoch()
+        records.append(
+            rec.RegisterBrokerRecord(
+                broker_id=request.broker_id,
+                incarnation_id=request.incarnation_id,
+                broker_epoch=epoch,
+                end_points=[
+                    rec.RegisterBrokerRecord.BrokerEndpoint(
+                        name=lst.name, host=lst.host, port=lst.port, security_protocol=lst.security_protocol
+                    )
+                    for lst in request.listeners
+                ],
+                features=[
+                    rec.RegisterBrokerRecord.BrokerFeature(
+                        name=f.name,
+                        min_supported_version=f.min_supported_version,
+                        max_supported_version=f.max_supported_version,
+                    )
+                    for f in request.features
+                ],
+                rack=request.rack,
+                fenced=True,
+                in_controlled_shutdown=False,
+                log_dirs=list(request.log_dirs),
+            )
+        )
+        self.last_contact[request.broker_id] = now_ms
+        return ControllerResult(records, BrokerRegistrationResponse(broker_epoch=epoch))
+
+    # -- heartbeats ----------------------------------------------------------------------------------
+    def heartbeat(self, request: Any, now_ms: float) -> ControllerResult:
+        ctl = self.controller
+        broker = ctl.image.brokers.get(request.broker_id)
+        if broker is None:
+            return ControllerResult(
+                [], BrokerHeartbeatResponse(error_code=ErrorCode.BROKER_ID_NOT_REGISTERED)
+            )
+        if broker.epoch != request.broker_epoch:
+            return ControllerResult([], BrokerHeartbeatResponse(error_code=ErrorCode.STALE_BROKER_EPOCH))
+        self.last_contact[broker.id] = now_ms
+        caught_up = request.current_metadata_offset >= broker.epoch
+        records: list[Any] = []
+        fenced = broker.fenced
+        shut_down = False
+        if request.want_shut_down:
+            # Kafka's controlled shutdown: leaderships move away, then the broker may stop.
+            if not broker.fenced:
+                records += ctl.replication.leave_partitions(broker.id)
+                records.append(
+                    rec.BrokerRegistrationChangeRecord(
+                        broker_id=broker.id, broker_epoch=broker.epoch, fenced=FENCING_FENCE
+                    )
+                )
+            fenced, shut_down = True, True
+        elif broker.fenced:
+            if caught_up and not request.want_fence:
+                records.append(
+                    rec.BrokerRegistrationChangeRecord(
+                        broker_id=broker.id, broker_epoch=broker.epoch, fenced=FENCING_UNFENCE
+                    )
+                )
+                fenced = False
+        elif request.want_fence:
+            records += self.fence(broker.id)
+            fenced = True
+        if records and not fenced and broker.fenced:
+            records += ctl.replication.elect_for_unfenced(broker.id, ctl.preview(records))
+        return ControllerResult(
+            records,
+            BrokerHeartbeatResponse(is_caught_up=caught_up, is_fenced=fenced, should_shut_down=shut_down),
+        )
+
+    def fence(self, broker_id: int) -> list[Any]:
+        """Records fencing ``broker_id``: out of every ISR and leadership first, then fenced."""
+        broker = self.controller.image.brokers[broker_id]
+        records = self.controller.replication.leave_partitions(broker_id)
+        records.append(
+            rec.BrokerRegistrationChangeRecord(
+                broker_id=broker_id, broker_epoch=broker.epoch, fenced=FENCING_FENCE
+            )
+        )
+        return records
+
+    def fence_stale_brokers(self, now_ms: float) -> ControllerResult:
+        """Fence every unfenced broker whose session has expired (one at a time, as Kafka)."""
+        timeout = self.controller.settings.session_timeout_ms
+        for broker in sorted(self.controller.image.brokers.values(), key=lambda b: b.id):
+            if broker.fenced:
+                continue
+            last = self.last_contact.setdefault(broker.id, now_ms)
+            if now_ms - last >= timeout:
+                return ControllerResult(self.fence(broker.id), broker.id)
+        return ControllerResult([], None)
+
+    # -- producer ids ---------------------------------------------------------------------------------
+    def allocate_producer_ids(self, request: Any) -> ControllerResult:
+        image = self.controller.image
+        broker = image.brokers.get(request.broker_id)
+        if broker is None:
+            return ControllerResult(
+                [], AllocateProducerIdsResponse(error_code=ErrorCode.BROKER_ID_NOT_REGISTERED)
+            )
+        if broker.epoch != request.broker_epoch:
+            return ControllerResult([], AllocateProducerIdsResponse(error_code=ErrorCode.STALE_BROKER_EPOCH))
+        start = image.next_producer_id
+        record = rec.ProducerIdsRecord(
+            broker_id=broker.id, broker_epoch=broker.epoch, next_producer_id=start + PRODUCER_ID_BLOCK_SIZE
+        )
+        return ControllerResult(
+            [record],
+            AllocateProducerIdsResponse(producer_id_start=start, producer_id_len=PRODUCER_ID_BLOCK_SIZE),
+        )

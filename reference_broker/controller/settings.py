@@ -1,0 +1,48 @@
+"""The settings the quorum controller acts on, read once from the node's configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+#: Kafka 4.1's metadata.version (4.1-IV1), finalized by the first active controller.
+METADATA_VERSION_LEVEL = 27
+#: Producer ids handed to a broker per AllocateProducerIds (Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE).
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerSettings:
+    node_id: int
+    cluster_id: str = ""
+    session_timeout_ms: int = 9000
+    default_replication_factor: int = 1
+    default_num_partitions: int = 1
+    unclean_leader_election: bool = False
+    delete_topic_enable: bool = True
+    auto_leader_rebalance: bool = True
+    leader_imbalance_check_interval_s: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
+
+    @classmethod
+    def from_config(cls, config: Any, cluster_id: str) -> ControllerSettings:
+        """Read from a ``BrokerConfig``; keys another part has not declared yet keep Kafka's default."""
+
+        def get(key: str, default: Any) -> Any:
+            try:
+                return config.get(key)
+            except KeyError:  # a key another part of the cluster declares, not (yet) in this build
+                return default
+
+        return cls(
+            node_id=config.node_id,
+            cluster_id=cluster_id,
+            session_timeout_ms=get("broker.session.timeout.ms", 9000),
+            default_replication_factor=get("default.replication.factor", 1),
+            default_num_partitions=get("num.partitions", 1),
+            unclean_leader_election=get("unclean.leader.election.enable", False),
+            delete_topic_enable=get("delete.topic.enable", True),
+            auto_leader_rebalance=get("auto.leader.rebalance.enable", True),
+            leader_imbalance_check_interval_s=get("leader.imbalance.check.interval.seconds", 300),
+            leader_imbalance_per_broker_percentage=get("leader.imbalance.per.broker.percentage", 10),
+        )
