@@ -18,6 +18,7 @@ from typing import Any
 
 __all__ = [
     "BOOTSTRAP_ENV",
+    "CONSUMER_PROPERTIES",
     "EXIT_FAILURE",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
@@ -32,6 +33,7 @@ __all__ = [
     "raise_item_error",
     "read_properties",
     "settings_from_properties",
+    "without_consumer_settings",
 ]
 
 #: Environment variable read when ``--bootstrap-server`` is not given.
@@ -166,8 +168,13 @@ _SSL_KEYS = frozenset(
     }
 )
 _OTHER_KEYS = frozenset({"security.protocol", "sasl.mechanism", "sasl.jaas.config", "client.id"})
+#: Kafka consumer property -> SDK consumer setting: only a subcommand that builds a consumer takes
+#: them (``consume``); another refuses them, as a setting that would have no effect.
+CONSUMER_PROPERTIES = {"group.protocol": "group_protocol", "group.remote.assignor": "group_remote_assignor"}
+_CONSUMER_SETTINGS = frozenset(CONSUMER_PROPERTIES.values())
+_GROUP_PROTOCOLS = ("classic", "consumer")
 #: Every key ``--command-config`` understands.
-KNOWN_PROPERTIES = frozenset(_TIMES) | _SSL_KEYS | _OTHER_KEYS
+KNOWN_PROPERTIES = frozenset(_TIMES) | _SSL_KEYS | _OTHER_KEYS | frozenset(CONSUMER_PROPERTIES)
 
 
 def _ssl_context(properties: dict[str, str]) -> ssl.SSLContext:
@@ -215,6 +222,14 @@ def settings_from_properties(properties: dict[str, str]) -> dict[str, Any]:
             settings[setting] = _milliseconds(key, properties[key])
     if "client.id" in properties:
         settings["client_id"] = properties["client.id"]
+    for key, setting in CONSUMER_PROPERTIES.items():
+        if key in properties:
+            settings[setting] = properties[key]
+    if "group.protocol" in properties:
+        given = properties["group.protocol"]
+        if given.lower() not in _GROUP_PROTOCOLS:
+            raise UsageError(f"group.protocol: expected classic or consumer, got {given!r}")
+        settings["group_protocol"] = given.lower()
     protocol = properties.get("security.protocol", "PLAINTEXT").upper()
     settings["security_protocol"] = protocol
     ssl_keys = sorted(_SSL_KEYS & set(properties))
@@ -249,7 +264,17 @@ def client_settings(args: argparse.Namespace) -> dict[str, Any]:
     config_path = getattr(args, "command_config", None)
     if config_path:
         settings.update(settings_from_properties(read_properties(config_path)))
+    consumer_keys = sorted(k for k, s in CONSUMER_PROPERTIES.items() if s in settings)
+    if consumer_keys and not getattr(args, "builds_consumer", False):
+        raise UsageError(
+            f"--command-config: {', '.join(consumer_keys)}: consumer properties, taken by `consume` only"
+        )
     return settings
+
+
+def without_consumer_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` for a client other than a consumer (the consumer-only ones left out)."""
+    return {k: v for k, v in settings.items() if k not in _CONSUMER_SETTINGS}
 
 
 def add_common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
@@ -267,7 +292,8 @@ def add_common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> No
         "--command-config",
         metavar="FILE",
         default=default(None),
-        help="Kafka client properties (security.protocol, sasl.*, ssl.*, client.id, *.ms)",
+        help="Kafka client properties (security.protocol, sasl.*, ssl.*, client.id, *.ms; "
+        "group.protocol and group.remote.assignor for consume)",
     )
     parser.add_argument(
         "--json",
@@ -281,7 +307,7 @@ def admin_client(settings: dict[str, Any]) -> Any:
     """An ``sdk.AdminClient`` for ``async with`` (connects on entry, closes on exit)."""
     from sdk.admin import AdminClient
 
-    return AdminClient(**settings)
+    return AdminClient(**without_consumer_settings(settings))
 
 
 def raise_item_error(error: BaseException | None, what: str) -> None:

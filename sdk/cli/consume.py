@@ -48,7 +48,8 @@ def register(subparsers: Any, common: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--print-key", action="store_true", help="print KEY<separator>VALUE")
     parser.add_argument("--key-separator", default="\t", metavar="SEP", help="between key and value (tab)")
-    parser.set_defaults(handler=consume)
+    # --command-config may carry consumer properties (group.protocol, group.remote.assignor).
+    parser.set_defaults(handler=consume, builds_consumer=True)
 
 
 def _check(args: argparse.Namespace) -> None:

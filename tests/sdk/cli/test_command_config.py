@@ -107,3 +107,14 @@ def test_bootstrap_from_option_or_environment(monkeypatch: pytest.MonkeyPatch, t
     }
     with pytest.raises(UsageError, match="cannot read"):
         client_settings(argparse.Namespace(bootstrap_server="c:3", command_config=str(tmp_path / "missing")))
+
+
+def test_consumer_group_protocol_properties_map_to_the_consumer_settings() -> None:
+    settings = settings_from_properties({"group.protocol": "CONSUMER", "group.remote.assignor": "uniform"})
+    assert settings == {
+        "security_protocol": "PLAINTEXT",
+        "group_protocol": "consumer",
+        "group_remote_assignor": "uniform",
+    }
+    with pytest.raises(UsageError, match=r"group\.protocol: expected classic or consumer, got 'eager'"):
+        settings_from_properties({"group.protocol": "eager"})
