@@ -244,10 +244,19 @@ class Partition:
             self._propose(tuple(sorted({*self.isr, state.replica_id})))
 
     def out_of_sync_replicas(self, now_ms: int) -> list[int]:
-        """ISR followers not caught up within ``replica.lag.time.max.ms``."""
+        """ISR followers not caught up within ``replica.lag.time.max.ms`` (Kafka's
+        ``isCaughtUp``: a follower that has the whole log stays in sync however long ago it
+        fetched, so an idle partition keeps its ISR)."""
         limit = self.replica_lag_time_max_ms
-        return sorted(r for r in self.isr if r != self.local_id and r in self.followers
-                      and now_ms - self.followers[r].last_caught_up_ms > limit)
+        end = self.log.log_end_offset
+        lagging = []
+        for replica in self.isr:
+            state = self.followers.get(replica)
+            if replica == self.local_id or state is None or state.log_end_offset == end:
+                continue
+            if now_ms - state.last_caught_up_ms > limit:
+                lagging.append(replica)
+        return sorted(lagging)
 
     def maybe_shrink_isr(self, now_ms: int) -> tuple[int, ...] | None:
         """Propose removing the out-of-sync followers; the proposed ISR, or None."""

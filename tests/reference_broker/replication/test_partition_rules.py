@@ -145,3 +145,12 @@ def test_follower_caught_up_time_follows_kafkas_rule():
     assert state.last_caught_up_ms == 100  # had, at 100, everything the leader had before
     state.update(fetch_offset=12, log_start_offset=0, now_ms=300, leader_log_end_offset=12)
     assert state.last_caught_up_ms == 300
+
+
+async def test_a_follower_with_the_whole_log_stays_in_sync_however_long_it_is_silent(leader: Partition):
+    leader.make_leader(1, 0, [1, 2], [1, 2], now_ms=0)
+    leader.log.append(batch(2), now_ms=10)
+    leader.update_follower_fetch_state(2, 2, 0, now_ms=100)
+    assert leader.out_of_sync_replicas(now_ms=100 + 10 * LAG_MS) == []
+    leader.log.append(batch(1), now_ms=200)
+    assert leader.out_of_sync_replicas(now_ms=101 + LAG_MS) == [2]

@@ -8,7 +8,8 @@ Checked end to end: the follower's diverged suffix (records of an old epoch the 
 is cut by the leader's diverging epoch; the follower ends byte-identical to the leader with the
 same leader epochs; acks=all from a real producer (confluent-kafka) is answered once the follower
 has the records; a follower that stops fetching is shrunk out of the ISR after
-replica.lag.time.max.ms, and acks=all then gets NOT_ENOUGH_REPLICAS (min.insync.replicas=2)."""
+replica.lag.time.max.ms once the leader has records it lacks, and acks=all then gets
+NOT_ENOUGH_REPLICAS (min.insync.replicas=2)."""
 
 from __future__ import annotations
 
@@ -136,19 +137,21 @@ async def test_follower_truncates_replicates_and_acks_all_follows_the_isr(tmp_pa
             assert [tuple(e) for e in leader_log.leader_epoch_cache.entries] == [(1, 0), (2, 5)]
             assert leader_rm.partition("t", 0).isr == (1, 2)  # type: ignore[union-attr]
 
-            # The follower stops fetching: after replica.lag.time.max.ms it is shrunk out, and
-            # acks=all with min.insync.replicas=2 is refused before anything is written.
+            # The follower stops fetching. Having the whole log it stays in sync (an idle
+            # partition keeps its ISR); once the leader has more, after replica.lag.time.max.ms
+            # it is shrunk out, which commits what only the leader has, and acks=all with
+            # min.insync.replicas=2 is then refused before anything is written.
             await follower_rm.stop()
+            code = await produce_raw(broker.host, broker.port, "t", batch([b"c0"]), acks=1)
+            assert code == ErrorCode.NONE
+            assert leader_log.high_watermark == 8 < leader_log.log_end_offset == 9
             await until(lambda: leader_rm.partition("t", 0).isr == (1,),  # type: ignore[union-attr]
                         "the ISR shrank")
             assert controller.proposals[-1].isr == (1,)
-            end = leader_log.log_end_offset
-            code = await produce_raw(broker.host, broker.port, "t", batch([b"c"]), acks=-1)
+            assert leader_log.high_watermark == 9
+            code = await produce_raw(broker.host, broker.port, "t", batch([b"c1"]), acks=-1)
             assert code == ErrorCode.NOT_ENOUGH_REPLICAS
-            assert leader_log.log_end_offset == end
-            code = await produce_raw(broker.host, broker.port, "t", batch([b"c"]), acks=1)
-            assert code == ErrorCode.NONE
-            assert leader_log.high_watermark == leader_log.log_end_offset == end + 1
+            assert leader_log.log_end_offset == 9
         finally:
             await follower_rm.stop()
             await leader_rm.stop()
