@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -159,3 +160,60 @@ async def test_follower_truncates_replicates_and_acks_all_follows_the_isr(tmp_pa
             await leader_channels.close()
             broker.replica_manager = None
             follower_log.close()
+
+
+async def test_a_leader_change_cuts_the_old_leaders_unreplicated_records(tmp_path: Path) -> None:
+    """Two brokers replicate a partition; the leader writes two records with acks=1 that the
+    follower never fetches; the follower is elected in epoch 2 and the old leader, now its
+    follower, cuts those records (the diverging epoch of its first fetch) and copies the new
+    leader's log exactly. The old leader refuses produces from then on."""
+    topic_id = uuid.uuid4()
+    controller = Controller()
+    async with Broker(BrokerConfig.build(tmp_path / "a", port=0, node_id=1)) as a, \
+            Broker(BrokerConfig.build(tmp_path / "b", port=0, node_id=2)) as b:
+        managers = {}
+        for broker in (a, b):
+            broker.logs.manager.create_topic("t", 1, {}, topic_id=topic_id)
+            channels = PeerChannels(f"node-{broker.node_id}")
+            for peer in (a, b):
+                channels.update(peer.node_id, peer.host, peer.port)
+            managers[broker.node_id] = ReplicaManager(
+                broker.node_id, get_log=lambda tp, broker=broker: broker.logs.manager.get_log(*tp),
+                channels=channels, config=CONFIG, alter_partition=controller,
+                notify=broker.waiters.notify, topic_id=lambda name: topic_id)
+            broker.replica_manager = managers[broker.node_id]
+            produce.install(broker.registry)
+            await managers[broker.node_id].start()
+        log_a, log_b = a.logs.manager.get_log("t", 0), b.logs.manager.get_log("t", 0)
+        try:
+            managers[1].become_leader(("t", 0), 1, 0, [1, 2], [1, 2])
+            managers[2].become_follower(("t", 0), 1, 1, 0, [1, 2])
+            assert await produce_raw(a.host, a.port, "t", batch([b"x0", b"x1", b"x2"]), acks=-1) == 0
+            await until(lambda: log_b.high_watermark == 3, "b has the committed records")
+
+            managers[2].stop_replica(("t", 0), delete=False)  # b stops fetching
+            assert await produce_raw(a.host, a.port, "t", batch([b"only-a3", b"only-a4"]), acks=1) == 0
+            assert log_a.log_end_offset == 5 and log_b.log_end_offset == 3
+
+            # b is elected in epoch 2 and takes a write; a follows it.
+            assert managers[2].become_leader(("t", 0), 2, 1, [1, 2], [2])
+            assert await produce_raw(b.host, b.port, "t", batch([b"y3"]), acks=1) == 0
+            assert managers[1].become_follower(("t", 0), 2, 2, 1, [1, 2])
+            await until(lambda: log_a.log_end_offset == log_b.log_end_offset == 4
+                        and log_a.high_watermark == 4, "a copied the new leader")
+            assert all_bytes(log_a) == all_bytes(log_b)
+            values = [r.value for batch_ in iter_batches(all_bytes(log_a)) for r in batch_]
+            assert values == [b"x0", b"x1", b"x2", b"y3"]
+            assert [tuple(e) for e in log_a.leader_epoch_cache.entries] == [(1, 0), (2, 3)]
+            code = await produce_raw(a.host, a.port, "t", batch([b"z"]), acks=1)
+            assert code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            # b's ISR grows back once a caught up with it.
+            await until(lambda: managers[2].partition("t", 0).isr == (1, 2),  # type: ignore[union-attr]
+                        "a rejoined the ISR")
+        finally:
+            for broker in (a, b):
+                manager = managers.get(broker.node_id)
+                if manager is not None:
+                    await manager.stop()
+                    await manager.channels.close()
+                broker.replica_manager = None
