@@ -173,7 +173,14 @@ def between(low: int | float, high: int | float) -> Check:
 
 
 _retention = Check(lambda v: v >= -1, "must be -1 (unlimited) or at least 0", "[-1,...]")
-_replication_factor = Check(lambda v: v in (1, -1), "must be 1 (this broker has a single node)", "1 or -1")
+_replication_factor = Check(lambda v: v == -1 or v >= 1, "must be -1 or at least 1", "-1 or [1,...]")
+#: Replication factors a single node can only take as 1 (or -1); a cluster (controller.quorum.voters)
+#: takes any factor up to its broker count, which its controller checks per topic.
+SINGLE_NODE_REPLICATION_KEYS = (
+    "default.replication.factor",
+    "offsets.topic.replication.factor",
+    "transaction.state.log.replication.factor",
+)
 
 
 def _ip_overrides(v: str) -> str | None:
@@ -468,23 +475,62 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "default.replication.factor",
             _B.INT,
             1,
-            "Replication factor of auto-created topics. This broker is one node, so only 1 (or -1, the "
-            "broker default) is possible.",
+            "Replication factor of auto-created topics and of CreateTopics with -1. A single node takes "
+            "only 1 (or -1, the broker default); a cluster up to its broker count.",
             _replication_factor,
         ),
         ConfigKey(
             "offsets.topic.replication.factor",
             _B.SHORT,
             1,
-            "Replication factor of __consumer_offsets. This broker is one node, so only 1 (or -1).",
+            "Replication factor of __consumer_offsets. A single node takes only 1 (or -1).",
             _replication_factor,
         ),
         ConfigKey(
             "transaction.state.log.replication.factor",
             _B.SHORT,
             1,
-            "Replication factor of __transaction_state. This broker is one node, so only 1 (or -1).",
+            "Replication factor of __transaction_state. A single node takes only 1 (or -1).",
             _replication_factor,
+        ),
+        ConfigKey(
+            "broker.heartbeat.interval.ms",
+            _B.INT,
+            2000,
+            "Cluster mode: how often a broker heartbeats to the active controller (with the metadata "
+            "offset it has applied).",
+            at_least(1),
+        ),
+        ConfigKey(
+            "broker.session.timeout.ms",
+            _B.INT,
+            9000,
+            "Cluster mode: a broker the active controller has not heard from for this long is fenced "
+            "(it leaves every ISR and leadership until it heartbeats again and has caught up).",
+            at_least(1),
+        ),
+        ConfigKey(
+            "auto.leader.rebalance.enable",
+            _B.BOOLEAN,
+            True,
+            "Cluster mode: the controller periodically moves leadership back to each partition's "
+            "preferred replica when it is in the ISR and unfenced.",
+        ),
+        ConfigKey(
+            "leader.imbalance.check.interval.seconds",
+            _B.LONG,
+            300,
+            "Cluster mode: how often the controller checks for partitions led by another replica than "
+            "their preferred one (auto.leader.rebalance.enable).",
+            at_least(1),
+        ),
+        ConfigKey(
+            "leader.imbalance.per.broker.percentage",
+            _B.INT,
+            10,
+            "Accepted for Kafka compatibility; as Kafka's KRaft controller, the rebalance moves every "
+            "partition whose preferred replica can lead, whatever the ratio.",
+            at_least(0),
         ),
         ConfigKey(
             "transaction.state.log.min.isr",
@@ -832,9 +878,61 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "batch of the first non-empty partition is always sent whole, so a consumer makes progress).",
             at_least(1024),
         ),
-        ConfigKey("max.connections", _B.INT, INT_MAX, "Most connections the broker keeps open.", at_least(0)),
         ConfigKey(
-            "max.connections.per.ip", _B.INT, INT_MAX, "Most connections from one address.", at_least(0)
+            "max.connections",
+            _B.INT,
+            INT_MAX,
+            "Most connections the broker keeps open, in addition to the per-ip limits; per listener as "
+            "listener.name.<listener>.max.connections (the broker-wide value by default). At either limit "
+            "the listener stops accepting: new connections wait in the listen backlog until one closes. "
+            "The inter-broker listener (when there are several) is held to its own limit only; a "
+            "connection there over the broker-wide limit closes the least recently used connection of "
+            "another listener.",
+            at_least(0),
+        ),
+        ConfigKey(
+            "max.connection.creation.rate",
+            _B.INT,
+            INT_MAX,
+            "Most new connections per second the broker takes (KIP-612); per listener as "
+            "listener.name.<listener>.max.connection.creation.rate. Over either rate the listener waits "
+            "before taking the next connection; the inter-broker listener is held to its own rate only.",
+            at_least(0),
+        ),
+        ConfigKey(
+            "max.connections.per.ip",
+            _B.INT,
+            INT_MAX,
+            "Most connections from one address (0 is allowed when overrides are given); a new "
+            "connection over it is closed at once.",
+            at_least(0),
+        ),
+        ConfigKey(
+            "socket.listen.backlog.size",
+            _B.INT,
+            50,
+            "Most pending connections on a listening socket (Linux also caps it by somaxconn): where "
+            "new connections wait while a listener is at its connection limit or throttled.",
+            at_least(1),
+        ),
+        ConfigKey(
+            "queued.max.requests",
+            _B.INT,
+            500,
+            "Most requests read and waiting to be served, broker-wide. Each connection may always have "
+            "its next request read (Kafka's one request per connection); reading further ahead stops "
+            "while this many are waiting.",
+            at_least(1),
+        ),
+        ConfigKey(
+            "queued.max.request.bytes",
+            _B.LONG,
+            -1,
+            "Bytes of requests read and not yet handled, broker-wide (a memory pool; <=0 no limit). A "
+            "request's bytes are taken when its size is read and given back once it is handled; while "
+            "the pool is empty connections stop reading. When set, at least socket.request.max.bytes, "
+            "and each connection reads its next request only after answering the last (Kafka's muted "
+            "channel).",
         ),
         ConfigKey(
             "max.connections.per.ip.overrides",
@@ -1100,7 +1198,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
 #: Settings Kafka also reads per listener as ``listener.name.<listener>.<key>``.
 LISTENER_KEYS = frozenset(
     k.name for k in SECURITY_KEYS if k.name.startswith(("ssl.", "sasl.", "connections."))
-)
+) | {"max.connections", "max.connection.creation.rate"}
 #: ``listener.name.<listener>.<mechanism>.<key>``: the per-mechanism settings of a SASL listener.
 MECHANISM_KEYS: dict[str, ConfigKey] = {
     "sasl.jaas.config": ConfigKey(
@@ -1294,6 +1392,10 @@ class BrokerConfig:
             settings["node.id"] = BROKER_KEYS["node.id"].parse(node_id)
         elif settings.get("broker.id", -1) >= 0 and "node.id" not in settings:
             settings["node.id"] = settings["broker.id"]
+        if not settings.get("controller.quorum.voters"):
+            for key in SINGLE_NODE_REPLICATION_KEYS:
+                if settings.get(key, 1) not in (1, -1):
+                    raise ConfigError(f"{key}: {settings[key]!r} must be 1 (this broker has a single node)")
         for key in ("advertised.listeners",):
             for listener in settings.get(key, []):
                 _split_listener(listener)

@@ -40,7 +40,14 @@ from collections.abc import Awaitable
 from typing import Any, Protocol, cast
 
 from reference_broker.network.framing import SIZE_PREFIX
-from reference_broker.network.limits import ConnectionLimits
+from reference_broker.network.limits import (
+    Admission,
+    ConnectionLimits,
+    ConnectionThrottled,
+    TooManyConnections,
+    ip_connection_rate,
+)
+from reference_broker.network.memory import RequestMemory
 from reference_broker.quotas import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
@@ -158,8 +165,11 @@ class Connection(asyncio.BufferedProtocol):
     the frame.
     """
 
-    def __init__(self, server: KafkaServer):
+    def __init__(self, server: KafkaServer, admission: Admission):
         self.server = server
+        self.admission = admission  # its place in the server's connection limits
+        self._memory: RequestMemory = server.limits.memory
+        self._charged = 0  # request bytes taken from the memory pool and not yet given back
         self.dispatcher = server.dispatcher
         self.max_request_size = server.max_request_size
         self.peer = "?"
@@ -200,7 +210,6 @@ class Connection(asyncio.BufferedProtocol):
         self._muted_until = 0.0  # loop time before which no request is served (quota throttling)
         self._unmute: asyncio.TimerHandle | None = None
         self.last_active = self._loop.time()
-        self.admitted = False  # counted by the server's connection limits
 
     # -- protocol callbacks ---------------------------------------------------------------------
 
@@ -226,10 +235,6 @@ class Connection(asyncio.BufferedProtocol):
             cast(asyncio.WriteTransport, transport).set_write_buffer_limits(high=0, low=0)  # a stream's
         self.server._connections.add(self)
         self._write_task = self._loop.create_task(self._write_loop(), name=f"kafka-write-{self.peer}")
-        refusal = self.server.limits.admit(self)
-        if refusal is not None:
-            log.warning("closing connection from %s: %s", self.peer, refusal)
-            self._close_now()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame is not None:
@@ -276,9 +281,11 @@ class Connection(asyncio.BufferedProtocol):
         self._closing = True
         self._stop_reading()
         self._drop_pending()
+        self._drop_ready()
+        self._memory.forget(id(self))
         if self._unmute is not None:
             self._unmute.cancel()
-        self.server.limits.release(self)
+        self.server.limits.release(self.admission)
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
         if self._write_task is not None and not self._write_task.done():
@@ -320,7 +327,10 @@ class Connection(asyncio.BufferedProtocol):
                 self._serve_turn()  # the requests read before it are still answered
                 return
             body = self._start + SIZE_PREFIX
-            if self._end - body >= size:
+            complete = self._end - body >= size
+            if self._memory.capacity and (complete or size > _SMALL_FRAME) and not self._take(size):
+                break  # the pool is empty: reading waits (see _take)
+            if complete:
                 with memoryview(buf) as view:
                     frame = bytearray(view[body : body + size])
                 self._start = body + size
@@ -363,13 +373,49 @@ class Connection(asyncio.BufferedProtocol):
     # -- serving: one request at a time, in arrival order, yielding between turns ---------------
 
     def _enqueue(self, frame: bytes | bytearray | memoryview, buffer: bytearray | None) -> None:
+        if self._ready:
+            self._memory.read_ahead()
         self._ready.append((frame, buffer))
         self._ready_bytes += frame.nbytes if type(frame) is memoryview else len(frame)
         if self._read_ahead_full():
             self._pause_reading()
 
     def _read_ahead_full(self) -> bool:
-        return len(self._ready) >= MAX_READ_AHEAD or self._ready_bytes >= MAX_READ_AHEAD_BYTES
+        """No more requests are read for now. With the memory pool on, as on Kafka's muted channel,
+        one request at a time is read and answered; otherwise this connection reads ahead up to its
+        own bounds and, beyond its next request, while the broker's ``queued.max.requests`` is not
+        reached (see ``reference_broker.network.memory``)."""
+        ready = len(self._ready)
+        memory = self._memory
+        if memory.capacity:
+            return ready >= 1 or self._in_service
+        if ready >= MAX_READ_AHEAD or self._ready_bytes >= MAX_READ_AHEAD_BYTES:
+            return True
+        return ready >= 1 and memory.queued >= memory.max_queued
+
+    def _take(self, size: int) -> bool:
+        """Take a request's bytes from the memory pool; when it is empty, stop reading until bytes
+        come back (the parse starts again from this request then)."""
+        if self._memory.try_take(size):
+            self._charged += size
+            return True
+        self._pause_reading()
+        self._memory.wait(id(self), self._schedule_turn)
+        return False
+
+    def _give_back(self, size: int) -> None:
+        size = min(size, self._charged)
+        if size > 0:
+            self._charged -= size
+            self._memory.give_back(size)
+
+    def _drop_ready(self) -> None:
+        """Forget the requests read and not served (the connection is refused or gone)."""
+        if len(self._ready) > 1:
+            self._memory.read_ahead_done(len(self._ready) - 1)
+        self._ready.clear()
+        self._ready_bytes = 0
+        self._give_back(self._charged)
 
     def _pause_reading(self) -> None:
         if not self._reading_paused and not self._read_done:
@@ -412,10 +458,15 @@ class Connection(asyncio.BufferedProtocol):
         started = 0.0
         while self._ready and self._may_serve():
             frame, buffer = self._ready.popleft()
-            self._ready_bytes -= frame.nbytes if type(frame) is memoryview else len(frame)
+            size = frame.nbytes if type(frame) is memoryview else len(frame)
+            self._ready_bytes -= size
+            if self._ready:
+                self._memory.read_ahead_done()
             if not started:
                 started = time.perf_counter()
             self._on_frame(frame)
+            if self._charged:
+                self._give_back(size)  # handed to its handler, as Kafka frees it then
             if buffer is not None:
                 self._recycle(frame, buffer)
             if time.perf_counter() - started >= _TURN_S:
@@ -481,8 +532,7 @@ class Connection(asyncio.BufferedProtocol):
         work = self._accept(frame)
         if work is None:
             self._stop_reading()
-            self._ready.clear()  # nothing after a refused request is served
-            self._ready_bytes = 0
+            self._drop_ready()  # nothing after a refused request is served
             return
         ctx, answer = work
         if answer is None or isinstance(answer, list):
@@ -824,7 +874,15 @@ class Connection(asyncio.BufferedProtocol):
 
 
 class KafkaServer:
-    """Listens on one listener's address and runs a ``Connection`` per client."""
+    """Listens on one listener's address and runs a ``Connection`` per client.
+
+    Connections are taken by an acceptor task per listening socket, as Kafka's ``Acceptor``: each
+    accepted connection is admitted by the broker-wide ``ConnectionLimits`` first, and while the
+    acceptor waits there (no slot under ``max.connections``, a creation-rate throttle) the
+    connections after it wait in the kernel's listen backlog. A connection over its address's
+    limit is closed at once; one over its address's creation-rate quota is kept unread and closed
+    when its throttle time is over.
+    """
 
     def __init__(
         self,
@@ -842,6 +900,9 @@ class KafkaServer:
         self.dispatcher = dispatcher
         self.limits = limits or ConnectionLimits()
         self.quotas = quotas
+        if quotas is not None:
+            store = quotas.store
+            self.limits.ip_rate = lambda host: ip_connection_rate(store.entries, host)
         self._idle_task: asyncio.Task[None] | None = None
         self.host = host
         self.port = port
@@ -849,31 +910,132 @@ class KafkaServer:
         self.listener = listener or Listener("PLAINTEXT", "PLAINTEXT", host, port)
         self.ssl_context = ssl_context
         self.sasl = sasl
-        self._server: asyncio.Server | None = None
+        self._sockets: list[socket.socket] = []
+        self._acceptors: list[asyncio.Task[None]] = []
+        self._starting: set[asyncio.Task[None]] = set()  # connections being set up (TLS handshakes)
+        self._throttled: dict[socket.socket, asyncio.TimerHandle] = {}  # closed when their time is up
         self._connections: set[Connection] = set()
 
     async def start(self) -> tuple[str, int]:
         """Bind and listen; returns the real address (``port=0`` picks a free port)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: Connection(self),
-            self.host or None,
-            self.port,
-            ssl=self.ssl_context,
-            reuse_address=True,
-            backlog=128,
-            start_serving=False,
-        )
-        for sock in self._server.sockets:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RECV_SOCKET_BUFFER)
-        await self._server.start_serving()
+        self._sockets = self._listen()
+        self.limits.add_listener(self.listener.name, self._evict_least_recent)
+        self._acceptors = [
+            loop.create_task(self._accept_loop(sock), name=f"kafka-acceptor-{self.listener.name}")
+            for sock in self._sockets
+        ]
         if self.limits.idle_ms >= 0:
             self._idle_task = loop.create_task(self._close_idle(), name="kafka-idle-connections")
-        sockname = self._server.sockets[0].getsockname()
+        sockname = self._sockets[0].getsockname()
         self.port = sockname[1]
         self.listener.port = sockname[1]
         return sockname[0], sockname[1]
+
+    def _listen(self) -> list[socket.socket]:
+        """A listening socket per address of the host (every interface when it is empty), all on
+        one port (the first one's when ``port`` is 0)."""
+        infos = socket.getaddrinfo(
+            self.host or None, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        sockets: list[socket.socket] = []
+        port = self.port
+        try:
+            for family, kind, proto, _, address in dict.fromkeys(infos):
+                sock = socket.socket(family, kind, proto)
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RECV_SOCKET_BUFFER)
+                sock.bind((address[0], port, *address[2:]))
+                port = sock.getsockname()[1]
+                sock.listen(self.limits.listen_backlog)
+                sock.setblocking(False)
+        except OSError:
+            for sock in sockets:
+                sock.close()
+            raise
+        return sockets
+
+    async def _accept_loop(self, listening: socket.socket) -> None:
+        """Take every connection waiting in the backlog each time the socket is readable (one at a
+        time would leave the backlog to overflow while the loop serves others, and a connection
+        whose SYN is dropped then waits a second for its retry)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, address = listening.accept()
+            except (BlockingIOError, InterruptedError):
+                await self._readable(loop, listening)
+                continue
+            except OSError as exc:  # out of file descriptors, say: Kafka logs it and goes on
+                log.error("listener %s cannot accept a connection: %s", self.listener.name, exc)
+                await asyncio.sleep(0.1)
+                continue
+            host = str(address[0]) if isinstance(address, tuple) else str(address)
+            try:
+                admission = await self.limits.admit(self.listener.name, host)
+            except TooManyConnections as exc:
+                log.info("closing connection from %s: %s", host, exc)
+                sock.close()
+                continue
+            except ConnectionThrottled as exc:
+                log.debug("delaying the close of a connection from %s: %s", host, exc)
+                self._throttled[sock] = loop.call_at(
+                    exc.close_at - self.limits.clock() + loop.time(), self._close_throttled, sock
+                )
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            sock.setblocking(False)
+            task = loop.create_task(self._connect(sock, admission))
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+
+    @staticmethod
+    async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def on_readable() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_reader(sock, on_readable)
+        try:
+            await ready
+        finally:
+            loop.remove_reader(sock)
+
+    def _close_throttled(self, sock: socket.socket) -> None:
+        self._throttled.pop(sock, None)
+        sock.close()
+
+    async def _connect(self, sock: socket.socket, admission: Admission) -> None:
+        """Run a ``Connection`` on an admitted socket (after the TLS handshake on a TLS listener)."""
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: Connection(self, admission), sock, ssl=self.ssl_context
+            )
+        except BaseException as exc:
+            self.limits.release(admission)
+            sock.close()
+            if not isinstance(exc, Exception):
+                raise
+            log.info("connection on listener %s not set up: %s", self.listener.name, exc)
+
+    def _evict_least_recent(self) -> Admission | None:
+        """Close this listener's least recently active connection (the inter-broker listener took
+        the broker over ``max.connections``); its admission, or None when there is none."""
+        if not self._connections:
+            return None
+        conn = min(self._connections, key=lambda c: c.last_active)
+        log.info("closing connection from %s: the inter-broker listener is over max.connections", conn.peer)
+        self._connections.discard(conn)
+        conn.abort()
+        return conn.admission
 
     async def _close_idle(self) -> None:
         """Close connections with no traffic for ``connections.max.idle.ms`` (one with a request
@@ -893,8 +1055,16 @@ class KafkaServer:
         if self._idle_task is not None:
             self._idle_task.cancel()
             self._idle_task = None
-        if self._server is not None:
-            self._server.close()
+        for task in self._acceptors:
+            task.cancel()
+        for sock in self._sockets:
+            sock.close()
+        for sock, timer in list(self._throttled.items()):
+            timer.cancel()
+            sock.close()
+        self._throttled.clear()
+        for task in list(self._starting):
+            task.cancel()
         connections = list(self._connections)
         for conn in connections:
             conn.abort()
@@ -903,7 +1073,6 @@ class KafkaServer:
             tasks = [conn._write_task for conn in connections if conn._write_task is not None]
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
-            self._server = None
+        await asyncio.gather(*self._acceptors, *self._starting, return_exceptions=True)
+        self._acceptors = []
+        self._sockets = []

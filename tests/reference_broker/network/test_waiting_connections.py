@@ -1,7 +1,7 @@
 """Many connections each waiting in a long-poll Fetch cost the broker little: a connection's receive
 buffer starts small and grows only for a client that sends more than fits, so 500 waiting polls
 grow the broker's resident memory by a bounded amount each, open about as fast as connections
-that ask for nothing, and a well-behaved client beside them keeps being served."""
+whose request is answered at once, and a well-behaved client beside them keeps being served."""
 
 from __future__ import annotations
 
@@ -94,9 +94,10 @@ def test_waiting_long_polls_cost_little_memory_each(broker_factory: BrokerFactor
     finally:
         for sock in socks:
             sock.close()
-    # Baseline (after the measurement: freed memory would hide growth): connections that each
-    # get an answer at once.
-    base_socks, base_s = _open(broker.bootstrap, CONNECTIONS, _frame(ApiVersionsRequest(), 0), _read_answer)
+    # Baseline (after the measurement: freed memory would hide growth): as many connections opened
+    # the same way, each sending a request that is answered at once.
+    base_socks, base_s = _open(broker.bootstrap, CONNECTIONS, _frame(ApiVersionsRequest(), 0), None)
     for sock in base_socks:
+        _read_answer(sock)
         sock.close()
-    assert polls_s < max(5 * base_s, 5.0), f"{polls_s:.1f} s to open, {base_s:.1f} s for the baseline"
+    assert polls_s < 3 * base_s + 2.0, f"{polls_s:.1f} s to open, {base_s:.1f} s for the baseline"
