@@ -525,14 +525,6 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             at_least(1),
         ),
         ConfigKey(
-            "leader.imbalance.per.broker.percentage",
-            _B.INT,
-            10,
-            "Accepted for Kafka compatibility; as Kafka's KRaft controller, the rebalance moves every "
-            "partition whose preferred replica can lead, whatever the ratio.",
-            at_least(0),
-        ),
-        ConfigKey(
             "transaction.state.log.min.isr",
             _B.INT,
             1,

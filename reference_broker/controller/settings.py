@@ -22,7 +22,6 @@ class ControllerSettings:
     delete_topic_enable: bool = True
     auto_leader_rebalance: bool = True
     leader_imbalance_check_interval_s: int = 300
-    leader_imbalance_per_broker_percentage: int = 10
 
     @classmethod
     def from_config(cls, config: Any, cluster_id: str) -> ControllerSettings:
@@ -44,5 +43,4 @@ class ControllerSettings:
             delete_topic_enable=get("delete.topic.enable", True),
             auto_leader_rebalance=get("auto.leader.rebalance.enable", True),
             leader_imbalance_check_interval_s=get("leader.imbalance.check.interval.seconds", 300),
-            leader_imbalance_per_broker_percentage=get("leader.imbalance.per.broker.percentage", 10),
         )
