@@ -60,6 +60,7 @@ from sdk.records.errors import InvalidRecordError as RecordDecodeError
 __all__ = ["validate_append"]
 
 _LOG_OVERHEAD = 12
+_REPLICATION = AppendOrigin.REPLICATION  # an Enum attribute lookup is slow; every append tests it
 _MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - _LOG_OVERHEAD
 _MAGIC_OFFSET = 16
 
@@ -123,7 +124,7 @@ def _validate(
     positions: list[int] = []
     if total == 0:
         raise InvalidRecordError("the append holds no record batches")
-    replication = origin is AppendOrigin.REPLICATION
+    replication = origin is _REPLICATION
     rel = 0
     while rel < total:
         pos = start + rel

@@ -59,6 +59,9 @@ class LeaderEpochCache:
         self.directory = directory
         self._epochs: list[int] = []
         self._offsets: list[int] = []
+        #: the epoch of the last entry (None without entries); an attribute, not a property,
+        #: because every append compares it with the leader's epoch
+        self.latest_epoch: int | None = None
         for entry in entries or ():
             self.assign_in_memory(entry.epoch, entry.start_offset)
 
@@ -124,10 +127,6 @@ class LeaderEpochCache:
         return [EpochEntry(e, o) for e, o in zip(self._epochs, self._offsets, strict=True)]
 
     @property
-    def latest_epoch(self) -> int | None:
-        return self._epochs[-1] if self._epochs else None
-
-    @property
     def earliest_entry(self) -> EpochEntry | None:
         return EpochEntry(self._epochs[0], self._offsets[0]) if self._epochs else None
 
@@ -185,6 +184,7 @@ class LeaderEpochCache:
             log.debug("leader epoch entry (%d, %d) replaces %s", epoch, start_offset, removed)
         epochs.append(epoch)
         offsets.append(start_offset)
+        self.latest_epoch = epoch
         return True
 
     def truncate_from_end(self, end_offset: int) -> None:
@@ -194,6 +194,7 @@ class LeaderEpochCache:
         keep = bisect.bisect_left(self._offsets, end_offset)
         del self._epochs[keep:]
         del self._offsets[keep:]
+        self.latest_epoch = self._epochs[-1] if self._epochs else None
         self.write()
 
     def truncate_from_start(self, start_offset: int) -> None:
@@ -215,4 +216,5 @@ class LeaderEpochCache:
         if self._epochs:
             self._epochs.clear()
             self._offsets.clear()
+            self.latest_epoch = None
             self.write()
