@@ -358,6 +358,9 @@ SECURITY_KEYS = [
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
+#: The one ``replica.selector.class`` served: the rack-aware selector of KIP-392.
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
 BROKER_KEYS: dict[str, ConfigKey] = {
     k.name: k
     for k in [
@@ -811,6 +814,14 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             10_485_760,
             "Cluster mode: bytes a follower's whole fetch response may hold.",
             at_least(0),
+        ),
+        ConfigKey(
+            "replica.selector.class",
+            _B.STRING,
+            None,
+            "Cluster mode: set (Kafka's org.apache.kafka.common.replica.RackAwareReplicaSelector) to let "
+            "leaders send consumers to a caught-up replica in their client.rack (KIP-392).",
+            lambda v: None if v in (None, "", RACK_AWARE_SELECTOR) else f"is not {RACK_AWARE_SELECTOR}",
         ),
         ConfigKey(
             "num.replica.fetchers",

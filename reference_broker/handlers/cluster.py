@@ -34,6 +34,10 @@ def handle(
             endpoint_type=request.endpoint_type,
             error_message="this listener only describes brokers",
         )
+    if getattr(broker, "metadata_publisher", None) is not None:  # cluster mode: the metadata image
+        from reference_broker.cluster.metadata_publisher import describe_cluster_response
+
+        return describe_cluster_response(broker, ctx, request)
     advertised = broker.advertised_address(ctx)
     return DescribeClusterResponse(
         cluster_id=broker.cluster_id,

@@ -119,6 +119,10 @@ def _named(
 
 
 def handle(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
+    if getattr(broker, "metadata_publisher", None) is not None:  # cluster mode: the metadata image
+        from reference_broker.cluster.metadata_publisher import metadata_response
+
+        return metadata_response(broker, ctx, request)
     include_ops = bool(request.include_topic_authorized_operations)
     version = ctx.api_version
     if request.topics is None or (version == 0 and not request.topics):

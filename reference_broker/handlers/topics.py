@@ -335,6 +335,15 @@ def create_partitions_error(
 
 
 def install(registry: HandlerRegistry) -> None:
+    if registry.broker is not None and registry.broker.config.settings.get("controller.quorum.voters"):
+        from reference_broker.cluster.broker_lifecycle import install_forwarding  # cluster mode
+
+        install_forwarding(registry, {
+            CREATE_TOPICS: create_topics_error,
+            DELETE_TOPICS: delete_topics_error,
+            CREATE_PARTITIONS: create_partitions_error,
+        })
+        return
     registry.register(CREATE_TOPICS, create_topics, error_response=create_topics_error)
     registry.register(DELETE_TOPICS, delete_topics, error_response=delete_topics_error)
     registry.register(CREATE_PARTITIONS, create_partitions, error_response=create_partitions_error)

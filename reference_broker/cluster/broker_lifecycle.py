@@ -1,0 +1,299 @@
+"""A broker's membership in the cluster: Kafka's BrokerLifecycleManager and its channel to the
+active controller (NodeToControllerChannelManager).
+
+``ControllerChannel`` sends a request to the active controller: the raft leader when known,
+otherwise each voter in turn; a NOT_CONTROLLER answer or a failed connection moves on to the next
+candidate after a short backoff, until the request's deadline.
+
+``BrokerLifecycle`` registers the broker (BrokerRegistration with its incarnation id, listeners,
+rack and supported features) and then heartbeats every ``broker.heartbeat.interval.ms`` with the
+offset of the metadata it has applied. It asks to stay fenced (``want_fence``) until the broker
+has published metadata at least up to its own registration, so it is unfenced only when it can
+serve what the image says it leads. A STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED answer (the
+controller fenced and dropped it, or lost its registration) registers it again with its
+previous epoch. ``controlled_shutdown`` heartbeats ``want_shut_down`` until the controller has
+moved its leaderships away and says it may stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from reference_broker.network.peer import PeerChannels, PeerConnectionError, PeerUnsupportedError
+from reference_broker.replication.partition import IsrCommitted, IsrProposal
+from sdk.protocol.errors import ErrorCode, make_error
+from sdk.protocol.messages import (
+    AlterPartitionRequest,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+    Message,
+)
+
+log = logging.getLogger("reference_broker.cluster")
+
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+#: The metadata.version levels this broker supports (Kafka 4.1: 3.3-IV3 .. 4.1-IV1).
+METADATA_VERSION_RANGE = (7, 27)
+RETRY_BACKOFF_S = 0.1
+
+
+class ControllerUnavailableError(Exception):
+    """No active controller answered before the deadline."""
+
+
+def _not_controller(response: Message) -> bool:
+    return getattr(response, "error_code", ErrorCode.NONE) == ErrorCode.NOT_CONTROLLER
+
+
+class ControllerChannel:
+    """Requests to whichever voter is the active controller."""
+
+    def __init__(
+        self,
+        voters: dict[int, tuple[str, int]],
+        leader: Callable[[], int | None],
+        channels: PeerChannels,
+    ):
+        self.voters = dict(voters)
+        self.leader = leader
+        self.channels = channels
+        for node_id, (host, port) in self.voters.items():
+            self.channels.update(node_id, host, port)
+        self._next_guess = 0
+
+    def _candidate(self) -> int:
+        leader = self.leader()
+        if leader is not None and leader in self.voters:
+            return leader
+        ids = sorted(self.voters)
+        self._next_guess = (self._next_guess + 1) % len(ids)
+        return ids[self._next_guess]
+
+    async def send(self, request: Message, *, timeout_s: float = 30.0) -> Message:
+        """``request``'s answer from the active controller (any answer but NOT_CONTROLLER)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            node = self._candidate()
+            remaining = deadline - loop.time()
+            try:
+                response = await self.channels.send(node, request, timeout_s=max(0.1, remaining))
+                if not _not_controller(response):
+                    return response
+            except (PeerConnectionError, PeerUnsupportedError) as exc:
+                log.debug("controller candidate %d: %s", node, exc)
+            if loop.time() + RETRY_BACKOFF_S >= deadline:
+                raise ControllerUnavailableError(f"no active controller answered {type(request).__name__}")
+            await asyncio.sleep(RETRY_BACKOFF_S)
+
+
+class BrokerLifecycle:
+    def __init__(
+        self,
+        node_id: int,
+        cluster_id: str,
+        channel: ControllerChannel,
+        *,
+        listeners: Sequence[Any],
+        rack: str | None,
+        heartbeat_interval_ms: int,
+        metadata_offset: Callable[[], int],
+        incarnation_id: uuid.UUID | None = None,
+    ):
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.channel = channel
+        self.listeners = list(listeners)
+        self.rack = rack
+        self.heartbeat_interval_s = heartbeat_interval_ms / 1000
+        self.metadata_offset = metadata_offset
+        self.incarnation_id = incarnation_id or uuid.uuid4()
+        self.broker_epoch = -1
+        self.fenced = True
+        self.caught_up = False
+        self.should_shut_down = False
+        self._want_shut_down = False
+        self._task: asyncio.Task[None] | None = None
+        self.registered = asyncio.Event()
+        self.unfenced = asyncio.Event()
+
+    def _registration(self) -> BrokerRegistrationRequest:
+        return BrokerRegistrationRequest(
+            broker_id=self.node_id,
+            cluster_id=self.cluster_id,
+            incarnation_id=self.incarnation_id,
+            listeners=[
+                BrokerRegistrationRequest.Listener(
+                    name=lst.name,
+                    host=lst.advertised()[0],
+                    port=lst.advertised()[1],
+                    security_protocol=SECURITY_PROTOCOL_IDS[lst.security_protocol],
+                )
+                for lst in self.listeners
+            ],
+            features=[
+                BrokerRegistrationRequest.Feature(
+                    name="metadata.version",
+                    min_supported_version=METADATA_VERSION_RANGE[0],
+                    max_supported_version=METADATA_VERSION_RANGE[1],
+                )
+            ],
+            rack=self.rack,
+            previous_broker_epoch=self.broker_epoch,
+        )
+
+    async def _register(self) -> None:
+        while True:
+            try:
+                response: Any = await self.channel.send(
+                    self._registration(), timeout_s=self.heartbeat_interval_s * 5
+                )
+            except ControllerUnavailableError as exc:
+                log.info("broker %d: registration not answered yet: %s", self.node_id, exc)
+                continue
+            if response.error_code == ErrorCode.NONE:
+                self.broker_epoch = response.broker_epoch
+                self.fenced = True
+                self.unfenced.clear()
+                self.registered.set()
+                log.info("broker %d registered with epoch %d", self.node_id, self.broker_epoch)
+                return
+            log.warning("broker %d: registration refused: %s", self.node_id, make_error(response.error_code))
+            await asyncio.sleep(self.heartbeat_interval_s)
+
+    def _heartbeat_request(self) -> BrokerHeartbeatRequest:
+        offset = self.metadata_offset()
+        return BrokerHeartbeatRequest(
+            broker_id=self.node_id,
+            broker_epoch=self.broker_epoch,
+            current_metadata_offset=offset,
+            want_fence=offset < self.broker_epoch,
+            want_shut_down=self._want_shut_down,
+        )
+
+    async def heartbeat_once(self) -> None:
+        response: Any = await self.channel.send(
+            self._heartbeat_request(), timeout_s=self.heartbeat_interval_s * 5
+        )
+        if response.error_code in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED):
+            log.warning(
+                "broker %d: heartbeat answered %s, registering again",
+                self.node_id,
+                make_error(response.error_code),
+            )
+            self.registered.clear()
+            await self._register()
+            return
+        if response.error_code != ErrorCode.NONE:
+            log.warning("broker %d: heartbeat refused: %s", self.node_id, make_error(response.error_code))
+            return
+        was_fenced = self.fenced
+        self.fenced = response.is_fenced
+        self.caught_up = response.is_caught_up
+        self.should_shut_down = response.should_shut_down
+        if was_fenced and not self.fenced:
+            log.info("broker %d unfenced", self.node_id)
+            self.unfenced.set()
+        elif self.fenced and not was_fenced:
+            log.warning("broker %d was fenced by the controller", self.node_id)
+            self.unfenced.clear()
+
+    async def _run(self) -> None:
+        await self._register()
+        while True:
+            try:
+                await self.heartbeat_once()
+            except ControllerUnavailableError as exc:
+                log.info("broker %d: heartbeat not answered: %s", self.node_id, exc)
+            await asyncio.sleep(self.heartbeat_interval_s)
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Ask the controller to move this broker's leaderships away; True once it says to stop."""
+        self._want_shut_down = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not self.should_shut_down and loop.time() < deadline and self.broker_epoch >= 0:
+            with contextlib.suppress(ControllerUnavailableError):
+                await self.heartbeat_once()
+            if not self.should_shut_down:
+                await asyncio.sleep(min(self.heartbeat_interval_s, 0.2))
+        return self.should_shut_down
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
+class AlterPartitionSender:
+    """The replication layer's ISR proposals sent to the controller as AlterPartition (v3, with
+    broker epochs of -1: the controller checks only that the replicas are eligible)."""
+
+    def __init__(
+        self, channel: ControllerChannel, lifecycle: BrokerLifecycle, topic_id: Callable[[str], uuid.UUID]
+    ):
+        self.channel = channel
+        self.lifecycle = lifecycle
+        self.topic_id = topic_id
+
+    async def __call__(self, proposal: IsrProposal) -> IsrCommitted:
+        request = AlterPartitionRequest(
+            broker_id=self.lifecycle.node_id,
+            broker_epoch=self.lifecycle.broker_epoch,
+            topics=[
+                AlterPartitionRequest.TopicData(
+                    topic_name=proposal.topic,
+                    topic_id=self.topic_id(proposal.topic),
+                    partitions=[
+                        AlterPartitionRequest.PartitionData(
+                            partition_index=proposal.partition,
+                            leader_epoch=proposal.leader_epoch,
+                            partition_epoch=proposal.partition_epoch,
+                            new_isr=list(proposal.isr),
+                            new_isr_with_epochs=[
+                                AlterPartitionRequest.BrokerState(broker_id=b, broker_epoch=-1)
+                                for b in proposal.isr
+                            ],
+                        )
+                    ],
+                )
+            ],
+        )
+        response: Any = await self.channel.send(request)
+        if response.error_code != ErrorCode.NONE:
+            raise make_error(response.error_code)
+        part = response.topics[0].partitions[0]
+        if part.error_code != ErrorCode.NONE:
+            raise make_error(part.error_code)
+        return IsrCommitted(
+            leader_epoch=part.leader_epoch, partition_epoch=part.partition_epoch, isr=tuple(part.isr)
+        )
+
+
+def install_forwarding(registry: Any, apis: dict[int, Callable[[Any, int, int], Message | None]]) -> None:
+    """Serve ``apis`` on a broker by forwarding each request to the active controller (Kafka
+    brokers forward CreateTopics, DeleteTopics, CreatePartitions, ...); ``apis`` maps each key to
+    its error-response builder, used when no controller answers in the request's time."""
+
+    def forwarder(error: Callable[[Any, int, int], Message | None]) -> Callable[..., Any]:
+        async def forward(broker: Any, ctx: Any, request: Any) -> Message | None:
+            timeout_ms = getattr(request, "timeout_ms", 30_000) or 30_000
+            try:
+                return await broker.controller_channel.send(request, timeout_s=max(1.0, timeout_ms / 1000))
+            except ControllerUnavailableError:
+                return error(request, ctx.api_version, ErrorCode.REQUEST_TIMED_OUT)
+
+        return forward
+
+    for api_key, error in apis.items():
+        registry.register(api_key, forwarder(error), error_response=error)

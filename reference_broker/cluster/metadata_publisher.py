@@ -1,0 +1,236 @@
+"""The broker's metadata publisher: each committed metadata image turned into this broker's
+replica transitions, and the answers Metadata and DescribeCluster give in cluster mode.
+
+``publish(delta, image)`` (Kafka's BrokerMetadataPublisher and ReplicaManager.applyDelta):
+- brokers that changed have their inter-broker endpoint given to the peer channels first, so a
+  follower can reach its leader;
+- a topic of the image exists locally with the same id and partition count (its partitions'
+  logs are created when the topic appears, as every node keeps the cluster's topic list);
+- for each changed partition this broker is a replica of: ``become_leader`` when the image names
+  it leader, ``become_follower`` of the named leader otherwise, ``stop_replica`` while there is no
+  leader; a partition it stopped being a replica of is stopped and its log deleted;
+- deleted topics are stopped and deleted.
+
+``metadata_view`` builds Metadata's brokers and partitions from the image as Kafka's
+KRaftMetadataCache does: unfenced brokers only, their endpoint for the client's listener, a
+partition whose leader is unknown answered LEADER_NOT_AVAILABLE with leader -1, replicas on
+fenced brokers listed as offline.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from reference_broker.metadata.delta import MetadataDelta
+from reference_broker.metadata.image import NO_LEADER, MetadataImage, TopicImage
+from sdk.protocol.errors import ErrorCode
+
+log = logging.getLogger("reference_broker.cluster")
+
+
+class BrokerMetadataPublisher:
+    def __init__(
+        self,
+        node_id: int,
+        *,
+        storage: Any,
+        replica_manager: Any,
+        inter_broker_listener: str | None,
+    ):
+        self.node_id = node_id
+        self.storage = storage
+        self.replica_manager = replica_manager
+        self.inter_broker_listener = inter_broker_listener
+        self.image = MetadataImage()
+
+    def publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        previous = delta.image
+        self.image = image
+        for broker_id in delta.changed_brokers:
+            reg = image.brokers.get(broker_id)
+            if reg is None or broker_id == self.node_id:
+                continue
+            endpoint = reg.endpoint(self.inter_broker_listener) or reg.endpoint()
+            if endpoint is not None:
+                self.replica_manager.channels.update(broker_id, endpoint.host, endpoint.port)
+        for topic_id, name in delta.deleted_topics.items():
+            old = previous.topics_by_id.get(topic_id)
+            for partition in sorted(old.partitions) if old is not None else ():
+                self.replica_manager.stop_replica((name, partition), True)
+            if self.storage.topic(name) is not None:
+                self.storage.delete_topic(name)
+        for topic_id, partitions in delta.changed_partitions.items():
+            topic = image.topics_by_id[topic_id]
+            self._ensure_local_topic(topic)
+            for partition in sorted(partitions):
+                self._apply_partition(previous, topic, partition)
+
+    def _ensure_local_topic(self, topic: TopicImage) -> None:
+        local = self.storage.topic(topic.name)
+        count = max(topic.partitions) + 1 if topic.partitions else 0
+        if local is not None and local.topic_id != topic.id:
+            # A topic of the same name from before a deletion this node did not see.
+            self.storage.delete_topic(topic.name)
+            local = None
+        if local is None:
+            configs = dict(self.image.topic_config(topic.name))
+            self.storage.manager.create_topic(topic.name, count, configs, topic_id=topic.id)
+        elif local.num_partitions < count:
+            self.storage.add_partitions(topic.name, count)
+
+    def _apply_partition(self, previous: MetadataImage, topic: TopicImage, partition: int) -> None:
+        reg = topic.partitions[partition]
+        tp = (topic.name, partition)
+        manager = self.replica_manager
+        if self.node_id in reg.replicas:
+            if reg.leader == self.node_id:
+                manager.become_leader(
+                    tp, reg.leader_epoch, reg.partition_epoch, list(reg.replicas), list(reg.isr)
+                )
+            elif reg.leader != NO_LEADER:
+                manager.become_follower(
+                    tp, reg.leader, reg.leader_epoch, reg.partition_epoch, list(reg.replicas)
+                )
+            else:
+                manager.stop_replica(tp, False)
+            return
+        before = previous.topics_by_id.get(topic.id)
+        old = before.partitions.get(partition) if before is not None else None
+        if old is not None and self.node_id in old.replicas:
+            log.info("%s-%d: no longer a replica here, deleting it", topic.name, partition)
+            manager.stop_replica(tp, True)
+
+
+def alive_brokers(image: MetadataImage, listener: str) -> list[tuple[int, str, int, str | None]]:
+    """(id, host, port, rack) of the unfenced brokers with an endpoint on ``listener``."""
+    result = []
+    for broker in sorted(image.brokers.values(), key=lambda b: b.id):
+        endpoint = broker.endpoint(listener)
+        if not broker.fenced and endpoint is not None:
+            result.append((broker.id, endpoint.host, endpoint.port, broker.rack))
+    return result
+
+
+def partition_view(image: MetadataImage, topic: TopicImage, listener: str) -> list[dict[str, Any]]:
+    """The fields of Metadata's partition entries for ``topic``."""
+    entries = []
+    for index, part in sorted(topic.partitions.items()):
+        leader = image.brokers.get(part.leader)
+        has_leader = leader is not None and leader.endpoint(listener) is not None
+        offline = [r for r in part.replicas if r not in image.brokers or image.brokers[r].fenced]
+        entries.append(
+            {
+                "error_code": ErrorCode.NONE if has_leader else ErrorCode.LEADER_NOT_AVAILABLE,
+                "partition_index": index,
+                "leader_id": part.leader if has_leader else -1,
+                "leader_epoch": part.leader_epoch,
+                "replica_nodes": list(part.replicas),
+                "isr_nodes": list(part.isr),
+                "offline_replicas": offline,
+            }
+        )
+    return entries
+
+
+def controller_for_clients(image: MetadataImage, raft_leader: int | None) -> int:
+    """The controller id Metadata and DescribeCluster report: clients cannot reach a KRaft
+    controller, so (as Kafka) an alive broker: the active controller's node when it is one."""
+    alive = [b.id for b in image.brokers.values() if not b.fenced]
+    if raft_leader is not None and raft_leader in alive:
+        return raft_leader
+    return min(alive) if alive else -1
+
+
+def metadata_response(broker: Any, ctx: Any, request: Any) -> Any:
+    """Metadata (key 3) answered from the image in cluster mode (``handlers.metadata`` calls it)."""
+    from reference_broker.handlers.auth import Operation, topic_denied
+    from reference_broker.handlers.common import topic_name_problem
+    from reference_broker.handlers.metadata import (
+        ALL_TOPIC_OPERATIONS,
+        AUTHORIZED_OPS_OMITTED,
+        Partition,
+        Topic,
+    )
+    from reference_broker.storage import is_internal
+    from sdk.protocol.messages import MetadataResponse
+
+    image: MetadataImage = broker.metadata_publisher.image
+    listener = ctx.connection.session.listener.name
+    include_ops = bool(request.include_topic_authorized_operations)
+
+    def entry(topic: TopicImage) -> Any:
+        return Topic(
+            error_code=ErrorCode.NONE,
+            name=topic.name,
+            topic_id=topic.id,
+            is_internal=is_internal(topic.name),
+            partitions=[Partition(**fields) for fields in partition_view(image, topic, listener)],
+            topic_authorized_operations=ALL_TOPIC_OPERATIONS if include_ops else AUTHORIZED_OPS_OMITTED,
+        )
+
+    topics = []
+    if request.topics is None or (ctx.api_version == 0 and not request.topics):
+        for topic in sorted(image.topics_by_id.values(), key=lambda t: t.name):
+            if not topic_denied(broker, ctx, Operation.DESCRIBE, topic.name):
+                topics.append(entry(topic))
+    else:
+        for wanted in request.topics:
+            if wanted.name is None:
+                found = image.topics_by_id.get(wanted.topic_id)
+                if found is None or topic_denied(broker, ctx, Operation.DESCRIBE, found.name):
+                    topics.append(
+                        Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=wanted.topic_id)
+                    )
+                else:
+                    topics.append(entry(found))
+                continue
+            if topic_denied(broker, ctx, Operation.DESCRIBE, wanted.name):
+                topics.append(Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=wanted.name))
+                continue
+            found = image.topic(wanted.name)
+            if found is not None:
+                topics.append(entry(found))
+            elif topic_name_problem(wanted.name):
+                topics.append(Topic(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=wanted.name))
+            else:
+                topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=wanted.name))
+    raft = getattr(broker, "raft", None)
+    raft_leader = raft.leader_and_epoch.leader_id if raft is not None else None
+    return MetadataResponse(
+        brokers=[
+            MetadataResponse.MetadataResponseBroker(node_id=b, host=host, port=port, rack=rack)
+            for b, host, port, rack in alive_brokers(image, listener)
+        ],
+        cluster_id=broker.cluster_id,
+        controller_id=controller_for_clients(image, raft_leader),
+        topics=topics,
+        cluster_authorized_operations=AUTHORIZED_OPS_OMITTED,
+    )
+
+
+def describe_cluster_response(broker: Any, ctx: Any, request: Any) -> Any:
+    """DescribeCluster (key 60) of brokers from the image in cluster mode."""
+    from sdk.protocol.messages import DescribeClusterResponse
+
+    image: MetadataImage = broker.metadata_publisher.image
+    listener = ctx.connection.session.listener.name
+    include_fenced = bool(getattr(request, "include_fenced_brokers", False))
+    brokers = []
+    for reg in sorted(image.brokers.values(), key=lambda b: b.id):
+        endpoint = reg.endpoint(listener)
+        if endpoint is None or (reg.fenced and not include_fenced):
+            continue
+        brokers.append(
+            DescribeClusterResponse.DescribeClusterBroker(
+                broker_id=reg.id, host=endpoint.host, port=endpoint.port, rack=reg.rack, is_fenced=reg.fenced
+            )
+        )
+    raft = getattr(broker, "raft", None)
+    raft_leader = raft.leader_and_epoch.leader_id if raft is not None else None
+    return DescribeClusterResponse(
+        cluster_id=broker.cluster_id,
+        controller_id=controller_for_clients(image, raft_leader),
+        endpoint_type=1,
+        brokers=brokers,
+    )
