@@ -16,7 +16,10 @@ Versions served and per-version notes:
 - Cluster mode (a broker with a replica manager): a follower's fetch (``replica_id`` /
   ``replica_state.replica_id`` >= 0) is answered by ``replication.leader_fetch`` (up to the log
   end, diverging epochs, the follower's state updated); consumers are served by the leader only
-  (NOT_LEADER_OR_FOLLOWER elsewhere), in its epoch, up to the high watermark.
+  (NOT_LEADER_OR_FOLLOWER elsewhere), in its epoch, up to the high watermark; from v11 (which
+  carries the client's rack) a follower serves them too, up to its own high watermark, and with
+  ``replica.selector.class`` set a leader answers a consumer in another rack with the
+  ``preferred_read_replica`` in the consumer's rack and no records (KIP-392).
 - v13+ topics by id (KIP-516): an unknown id answers UNKNOWN_TOPIC_ID, where names answer
   UNKNOWN_TOPIC_OR_PARTITION. v14-18 change nothing here: no tiered storage (v14), replica state
   is for followers (v15), no leader moves to report in node_endpoints (v16), directory ids (v17)
@@ -44,7 +47,7 @@ from reference_broker.handlers.auth import Operation, topic_denied
 from reference_broker.handlers.common import ZERO_UUID, error_code_of, find_topic, leader_epoch_error
 from reference_broker.quotas import quota_identity
 from reference_broker.replication.leader_fetch import follower_id, serve_follower_fetch
-from reference_broker.replication.replica_manager import client_read_error
+from reference_broker.replication.replica_manager import client_read_error, preferred_read_replica
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import FetchRequest, FetchResponse
 
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
 
 API_KEY = FetchRequest.API_KEY
 READ_COMMITTED = 1
+RACK_FROM = 11  # the first version with rack_id (KIP-392)
 
 TopicResponse = FetchResponse.FetchableTopicResponse
 PartitionData = FetchResponse.PartitionData
@@ -95,12 +99,13 @@ async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> 
         wanted.append(_Wanted(target, info, missing))
     committed = request.isolation_level == READ_COMMITTED
     max_bytes = response_max_bytes(broker, ctx, request)
-    partitions, total, errors = _read_all(broker, wanted, committed, max_bytes)
+    rack = (request.rack_id or "") if version >= RACK_FROM else None
+    partitions, total, errors = _read_all(broker, wanted, committed, max_bytes, rack)
     remaining = max(0, request.max_wait_ms) / 1000
     if not (total >= request.min_bytes or errors or remaining <= 0 or not wanted):
         await _wait_for_data(broker, request, wanted, partitions, committed, time.monotonic() + remaining)
         _resolve_again(broker, wanted, by_id)
-        partitions, total, errors = _read_all(broker, wanted, committed, max_bytes)
+        partitions, total, errors = _read_all(broker, wanted, committed, max_bytes, rack)
     return FetchResponse(
         error_code=ErrorCode.NONE,
         session_id=plan.response_session_id,
@@ -219,9 +224,10 @@ def _group(
 
 
 def _read_all(
-    broker: Broker, wanted: list[_Wanted], committed: bool, max_bytes: int
+    broker: Broker, wanted: list[_Wanted], committed: bool, max_bytes: int, rack: str | None = None
 ) -> tuple[list[FetchResponse.PartitionData], int, bool]:
-    """One pass over every partition; returns the data, the bytes read and whether any failed."""
+    """One pass over every partition; returns the data, the bytes read and whether any failed.
+    ``rack``: the client's rack (v11+, else None), for fetch from the closest replica."""
     budget = max_bytes
     min_one = True
     total = 0
@@ -238,11 +244,20 @@ def _read_all(
         if replicas is None:
             code = leader_epoch_error(p.current_leader_epoch)
         else:
-            code = client_read_error(replicas, info.name, p.partition, p.current_leader_epoch)
+            code = client_read_error(replicas, info.name, p.partition, p.current_leader_epoch,
+                                     follower_may_serve=rack is not None)
         if code:
             result.append(_error(p.partition, code))
             errors = True
             continue
+        if replicas is not None and rack:
+            preferred = preferred_read_replica(replicas, info.name, p.partition, rack, p.fetch_offset)
+            if preferred >= 0:  # KIP-392: no records, the consumer goes to that replica
+                start, hw, lso = broker.logs.offsets(info.name, p.partition)
+                data = _error(p.partition, ErrorCode.NONE, hw, lso, start)
+                data.preferred_read_replica = preferred
+                result.append(data)
+                continue
         limit = min(max(p.partition_max_bytes, 0), budget)
         try:
             read = broker.logs.read(

@@ -22,6 +22,8 @@ class ReplicationConfig:
     fetch_response_max_bytes: int = 10_485_760
     num_fetchers: int = 1
     min_insync_replicas: int = 1
+    #: ``replica.selector.class`` is set: consumers are sent to a replica in their rack (KIP-392)
+    select_closest_replica: bool = False
 
     @classmethod
     def from_broker_config(cls, config: _Settings) -> ReplicationConfig:
@@ -34,4 +36,5 @@ class ReplicationConfig:
             fetch_response_max_bytes=config.get("replica.fetch.response.max.bytes"),
             num_fetchers=config.get("num.replica.fetchers"),
             min_insync_replicas=config.get("min.insync.replicas"),
+            select_closest_replica=bool(config.get("replica.selector.class")),
         )

@@ -303,6 +303,29 @@ class Partition:
         self.maybe_increment_high_watermark()
         self._answer_waiters()
 
+    # -- leader: fetch from the closest replica (KIP-392) ---------------------------------------
+
+    def preferred_read_replica(self, client_rack: str, fetch_offset: int, now_ms: int,
+                               rack_of: Callable[[int], str | None]) -> int:
+        """Kafka's ``RackAwareReplicaSelector``: the replica a consumer in ``client_rack`` should
+        fetch from, or -1 for this leader (no rack, the leader in the client's rack, or no
+        caught-up replica there that has ``fetch_offset``). Among several, the one with the
+        longest log."""
+        if not client_rack or rack_of(self.local_id) == client_rack:
+            return -1
+        end = self.log.log_end_offset
+        best, best_end = -1, -1
+        for replica in self.replicas:
+            state = self.followers.get(replica)
+            if replica == self.local_id or state is None or rack_of(replica) != client_rack:
+                continue
+            caught_up = (state.log_end_offset == end
+                         or now_ms - state.last_caught_up_ms <= self.replica_lag_time_max_ms)
+            has_offset = state.log_start_offset <= fetch_offset < state.log_end_offset
+            if caught_up and has_offset and state.log_end_offset > best_end:
+                best, best_end = replica, state.log_end_offset
+        return best
+
     # -- leader: high watermark and acks=all ---------------------------------------------------
 
     def maybe_increment_high_watermark(self) -> bool:

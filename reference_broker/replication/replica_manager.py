@@ -57,6 +57,7 @@ class ReplicaManager:
         notify: Callable[[TopicPartition], None] | None = None,
         broker_epoch: Callable[[], int] = lambda: -1,
         known_partition: Callable[[str, int], bool] | None = None,
+        rack_of: Callable[[int], str | None] = lambda _node: None,
     ) -> None:
         self.node_id = node_id
         self.get_log = get_log
@@ -68,6 +69,8 @@ class ReplicaManager:
         self.notify = notify
         self.broker_epoch = broker_epoch
         self.known_partition = known_partition
+        #: a broker's ``broker.rack`` (None: none), for fetch from the closest replica
+        self.rack_of = rack_of
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._isr_task: asyncio.Task[None] | None = None
@@ -184,13 +187,29 @@ class ReplicaManager:
                     part.maybe_shrink_isr(now)
 
 
-def client_read_error(manager: ReplicaManager, topic: str, index: int, current_leader_epoch: int) -> int:
+def client_read_error(manager: ReplicaManager, topic: str, index: int, current_leader_epoch: int,
+                      *, follower_may_serve: bool = False) -> int:
     """A consumer's Fetch or ListOffsets of ``topic``-``index`` in cluster mode: the leader serves
-    it (NOT_LEADER_OR_FOLLOWER elsewhere), in the epoch the client knows, if it says one
-    (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH); 0 when it may be served."""
+    it (NOT_LEADER_OR_FOLLOWER elsewhere), and so does a follower when ``follower_may_serve`` (a
+    Fetch v11+, which carries the client's rack: KIP-392; a follower reads up to its own high
+    watermark), in the epoch the client knows, if it says one (FENCED_LEADER_EPOCH /
+    UNKNOWN_LEADER_EPOCH); 0 when it may be served."""
     from reference_broker.handlers.offset_for_leader_epoch import epoch_error
 
     partition = manager.partition(topic, index)
-    if partition is None or not partition.is_leader:
+    if partition is None or partition.leader_id is None or not (
+            partition.is_leader or follower_may_serve):
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
     return epoch_error(current_leader_epoch, partition.leader_epoch)
+
+
+def preferred_read_replica(manager: ReplicaManager, topic: str, index: int, client_rack: str,
+                           fetch_offset: int) -> int:
+    """The replica a leader sends a consumer in ``client_rack`` to (KIP-392), or -1 to serve it
+    here: always -1 unless ``replica.selector.class`` is set."""
+    if not manager.config.select_closest_replica or not client_rack:
+        return -1
+    partition = manager.partition(topic, index)
+    if partition is None or not partition.is_leader:
+        return -1
+    return partition.preferred_read_replica(client_rack, fetch_offset, _now_ms(), manager.rack_of)

@@ -154,3 +154,20 @@ async def test_a_follower_with_the_whole_log_stays_in_sync_however_long_it_is_si
     assert leader.out_of_sync_replicas(now_ms=100 + 10 * LAG_MS) == []
     leader.log.append(batch(1), now_ms=200)
     assert leader.out_of_sync_replicas(now_ms=101 + LAG_MS) == [2]
+
+
+def test_preferred_read_replica_is_a_caught_up_replica_in_the_clients_rack(leader: Partition):
+    racks = {1: "r1", 2: "r2", 3: "r2", 4: "r3"}
+    leader.make_leader(1, 0, [1, 2, 3, 4], [1, 2, 3, 4], now_ms=0)
+    leader.log.append(batch(10), now_ms=10)
+    leader.update_follower_fetch_state(2, 6, 0, now_ms=100)
+    leader.update_follower_fetch_state(3, 10, 0, now_ms=100)
+    leader.update_follower_fetch_state(4, 10, 0, now_ms=100)
+    pick = leader.preferred_read_replica
+    assert pick("r2", 5, 200, racks.get) == 3  # the longer log of the two in r2
+    assert pick("r2", 8, 200, racks.get) == 3  # 2 does not have offset 8
+    assert pick("r1", 5, 200, racks.get) == -1  # the leader is in the client's rack
+    assert pick("", 5, 200, racks.get) == -1
+    assert pick("r9", 5, 200, racks.get) == -1  # nobody there
+    leader.log.append(batch(1), now_ms=20)  # 3 is behind now and not caught up within the lag
+    assert pick("r2", 5, 100 + 2 * LAG_MS, racks.get) == -1

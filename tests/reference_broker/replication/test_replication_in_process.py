@@ -217,3 +217,63 @@ async def test_a_leader_change_cuts_the_old_leaders_unreplicated_records(tmp_pat
                     await manager.stop()
                     await manager.channels.close()
                 broker.replica_manager = None
+
+
+async def test_fetch_from_the_closest_replica(tmp_path: Path) -> None:
+    """KIP-392 with ``replica.selector.class``: the leader (rack r1) answers a consumer in rack r2
+    with the follower there as its preferred read replica and no records; the follower serves
+    that consumer's Fetch (v11+) up to its own high watermark, and refuses an older Fetch, which
+    names no rack, with NOT_LEADER_OR_FOLLOWER."""
+    from tests.reference_broker.wire import WireClient, fetch_request
+
+    topic_id = uuid.uuid4()
+    racks = {1: "r1", 2: "r2"}
+    config = ReplicationConfig(fetch_wait_max_ms=100, fetch_backoff_ms=50, select_closest_replica=True)
+    async with Broker(BrokerConfig.build(tmp_path / "a", port=0, node_id=1)) as a, \
+            Broker(BrokerConfig.build(tmp_path / "b", port=0, node_id=2)) as b:
+        managers = {}
+        for broker in (a, b):
+            broker.logs.manager.create_topic("t", 1, {}, topic_id=topic_id)
+            channels = PeerChannels(f"node-{broker.node_id}")
+            channels.update(1, a.host, a.port)
+            managers[broker.node_id] = ReplicaManager(
+                broker.node_id, get_log=lambda tp, broker=broker: broker.logs.manager.get_log(*tp),
+                channels=channels, config=config, alter_partition=Controller(),
+                notify=broker.waiters.notify, topic_id=lambda name: topic_id, rack_of=racks.get)
+            broker.replica_manager = managers[broker.node_id]
+            produce.install(broker.registry)
+            await managers[broker.node_id].start()
+        try:
+            managers[1].become_leader(("t", 0), 1, 0, [1, 2], [1, 2])
+            managers[2].become_follower(("t", 0), 1, 1, 0, [1, 2])
+            assert await produce_raw(a.host, a.port, "t", batch([b"v0", b"v1"]), acks=-1) == 0
+            log_b = b.logs.manager.get_log("t", 0)
+            await until(lambda: log_b.high_watermark == 2, "the follower has the records")
+
+            def fetch(broker: Broker, version: int, rack: str) -> object:
+                request = fetch_request("t", topic_id=topic_id)
+                request.rack_id = rack
+                for t in request.topics:
+                    for p in t.partitions:
+                        p.current_leader_epoch = 1
+                with WireClient(f"{broker.host}:{broker.port}") as wire:
+                    return wire.request(request, version).responses[0].partitions[0]
+
+            at_leader = await asyncio.to_thread(fetch, a, 13, "r2")
+            assert (at_leader.error_code, at_leader.preferred_read_replica) == (0, 2)  # type: ignore[attr-defined]
+            assert not at_leader.records  # type: ignore[attr-defined]
+            same_rack = await asyncio.to_thread(fetch, a, 13, "r1")
+            assert same_rack.preferred_read_replica == -1 and same_rack.records  # type: ignore[attr-defined]
+            at_follower = await asyncio.to_thread(fetch, b, 13, "r2")
+            assert at_follower.error_code == 0 and at_follower.high_watermark == 2  # type: ignore[attr-defined]
+            values = [r.value for bt in iter_batches(bytes(at_follower.records)) for r in bt]  # type: ignore[attr-defined]
+            assert values == [b"v0", b"v1"]
+            old_client = await asyncio.to_thread(fetch, b, 10, "")
+            assert old_client.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER  # type: ignore[attr-defined]
+        finally:
+            for broker in (a, b):
+                manager = managers.get(broker.node_id)
+                if manager is not None:
+                    await manager.stop()
+                    await manager.channels.close()
+                broker.replica_manager = None
