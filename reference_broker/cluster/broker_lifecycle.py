@@ -297,3 +297,131 @@ def install_forwarding(registry: Any, apis: dict[int, Callable[[Any, int, int], 
 
     for api_key, error in apis.items():
         registry.register(api_key, forwarder(error), error_response=error)
+
+
+class ClusterMember:
+    """What a cluster-mode node runs on top of its raft client: the metadata loader (a raft
+    listener), the controller service on voters, and on brokers the controller channel, the
+    replica manager, the metadata publisher and the registration/heartbeat lifecycle.
+
+    ``attach()`` must run before the raft client starts, so the loader and the controller see
+    the metadata log from its beginning; ``start()`` and ``stop()`` follow the broker's own.
+    The broker gets ``metadata_loader``, ``controller`` (None on a broker-only node),
+    ``controller_channel``, ``replica_manager``, ``metadata_publisher`` and ``lifecycle``.
+    """
+
+    def __init__(
+        self,
+        broker: Any,
+        raft: Any,
+        *,
+        voters: dict[int, tuple[str, int]],
+        roles: Sequence[str],
+        controller_registry: Any | None = None,
+    ):
+        self.broker = broker
+        self.raft = raft
+        self.voters = voters
+        self.roles = set(roles)
+        self.controller_registry = controller_registry
+        self.lifecycle: BrokerLifecycle | None = None
+
+    def attach(self) -> None:
+        from reference_broker.controller.handlers import install as install_controller_apis
+        from reference_broker.controller.service import ControllerService
+        from reference_broker.controller.settings import ControllerSettings
+        from reference_broker.metadata.loader import MetadataLoader
+
+        broker = self.broker
+        loader = MetadataLoader()
+        self.raft.register(loader)
+        broker.metadata_loader = loader
+        broker.controller = None
+        if "controller" in self.roles:
+            settings = ControllerSettings.from_config(broker.config, broker.cluster_id)
+            broker.controller = ControllerService(self.raft, settings)
+            if self.controller_registry is not None:
+                install_controller_apis(self.controller_registry)
+        if "broker" not in self.roles:
+            return
+        local_host = broker.host or None
+        broker.controller_channel = ControllerChannel(
+            self.voters,
+            lambda: self.raft.leader_and_epoch.leader_id,
+            PeerChannels(f"broker-{broker.node_id}-to-controller", local_host=local_host),
+        )
+        self._attach_replication(loader)
+
+    def _attach_replication(self, loader: Any) -> None:
+        from reference_broker.cluster.metadata_publisher import BrokerMetadataPublisher
+        from reference_broker.replication.config import ReplicationConfig
+        from reference_broker.replication.replica_manager import ReplicaManager
+
+        broker = self.broker
+        config = broker.config
+        listeners = [lst for lst in broker.listeners if lst.name not in self._controller_listener_names()]
+        self.lifecycle = BrokerLifecycle(
+            broker.node_id,
+            broker.cluster_id,
+            broker.controller_channel,
+            listeners=listeners,
+            rack=config.get("broker.rack"),
+            heartbeat_interval_ms=config.get("broker.heartbeat.interval.ms"),
+            metadata_offset=lambda: loader.image.offset,
+        )
+        broker.lifecycle = self.lifecycle
+
+        def topic_id(name: str) -> uuid.UUID:
+            topic = loader.image.topic(name)
+            return topic.id if topic is not None else uuid.UUID(int=0)
+
+        inter_broker = self._setting("inter.broker.listener.name") or (
+            listeners[0].name if listeners else None
+        )
+        broker.replica_manager = ReplicaManager(
+            broker.node_id,
+            get_log=lambda tp: broker.logs.manager.get_log(*tp),
+            channels=PeerChannels(f"broker-{broker.node_id}-replica", local_host=broker.host or None),
+            config=ReplicationConfig.from_broker_config(config),
+            alter_partition=AlterPartitionSender(broker.controller_channel, self.lifecycle, topic_id),
+            topic_id=topic_id,
+            notify=broker.waiters.notify,
+            broker_epoch=lambda: self.lifecycle.broker_epoch if self.lifecycle else -1,
+            known_partition=lambda topic, index: loader.image.partition(topic, index) is not None,
+        )
+        publisher = BrokerMetadataPublisher(
+            broker.node_id,
+            storage=broker.logs,
+            replica_manager=broker.replica_manager,
+            inter_broker_listener=inter_broker,
+        )
+        loader.install(publisher)
+        broker.metadata_publisher = publisher
+
+    def _setting(self, key: str) -> Any:
+        try:
+            return self.broker.config.get(key)
+        except KeyError:  # declared by the raft part of the cluster; absent from older builds
+            return None
+
+    def _controller_listener_names(self) -> set[str]:
+        names = self._setting("controller.listener.names") or []
+        return set(names if isinstance(names, list) else str(names).split(","))
+
+    async def start(self) -> None:
+        broker = self.broker
+        if broker.controller is not None:
+            await broker.controller.start()
+        if self.lifecycle is not None:
+            await broker.replica_manager.start()
+            await self.lifecycle.start()
+
+    async def stop(self) -> None:
+        broker = self.broker
+        if self.lifecycle is not None:
+            await self.lifecycle.stop()
+            await broker.replica_manager.stop()
+            await broker.controller_channel.channels.close()
+            await broker.replica_manager.channels.close()
+        if broker.controller is not None:
+            await broker.controller.stop()

@@ -144,7 +144,13 @@ def controller_for_clients(image: MetadataImage, raft_leader: int | None) -> int
 
 def metadata_response(broker: Any, ctx: Any, request: Any) -> Any:
     """Metadata (key 3) answered from the image in cluster mode (``handlers.metadata`` calls it)."""
-    from reference_broker.handlers.auth import Operation, topic_denied
+    from reference_broker.handlers.auth import (
+        Operation,
+        ResourceType,
+        authorize,
+        authorize_cluster,
+        topic_denied,
+    )
     from reference_broker.handlers.common import topic_name_problem
     from reference_broker.handlers.metadata import (
         ALL_TOPIC_OPERATIONS,
@@ -170,6 +176,7 @@ def metadata_response(broker: Any, ctx: Any, request: Any) -> Any:
         )
 
     topics = []
+    allow_create = request.allow_auto_topic_creation if ctx.api_version >= 4 else True
     if request.topics is None or (ctx.api_version == 0 and not request.topics):
         for topic in sorted(image.topics_by_id.values(), key=lambda t: t.name):
             if not topic_denied(broker, ctx, Operation.DESCRIBE, topic.name):
@@ -193,6 +200,15 @@ def metadata_response(broker: Any, ctx: Any, request: Any) -> Any:
                 topics.append(entry(found))
             elif topic_name_problem(wanted.name):
                 topics.append(Topic(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=wanted.name))
+            elif allow_create and broker.config.get("auto.create.topics.enable"):
+                if broker.authorizer is not None and not (
+                    authorize_cluster(broker, ctx, Operation.CREATE)
+                    or authorize(broker, ctx, Operation.CREATE, ResourceType.TOPIC, wanted.name)
+                ):
+                    topics.append(Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=wanted.name))
+                    continue
+                _auto_create(broker, wanted.name)
+                topics.append(Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=wanted.name))
             else:
                 topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=wanted.name))
     raft = getattr(broker, "raft", None)
@@ -207,6 +223,30 @@ def metadata_response(broker: Any, ctx: Any, request: Any) -> Any:
         topics=topics,
         cluster_authorized_operations=AUTHORIZED_OPS_OMITTED,
     )
+
+
+def _auto_create(broker: Any, name: str) -> None:
+    """Ask the controller to create ``name`` (num.partitions, default replication factor) without
+    waiting: the client polls Metadata until the topic has a leader, as with Kafka."""
+    import asyncio
+
+    from sdk.protocol.messages import CreateTopicsRequest
+
+    request = CreateTopicsRequest(
+        topics=[
+            CreateTopicsRequest.CreatableTopic(
+                name=name, num_partitions=broker.config.get("num.partitions"), replication_factor=-1
+            )
+        ]
+    )
+
+    async def create() -> None:
+        try:
+            await broker.controller_channel.send(request)
+        except Exception as exc:  # the client's next Metadata asks again
+            log.info("auto-creating topic %s: %s", name, exc)
+
+    asyncio.get_running_loop().create_task(create())
 
 
 def describe_cluster_response(broker: Any, ctx: Any, request: Any) -> Any:
