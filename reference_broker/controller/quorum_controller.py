@@ -32,6 +32,7 @@ class QuorumController:
         self.cluster = ClusterControl(self)
         self.replication = ReplicationControl(self)
         self._inflight: list[Any] | None = None
+        self._inflight_last: int | None = None
         #: Set when the in-flight records have been seen committed.
         self.settled = False
 
@@ -57,12 +58,27 @@ class QuorumController:
         self.committed = delta.apply()
         if self._inflight is None:
             self.image = self.committed
-        elif list(records) == self._inflight:
-            self._inflight = None
-            self.settled = True
-            self.image = self.committed
+        elif list(records) == self._inflight or (
+            self._inflight_last is not None and last_offset >= self._inflight_last
+        ):
+            self._settle()
         else:
             self.image = self.preview(self._inflight, self.committed)
+
+    def appended(self, last_offset: int) -> None:
+        """The in-flight records were appended ending at ``last_offset`` (they may already be
+        committed: a batch the raft client merged is recognised by its offset)."""
+        if self._inflight is None:
+            return
+        self._inflight_last = last_offset
+        if self.committed.offset >= last_offset:
+            self._settle()
+
+    def _settle(self) -> None:
+        self._inflight = None
+        self._inflight_last = None
+        self.settled = True
+        self.image = self.committed
 
     def load_snapshot(self, records: list[Any], last_offset: int, epoch: int) -> None:
         delta = MetadataDelta(self.committed)
@@ -71,17 +87,19 @@ class QuorumController:
         delta.finish_snapshot()
         delta.offset, delta.epoch = last_offset, epoch
         self.committed = delta.apply()
-        self._inflight = None
+        self._inflight = self._inflight_last = None
         self.image = self.committed
 
     def begin(self, records: list[Any]) -> None:
         """``records`` are about to be appended: later operations see them."""
         self._inflight = list(records)
+        self._inflight_last = None
         self.settled = False
         self.image = self.preview(records)
 
     def abort(self) -> None:
         self._inflight = None
+        self._inflight_last = None
         self.settled = False
         self.image = self.committed
 

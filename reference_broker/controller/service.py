@@ -118,10 +118,12 @@ class ControllerService:
             self.core.begin(result.records)
             self._settled.clear()
             try:
-                await self.raft.append(list(result.records), epoch=epoch)
-            except Exception as exc:
+                last_offset = await self.raft.append(list(result.records), epoch=epoch)
+            except Exception as exc:  # NotLeader, or the raft client stopping
+                log.info("controller %d: append in epoch %d failed: %r", self.settings.node_id, epoch, exc)
                 self.core.abort()
                 raise NotControllerError() from exc
+            self.core.appended(last_offset)
             while not self.core.settled:
                 if self._active_epoch != epoch:
                     raise NotControllerError()

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from reference_broker import internal_records as rec
 from reference_broker.controller.placement import StripedReplicaPlacer
 from reference_broker.controller.quorum_controller import QuorumController
 from reference_broker.controller.result import ControllerResult
@@ -404,3 +405,19 @@ def test_leadership_lost_mid_operation_returns_to_the_committed_image() -> None:
     assert c.ctl.image.topic("t") is not None and c.ctl.committed.topic("t") is None
     c.ctl.abort()
     assert c.ctl.image.topic("t") is None
+
+
+def test_in_flight_records_committed_inside_a_larger_batch_settle_by_offset() -> None:
+    c = Cluster()
+    result = c.ctl.replication.create_topics(
+        CreateTopicsRequest(
+            topics=[CreateTopicsRequest.CreatableTopic(name="t", num_partitions=1, replication_factor=3)]
+        )
+    )
+    c.ctl.begin(result.records)
+    merged = [rec.NoOpRecord(), *result.records]
+    last = c.log.end_offset + len(merged)
+    c.ctl.replay_commit(merged, last, 1)
+    c.ctl.appended(last)
+    assert c.ctl.settled and c.ctl.committed.topic("t") is not None
+    assert c.ctl.image is c.ctl.committed
