@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Hashable
 
 from reference_broker._event_loop import loop_name
 from reference_broker.clock import Clock, LoopClock
@@ -100,6 +101,15 @@ class Broker:
         listener it connected on."""
         return ctx.connection.session.listener.advertised()
 
+    def _data_arrived(self, key: Hashable) -> None:
+        """An append (or a topic deletion) touched ``key``: in cluster mode the partition's leader
+        may move its high watermark first (an ISR of one commits at once, coordinator writes and
+        transaction markers too), then the long polls waiting on it wake."""
+        replicas = self.replica_manager
+        if replicas is not None:
+            replicas.on_append(key)
+        self.waiters.notify(key)
+
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
@@ -107,7 +117,7 @@ class Broker:
     async def start(self) -> None:
         data_dir = self.config.data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
-        self.storage = Storage.open(self.config, on_data=self.waiters.notify)
+        self.storage = Storage.open(self.config, on_data=self._data_arrived)
         self.cluster_id = self.storage.cluster_id
         try:
             self._add_services(self.storage)

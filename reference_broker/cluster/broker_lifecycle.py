@@ -388,7 +388,11 @@ class ClusterMember:
             notify=broker.waiters.notify,
             broker_epoch=lambda: self.lifecycle.broker_epoch if self.lifecycle else -1,
             known_partition=lambda topic, index: loader.image.partition(topic, index) is not None,
+            rack_of=lambda node: getattr(loader.image.brokers.get(node), "rack", None),
         )
+        from reference_broker.handlers import produce
+
+        produce.install(broker.registry)  # the cluster form: leadership checked, acks=all waits
         publisher = BrokerMetadataPublisher(
             broker.node_id,
             storage=broker.logs,

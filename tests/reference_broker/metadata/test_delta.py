@@ -222,3 +222,29 @@ def test_loader_replays_commits_and_snapshots_and_publishes() -> None:
 
     loader.install(Late())
     assert late == [loader.image]
+
+
+def test_an_image_written_as_snapshot_records_replays_to_the_same_image() -> None:
+    from reference_broker.metadata.snapshot import image_records
+
+    _, image = replay(
+        topic_image(),
+        rec.FeatureLevelRecord(name="metadata.version", feature_level=27),
+        rec.PartitionChangeRecord(topic_id=TOPIC_ID, partition_id=0, leader=2, isr=[2, 3]),
+        rec.FenceBrokerRecord(id=1, epoch=10),
+        rec.ConfigRecord(
+            resource_type=CONFIG_TOPIC, resource_name="t", name="cleanup.policy", value="compact"
+        ),
+        rec.ProducerIdsRecord(broker_id=2, broker_epoch=11, next_producer_id=2000),
+        rec.ClientQuotaRecord(
+            entity=[rec.ClientQuotaRecord.EntityData(entity_type="client-id", entity_name=None)],
+            key="request_percentage",
+            value=50.0,
+        ),
+    )
+    delta = MetadataDelta(MetadataImage())
+    for record in image_records(image):
+        delta.replay(record)
+    delta.finish_snapshot()
+    delta.offset, delta.epoch = image.offset, image.epoch
+    assert delta.apply() == image
