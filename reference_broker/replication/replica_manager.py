@@ -22,8 +22,8 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, cast
 
 from reference_broker.replication.config import ReplicationConfig
 from reference_broker.replication.fetcher import ReplicaFetcher
@@ -96,10 +96,11 @@ class ReplicaManager:
             self.partitions[tp] = part
         return part
 
-    def on_append(self, tp: TopicPartition) -> None:
-        """A leader's log grew (a produce, a coordinator's write, a transaction marker): with the
-        leader alone in the ISR that commits it at once."""
-        part = self.partitions.get(tp)
+    def on_append(self, key: Hashable) -> None:
+        """A leader's log grew (a produce, a coordinator's write, a transaction marker; ``key`` is
+        the storage's ``(topic, partition)``): with the leader alone in the ISR that commits it at
+        once."""
+        part = self.partitions.get(cast(TopicPartition, key))
         if part is not None and part.is_leader:
             part.maybe_increment_high_watermark()
 
