@@ -74,14 +74,14 @@ def image_records(image: MetadataImage) -> list[Any]:
             rec.ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id)
         )
     for entity, quotas in sorted(image.client_quotas.items(), key=lambda item: repr(item[0])):
-        for key, value in sorted(quotas.items()):
+        for key, quota in sorted(quotas.items()):
             records.append(
                 rec.ClientQuotaRecord(
                     entity=[
                         rec.ClientQuotaRecord.EntityData(entity_type=t, entity_name=n) for t, n in entity
                     ],
                     key=key,
-                    value=value,
+                    value=quota,
                 )
             )
     return records
