@@ -185,6 +185,23 @@ def downgrade_refusal(group: ConsumerGroup, leaving_id: str, policy: MigrationPo
     return ""
 
 
+def replacement_downgrade_refusal(
+    group: ConsumerGroup, replaced_id: str, policy: MigrationPolicy, max_size: int
+) -> str:
+    """Kafka's ``validateOnlineDowngradeWithReplacedMemberId``: why a classic static member
+    replacing ``replaced_id`` does not make the group classic ("" when it does: the replaced member
+    is the last one on the consumer protocol)."""
+    replaced = group.members.get(replaced_id)
+    others = [m for mid, m in group.members.items() if mid != replaced_id]
+    if replaced is None or replaced.uses_classic_protocol or any(not m.uses_classic_protocol for m in others):
+        return ": members use the consumer protocol"
+    if not policy.downgrade_enabled:
+        return ": the online downgrade is disabled"
+    if len(group.members) > max_size:
+        return ": the group size exceeds the classic group maximum size"
+    return ""
+
+
 def common_protocols(members: list[ConsumerGroupMember]) -> set[str]:
     """The protocol names every one of these classic members supports."""
     names = [{name for name, _ in m.classic_protocols} for m in members]
@@ -292,12 +309,30 @@ class ClassicMembers:
             client_host=client_host,
         )
         owned = _to_assignment(_owned(subscription), self.consumer.lookup_topic)
+        replaced_id = group.static_members.get(instance_id) if instance_id is not None else None
+        downgrade = (
+            replaced_id is not None
+            and replaced_id != member_id
+            and not replacement_downgrade_refusal(
+                group,
+                replaced_id,
+                self.consumer.migration_policy,
+                self.consumer.membership.config.max_group_size,
+            )
+        )
         try:
             answer = self.consumer._heartbeat(args, ClassicJoin(session_timeout_ms, protocols, owned))
         except Refused as refused:
             return JoinResult(refused.code, member_id)
         joined = self.consumer.groups.get(group.group_id)
-        if joined is not None:
+        if joined is not None and downgrade:
+            # The last consumer-protocol member is gone: the group is classic from now on, Stable
+            # with the joining member in the replaced one's place (no rebalance).
+            try:
+                self.consumer._downgrade(joined, "", rebalance=False)
+            except Refused as refused:
+                return JoinResult(refused.code, member_id)
+        elif joined is not None:
             # Kafka's sync timeout: the member must send its SyncGroup within its rebalance timeout.
             self._schedule_timeout(
                 joined, member_id, rebalance_timeout_ms, "it sent no SyncGroup in time", True

@@ -593,7 +593,9 @@ class ConsumerGroupCoordinator:
         group.group_epoch += 1
         return 0
 
-    def _downgrade(self, group: ConsumerGroup, leaving_id: str) -> int:
+    def _downgrade(self, group: ConsumerGroup, leaving_id: str, *, rebalance: bool = True) -> int:
+        """The group becomes a classic group without ``leaving_id`` ("" for none); ``rebalance``
+        makes its members rejoin (a leave changes the membership; a static replacement does not)."""
         classic = classic_group_from_consumer(
             group, leaving_id, self._topic_names_by_id(group), self.clock.now_ms()
         )
@@ -602,7 +604,7 @@ class ConsumerGroupCoordinator:
             batch += rec.member_tombstones(group.group_id, member_id)
         batch += [rec.regex_tombstone(group.group_id, regex) for regex in sorted(group.resolved_regexes)]
         batch += rec.group_tombstones(group.group_id)
-        error = self.membership.adopt_downgraded(classic, batch)
+        error = self.membership.adopt_downgraded(classic, batch, rebalance=rebalance)
         if error:
             raise Refused(error, "The coordinator could not write the group's records.")
         group.cancel_timers()

@@ -125,8 +125,9 @@ class GroupCoordinator:
             self.store.write(self.partition_for(group_id), batch)
         except Exception as exc:
             code = write_error_code(exc)
-            log.warning("writing group %s to __consumer_offsets failed (answered %s): %s",
-                        group_id, E(code).name, exc)
+            log.warning(
+                "writing group %s to __consumer_offsets failed (answered %s): %s", group_id, E(code).name, exc
+            )
             return code
         return 0
 
@@ -732,11 +733,11 @@ class GroupCoordinator:
         holder.pending_transactional_offsets = group.pending_transactional_offsets
         self.groups[group.group_id] = holder
 
-    def adopt_downgraded(self, group: Group, batch: list[Record]) -> int:
+    def adopt_downgraded(self, group: Group, batch: list[Record], *, rebalance: bool = True) -> int:
         """A consumer group whose members all speak the classic protocol becomes the classic
         ``group`` (Stable at the consumer group's epoch, each member holding its target
-        assignment), written with ``batch`` (the consumer group's tombstones), then rebalanced so
-        the members rejoin it: 0, or the error that kept it a consumer group."""
+        assignment), written with ``batch`` (the consumer group's tombstones), then (``rebalance``)
+        rebalanced so the members rejoin it: 0, or the error that kept it a consumer group."""
         error = self.write_records(group.group_id, [*batch, self._group_record(group)])
         if error:
             return error
@@ -747,7 +748,8 @@ class GroupCoordinator:
         self.groups[group.group_id] = group
         for member in group.members.values():
             self.schedule_heartbeat(group, member)
-        self._prepare_rebalance(group, f"downgrade of group {group.group_id} from consumer to classic")
+        if rebalance:
+            self._prepare_rebalance(group, f"downgrade of group {group.group_id} from consumer to classic")
         return 0
 
     # -- offsets (``offsets.GroupOffsets``) ---------------------------------------------
