@@ -18,6 +18,7 @@ from reference_broker import internal_records as rec
 from reference_broker.controller.partition_change import Election, PartitionChangeBuilder
 from reference_broker.controller.placement import PlacementError, UsableBroker
 from reference_broker.controller.result import ControllerResult
+from reference_broker.log.config import LogConfig
 from reference_broker.metadata.image import (
     CONFIG_TOPIC,
     NO_LEADER,
@@ -278,6 +279,11 @@ class ReplicationControl:
                     "Excessively large number of partitions per request.",
                 )
             assignments = self.controller.placer.place(self._usable_brokers(image), num_partitions, rf)
+        overrides = {c.name: c.value for c in t.configs}
+        try:
+            LogConfig.from_properties(overrides, LogConfig())
+        except ValueError as exc:
+            raise _Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
         topic_id = uuid.uuid4()
         records: list[Any] = [rec.TopicRecord(name=t.name, topic_id=topic_id)]
         for c in t.configs:

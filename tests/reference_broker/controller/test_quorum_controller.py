@@ -198,6 +198,10 @@ def test_create_topics_places_replicas_on_distinct_brokers_and_checks_the_replic
     assert "only 3 broker(s) are registered" in too_many.error_message
     assert c.create("v", partitions=0).error_code == ErrorCode.INVALID_PARTITIONS
     assert c.create("bad/name").error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    bad_config = [CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(name="retention.ms", value="abc")]
+    refused = c.create("w", configs=bad_config)
+    assert refused.error_code == ErrorCode.INVALID_CONFIG and "retention.ms" in refused.error_message
+    assert c.ctl.image.topic("w") is None
 
 
 def test_placement_is_rack_aware() -> None:
