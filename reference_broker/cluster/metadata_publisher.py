@@ -9,7 +9,8 @@ replica transitions, and the answers Metadata and DescribeCluster give in cluste
 - for each changed partition this broker is a replica of: ``become_leader`` when the image names
   it leader, ``become_follower`` of the named leader otherwise, ``stop_replica`` while there is no
   leader; a partition it stopped being a replica of is stopped and its log deleted;
-- deleted topics are stopped and deleted.
+- deleted topics are stopped and deleted;
+- a topic's changed dynamic configs replace its local overrides.
 
 ``metadata_view`` builds Metadata's brokers and partitions from the image as Kafka's
 KRaftMetadataCache does: unfenced brokers only, their endpoint for the client's listener, a
@@ -23,7 +24,7 @@ import logging
 from typing import Any
 
 from reference_broker.metadata.delta import MetadataDelta
-from reference_broker.metadata.image import NO_LEADER, MetadataImage, TopicImage
+from reference_broker.metadata.image import CONFIG_TOPIC, NO_LEADER, MetadataImage, TopicImage
 from sdk.protocol.errors import ErrorCode
 
 log = logging.getLogger("reference_broker.cluster")
@@ -60,6 +61,9 @@ class BrokerMetadataPublisher:
                 self.replica_manager.stop_replica((name, partition), True)
             if self.storage.topic(name) is not None:
                 self.storage.delete_topic(name)
+        for resource_type, name in delta.changed_configs:
+            if resource_type == CONFIG_TOPIC and image.topic(name) is not None and self.storage.topic(name):
+                self.storage.set_topic_overrides(name, dict(image.topic_config(name)))
         for topic_id, partitions in delta.changed_partitions.items():
             topic = image.topics_by_id[topic_id]
             self._ensure_local_topic(topic)

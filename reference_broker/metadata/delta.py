@@ -133,6 +133,11 @@ class MetadataDelta:
         return dict(self._deleted_topics)
 
     @property
+    def changed_configs(self) -> set[tuple[int, str]]:
+        """(resource_type, resource_name) of every config resource this delta touched."""
+        return set(self._configs)
+
+    @property
     def created_topics(self) -> set[uuid.UUID]:
         return set(self._created_topics)
 

@@ -108,6 +108,13 @@ def test_images_drive_local_topics_and_replica_transitions(storage: Storage) -> 
     assert view[2]["offline_replicas"] == [2] and view[1]["isr_nodes"] == [1]
     replicas.calls.clear()
 
+    loader.replay(
+        [rec.ConfigRecord(resource_type=2, resource_name="t", name="retention.ms", value="1234")],
+        last_offset=10,
+        epoch=1,
+    )
+    assert storage.topic_overrides("t") == {"retention.ms": "1234"}
+
     # reassigned away from us, then the topic deleted
     loader.replay(
         [rec.PartitionChangeRecord(topic_id=TOPIC_ID, partition_id=0, replicas=[3], isr=[3], leader=3)],
