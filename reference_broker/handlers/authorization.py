@@ -344,8 +344,12 @@ def _transaction_refused(transactional_id: str, code: int) -> Any:
 
 
 def _group_operations(broker: Broker, ctx: RequestContext, request: Any, response: Any) -> None:
+    """The principal's operations on each group described without error (as Kafka, an error
+    answer keeps the 'omitted' value)."""
     if request.include_authorized_operations:
         for group in response.groups:
+            if group.error_code:
+                continue
             group.authorized_operations = authorized_operations(
                 broker, ctx, GROUP, group.group_id, ALL_GROUP_OPERATIONS
             )

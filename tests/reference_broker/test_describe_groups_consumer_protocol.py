@@ -20,6 +20,7 @@ from sdk.protocol.messages import (
     FindCoordinatorRequest,
     JoinGroupRequest,
 )
+from tests.reference_broker.security.conftest import PLAIN_JAAS, free_port, plain_login
 from tests.reference_broker.wire import WireClient
 
 TIMEOUT_S = 30.0
@@ -130,3 +131,55 @@ def test_group_operations_are_every_operation_a_group_acl_can_name(bootstrap: st
         client.close()
     assert (classic_ops.error_code, classic_ops.authorized_operations) == (E.NONE, GROUP_OPERATIONS)
     assert (consumer_ops.error_code, consumer_ops.authorized_operations) == (E.NONE, GROUP_OPERATIONS)
+
+
+def test_with_an_authorizer_an_error_answer_still_carries_no_operations(
+    broker_factory: BrokerFactory,
+) -> None:
+    """Kafka fills in the operations of the groups described without error only: an unknown (or
+    not classic) group's answer keeps the 'omitted' value, for a super user too."""
+    address = f"127.0.0.1:{free_port()}"
+    broker_factory(
+        {
+            "listeners": f"SASL_PLAINTEXT://{address}",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin",
+        }
+    )
+    tag = uuid.uuid4().hex[:8]
+    topic, group, classic = f"ops-acl-{tag}", f"ops-acl-group-{tag}", f"ops-acl-classic-{tag}"
+    client = WireClient(address)
+    try:
+        plain_login(client, "admin", "admin-pw")
+        _join_consumer_group(client, group, topic, f"member-{tag}")
+        client.request(FindCoordinatorRequest(key_type=0, coordinator_keys=[classic]), 4)
+        joined = client.request(
+            JoinGroupRequest(
+                group_id=classic,
+                session_timeout_ms=30_000,
+                rebalance_timeout_ms=30_000,
+                member_id="",
+                protocol_type="consumer",
+                protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")],
+            ),
+            3,
+        )
+        assert joined.error_code == 0, joined
+        request = DescribeGroupsRequest(
+            groups=[group, f"missing-{tag}", classic], include_authorized_operations=True
+        )
+        answers = {g.group_id: g for g in client.request(request, 6).groups}
+    finally:
+        client.close()
+    assert (answers[group].error_code, answers[group].authorized_operations) == (
+        E.GROUP_ID_NOT_FOUND,
+        AUTHORIZED_OPS_OMITTED,
+    )
+    missing = answers[f"missing-{tag}"]
+    assert (missing.error_code, missing.authorized_operations) == (
+        E.GROUP_ID_NOT_FOUND,
+        AUTHORIZED_OPS_OMITTED,
+    )
+    assert (answers[classic].error_code, answers[classic].authorized_operations) == (E.NONE, GROUP_OPERATIONS)
