@@ -19,10 +19,15 @@ pipelining read-ahead) count toward the bound, and no connection reads further a
 reached. A client that stops reading its answers thus costs other clients their read-ahead, never
 their service.
 
-Responses are not counted, as in Kafka: a connection starts its next request only once the last
-response has been handed to the kernel, a Fetch response's record data are views of the log's
-segment files (page cache, as Kafka's ``sendfile``), and what the transport copies of them is at
-most one write chunk per connection.
+Responses are not counted, as in Kafka (whose pool holds requests only, and whose Fetch
+responses are sent from the page cache by ``sendfile``), because what an unsent response holds is
+bounded per connection without it: a connection starts its next request only once its last
+response has been handed to the kernel; a Fetch response's record data are views of the log's
+mapped segment files (page cache, shared by every response reading the same data: they show in
+the process's file-backed RSS once per mapping, not as memory of their own); and of those views
+the transport copies at most what the kernel did not take of one write chunk. Counting held
+responses toward a broker-wide limit would instead let clients that never read their responses
+stop every other client's fetches.
 """
 
 from __future__ import annotations
