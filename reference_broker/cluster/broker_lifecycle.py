@@ -304,62 +304,48 @@ class ClusterMember:
     listener), the controller service on voters, and on brokers the controller channel, the
     replica manager, the metadata publisher and the registration/heartbeat lifecycle.
 
-    ``attach()`` must run before the raft client starts, so the loader and the controller see
-    the metadata log from its beginning; ``start()`` and ``stop()`` follow the broker's own.
-    The broker gets ``metadata_loader``, ``controller`` (None on a broker-only node),
+    Created in ``Broker.__init__`` before the handlers are installed (Produce is installed in its
+    replicated form when ``broker.replica_manager`` exists); ``attach(raft)`` runs once the
+    storage is open and before the raft client starts, so the loader and the controller see the
+    metadata log from its beginning; ``start()``/``stop()`` follow the broker's. The broker gets
+    ``metadata_loader``, ``controller`` (None on a broker-only node), and on brokers
     ``controller_channel``, ``replica_manager``, ``metadata_publisher`` and ``lifecycle``.
     """
 
-    def __init__(
-        self,
-        broker: Any,
-        raft: Any,
-        *,
-        voters: dict[int, tuple[str, int]],
-        roles: Sequence[str],
-        controller_registry: Any | None = None,
-    ):
-        self.broker = broker
-        self.raft = raft
-        self.voters = voters
-        self.roles = set(roles)
-        self.controller_registry = controller_registry
-        self.lifecycle: BrokerLifecycle | None = None
-
-    def attach(self) -> None:
-        from reference_broker.controller.handlers import install as install_controller_apis
-        from reference_broker.controller.service import ControllerService
-        from reference_broker.controller.settings import ControllerSettings
+    def __init__(self, broker: Any, *, voters: dict[int, tuple[str, int]], roles: Sequence[str]):
         from reference_broker.metadata.loader import MetadataLoader
 
-        broker = self.broker
-        loader = MetadataLoader()
-        self.raft.register(loader)
-        broker.metadata_loader = loader
+        self.broker = broker
+        self.voters = voters
+        self.roles = set(roles)
+        self.raft: Any = None
+        self.loader = MetadataLoader()
+        broker.metadata_loader = self.loader
         broker.controller = None
-        if "controller" in self.roles:
-            settings = ControllerSettings.from_config(broker.config, broker.cluster_id)
-            broker.controller = ControllerService(self.raft, settings)
-            if self.controller_registry is not None:
-                install_controller_apis(self.controller_registry)
-        if "broker" not in self.roles:
-            return
-        local_host = broker.host or None
-        broker.controller_channel = ControllerChannel(
-            self.voters,
-            lambda: self.raft.leader_and_epoch.leader_id,
-            PeerChannels(f"broker-{broker.node_id}-to-controller", local_host=local_host),
-        )
-        self._attach_replication(loader)
+        self.lifecycle: BrokerLifecycle | None = None
+        self.publisher: Any = None
+        if "broker" in self.roles:
+            self._create_broker_parts()
 
-    def _attach_replication(self, loader: Any) -> None:
+    def _leader(self) -> int | None:
+        return self.raft.leader_and_epoch.leader_id if self.raft is not None else None
+
+    def _create_broker_parts(self) -> None:
         from reference_broker.cluster.metadata_publisher import BrokerMetadataPublisher
         from reference_broker.replication.config import ReplicationConfig
         from reference_broker.replication.replica_manager import ReplicaManager
 
         broker = self.broker
         config = broker.config
-        listeners = [lst for lst in broker.listeners if lst.name not in self._controller_listener_names()]
+        loader = self.loader
+        local_host = broker.host or None
+        broker.controller_channel = ControllerChannel(
+            self.voters,
+            self._leader,
+            PeerChannels(f"broker-{broker.node_id}-to-controller", local_host=local_host),
+        )
+        controller_listeners = self._controller_listener_names()
+        listeners = [lst for lst in broker.listeners if lst.name not in controller_listeners]
         self.lifecycle = BrokerLifecycle(
             broker.node_id,
             broker.cluster_id,
@@ -375,32 +361,53 @@ class ClusterMember:
             topic = loader.image.topic(name)
             return topic.id if topic is not None else uuid.UUID(int=0)
 
-        inter_broker = self._setting("inter.broker.listener.name") or (
-            listeners[0].name if listeners else None
-        )
+        def rack_of(node: int) -> str | None:
+            registration = loader.image.brokers.get(node)
+            return registration.rack if registration is not None else None
+
+        lifecycle = self.lifecycle
         broker.replica_manager = ReplicaManager(
             broker.node_id,
             get_log=lambda tp: broker.logs.manager.get_log(*tp),
-            channels=PeerChannels(f"broker-{broker.node_id}-replica", local_host=broker.host or None),
+            channels=PeerChannels(f"broker-{broker.node_id}-replica", local_host=local_host),
             config=ReplicationConfig.from_broker_config(config),
-            alter_partition=AlterPartitionSender(broker.controller_channel, self.lifecycle, topic_id),
+            alter_partition=AlterPartitionSender(broker.controller_channel, lifecycle, topic_id),
             topic_id=topic_id,
             notify=broker.waiters.notify,
-            broker_epoch=lambda: self.lifecycle.broker_epoch if self.lifecycle else -1,
+            broker_epoch=lambda: lifecycle.broker_epoch,
             known_partition=lambda topic, index: loader.image.partition(topic, index) is not None,
-            rack_of=lambda node: getattr(loader.image.brokers.get(node), "rack", None),
+            rack_of=rack_of,
         )
-        from reference_broker.handlers import produce
-
-        produce.install(broker.registry)  # the cluster form: leadership checked, acks=all waits
-        publisher = BrokerMetadataPublisher(
+        inter_broker = self._setting("inter.broker.listener.name") or (
+            listeners[0].name if listeners else None
+        )
+        self.publisher = BrokerMetadataPublisher(
             broker.node_id,
-            storage=broker.logs,
+            storage=None,
             replica_manager=broker.replica_manager,
             inter_broker_listener=inter_broker,
         )
-        loader.install(publisher)
-        broker.metadata_publisher = publisher
+
+    def attach(self, raft: Any, controller_registry: Any | None = None) -> None:
+        """Listen to ``raft`` (before it starts); the broker's storage must be open."""
+        from reference_broker.controller.handlers import install as install_controller_apis
+        from reference_broker.controller.service import ControllerService
+        from reference_broker.controller.settings import ControllerSettings
+
+        broker = self.broker
+        self.raft = raft
+        raft.register(self.loader)
+        if self.lifecycle is not None:
+            self.lifecycle.cluster_id = broker.cluster_id
+        if self.publisher is not None:
+            self.publisher.storage = broker.logs
+            self.loader.install(self.publisher)
+            broker.metadata_publisher = self.publisher
+        if "controller" in self.roles:
+            settings = ControllerSettings.from_config(broker.config, broker.cluster_id)
+            broker.controller = ControllerService(raft, settings)
+            if controller_registry is not None:
+                install_controller_apis(controller_registry)
 
     def _setting(self, key: str) -> Any:
         try:
