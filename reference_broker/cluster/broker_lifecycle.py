@@ -400,6 +400,7 @@ class ClusterMember:
         if self.lifecycle is not None:
             self.lifecycle.cluster_id = broker.cluster_id
         if self.publisher is not None:
+            _install_admin_forwarding(broker.registry)
             self.publisher.storage = broker.logs
             self.loader.install(self.publisher)
             broker.metadata_publisher = self.publisher
@@ -436,3 +437,29 @@ class ClusterMember:
             await broker.replica_manager.channels.close()
         if broker.controller is not None:
             await broker.controller.stop()
+
+
+def _install_admin_forwarding(registry: Any) -> None:
+    """The partition admin APIs a single node does not serve, forwarded to the controller on a
+    cluster's brokers (kafka-leader-election, kafka-reassign-partitions)."""
+    from sdk.protocol.messages import (
+        AlterPartitionReassignmentsRequest,
+        AlterPartitionReassignmentsResponse,
+        ElectLeadersRequest,
+        ElectLeadersResponse,
+        ListPartitionReassignmentsRequest,
+        ListPartitionReassignmentsResponse,
+    )
+
+    install_forwarding(
+        registry,
+        {
+            ElectLeadersRequest.API_KEY: lambda _req, _v, code: ElectLeadersResponse(error_code=code),
+            AlterPartitionReassignmentsRequest.API_KEY: lambda _req, _v, code: (
+                AlterPartitionReassignmentsResponse(error_code=code, error_message=None)
+            ),
+            ListPartitionReassignmentsRequest.API_KEY: lambda _req, _v, code: (
+                ListPartitionReassignmentsResponse(error_code=code, error_message=None)
+            ),
+        },
+    )
