@@ -7,6 +7,9 @@ Versions served and per-version notes:
 - v2+ isolation_level: read_committed answers up to the last stable offset. v4+
   current_leader_epoch is checked, and the answer carries the leader epoch (0: one leader, never
   replaced). v6+ flexible.
+- Cluster mode: only the partition's leader answers (NOT_LEADER_OR_FOLLOWER elsewhere), in its
+  epoch; LATEST gets OFFSET_NOT_AVAILABLE while the high watermark is below the start of the
+  leader's epoch (a new leader whose followers have not caught up yet).
 - The special timestamps each need a version (an older request asking for one gets
   UNSUPPORTED_VERSION for that partition): -1 latest (the high watermark, or the last stable
   offset for read_committed) and -2 earliest always; -3 the record with the largest timestamp
@@ -67,13 +70,22 @@ def _lookup(broker: Broker, name: str, partition: int, timestamp: int, committed
     return found
 
 
-def _epoch_error(broker: Broker, topic: str, partition: int, current_leader_epoch: int) -> int:
+def _epoch_error(broker: Broker, topic: str, partition: int, current_leader_epoch: int,
+                 timestamp: int) -> int:
     """Single node: the fixed epoch's check; cluster mode: only the leader answers, in its
-    epoch."""
+    epoch, and a LATEST lookup gets OFFSET_NOT_AVAILABLE while the high watermark is below the
+    start of the leader's epoch (a new leader whose followers have not caught up yet), as
+    Kafka's ``fetchOffsetForTimestamp`` answers."""
     replicas = broker.replica_manager
     if replicas is None:
         return leader_epoch_error(current_leader_epoch)
-    return client_read_error(replicas, topic, partition, current_leader_epoch)
+    code = client_read_error(replicas, topic, partition, current_leader_epoch)
+    if code or timestamp != LATEST:
+        return code
+    state = replicas.partition(topic, partition)
+    if state is not None and state.leader_epoch_start_offset > state.log.high_watermark:
+        return ErrorCode.OFFSET_NOT_AVAILABLE
+    return ErrorCode.NONE
 
 
 def _leader_epoch(broker: Broker, topic: str, partition: int) -> int:
@@ -96,7 +108,8 @@ def handle(broker: Broker, ctx: RequestContext, request: ListOffsetsRequest) -> 
                 result.error_code = missing or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif p.timestamp < 0 and ctx.api_version < _MIN_VERSION.get(p.timestamp, 0):
                 result.error_code = ErrorCode.UNSUPPORTED_VERSION
-            elif code := _epoch_error(broker, info.name, p.partition_index, p.current_leader_epoch):
+            elif code := _epoch_error(broker, info.name, p.partition_index, p.current_leader_epoch,
+                                      p.timestamp):
                 result.error_code = code
             else:
                 try:

@@ -30,7 +30,7 @@ from reference_broker.network.peer import PeerChannels
 from reference_broker.replication import IsrCommitted, IsrProposal, ReplicaManager, ReplicationConfig
 from sdk.protocol.codec import decode_response, encode_request
 from sdk.protocol.errors import ErrorCode
-from sdk.protocol.messages import ProduceRequest
+from sdk.protocol.messages import ListOffsetsRequest, ProduceRequest
 from sdk.records import RecordBatchBuilder, iter_batches
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -66,6 +66,23 @@ async def produce_raw(host: str, port: int, topic: str, records: bytes, acks: in
         (size,) = struct.unpack(">i", await reader.readexactly(4))
         _, response = decode_response(ProduceRequest.API_KEY, 9, await reader.readexactly(size))
         return response.responses[0].partition_responses[0].error_code  # type: ignore[attr-defined]
+    finally:
+        writer.close()
+
+
+async def list_latest(host: str, port: int, topic: str) -> int:
+    """ListOffsets (v7) LATEST of partition 0; its error code."""
+    request = ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(
+        name=topic, partitions=[ListOffsetsRequest.ListOffsetsPartition(
+            partition_index=0, current_leader_epoch=-1, timestamp=-1)])])
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        payload = encode_request(request, 7, 1, "replication-test")
+        writer.write(struct.pack(">i", len(payload)) + payload)
+        await writer.drain()
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
+        _, response = decode_response(ListOffsetsRequest.API_KEY, 7, await reader.readexactly(size))
+        return response.topics[0].partitions[0].error_code  # type: ignore[attr-defined]
     finally:
         writer.close()
 
@@ -115,7 +132,11 @@ async def test_follower_truncates_replicates_and_acks_all_follows_the_isr(tmp_pa
         await follower_rm.start()
         try:
             assert leader_rm.become_leader(("t", 0), 2, 0, [1, 2], [1, 2])
+            # Nothing of epoch 2 is committed until the follower fetches: LATEST is not known yet.
+            assert await list_latest(broker.host, broker.port, "t") == ErrorCode.OFFSET_NOT_AVAILABLE
             assert follower_rm.become_follower(("t", 0), 1, 2, 0, [1, 2])
+            await until(lambda: leader_log.high_watermark == 5, "the follower truncated and fetched")
+            assert await list_latest(broker.host, broker.port, "t") == ErrorCode.NONE
 
             # A real producer's acks=all is answered once the follower has the records.
             producer = confluent_kafka.Producer({
