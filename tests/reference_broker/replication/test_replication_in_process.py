@@ -30,7 +30,7 @@ from reference_broker.network.peer import PeerChannels
 from reference_broker.replication import IsrCommitted, IsrProposal, ReplicaManager, ReplicationConfig
 from sdk.protocol.codec import decode_response, encode_request
 from sdk.protocol.errors import ErrorCode
-from sdk.protocol.messages import ListOffsetsRequest, ProduceRequest
+from sdk.protocol.messages import ListOffsetsRequest, OffsetForLeaderEpochRequest, ProduceRequest
 from sdk.records import RecordBatchBuilder, iter_batches
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -83,6 +83,26 @@ async def list_latest(host: str, port: int, topic: str) -> int:
         (size,) = struct.unpack(">i", await reader.readexactly(4))
         _, response = decode_response(ListOffsetsRequest.API_KEY, 7, await reader.readexactly(size))
         return response.topics[0].partitions[0].error_code  # type: ignore[attr-defined]
+    finally:
+        writer.close()
+
+
+async def epoch_end(broker: Broker, epoch: int, current_epoch: int) -> tuple[int, int, int]:
+    """OffsetForLeaderEpoch (v4) for partition 0 of "t": (error, epoch, end offset)."""
+    request = OffsetForLeaderEpochRequest(replica_id=-1, topics=[
+        OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic="t", partitions=[
+            OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+                partition=0, current_leader_epoch=current_epoch, leader_epoch=epoch)])])
+    reader, writer = await asyncio.open_connection(broker.host, broker.port)
+    try:
+        payload = encode_request(request, 4, 1, "replication-test")
+        writer.write(struct.pack(">i", len(payload)) + payload)
+        await writer.drain()
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
+        _, response = decode_response(OffsetForLeaderEpochRequest.API_KEY, 4,
+                                      await reader.readexactly(size))
+        found = response.topics[0].partitions[0]  # type: ignore[attr-defined]
+        return found.error_code, found.leader_epoch, found.end_offset
     finally:
         writer.close()
 
@@ -228,6 +248,12 @@ async def test_a_leader_change_cuts_the_old_leaders_unreplicated_records(tmp_pat
             assert [tuple(e) for e in log_a.leader_epoch_cache.entries] == [(1, 0), (2, 3)]
             code = await produce_raw(a.host, a.port, "t", batch([b"z"]), acks=1)
             assert code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            # OffsetForLeaderEpoch: the new leader says where epoch 1 ended; the old one is no
+            # leader any more, and an older current epoch is fenced.
+            assert await epoch_end(b, 1, 2) == (ErrorCode.NONE, 1, 3)
+            assert await epoch_end(b, 2, 2) == (ErrorCode.NONE, 2, 4)
+            assert (await epoch_end(b, 1, 1))[0] == ErrorCode.FENCED_LEADER_EPOCH
+            assert (await epoch_end(a, 1, 2))[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
             # b's ISR grows back once a caught up with it.
             await until(lambda: managers[2].partition("t", 0).isr == (1, 2),  # type: ignore[union-attr]
                         "a rejoined the ISR")
