@@ -4,9 +4,10 @@ BrokerHeartbeatManager, and the producer id blocks of ProducerIdControlManager.
 - BrokerRegistration writes a RegisterBrokerRecord (fenced) with a new broker epoch. The epoch is
   larger than every offset of the metadata log so far, so it grows across restarts and controller
   failovers, and a broker whose metadata has reached it has seen its own registration. A second
-  incarnation while the first still heartbeats is DUPLICATE_BROKER_REGISTRATION; a retry of the
-  same incarnation gets its epoch again. A restart that was not a clean shutdown (the previous
-  epoch is not the registered one) first takes the broker out of every ISR and leadership.
+  incarnation while the first still heartbeats is DUPLICATE_BROKER_REGISTRATION; the same
+  incarnation registering again amends its registration and keeps its epoch and fencing. A new
+  incarnation first takes the broker out of every ISR and leadership (its previous process may
+  have lost what it had not flushed).
 - BrokerHeartbeat: unknown broker BROKER_ID_NOT_REGISTERED, other epoch STALE_BROKER_EPOCH. A
   fenced broker is unfenced once its metadata offset reaches its registration (caught up); a
   broker that asks to be fenced is, and one that asks to shut down is fenced and told to stop.
@@ -64,16 +65,19 @@ class ClusterControl:
                 return refuse(ErrorCode.UNSUPPORTED_VERSION)
         existing = image.brokers.get(request.broker_id)
         records: list[Any] = []
-        if existing is not None:
-            if existing.incarnation_id == request.incarnation_id:
-                self.last_contact[request.broker_id] = now_ms
-                return ControllerResult([], BrokerRegistrationResponse(broker_epoch=existing.epoch))
+        same_incarnation = existing is not None and existing.incarnation_id == request.incarnation_id
+        if existing is not None and not same_incarnation:
             alive = now_ms - self.last_contact.get(request.broker_id, -1e18) < ctl.settings.session_timeout_ms
             if alive and not existing.fenced:
                 return refuse(ErrorCode.DUPLICATE_BROKER_REGISTRATION)
-            if request.previous_broker_epoch != existing.epoch:
-                records += ctl.replication.leave_partitions(request.broker_id)
-        epoch = ctl.next_broker_epoch()
+        if same_incarnation:
+            # Kafka amends the registration (listeners, rack) and keeps its epoch and state.
+            assert existing is not None
+            epoch, fenced, shutting_down = existing.epoch, existing.fenced, existing.in_controlled_shutdown
+        else:
+            # A new incarnation: whatever the previous one held in ISRs is gone (unclean shutdown).
+            records += ctl.replication.leave_partitions(request.broker_id)
+            epoch, fenced, shutting_down = ctl.next_broker_epoch(), True, False
         records.append(
             rec.RegisterBrokerRecord(
                 broker_id=request.broker_id,
@@ -94,8 +98,8 @@ class ClusterControl:
                     for f in request.features
                 ],
                 rack=request.rack,
-                fenced=True,
-                in_controlled_shutdown=False,
+                fenced=fenced,
+                in_controlled_shutdown=shutting_down,
                 log_dirs=list(request.log_dirs),
             )
         )

@@ -1,0 +1,95 @@
+"""A broker's lifecycle against the real controller service: registration, heartbeats, unfencing
+once its metadata reaches its registration, registering again after being dropped, and
+controlled shutdown. The controller runs over the one-voter stand-in log of
+``test_controller_service``; requests reach it through a transport stand-in that hands each
+message to the controller's handler, as the controller listener would."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from reference_broker.cluster.broker_lifecycle import BrokerLifecycle, ControllerChannel
+from reference_broker.controller.handlers import brokers as broker_apis
+from reference_broker.controller.service import ControllerService
+from reference_broker.controller.settings import ControllerSettings
+from reference_broker.metadata.loader import MetadataLoader
+from reference_broker.network.peer import PeerChannels
+from sdk.protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
+from tests.reference_broker.controller.test_controller_service import OneVoterLog, wait_for
+
+pytestmark = pytest.mark.unit
+
+
+class DirectConnection:
+    """Hands a request to the controller node's handler in this process."""
+
+    def __init__(self, node: Any):
+        self.node = node
+
+    async def send(self, request: Any, *, version: int | None = None, timeout_s: float | None = None) -> Any:
+        ctx = SimpleNamespace(api_version=0)
+        if isinstance(request, BrokerRegistrationRequest):
+            return await broker_apis.broker_registration(self.node, ctx, request)
+        if isinstance(request, BrokerHeartbeatRequest):
+            return await broker_apis.broker_heartbeat(self.node, ctx, request)
+        raise AssertionError(f"unexpected {type(request).__name__}")
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_broker_registers_is_unfenced_when_caught_up_and_registers_again() -> None:
+    log = OneVoterLog()
+    controller_node = SimpleNamespace(
+        controller=ControllerService(log, ControllerSettings(node_id=1, cluster_id="c"))
+    )
+    broker_loader = MetadataLoader()
+    log.register(broker_loader)
+    publish = asyncio.Event()
+    publish.set()
+    log.elect(1)
+    await wait_for(lambda: controller_node.controller.is_active)
+    channels = PeerChannels("test", factory=lambda *a, **k: DirectConnection(controller_node))
+    channel = ControllerChannel({1: ("127.0.0.1", 1)}, lambda: 1, channels)
+    listener = SimpleNamespace(
+        name="PLAINTEXT", security_protocol="PLAINTEXT", advertised=lambda: ("127.0.0.2", 9092)
+    )
+    lifecycle = BrokerLifecycle(
+        2,
+        "c",
+        channel,
+        listeners=[listener],
+        rack="r1",
+        heartbeat_interval_ms=20,
+        metadata_offset=lambda: broker_loader.image.offset,
+    )
+    await lifecycle.start()
+    try:
+        async with asyncio.timeout(5):
+            await lifecycle.unfenced.wait()
+        image = controller_node.controller.core.committed
+        assert not image.brokers[2].fenced and image.brokers[2].rack == "r1"
+        assert broker_loader.image.offset >= lifecycle.broker_epoch
+        first_epoch = lifecycle.broker_epoch
+
+        # fenced by an expired session, the broker's next heartbeat (caught up) unfences it
+        core = controller_node.controller.core
+        core.cluster.last_contact[2] = -1e9
+        assert await controller_node.controller.submit(core.fence_stale_brokers) == 2
+        await wait_for(lambda: not core.committed.brokers[2].fenced)
+
+        # an epoch the controller does not know (STALE_BROKER_EPOCH): the broker registers again,
+        # and as the same incarnation it keeps its registered epoch
+        lifecycle.broker_epoch = first_epoch - 1
+        await wait_for(lambda: lifecycle.broker_epoch == first_epoch and not lifecycle.fenced)
+        assert core.committed.brokers[2].epoch == first_epoch
+
+        assert await lifecycle.controlled_shutdown(timeout_s=5)
+        assert core.committed.brokers[2].fenced
+    finally:
+        await lifecycle.stop()
+        await controller_node.controller.stop()
