@@ -96,12 +96,14 @@ def parse_bootstrap_servers(servers: str | Iterable[str]) -> list[tuple[str, int
 
 
 class _NodeBackoff:
-    __slots__ = ("failures", "next_attempt_ms", "wake_scheduled")
+    __slots__ = ("authentication_error", "failures", "next_attempt_ms", "wake_scheduled")
 
     def __init__(self) -> None:
         self.failures = 0
         self.next_attempt_ms = 0.0
         self.wake_scheduled = False
+        #: The broker refused the last login (cleared by the next connection that is made).
+        self.authentication_error: AuthenticationError | None = None
 
 
 class KafkaClient:
@@ -319,6 +321,13 @@ class KafkaClient:
     def is_backing_off(self, node_id: int) -> bool:
         return self._backoff_remaining_ms(node_id) > 0
 
+    def authentication_error(self, node_id: int) -> AuthenticationError | None:
+        """The error of the last connection to ``node_id`` if the broker refused its login (None
+        once a connection is made): Java's ``authenticationException(node)``, fatal to a caller
+        that cannot go on without that broker."""
+        state = self._backoff.get(node_id)
+        return state.authentication_error if state is not None else None
+
     async def get_connection(self, node_id: int) -> Connection:
         """A ready connection to ``node_id``: waits out its reconnect backoff, then tries once."""
         while True:
@@ -365,9 +374,11 @@ class KafkaClient:
         )
         try:
             await conn.connect()
-        except BaseException:
+        except BaseException as exc:
             self._connecting.pop(node_id, None)
             self._record_failure(node_id)
+            refused = exc if isinstance(exc, AuthenticationError) else None
+            self._backoff[node_id].authentication_error = refused
             if not self._closed:
                 self.request_metadata_update()
                 self._notify()

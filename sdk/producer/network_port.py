@@ -20,7 +20,7 @@ from sdk.client.backoff import ExponentialBackoff
 from sdk.client.client import KafkaClient
 from sdk.client.cluster import ClusterMetadata
 from sdk.client.coordinators import CoordinatorLookup
-from sdk.errors import KafkaConnectionError
+from sdk.errors import AuthenticationError, KafkaConnectionError
 from sdk.protocol.messages import Message
 
 __all__ = ["ClientProducerPort", "ProducerPort"]
@@ -65,6 +65,10 @@ class ProducerPort(Protocol):
 
     def ready(self, node_id: int) -> bool:
         """Whether a request can be sent to ``node_id`` now (starts connecting if not)."""
+        ...
+
+    def authentication_error(self, node_id: int) -> AuthenticationError | None:
+        """Why ``node_id`` refused the last login, if it did (None once a connection is made)."""
         ...
 
     def write_buffer_size(self, node_id: int) -> int:
@@ -112,6 +116,7 @@ class ClientProducerPort:
         self.wait_for_node = client.wait_for_node
         self.least_loaded_node = client.least_loaded_node
         self.ready = client.ready
+        self.authentication_error = client.authentication_error
 
     @property
     def cluster(self) -> ClusterMetadata:

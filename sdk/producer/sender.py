@@ -24,6 +24,7 @@ from functools import partial
 from typing import Any
 
 from sdk.errors import (
+    AuthenticationError,
     DeliveryTimeoutError,
     ErrorCode,
     KafkaConnectionError,
@@ -335,6 +336,11 @@ class Sender:
             port.request_metadata_update()
             return float(port.retry_backoff.backoff_ms(0))
         if not port.ready(node_id):  # starts connecting; the port's listener wakes us
+            refused = port.authentication_error(node_id)
+            if refused is not None:
+                # Java's awaitNodeReady: a refused login fails the request, it is not retried.
+                queue.popleft().future.set_exception(refused)
+                return 0.0
             return float(port.retry_backoff.backoff_ms(0))
         queue.popleft()
         try:
@@ -599,6 +605,12 @@ class Sender:
             except asyncio.CancelledError:
                 txn.init_in_progress = False
                 raise
+            except AuthenticationError as exc:
+                # Fatal, as Java's AuthenticationException: another login would be refused again.
+                txn.init_failed(exc)
+                log.error("idempotent producer cannot get a producer id: %r", exc)
+                self.wake()
+                return
             except (KafkaError, OSError) as exc:
                 attempts += 1
                 log.debug("InitProducerId failed (%r); retrying", exc)

@@ -32,7 +32,7 @@ from typing import Any
 from sdk.client.backoff import ExponentialBackoff
 from sdk.client.cluster import ClusterMetadata
 from sdk.client.connection import pick_version
-from sdk.errors import CoordinatorNotAvailableError, KafkaConnectionError
+from sdk.errors import AuthenticationError, CoordinatorNotAvailableError, KafkaConnectionError
 from sdk.protocol.codec import decode, encode, supported_versions
 from sdk.protocol.messages import Message, MetadataResponse, ProduceResponse
 from sdk.testing.scripted_answers import ScriptedAnswers, SentRequest
@@ -192,6 +192,9 @@ class MockProducerBroker(ScriptedAnswers):
 
     def ready(self, node_id: int) -> bool:
         return node_id in self.nodes and node_id not in self.down
+
+    def authentication_error(self, node_id: int) -> AuthenticationError | None:
+        return None  # a scripted broker never refuses a login
 
     def write_buffer_size(self, node_id: int) -> int:
         return 0

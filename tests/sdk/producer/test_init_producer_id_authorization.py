@@ -7,6 +7,7 @@ users (``admin`` a super user, ``bob`` granted nothing unless a test says so).""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -122,3 +123,68 @@ async def test_producer_with_a_wrong_password_fails_at_once(secured: tuple[str, 
 
     with pytest.raises(AuthenticationError):
         await asyncio.wait_for(produce_one(), FAIL_FAST_S)
+
+
+#: Users of the listener the producer's later connections reach: bob is not one of them.
+_JAAS_WITHOUT_BOB = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required"
+    ' username="admin" password="admin-pw" user_admin="admin-pw";'
+)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except OSError:
+        pass
+    finally:
+        writer.close()
+
+
+async def test_a_refused_login_while_asking_for_the_producer_id_is_fatal(
+    broker_factory: BrokerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bootstrap connection logs bob in; every later one (InitProducerId's) reaches a listener
+    that does not know bob. Java's producer treats that AuthenticationException as fatal; asking
+    again would only be refused again."""
+    caplog.set_level(logging.ERROR, logger="sdk.producer.sender")
+    known, unknown, front = free_port(), free_port(), free_port()
+    broker_factory(
+        {
+            "listeners": f"KNOWN://127.0.0.1:{known},UNKNOWN://127.0.0.1:{unknown}",
+            # Clients are told to come back through the front door below.
+            "advertised.listeners": f"KNOWN://127.0.0.1:{front},UNKNOWN://127.0.0.1:{unknown}",
+            "listener.security.protocol.map": "KNOWN:SASL_PLAINTEXT,UNKNOWN:SASL_PLAINTEXT",
+            "inter.broker.listener.name": "UNKNOWN",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.known.plain.sasl.jaas.config": PLAIN_JAAS,
+            "listener.name.unknown.plain.sasl.jaas.config": _JAAS_WITHOUT_BOB,
+        }
+    )
+    connections = 0
+
+    async def front_door(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        port = known if connections == 1 else unknown
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+
+    server = await asyncio.start_server(front_door, "127.0.0.1", front)
+    try:
+        producer = Producer(**_sasl(f"127.0.0.1:{front}", "bob"), enable_idempotence=True)
+        await producer.start()
+        try:
+            deadline = time.monotonic() + FAIL_FAST_S
+            while "cannot get a producer id" not in caplog.text:
+                assert time.monotonic() < deadline, f"still asking after {connections} connections"
+                await asyncio.sleep(0.05)
+            assert "SaslAuthenticationError" in caplog.text
+            with pytest.raises(AuthenticationError):
+                await producer.send("any-topic", b"refused")  # the producer is failed for good
+        finally:
+            await asyncio.wait_for(producer.stop(), FAIL_FAST_S)
+    finally:
+        server.close()
