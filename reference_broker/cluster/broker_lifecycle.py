@@ -155,6 +155,7 @@ class BrokerLifecycle:
                 )
             except ControllerUnavailableError as exc:
                 log.info("broker %d: registration not answered yet: %s", self.node_id, exc)
+                await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             if response.error_code == ErrorCode.NONE:
                 self.broker_epoch = response.broker_epoch
