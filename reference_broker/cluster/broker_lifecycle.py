@@ -28,6 +28,7 @@ from reference_broker.network.peer import PeerChannels, PeerConnectionError, Pee
 from reference_broker.replication.partition import IsrCommitted, IsrProposal
 from sdk.protocol.errors import ErrorCode, make_error
 from sdk.protocol.messages import (
+    AllocateProducerIdsRequest,
     AlterPartitionRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
@@ -300,6 +301,62 @@ def install_forwarding(registry: Any, apis: dict[int, Callable[[Any, int, int], 
         registry.register(api_key, forwarder(error), error_response=error)
 
 
+class ControllerProducerIds:
+    """Producer ids from blocks the active controller hands out (Kafka's RPCProducerIdManager), so
+    no two brokers of a cluster ever give out the same id. One block is kept in reserve and the
+    next is fetched as soon as the reserve is taken into use; while no id is at hand (before the
+    first block arrives) ``next_id`` raises COORDINATOR_LOAD_IN_PROGRESS, which clients retry."""
+
+    def __init__(self, channel: ControllerChannel, lifecycle: BrokerLifecycle):
+        self.channel = channel
+        self.lifecycle = lifecycle
+        self._blocks: list[list[int]] = []  # [next, end) per block, in order
+        self._fetch: asyncio.Task[None] | None = None
+
+    def next_id(self) -> int:
+        while self._blocks and self._blocks[0][0] >= self._blocks[0][1]:
+            self._blocks.pop(0)
+        if len(self._blocks) < 2:
+            self.prefetch()
+        if not self._blocks:
+            raise make_error(
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "no producer id block from the controller yet"
+            )
+        block = self._blocks[0]
+        block[0] += 1
+        return block[0] - 1
+
+    def prefetch(self) -> None:
+        if self._fetch is None or self._fetch.done():
+            self._fetch = asyncio.get_running_loop().create_task(self._allocate())
+
+    async def _allocate(self) -> None:
+        await self.lifecycle.registered.wait()
+        request = AllocateProducerIdsRequest(
+            broker_id=self.lifecycle.node_id, broker_epoch=self.lifecycle.broker_epoch
+        )
+        try:
+            response: Any = await self.channel.send(request)
+        except ControllerUnavailableError as exc:
+            log.info("broker %d: no producer id block: %s", self.lifecycle.node_id, exc)
+            return
+        if response.error_code != ErrorCode.NONE:
+            log.info(
+                "broker %d: producer id block refused: %s",
+                self.lifecycle.node_id,
+                make_error(response.error_code),
+            )
+            return
+        start = response.producer_id_start
+        self._blocks.append([start, start + response.producer_id_len])
+
+    async def stop(self) -> None:
+        if self._fetch is not None:
+            self._fetch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._fetch
+
+
 class ClusterMember:
     """What a cluster-mode node runs on top of its raft client: the metadata loader (a raft
     listener), the controller service on voters, and on brokers the controller channel, the
@@ -310,7 +367,8 @@ class ClusterMember:
     storage is open and before the raft client starts, so the loader and the controller see the
     metadata log from its beginning; ``start()``/``stop()`` follow the broker's. The broker gets
     ``metadata_loader``, ``controller`` (None on a broker-only node), and on brokers
-    ``controller_channel``, ``replica_manager``, ``metadata_publisher`` and ``lifecycle``.
+    ``controller_channel``, ``replica_manager``, ``metadata_publisher``, ``lifecycle`` and
+    ``producer_ids`` (blocks from the controller instead of the node's own file).
     """
 
     def __init__(self, broker: Any, *, voters: dict[int, tuple[str, int]], roles: Sequence[str]):
@@ -357,6 +415,8 @@ class ClusterMember:
             metadata_offset=lambda: loader.image.offset,
         )
         broker.lifecycle = self.lifecycle
+        self.producer_ids = ControllerProducerIds(broker.controller_channel, self.lifecycle)
+        broker.producer_ids = self.producer_ids
 
         def topic_id(name: str) -> uuid.UUID:
             topic = loader.image.topic(name)
@@ -428,10 +488,12 @@ class ClusterMember:
         if self.lifecycle is not None:
             await broker.replica_manager.start()
             await self.lifecycle.start()
+            self.producer_ids.prefetch()
 
     async def stop(self) -> None:
         broker = self.broker
         if self.lifecycle is not None:
+            await self.producer_ids.stop()
             await self.lifecycle.stop()
             await broker.replica_manager.stop()
             await broker.controller_channel.channels.close()

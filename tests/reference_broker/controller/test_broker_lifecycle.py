@@ -12,13 +12,22 @@ from typing import Any
 
 import pytest
 
-from reference_broker.cluster.broker_lifecycle import BrokerLifecycle, ControllerChannel
+from reference_broker.cluster.broker_lifecycle import (
+    BrokerLifecycle,
+    ControllerChannel,
+    ControllerProducerIds,
+)
 from reference_broker.controller.handlers import brokers as broker_apis
 from reference_broker.controller.service import ControllerService
 from reference_broker.controller.settings import ControllerSettings
 from reference_broker.metadata.loader import MetadataLoader
 from reference_broker.network.peer import PeerChannels
-from sdk.protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
+from sdk.protocol.errors import CoordinatorLoadInProgressError
+from sdk.protocol.messages import (
+    AllocateProducerIdsRequest,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+)
 from tests.reference_broker.controller.test_controller_service import OneVoterLog, wait_for
 
 pytestmark = pytest.mark.unit
@@ -36,6 +45,8 @@ class DirectConnection:
             return await broker_apis.broker_registration(self.node, ctx, request)
         if isinstance(request, BrokerHeartbeatRequest):
             return await broker_apis.broker_heartbeat(self.node, ctx, request)
+        if isinstance(request, AllocateProducerIdsRequest):
+            return await broker_apis.allocate_producer_ids(self.node, ctx, request)
         raise AssertionError(f"unexpected {type(request).__name__}")
 
     async def close(self) -> None:
@@ -75,9 +86,23 @@ async def test_a_broker_registers_is_unfenced_when_caught_up_and_registers_again
         assert not image.brokers[2].fenced and image.brokers[2].rack == "r1"
         assert broker_loader.image.offset >= lifecycle.broker_epoch
         first_epoch = lifecycle.broker_epoch
+        core = controller_node.controller.core
+
+        # producer ids come from the controller's blocks: two brokers never share one
+        first, second = ControllerProducerIds(channel, lifecycle), ControllerProducerIds(channel, lifecycle)
+        with pytest.raises(CoordinatorLoadInProgressError):
+            first.next_id()  # no block yet: clients retry
+        second.prefetch()
+        await wait_for(lambda: len(first._blocks) == 1 and len(second._blocks) == 1)
+        ids = [first.next_id() for _ in range(1000)]  # the whole first block; the next is asked for
+        await wait_for(lambda: any(block[0] < block[1] for block in first._blocks))
+        ids += [first.next_id() for _ in range(500)] + [second.next_id() for _ in range(10)]
+        assert len(set(ids)) == len(ids)
+        assert core.committed.next_producer_id >= 3000
+        await first.stop()
+        await second.stop()
 
         # fenced by an expired session, the broker's next heartbeat (caught up) unfences it
-        core = controller_node.controller.core
         core.cluster.last_contact[2] = -1e9
         assert await controller_node.controller.submit(core.fence_stale_brokers) == 2
         await wait_for(lambda: not core.committed.brokers[2].fenced)
