@@ -41,6 +41,7 @@ Versions served and per-version notes:
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from reference_broker.coordinator.group.state import CommittedOffset
@@ -326,7 +327,13 @@ def error_write_markers(request: WriteTxnMarkersRequest, version: int, code: int
 # -- ListTransactions / DescribeTransactions / DescribeProducers ---------------------------
 
 
-def handle_list_transactions(
+#: How many transactions a listing or description handles before it lets the event loop serve other
+#: connections: a request naming (or matching) tens of thousands of transactional ids must not hold
+#: every other client for its whole duration.
+TRANSACTIONS_PER_STEP = 500
+
+
+async def handle_list_transactions(
     broker: Broker, ctx: RequestContext, request: ListTransactionsRequest
 ) -> ListTransactionsResponse:
     coordinator = _coordinator(broker)
@@ -352,26 +359,31 @@ def handle_list_transactions(
         )
     except InvalidPatternError:
         return ListTransactionsResponse(error_code=E.INVALID_REGULAR_EXPRESSION)
-    return ListTransactionsResponse(
-        unknown_state_filters=unknown,
-        transaction_states=[
+    listed = []
+    for count, meta in enumerate(found, 1):
+        listed.append(
             ListTransactionsResponse.TransactionState(
-                transactional_id=m.transactional_id,
-                producer_id=m.producer_id,
-                transaction_state=m.state.display,
+                transactional_id=meta.transactional_id,
+                producer_id=meta.producer_id,
+                transaction_state=meta.state.display,
             )
-            for m in found
-        ],
-    )
+        )
+        if count % TRANSACTIONS_PER_STEP == 0:
+            await asyncio.sleep(0)
+    return ListTransactionsResponse(unknown_state_filters=unknown, transaction_states=listed)
 
 
-def handle_describe_transactions(
+async def handle_describe_transactions(
     broker: Broker, ctx: RequestContext, request: DescribeTransactionsRequest
 ) -> DescribeTransactionsResponse:
+    """Each id is described as it stands when its turn comes; the loop yields to other connections
+    every ``TRANSACTIONS_PER_STEP`` ids."""
     coordinator = _coordinator(broker)
     R = DescribeTransactionsResponse
     answers = []
-    for transactional_id in request.transactional_ids:
+    for count, transactional_id in enumerate(request.transactional_ids, 1):
+        if count % TRANSACTIONS_PER_STEP == 0:
+            await asyncio.sleep(0)
         meta = coordinator.txns.get(transactional_id)
         if coordinator.loading or meta is None:
             code = E.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading else E.TRANSACTIONAL_ID_NOT_FOUND
