@@ -171,7 +171,9 @@ def _validate(
 def _check_batch(batch: RecordBatch, origin: AppendOrigin) -> None:
     if batch.is_transactional and batch.producer_id < 0:
         raise InvalidRecordError("transactional batch without a producer id")
-    if batch.is_control and batch.producer_id < 0:
+    if batch.is_control and batch.producer_id < 0 and origin is not AppendOrigin.REPLICATION:
+        # A replica keeps the leader's batches: KRaft's control batches (LeaderChangeMessage,
+        # snapshot and voters records) have no producer id.
         raise InvalidRecordError("control batch without a producer id")
     if origin is not AppendOrigin.CLIENT:
         return

@@ -1,0 +1,420 @@
+"""The raft state machine without I/O, as Kafka's ``KafkaRaftClient`` and ``QuorumState``.
+
+Roles: unattached (an epoch, no leader known, maybe a vote cast), candidate, leader, follower,
+resigned (a leader shutting down) and observer (a node outside ``voters``: it only follows).
+Time comes in as ``now_ms``; requests to send accumulate in :attr:`RaftCore.outbox`; answers
+to requests come back through ``handle_*_response``. The invariants:
+
+- the epoch never goes back, and a voter votes at most once per epoch (both persisted in the
+  ``quorum-state`` file before any answer that depends on them leaves);
+- a vote is granted only to a candidate whose log (last epoch, end offset) is at least as
+  up to date as the voter's;
+- a new leader appends a LeaderChangeMessage in its epoch; the high watermark is the offset a
+  majority of voters have reached, and moves only once that covers an entry of the leader's
+  own epoch (an older epoch's entries are committed by it, never counted on their own);
+- a follower whose log diverges (Fetch's diverging epoch) truncates to the leader's end offset
+  of that epoch before fetching again.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reference_broker.raft.log import ReplicatedLog
+from reference_broker.raft.messages import (
+    FENCED_LEADER_EPOCH,
+    NONE,
+    NOT_LEADER_OR_FOLLOWER,
+    UNKNOWN_LEADER_EPOCH,
+    BeginQuorumEpochRequest,
+    CommittedBatch,
+    EndQuorumEpochRequest,
+    EpochResponse,
+    FetchRequest,
+    FetchResponse,
+    LeaderAndEpoch,
+    Outbound,
+    VoteRequest,
+    VoteResponse,
+)
+from reference_broker.raft.quorum_state import ElectionState, read_quorum_state, write_quorum_state
+from reference_broker.raft.serde import batch_records
+from sdk.protocol.messages import LeaderChangeMessage, Message
+
+UNATTACHED = "unattached"
+CANDIDATE = "candidate"
+LEADER = "leader"
+FOLLOWER = "follower"
+RESIGNED = "resigned"
+OBSERVER_ROLE_NAMES = (UNATTACHED, FOLLOWER)
+
+
+class NotLeaderError(Exception):
+    """An append on a node that is not the leader of the epoch asked for."""
+
+
+@dataclass(frozen=True)
+class RaftTimeouts:
+    election_timeout_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    election_backoff_max_ms: int = 1000
+    request_timeout_ms: int = 2000
+
+
+@dataclass
+class ReplicaState:
+    """What the leader knows of one replica's log: the end offset its last Fetch asked from."""
+
+    end_offset: int = -1
+    last_fetch_ms: int = -1
+
+
+@dataclass
+class _Leader:
+    epoch_start_offset: int
+    replicas: dict[int, ReplicaState] = field(default_factory=dict)  # voters and observers
+
+
+class RaftCore:
+    """One node's raft state; see the module docstring."""
+
+    def __init__(
+        self,
+        node_id: int,
+        voters: set[int],
+        log: ReplicatedLog,
+        state_dir: Path,
+        *,
+        timeouts: RaftTimeouts | None = None,
+        now_ms: int = 0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.voters = frozenset(voters)
+        self.log = log
+        self.state_dir = Path(state_dir)
+        self.timeouts = timeouts or RaftTimeouts()
+        self.rng = rng or random.Random()
+        self.outbox: list[Outbound] = []
+        self.role = UNATTACHED
+        self.epoch = 0
+        self.leader_id: int | None = None
+        self.voted_id: int | None = None
+        self.granted: set[int] = set()
+        self._leader: _Leader | None = None
+        self._deadline_ms = 0
+        self._fetch_in_flight = False
+        self._last_fetch_ms = now_ms
+        self.high_watermark: int | None = None
+        self._delivered = 0  # next offset to hand to listeners
+        stored = read_quorum_state(self.state_dir)
+        if stored is not None:
+            self.epoch = stored.epoch
+            self.voted_id = stored.voted_id
+            # A leader restarting does not lead again without an election: it resigns into
+            # unattached (Kafka's ResignedState then unattached); a follower follows on.
+            if stored.leader_id is not None and stored.leader_id != node_id:
+                self.leader_id = stored.leader_id
+                self.role = FOLLOWER
+        self._reset_election_deadline(now_ms)
+
+    # -- views ---------------------------------------------------------------------------------
+
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self.voters
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role == LEADER
+
+    @property
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        return LeaderAndEpoch(self.leader_id, self.epoch)
+
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    # -- state changes ------------------------------------------------------------------------
+
+    def _persist(self) -> None:
+        write_quorum_state(self.state_dir, ElectionState(self.epoch, self.leader_id, self.voted_id))
+
+    def _reset_election_deadline(self, now_ms: int) -> None:
+        base = self.timeouts.election_timeout_ms
+        self._deadline_ms = now_ms + base + self.rng.randrange(base + 1)
+
+    def _become_unattached(self, epoch: int, now_ms: int, voted_id: int | None = None) -> None:
+        self.role = UNATTACHED
+        self.epoch = epoch
+        self.leader_id = None
+        self.voted_id = voted_id
+        self._leader = None
+        self.granted = set()
+        self._persist()
+        self._reset_election_deadline(now_ms)
+
+    def _become_follower(self, epoch: int, leader_id: int, now_ms: int) -> None:
+        same_epoch = epoch == self.epoch
+        self.role = FOLLOWER
+        self.epoch = epoch
+        self.leader_id = leader_id
+        if not same_epoch:
+            self.voted_id = None
+        self._leader = None
+        self.granted = set()
+        self._fetch_in_flight = False
+        self._last_fetch_ms = now_ms
+        self._persist()
+
+    def _become_candidate(self, now_ms: int) -> None:
+        self.role = CANDIDATE
+        self.epoch += 1
+        self.leader_id = None
+        self.voted_id = self.node_id
+        self.granted = {self.node_id}
+        self._leader = None
+        self._persist()
+        self._reset_election_deadline(now_ms)
+        request = VoteRequest(self.epoch, self.node_id, self.log.last_fetched_epoch,
+                              self.log.end_offset)
+        self.outbox.extend(Outbound(v, request) for v in sorted(self.voters - {self.node_id}))
+        self._maybe_win(now_ms)
+
+    def _maybe_win(self, now_ms: int) -> None:
+        if self.role == CANDIDATE and len(self.granted & self.voters) >= self.majority():
+            self._become_leader(now_ms)
+
+    def _become_leader(self, now_ms: int) -> None:
+        self.role = LEADER
+        self.leader_id = self.node_id
+        self._persist()
+        message = LeaderChangeMessage(
+            leader_id=self.node_id,
+            voters=[LeaderChangeMessage.Voter(voter_id=v) for v in sorted(self.voters)],
+            granting_voters=[LeaderChangeMessage.Voter(voter_id=v) for v in sorted(self.granted)],
+        )
+        start, _ = self.log.append_control(message, self.epoch, now_ms)
+        self._leader = _Leader(start, {v: ReplicaState() for v in self.voters})
+        self._leader.replicas[self.node_id].end_offset = self.log.end_offset
+        request = BeginQuorumEpochRequest(self.epoch, self.node_id)
+        self.outbox.extend(Outbound(v, request) for v in sorted(self.voters - {self.node_id}))
+        self._update_high_watermark()
+
+    def resign(self, now_ms: int) -> None:
+        """A leader shutting down: tell the other voters to elect at once (EndQuorumEpoch)."""
+        if self.role != LEADER:
+            return
+        self.role = RESIGNED
+        successors = sorted(self.voters - {self.node_id})
+        request = EndQuorumEpochRequest(self.epoch, self.node_id, successors)
+        self.outbox.extend(Outbound(v, request) for v in successors)
+
+    # -- time ----------------------------------------------------------------------------------
+
+    def poll(self, now_ms: int) -> None:
+        """Act on expired timers: elections, fetch timeouts, a follower's next Fetch."""
+        role = self.role
+        if role in (UNATTACHED, CANDIDATE) and self.is_voter and now_ms >= self._deadline_ms:
+            self._become_candidate(now_ms)
+        elif role == FOLLOWER and now_ms - self._last_fetch_ms >= self.timeouts.fetch_timeout_ms:
+            if self.is_voter:
+                self._become_candidate(now_ms)
+            else:
+                self.role = UNATTACHED
+                self.leader_id = None
+        if self.role == FOLLOWER and not self._fetch_in_flight and self.leader_id is not None:
+            self._send_fetch(self.leader_id)
+        elif (self.role == UNATTACHED and not self.is_voter and not self._fetch_in_flight
+              and self.voters):
+            self._send_fetch(self.rng.choice(sorted(self.voters)))
+
+    def _send_fetch(self, destination: int) -> None:
+        self._fetch_in_flight = True
+        self.outbox.append(Outbound(destination, FetchRequest(
+            self.epoch, self.node_id, self.log.end_offset, self.log.last_fetched_epoch)))
+
+    def next_deadline_ms(self) -> int:
+        """When :meth:`poll` next has something to do (the driver sleeps until then)."""
+        if self.role == FOLLOWER:
+            return self._last_fetch_ms + self.timeouts.fetch_timeout_ms
+        return self._deadline_ms
+
+    # -- epochs of incoming messages ------------------------------------------------------------
+
+    def _observe_epoch(self, epoch: int, leader_id: int | None, now_ms: int) -> None:
+        """A message from a higher epoch (or naming the current epoch's leader) moves us on."""
+        if epoch > self.epoch:
+            if leader_id is not None and leader_id != self.node_id:
+                self._become_follower(epoch, leader_id, now_ms)
+            else:
+                self._become_unattached(epoch, now_ms)
+        elif (epoch == self.epoch and leader_id is not None and leader_id != self.node_id
+              and self.role in (UNATTACHED, CANDIDATE)):
+            self._become_follower(epoch, leader_id, now_ms)
+
+    # -- Vote ----------------------------------------------------------------------------------
+
+    def handle_vote_request(self, request: VoteRequest, now_ms: int) -> VoteResponse:
+        if request.epoch < self.epoch:
+            return VoteResponse(FENCED_LEADER_EPOCH, self.epoch, self.leader_id, False)
+        if request.epoch > self.epoch:
+            self._become_unattached(request.epoch, now_ms)
+        granted = self._may_grant(request)
+        if granted and self.voted_id is None:
+            self.voted_id = request.candidate_id
+            self._persist()
+            self._reset_election_deadline(now_ms)
+        return VoteResponse(NONE, self.epoch, self.leader_id, granted)
+
+    def _may_grant(self, request: VoteRequest) -> bool:
+        if not self.is_voter or request.candidate_id not in self.voters:
+            return False
+        if self.role in (LEADER, RESIGNED, FOLLOWER) or self.leader_id is not None:
+            return False  # a leader is known in this epoch
+        if self.voted_id is not None and self.voted_id != request.candidate_id:
+            return False
+        mine = (self.log.last_fetched_epoch, self.log.end_offset)
+        return (request.last_epoch, request.last_offset) >= mine
+
+    def handle_vote_response(self, source: int, response: VoteResponse, now_ms: int) -> None:
+        if response.error == NONE and response.epoch == self.epoch and self.role == CANDIDATE:
+            if response.granted:
+                self.granted.add(source)
+                self._maybe_win(now_ms)
+            return
+        self._observe_epoch(response.epoch, response.leader_id, now_ms)
+
+    # -- BeginQuorumEpoch / EndQuorumEpoch ------------------------------------------------------
+
+    def handle_begin_quorum_epoch(self, request: BeginQuorumEpochRequest,
+                                  now_ms: int) -> EpochResponse:
+        if request.epoch < self.epoch:
+            return EpochResponse(FENCED_LEADER_EPOCH, self.epoch, self.leader_id)
+        if request.epoch == self.epoch and self.role in (LEADER, RESIGNED):
+            return EpochResponse(FENCED_LEADER_EPOCH, self.epoch, self.leader_id)
+        if (request.epoch > self.epoch or self.role != FOLLOWER
+                or self.leader_id != request.leader_id):
+            self._become_follower(request.epoch, request.leader_id, now_ms)
+        return EpochResponse(NONE, self.epoch, self.leader_id)
+
+    def handle_end_quorum_epoch(self, request: EndQuorumEpochRequest,
+                                now_ms: int) -> EpochResponse:
+        if request.epoch < self.epoch:
+            return EpochResponse(FENCED_LEADER_EPOCH, self.epoch, self.leader_id)
+        if request.epoch > self.epoch:
+            self._become_unattached(request.epoch, now_ms)
+        elif self.role == FOLLOWER and self.leader_id == request.leader_id and self.is_voter:
+            # The leader is going away: stand for election soon, the first preferred successor
+            # at once and the others after a backoff growing with their position.
+            self._become_unattached(self.epoch, now_ms, voted_id=self.voted_id)
+            try:
+                position = request.preferred_successors.index(self.node_id)
+            except ValueError:
+                position = len(request.preferred_successors)
+            backoff = self.timeouts.election_backoff_max_ms
+            self._deadline_ms = now_ms + (0 if position == 0 else
+                                          self.rng.randrange(backoff * position // 2 + 1))
+        return EpochResponse(NONE, self.epoch, self.leader_id)
+
+    def handle_epoch_response(self, response: EpochResponse, now_ms: int) -> None:
+        if response.error != NONE:
+            self._observe_epoch(response.epoch, response.leader_id, now_ms)
+
+    # -- Fetch ---------------------------------------------------------------------------------
+
+    def handle_fetch_request(self, request: FetchRequest, now_ms: int,
+                             max_bytes: int = 1 << 20) -> FetchResponse:
+        if request.epoch > self.epoch:
+            return FetchResponse(UNKNOWN_LEADER_EPOCH, self.epoch, self.leader_id)
+        if request.epoch < self.epoch:
+            return FetchResponse(FENCED_LEADER_EPOCH, self.epoch, self.leader_id)
+        if self.role != LEADER or self._leader is None:
+            return FetchResponse(NOT_LEADER_OR_FOLLOWER, self.epoch, self.leader_id)
+        hw = self.high_watermark if self.high_watermark is not None else 0
+        if request.fetch_offset > 0 or request.last_fetched_epoch > 0:
+            end_epoch, end_offset = self.log.end_offset_for_epoch(request.last_fetched_epoch)
+            if end_epoch != request.last_fetched_epoch or request.fetch_offset > end_offset:
+                return FetchResponse(NONE, self.epoch, self.node_id, hw,
+                                     diverging=(end_epoch, max(end_offset, 0)))
+        if request.fetch_offset > self.log.end_offset or request.fetch_offset < 0:
+            return FetchResponse(NONE, self.epoch, self.node_id, hw,
+                                 diverging=(self.log.last_fetched_epoch, self.log.end_offset))
+        replica = self._leader.replicas.setdefault(request.replica_id, ReplicaState())
+        replica.end_offset = request.fetch_offset
+        replica.last_fetch_ms = now_ms
+        self._update_high_watermark()
+        hw = self.high_watermark if self.high_watermark is not None else 0
+        return FetchResponse(NONE, self.epoch, self.node_id, hw,
+                             self.log.read(request.fetch_offset, max_bytes))
+
+    def _update_high_watermark(self) -> None:
+        leader = self._leader
+        if leader is None:
+            return
+        leader.replicas[self.node_id].end_offset = self.log.end_offset
+        offsets = sorted((leader.replicas[v].end_offset for v in self.voters
+                          if v in leader.replicas), reverse=True)
+        if len(offsets) < self.majority():
+            return
+        candidate = offsets[self.majority() - 1]
+        if candidate <= leader.epoch_start_offset:
+            return  # no entry of this epoch is on a majority yet
+        if self.high_watermark is None or candidate > self.high_watermark:
+            self.high_watermark = candidate
+            self.log.set_high_watermark(candidate)
+
+    def handle_fetch_response(self, source: int, response: FetchResponse, now_ms: int) -> None:
+        self._fetch_in_flight = False
+        if response.error != NONE:
+            if response.error == NOT_LEADER_OR_FOLLOWER and response.leader_id is None:
+                return
+            self._observe_epoch(response.epoch, response.leader_id, now_ms)
+            return
+        if response.epoch != self.epoch or response.leader_id != self.leader_id:
+            self._observe_epoch(response.epoch, response.leader_id, now_ms)
+            if response.epoch != self.epoch or self.leader_id != response.leader_id:
+                return
+        self._last_fetch_ms = now_ms
+        if response.diverging is not None:
+            _, end_offset = response.diverging
+            self.log.truncate_to(min(end_offset, self.log.end_offset))
+            self._delivered = min(self._delivered, self.log.end_offset)
+            return
+        self.log.append_fetched(response.records, now_ms)
+        hw = min(response.high_watermark, self.log.end_offset)
+        if hw >= 0 and (self.high_watermark is None or hw > self.high_watermark):
+            self.high_watermark = hw
+            self.log.set_high_watermark(hw)
+
+    # -- appends and commits --------------------------------------------------------------------
+
+    def append(self, records: list[Message], epoch: int, now_ms: int) -> int:
+        """Leader only: append ``records`` in ``epoch``; the last offset."""
+        if self.role != LEADER or epoch != self.epoch:
+            raise NotLeaderError(f"node {self.node_id} is not the leader of epoch {epoch}"
+                                 f" (epoch {self.epoch}, role {self.role})")
+        _, last = self.log.append_records(records, epoch, now_ms)
+        self._update_high_watermark()
+        return last
+
+    def committed_batches(self) -> list[CommittedBatch]:
+        """Data batches newly below the high watermark, in order, each returned once."""
+        hw = self.high_watermark
+        if hw is None or hw <= self._delivered:
+            return []
+        out = []
+        for batch in self.log.batches(self._delivered, hw):
+            if batch.last_offset >= hw:
+                break
+            if not batch.is_control:
+                out.append(CommittedBatch(batch.base_offset, batch.last_offset,
+                                          batch.partition_leader_epoch, batch_records(batch)))
+            self._delivered = batch.last_offset + 1
+        return out
+
+    def take_outbox(self) -> list[Outbound]:
+        out, self.outbox = self.outbox, []
+        return out

@@ -1,0 +1,96 @@
+"""The raft core's requests and answers, without wire framing (the driver maps them to Kafka's
+Vote/BeginQuorumEpoch/EndQuorumEpoch/Fetch messages), and what listeners receive."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sdk.protocol.messages import Message
+
+NONE = 0
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
+NOT_LEADER_OR_FOLLOWER = 6
+INCONSISTENT_VOTER_SET = 94
+
+
+@dataclass(frozen=True)
+class LeaderAndEpoch:
+    leader_id: int | None
+    epoch: int
+
+
+@dataclass(frozen=True)
+class CommittedBatch:
+    """One committed batch of data records (control batches are not delivered)."""
+
+    base_offset: int
+    last_offset: int
+    epoch: int
+    records: list[Message]
+
+
+@dataclass(frozen=True)
+class VoteRequest:
+    epoch: int
+    candidate_id: int
+    last_epoch: int
+    last_offset: int  # the candidate's log end offset
+
+
+@dataclass(frozen=True)
+class VoteResponse:
+    error: int
+    epoch: int
+    leader_id: int | None
+    granted: bool
+
+
+@dataclass(frozen=True)
+class BeginQuorumEpochRequest:
+    epoch: int
+    leader_id: int
+
+
+@dataclass(frozen=True)
+class EndQuorumEpochRequest:
+    epoch: int
+    leader_id: int
+    preferred_successors: list[int]
+
+
+@dataclass(frozen=True)
+class EpochResponse:
+    """BeginQuorumEpoch's and EndQuorumEpoch's answer."""
+
+    error: int
+    epoch: int
+    leader_id: int | None
+
+
+@dataclass(frozen=True)
+class FetchRequest:
+    epoch: int
+    replica_id: int
+    fetch_offset: int
+    last_fetched_epoch: int
+
+
+@dataclass(frozen=True)
+class FetchResponse:
+    error: int
+    epoch: int
+    leader_id: int | None
+    high_watermark: int = -1
+    records: bytes | memoryview = b""
+    #: (epoch, end offset) the follower must truncate to; None when the logs agree
+    diverging: tuple[int, int] | None = None
+
+
+@dataclass
+class Outbound:
+    """A request the core wants sent to ``destination`` (a node id)."""
+
+    destination: int
+    request: VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest
+    attempts: int = field(default=0, compare=False)
