@@ -1192,7 +1192,57 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "process.roles",
             _B.LIST,
             ["broker", "controller"],
-            "Whether a KRaft node is a broker, a controller or both. Accepted; this node is always both.",
+            "Whether a KRaft node is a broker, a controller or both. With controller.quorum.voters a"
+            " node without the controller role is a raft observer; a single node is always both.",
+        ),
+        ConfigKey(
+            "controller.quorum.voters",
+            _B.LIST,
+            [],
+            "The KRaft voters as id@host:port (their controller listeners). Empty: a single node,"
+            " no raft quorum.",
+        ),
+        ConfigKey(
+            "controller.listener.names",
+            _B.LIST,
+            [],
+            "The listeners that serve the controller APIs (raft and the quorum controller's).",
+        ),
+        ConfigKey(
+            "controller.quorum.election.timeout.ms",
+            _B.INT,
+            1000,
+            "How long a voter waits without a leader before it stands for election (ms), randomized"
+            " up to twice this.",
+            at_least(1),
+        ),
+        ConfigKey(
+            "controller.quorum.fetch.timeout.ms",
+            _B.INT,
+            2000,
+            "How long a follower goes without a successful Fetch from the leader before it stands"
+            " for election (ms).",
+            at_least(1),
+        ),
+        ConfigKey(
+            "controller.quorum.election.backoff.max.ms",
+            _B.INT,
+            1000,
+            "The largest backoff before a new election after one failed (ms).",
+            at_least(0),
+        ),
+        ConfigKey(
+            "controller.quorum.request.timeout.ms",
+            _B.INT,
+            2000,
+            "How long a raft request waits for its answer (ms).",
+            at_least(1),
+        ),
+        ConfigKey(
+            "metadata.log.dir",
+            _B.STRING,
+            None,
+            "Where the __cluster_metadata log and quorum-state live (default: the data dir).",
         ),
         *SECURITY_KEYS,
     ]
