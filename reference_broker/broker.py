@@ -14,6 +14,8 @@ import asyncio
 import functools
 import logging
 from collections.abc import Hashable
+from pathlib import Path
+from typing import Any
 
 from reference_broker._event_loop import loop_name
 from reference_broker.clock import Clock, LoopClock
@@ -56,10 +58,12 @@ class Broker:
         #: Cluster mode: the partitions this node replicates (None on a single node). Created
         #: before the handlers are installed: Produce waits for acks=all only when it is set.
         self.replica_manager: ReplicaManager | None = None
-        self.registry = HandlerRegistry(self)
-        install_handlers(self.registry)
-        if authorizer_enabled(config):
-            install_authorization(self.registry)
+        #: Cluster mode (``controller.quorum.voters`` set): the node's raft client, the registry
+        #: of its controller listeners and the cluster member wiring them; None on a single node.
+        self.raft: Any = None
+        self.controller_registry: HandlerRegistry | None = None
+        self.cluster_member: Any = None
+        self.quorum_voters: dict[int, tuple[str, int]] = {}
         self.storage: Storage | None = None
         self.producer_ids = ProducerIdManager(config.data_dir)
         self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
@@ -77,6 +81,40 @@ class Broker:
         self.txn_service: TransactionCoordinatorService | None = None
         self.host = config.host
         self.port = config.port
+        if config.get("controller.quorum.voters"):
+            self._init_cluster_member(config)  # sets replica_manager, producer_ids: before handlers
+        self.registry = HandlerRegistry(self)
+        install_handlers(self.registry)
+        if authorizer_enabled(config):
+            install_authorization(self.registry)
+
+    def _init_cluster_member(self, config: BrokerConfig) -> None:
+        from reference_broker.cluster.broker_lifecycle import ClusterMember
+        from reference_broker.raft.client import parse_voters
+        from reference_broker.raft.handlers import install as install_raft_apis
+
+        self.quorum_voters = parse_voters(config.get("controller.quorum.voters"))
+        self.controller_registry = HandlerRegistry(self, "controller")
+        install_raft_apis(self.controller_registry)
+        self.cluster_member = ClusterMember(self, voters=self.quorum_voters,
+                                            roles=config.get("process.roles"))
+
+    def _create_raft(self) -> None:
+        from reference_broker.raft.client import RaftClient
+        from reference_broker.raft.core import RaftTimeouts
+
+        config = self.config
+        timeouts = RaftTimeouts(
+            election_timeout_ms=config.get("controller.quorum.election.timeout.ms"),
+            fetch_timeout_ms=config.get("controller.quorum.fetch.timeout.ms"),
+            election_backoff_max_ms=config.get("controller.quorum.election.backoff.max.ms"),
+            request_timeout_ms=config.get("controller.quorum.request.timeout.ms"),
+        )
+        metadata_dir = config.get("metadata.log.dir") or config.data_dir
+        self.raft = RaftClient(self.node_id, self.quorum_voters, Path(metadata_dir),
+                               cluster_id=self.cluster_id, timeouts=timeouts,
+                               local_host=self.listeners[0].host)
+        self.cluster_member.attach(self.raft, self.controller_registry)
 
     @property
     def logs(self) -> Storage:
@@ -129,8 +167,14 @@ class Broker:
                     super_users=super_users(self.config),
                     allow_if_no_acl=self.config.get("allow.everyone.if.no.acl.found"),
                 )
+            if self.cluster_member is not None:
+                self._create_raft()
             await self._bind()
+            if self.raft is not None:
+                await self.raft.start()
+                await self.cluster_member.start()
         except BaseException:
+            await self._stop_cluster()
             for server in self.servers:
                 await server.close()
             self.servers = []
@@ -153,6 +197,7 @@ class Broker:
         max_request = self.config.get("socket.request.max.bytes")
         limits = ConnectionLimits.from_config(self.config)  # shared: the limits are broker-wide
         addresses = []
+        controller_listeners = set(self.config.get("controller.listener.names"))
         for listener in self.listeners:
             tls = None
             if listener.uses_tls:
@@ -162,8 +207,11 @@ class Broker:
             if listener.uses_sasl:
                 sasl = SaslSettings.from_config(self.config, listener.name)
                 sasl.scram_store = self.scram_credentials
+            registry = self.registry
+            if self.controller_registry is not None and listener.name in controller_listeners:
+                registry = self.controller_registry
             server = KafkaServer(
-                self.registry, listener.host, listener.port, max_request,
+                registry, listener.host, listener.port, max_request,
                 listener=listener, ssl_context=tls, sasl=sasl, limits=limits, quotas=self.quotas,
             )
             self.servers.append(server)
@@ -195,7 +243,15 @@ class Broker:
             self.services.add(
                 LogCleanerChore(backoff_s, storage.clean_logs, storage.abort_cleaning, threads))
 
+    async def _stop_cluster(self) -> None:
+        if self.cluster_member is not None and self.raft is not None:
+            await self.cluster_member.stop()
+        if self.raft is not None:
+            await self.raft.stop()
+            self.raft = None
+
     async def stop(self) -> None:
+        await self._stop_cluster()
         for server in self.servers:
             await server.close()
         self.servers = []

@@ -1,7 +1,9 @@
 """The api-key -> handler table behind dispatch and ApiVersions.
 
-Only APIs Kafka serves on a broker listener may be registered (its message definitions list
-``"broker"`` among their ``"listeners"``); those it serves only to controllers are refused here.
+A registry serves one listener kind. On ``"broker"`` listeners only APIs Kafka serves there may
+be registered (its message definitions list ``"broker"`` among their ``"listeners"``); those it
+serves only to controllers are refused. A ``"controller"`` registry (the listeners named in
+``controller.listener.names``, Kafka's ControllerApis) takes those too.
 """
 
 from __future__ import annotations
@@ -55,8 +57,11 @@ class ApiHandler:
 class HandlerRegistry:
     """Implements the network layer's ``Dispatcher`` for one broker."""
 
-    def __init__(self, broker: Broker):
+    def __init__(self, broker: Broker, listener_kind: str = "broker"):
+        if listener_kind not in ("broker", "controller"):
+            raise ValueError(f"listener kind {listener_kind!r} is not broker or controller")
         self.broker = broker
+        self.listener_kind = listener_kind
         self._handlers: dict[int, ApiHandler] = {}
 
     def register(
@@ -70,7 +75,7 @@ class HandlerRegistry:
     ) -> None:
         """Serve ``api_key``; ``versions`` defaults to everything the codec can decode;
         ``enabled_max(broker)`` lowers the top version by the broker's settings."""
-        if api_key in NOT_ON_BROKER_LISTENERS:
+        if api_key in NOT_ON_BROKER_LISTENERS and self.listener_kind == "broker":
             raise ValueError(f"api key {api_key} is served to controllers only, never on a broker listener")
         lo, hi = request_class(api_key).VALID_VERSIONS
         if versions is not None:

@@ -134,6 +134,13 @@ class RaftCore:
     def leader_and_epoch(self) -> LeaderAndEpoch:
         return LeaderAndEpoch(self.leader_id, self.epoch)
 
+    def replica_states(self) -> dict[int, ReplicaState]:
+        """The leader's view of each replica's log end (its own included); empty elsewhere."""
+        if self._leader is None:
+            return {}
+        self._leader.replicas[self.node_id].end_offset = self.log.end_offset
+        return dict(self._leader.replicas)
+
     def majority(self) -> int:
         return len(self.voters) // 2 + 1
 
@@ -235,6 +242,10 @@ class RaftCore:
         self._fetch_in_flight = True
         self.outbox.append(Outbound(destination, FetchRequest(
             self.epoch, self.node_id, self.log.end_offset, self.log.last_fetched_epoch)))
+
+    def fetch_failed(self) -> None:
+        """The Fetch in flight got no answer: the next poll sends another."""
+        self._fetch_in_flight = False
 
     def next_deadline_ms(self) -> int:
         """When :meth:`poll` next has something to do (the driver sleeps until then)."""

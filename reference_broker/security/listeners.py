@@ -86,9 +86,11 @@ def build_listeners(
     listeners: Sequence[str],
     advertised: Sequence[str],
     protocol_map: Mapping[str, str] | None,
+    controller_names: Sequence[str] = (),
 ) -> list[Listener]:
     """The listeners of ``listeners`` with their protocols and advertised addresses, checked as
-    Kafka checks them (unique names and ports, every name mapped, advertised names known)."""
+    Kafka checks them (unique names and ports, every name mapped, advertised names known).
+    ``controller_names``: the controller listeners of a cluster node (else CONTROLLER is refused)."""
     mapping = dict(protocol_map) if protocol_map is not None else dict(DEFAULT_PROTOCOL_MAP)
     result: list[Listener] = []
     for text in listeners:
@@ -102,7 +104,7 @@ def build_listeners(
                 f"listener.security.protocol.map: no security protocol for listener {name}"
                 f" (map has {', '.join(sorted(mapping)) or 'nothing'})"
             )
-        if name == "CONTROLLER":
+        if name == "CONTROLLER" and name not in controller_names:
             raise ListenerError("listeners: CONTROLLER listeners are for KRaft controllers, not served here")
         result.append(Listener(name, mapping[name], host, port))
     if not result:

@@ -1,0 +1,217 @@
+"""The node's raft client: :class:`RaftCore` driven on the event loop over peer connections.
+
+One task runs the core's timers and sends what it queues (each request its own task, so a dead
+peer delays nobody); answers and inbound requests (through ``raft.handlers``) go back into the
+core on the loop, so the core is only ever touched by one coroutine at a time. After every
+change, committed batches and leader changes are handed to the registered listeners, in offset
+order, each batch once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from reference_broker.network.peer import PeerChannels, PeerConnectionError, PeerUnsupportedError
+from reference_broker.raft import wire
+from reference_broker.raft.core import LEADER, NotLeaderError, RaftCore, RaftTimeouts
+from reference_broker.raft.log import ReplicatedLog
+from reference_broker.raft.messages import (
+    CommittedBatch,
+    FetchRequest,
+    LeaderAndEpoch,
+    Outbound,
+)
+from sdk.protocol.messages import Message
+
+log = logging.getLogger("reference_broker.raft")
+
+__all__ = ["NotLeaderError", "RaftClient", "RaftListener", "parse_voters"]
+
+
+class RaftListener(Protocol):
+    def handle_commit(self, batch: CommittedBatch) -> None: ...
+    def handle_load_snapshot(self, snapshot: Any) -> None: ...
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None: ...
+
+
+def parse_voters(voters: list[str] | str) -> dict[int, tuple[str, int]]:
+    """``controller.quorum.voters`` (``id@host:port`` entries) as ``{id: (host, port)}``."""
+    items = voters.split(",") if isinstance(voters, str) else voters
+    out: dict[int, tuple[str, int]] = {}
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        node, sep, address = item.partition("@")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not node.isdigit() or not port.isdigit() or not host:
+            raise ValueError(f"controller.quorum.voters: {item!r} is not id@host:port")
+        if int(node) in out:
+            raise ValueError(f"controller.quorum.voters: voter {node} is listed twice")
+        out[int(node)] = (host.strip("[]"), int(port))
+    return out
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class RaftClient:
+    """See the module docstring; the interface the controller and metadata loader use."""
+
+    #: how long the leader holds a Fetch that has nothing new (its answer carries the HW)
+    fetch_max_wait_ms = 500
+
+    def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], metadata_log_dir: Path,
+                 *, cluster_id: str = "", timeouts: RaftTimeouts | None = None,
+                 local_host: str | None = None) -> None:
+        self.node_id = node_id
+        self.voters = voters
+        self.metadata_log_dir = Path(metadata_log_dir)
+        self.cluster_id = cluster_id
+        self.timeouts = timeouts or RaftTimeouts()
+        self.channels = PeerChannels(f"raft-{node_id}", local_host=local_host,
+                                     request_timeout_s=self.timeouts.request_timeout_ms / 1000,
+                                     connect_timeout_s=self.timeouts.request_timeout_ms / 1000)
+        for voter, (host, port) in voters.items():
+            self.channels.update(voter, host, port)
+        self.core: RaftCore | None = None
+        self._listeners: list[RaftListener] = []
+        self._notified = LeaderAndEpoch(None, 0)
+        self._wake = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._sends: set[asyncio.Task[None]] = set()
+        self._commit_waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    # -- the interface of the design ------------------------------------------------------------
+
+    def register(self, listener: RaftListener) -> None:
+        self._listeners.append(listener)
+
+    @property
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        return self.core.leader_and_epoch if self.core is not None else LeaderAndEpoch(None, 0)
+
+    @property
+    def high_watermark(self) -> int | None:
+        return self.core.high_watermark if self.core is not None else None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.core is not None and self.core.role == LEADER
+
+    async def append(self, records: list[Message], *, epoch: int) -> int:
+        """Leader only: append ``records`` as one batch of ``epoch``; its last offset."""
+        if self.core is None:
+            raise NotLeaderError("the raft client is not started")
+        last = self.core.append(records, epoch, _now_ms())
+        self._kick()
+        return last
+
+    def create_snapshot(self, last_contained_offset: int, epoch: int) -> None:
+        """Snapshots are not written yet: the log is kept whole (None, as for a refused one)."""
+        return None
+
+    async def start(self) -> None:
+        self.metadata_log_dir.mkdir(parents=True, exist_ok=True)
+        raft_log = ReplicatedLog.open(self.metadata_log_dir)
+        self.core = RaftCore(self.node_id, set(self.voters), raft_log, raft_log.directory,
+                             timeouts=self.timeouts, now_ms=_now_ms())
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="raft")
+        log.info("raft node %d started: voters %s, epoch %d", self.node_id,
+                 sorted(self.voters), self.core.epoch)
+
+    async def stop(self) -> None:
+        core = self.core
+        if core is None:
+            return
+        if core.role == LEADER:
+            core.resign(_now_ms())
+            sends = [self._send(out) for out in core.take_outbox()]
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 1.0)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for task in list(self._sends):
+            task.cancel()
+        await asyncio.gather(*self._sends, return_exceptions=True)
+        await self.channels.close()
+        core.log.close()
+        self.core = None
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _kick(self) -> None:
+        """Something changed: run the loop and wake the Fetches the leader is holding."""
+        self._wake.set()
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def _run(self) -> None:
+        assert self.core is not None
+        core = self.core
+        while True:
+            try:
+                core.poll(_now_ms())
+                for out in core.take_outbox():
+                    task = asyncio.get_running_loop().create_task(self._send(out))
+                    self._sends.add(task)
+                    task.add_done_callback(self._sends.discard)
+                self._deliver()
+            except Exception:
+                log.exception("raft node %d: the loop failed; retrying", self.node_id)
+            delay = max(0, core.next_deadline_ms() - _now_ms()) / 1000
+            self._wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), min(delay, 0.5))
+
+    def _deliver(self) -> None:
+        core = self.core
+        assert core is not None
+        leader = core.leader_and_epoch
+        if leader != self._notified:
+            self._notified = leader
+            log.info("raft node %d: leader %s in epoch %d (%s)", self.node_id, leader.leader_id,
+                     leader.epoch, core.role)
+            for listener in self._listeners:
+                listener.handle_leader_change(leader)
+        for batch in core.committed_batches():
+            for listener in self._listeners:
+                listener.handle_commit(batch)
+
+    async def _send(self, out: Outbound) -> None:
+        core = self.core
+        assert core is not None
+        request = wire.to_request(out.request, self.cluster_id)
+        try:
+            response = await self.channels.send(out.destination, request)
+        except (PeerConnectionError, PeerUnsupportedError, KeyError) as exc:
+            log.debug("raft node %d: %s to %d failed: %s", self.node_id,
+                      type(out.request).__name__, out.destination, exc)
+            if isinstance(out.request, FetchRequest):
+                await asyncio.sleep(self.timeouts.election_backoff_max_ms / 10000)
+                core.fetch_failed()
+                self._kick()
+            return
+        if self.core is not core:
+            return
+        try:
+            wire.feed_response(core, out.destination, out.request, response, _now_ms())
+        except wire.WireError as exc:
+            log.warning("raft node %d: bad answer from %d: %s", self.node_id, out.destination, exc)
+            if isinstance(out.request, FetchRequest):
+                core.fetch_failed()
+        self._kick()
+
+    # -- inbound (raft.handlers) -----------------------------------------------------------------
+
+    def changed(self) -> asyncio.Event:
+        """Set at the next change of the log or the high watermark (a held Fetch waits on it)."""
+        return self._changed

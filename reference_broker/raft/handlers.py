@@ -1,0 +1,130 @@
+"""The raft APIs of the controller listener (Kafka's ControllerApis): Vote, BeginQuorumEpoch,
+EndQuorumEpoch, Fetch of ``__cluster_metadata``, DescribeQuorum and ApiVersions (which lists
+this registry's APIs, not the broker listener's)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+from reference_broker.handlers.api_versions import _api_list
+from reference_broker.handlers.api_versions import error_response as api_versions_error
+from reference_broker.raft import wire
+from reference_broker.raft.core import LEADER
+from reference_broker.raft.log import TOPIC
+from reference_broker.raft.messages import NOT_LEADER_OR_FOLLOWER
+from sdk.protocol import messages as m
+from sdk.protocol.errors import ErrorCode
+
+_BROKER_NOT_AVAILABLE = 8
+_INVALID_REQUEST = 42
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def _core(broker: Any) -> Any:
+    raft = getattr(broker, "raft", None)
+    return None if raft is None else raft.core
+
+
+def _vote(broker: Any, ctx: Any, request: Any) -> Any:
+    core = _core(broker)
+    if core is None:
+        return m.VoteResponse(error_code=_BROKER_NOT_AVAILABLE)
+    try:
+        return wire.vote_response(core.handle_vote_request(wire.vote_request(request), _now_ms()))
+    except wire.WireError:
+        return m.VoteResponse(error_code=_INVALID_REQUEST)
+    finally:
+        broker.raft._kick()
+
+
+def _begin(broker: Any, ctx: Any, request: Any) -> Any:
+    core = _core(broker)
+    if core is None:
+        return m.BeginQuorumEpochResponse(error_code=_BROKER_NOT_AVAILABLE)
+    try:
+        answer = core.handle_begin_quorum_epoch(wire.begin_request(request), _now_ms())
+    except wire.WireError:
+        return m.BeginQuorumEpochResponse(error_code=_INVALID_REQUEST)
+    broker.raft._kick()
+    return wire.epoch_response(m.BeginQuorumEpochResponse, answer)
+
+
+def _end(broker: Any, ctx: Any, request: Any) -> Any:
+    core = _core(broker)
+    if core is None:
+        return m.EndQuorumEpochResponse(error_code=_BROKER_NOT_AVAILABLE)
+    try:
+        answer = core.handle_end_quorum_epoch(wire.end_request(request, ctx.api_version),
+                                              _now_ms())
+    except wire.WireError:
+        return m.EndQuorumEpochResponse(error_code=_INVALID_REQUEST)
+    broker.raft._kick()
+    return wire.epoch_response(m.EndQuorumEpochResponse, answer)
+
+
+async def _fetch(broker: Any, ctx: Any, request: Any) -> Any:
+    """The leader answers at once when it has records (or news), else holds the Fetch until the
+    log or the high watermark changes, at most ``max_wait_ms``."""
+    core = _core(broker)
+    if core is None:
+        return m.FetchResponse(error_code=_BROKER_NOT_AVAILABLE)
+    try:
+        fetch = wire.fetch_request(request)
+    except wire.WireError:
+        return m.FetchResponse(error_code=_INVALID_REQUEST)
+    answer = core.handle_fetch_request(fetch, _now_ms())
+    raft = broker.raft
+    raft._kick()
+    if (answer.error == 0 and not len(answer.records) and answer.diverging is None
+            and request.max_wait_ms > 0):
+        changed = raft.changed()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(changed.wait(), min(request.max_wait_ms, 1000) / 1000)
+        core = _core(broker)
+        if core is None:
+            return m.FetchResponse(error_code=_BROKER_NOT_AVAILABLE)
+        answer = core.handle_fetch_request(fetch, _now_ms())
+    return wire.fetch_response(answer)
+
+
+def _describe_quorum(broker: Any, ctx: Any, request: Any) -> Any:
+    cls = m.DescribeQuorumResponse
+    pd = cls.TopicData.PartitionData
+    core = _core(broker)
+    if core is None or core.role != LEADER:
+        part = pd(partition_index=0, error_code=NOT_LEADER_OR_FOLLOWER,
+                  leader_id=-1 if core is None or core.leader_id is None else core.leader_id,
+                  leader_epoch=0 if core is None else core.epoch, high_watermark=-1)
+        return cls(error_code=0, topics=[cls.TopicData(topic_name=TOPIC, partitions=[part])])
+    voters: list[Any] = []
+    observers: list[Any] = []
+    for replica_id, state in sorted(core.replica_states().items()):
+        entry = pd.ReplicaState(replica_id=replica_id, log_end_offset=state.end_offset,
+                                last_fetch_timestamp=state.last_fetch_ms,
+                                last_caught_up_timestamp=state.last_fetch_ms)
+        (voters if replica_id in core.voters else observers).append(entry)
+    hw = core.high_watermark
+    part = pd(partition_index=0, error_code=0, leader_id=core.node_id, leader_epoch=core.epoch,
+              high_watermark=-1 if hw is None else hw, current_voters=voters,
+              observers=observers)
+    return cls(error_code=0, topics=[cls.TopicData(topic_name=TOPIC, partitions=[part])])
+
+
+def install(registry: Any) -> None:
+    """Register the raft APIs and ApiVersions into the controller listener's registry."""
+
+    def api_versions(broker: Any, ctx: Any, request: Any) -> Any:
+        return m.ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_list(registry))
+
+    registry.register(18, api_versions, error_response=api_versions_error)
+    registry.register(52, _vote)
+    registry.register(53, _begin)
+    registry.register(54, _end)
+    registry.register(1, _fetch)
+    registry.register(55, _describe_quorum)

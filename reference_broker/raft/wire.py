@@ -1,0 +1,176 @@
+"""Mapping between the raft core's messages and Kafka's wire messages (Vote, BeginQuorumEpoch,
+EndQuorumEpoch, Fetch of ``__cluster_metadata``), both directions."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from reference_broker.raft.core import RaftCore
+from reference_broker.raft.log import TOPIC
+from reference_broker.raft.messages import (
+    NONE,
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    EpochResponse,
+    FetchRequest,
+    FetchResponse,
+    VoteRequest,
+    VoteResponse,
+)
+from sdk.protocol import messages as m
+
+#: Kafka's ``Uuid.METADATA_TOPIC_ID``
+METADATA_TOPIC_ID = uuid.UUID(int=1)
+
+
+class WireError(ValueError):
+    """A raft message that does not name exactly the metadata partition."""
+
+
+def _leader(leader_id: int | None) -> int:
+    return -1 if leader_id is None else leader_id
+
+
+def _opt(leader_id: int) -> int | None:
+    return None if leader_id < 0 else leader_id
+
+
+def _one_partition(topics: list[Any], name_field: str = "topic_name") -> Any:
+    if len(topics) != 1 or len(topics[0].partitions) != 1:
+        raise WireError("a raft request names exactly one partition of __cluster_metadata")
+    topic = topics[0]
+    name = getattr(topic, name_field, TOPIC)
+    topic_id = getattr(topic, "topic_id", None)
+    if name not in (TOPIC, "", None) and topic_id != METADATA_TOPIC_ID:
+        raise WireError(f"raft requests are for {TOPIC}, not {name!r}")
+    part = topic.partitions[0]
+    index = getattr(part, "partition_index", getattr(part, "partition", 0))
+    if index != 0:
+        raise WireError(f"{TOPIC} has partition 0 only, not {index}")
+    return part
+
+
+# -- requests out -----------------------------------------------------------------------------
+
+def to_request(request: Any, cluster_id: str) -> Any:
+    if isinstance(request, VoteRequest):
+        return m.VoteRequest(cluster_id=cluster_id, topics=[m.VoteRequest.TopicData(
+            topic_name=TOPIC, partitions=[m.VoteRequest.TopicData.PartitionData(
+                partition_index=0, candidate_epoch=request.epoch,
+                candidate_id=request.candidate_id, last_offset_epoch=request.last_epoch,
+                last_offset=request.last_offset)])])
+    if isinstance(request, BeginQuorumEpochRequest):
+        return m.BeginQuorumEpochRequest(cluster_id=cluster_id, topics=[
+            m.BeginQuorumEpochRequest.TopicData(topic_name=TOPIC, partitions=[
+                m.BeginQuorumEpochRequest.TopicData.PartitionData(
+                    partition_index=0, leader_id=request.leader_id,
+                    leader_epoch=request.epoch)])])
+    if isinstance(request, EndQuorumEpochRequest):
+        part = m.EndQuorumEpochRequest.TopicData.PartitionData(
+            partition_index=0, leader_id=request.leader_id, leader_epoch=request.epoch,
+            preferred_successors=list(request.preferred_successors),
+            preferred_candidates=[
+                m.EndQuorumEpochRequest.TopicData.PartitionData.ReplicaInfo(candidate_id=c)
+                for c in request.preferred_successors])
+        return m.EndQuorumEpochRequest(cluster_id=cluster_id, topics=[
+            m.EndQuorumEpochRequest.TopicData(topic_name=TOPIC, partitions=[part])])
+    if isinstance(request, FetchRequest):
+        fetch = m.FetchRequest
+        return fetch(
+            cluster_id=cluster_id, replica_id=request.replica_id,
+            replica_state=fetch.ReplicaState(replica_id=request.replica_id, replica_epoch=-1),
+            max_wait_ms=500, min_bytes=0, max_bytes=8 << 20, session_id=0, session_epoch=-1,
+            topics=[fetch.FetchTopic(topic=TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[
+                fetch.FetchTopic.FetchPartition(
+                    partition=0, current_leader_epoch=request.epoch,
+                    fetch_offset=request.fetch_offset,
+                    last_fetched_epoch=request.last_fetched_epoch, log_start_offset=-1,
+                    partition_max_bytes=8 << 20)])])
+    raise TypeError(f"not a raft request: {request!r}")
+
+
+def feed_response(core: RaftCore, source: int, request: Any, response: Any, now_ms: int) -> None:
+    """Hand the answer to ``request`` from ``source`` to the core."""
+    if isinstance(request, FetchRequest):
+        if response.error_code != NONE:
+            core.handle_fetch_response(source, FetchResponse(response.error_code, -1, None),
+                                       now_ms)
+            return
+        part = _one_partition(response.responses, "topic")
+        diverging = None
+        if part.diverging_epoch is not None and part.diverging_epoch.epoch >= 0:
+            diverging = (part.diverging_epoch.epoch, part.diverging_epoch.end_offset)
+        leader = part.current_leader
+        core.handle_fetch_response(source, FetchResponse(
+            part.error_code, leader.leader_epoch, _opt(leader.leader_id), part.high_watermark,
+            part.records or b"", diverging), now_ms)
+        return
+    if response.error_code != NONE:
+        raise WireError(f"{type(response).__name__} error {response.error_code}")
+    part = _one_partition(response.topics)
+    if isinstance(request, VoteRequest):
+        core.handle_vote_response(source, VoteResponse(
+            part.error_code, part.leader_epoch, _opt(part.leader_id), part.vote_granted), now_ms)
+    else:
+        core.handle_epoch_response(EpochResponse(
+            part.error_code, part.leader_epoch, _opt(part.leader_id)), now_ms)
+
+
+# -- requests in ------------------------------------------------------------------------------
+
+def vote_request(request: Any) -> VoteRequest:
+    part = _one_partition(request.topics)
+    return VoteRequest(part.candidate_epoch, part.candidate_id, part.last_offset_epoch,
+                       part.last_offset)
+
+
+def vote_response(answer: VoteResponse) -> Any:
+    cls = m.VoteResponse
+    return cls(error_code=NONE, topics=[cls.TopicData(topic_name=TOPIC, partitions=[
+        cls.TopicData.PartitionData(partition_index=0, error_code=answer.error,
+                                    leader_id=_leader(answer.leader_id),
+                                    leader_epoch=answer.epoch, vote_granted=answer.granted)])])
+
+
+def begin_request(request: Any) -> BeginQuorumEpochRequest:
+    part = _one_partition(request.topics)
+    return BeginQuorumEpochRequest(part.leader_epoch, part.leader_id)
+
+
+def end_request(request: Any, version: int) -> EndQuorumEpochRequest:
+    part = _one_partition(request.topics)
+    successors = (list(part.preferred_successors) if version == 0
+                  else [c.candidate_id for c in part.preferred_candidates])
+    return EndQuorumEpochRequest(part.leader_epoch, part.leader_id, successors)
+
+
+def epoch_response(cls: Any, answer: EpochResponse) -> Any:
+    return cls(error_code=NONE, topics=[cls.TopicData(topic_name=TOPIC, partitions=[
+        cls.TopicData.PartitionData(partition_index=0, error_code=answer.error,
+                                    leader_id=_leader(answer.leader_id),
+                                    leader_epoch=answer.epoch)])])
+
+
+def fetch_request(request: Any) -> FetchRequest:
+    part = _one_partition(request.topics, "topic")
+    replica_id = request.replica_id
+    if request.replica_state is not None and request.replica_state.replica_id >= 0:
+        replica_id = request.replica_state.replica_id
+    return FetchRequest(part.current_leader_epoch, replica_id, part.fetch_offset,
+                        part.last_fetched_epoch)
+
+
+def fetch_response(answer: FetchResponse) -> Any:
+    cls = m.FetchResponse
+    pd = cls.FetchableTopicResponse.PartitionData
+    part = pd(partition_index=0, error_code=answer.error, high_watermark=answer.high_watermark,
+              last_stable_offset=answer.high_watermark, log_start_offset=0,
+              current_leader=pd.LeaderIdAndEpoch(leader_id=_leader(answer.leader_id),
+                                                 leader_epoch=answer.epoch),
+              records=bytes(answer.records))
+    if answer.diverging is not None:
+        part.diverging_epoch = pd.EpochEndOffset(epoch=answer.diverging[0],
+                                                 end_offset=answer.diverging[1])
+    return cls(error_code=NONE, session_id=0, responses=[cls.FetchableTopicResponse(
+        topic=TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[part])])

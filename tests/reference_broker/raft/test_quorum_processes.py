@@ -1,0 +1,114 @@
+"""Three combined-mode node processes on 127.0.1.1-3 elect one raft leader, which DescribeQuorum
+on each controller listener names; killed with -9, the leader is replaced by another voter in a
+higher epoch."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from reference_broker.network.peer import PeerConnection, PeerConnectionError
+from reference_broker.testing import BrokerProcess
+from sdk.protocol.messages import DescribeQuorumRequest
+
+pytestmark = [pytest.mark.interop, pytest.mark.slow]
+
+NODES = 3
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def until(condition: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+def describe_quorum(host: str, port: int) -> Any:
+    async def ask() -> Any:
+        conn = PeerConnection(host, port, client_id="quorum-test", connect_timeout_s=2,
+                              request_timeout_s=2)
+        try:
+            request = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
+                topic_name="__cluster_metadata",
+                partitions=[DescribeQuorumRequest.TopicData.PartitionData(partition_index=0)])])
+            return (await conn.send(request)).topics[0].partitions[0]
+        finally:
+            await conn.close()
+
+    try:
+        return asyncio.run(ask())
+    except (PeerConnectionError, OSError):
+        return None
+
+
+@pytest.fixture
+def quorum(tmp_path: Any) -> Iterator[tuple[list[BrokerProcess], list[tuple[str, int]]]]:
+    hosts = [f"127.0.1.{n}" for n in range(1, NODES + 1)]
+    client_ports = [free_port(h) for h in hosts]
+    controllers = [(h, free_port(h)) for h in hosts]
+    voters = ",".join(f"{n}@{h}:{p}" for n, (h, p) in enumerate(controllers, 1))
+    nodes = []
+    for n in range(1, NODES + 1):
+        host = hosts[n - 1]
+        nodes.append(BrokerProcess(config={
+            "node.id": n,
+            "process.roles": "broker,controller",
+            "controller.quorum.voters": voters,
+            "controller.listener.names": "CONTROLLER",
+            "listeners": f"PLAINTEXT://{host}:{client_ports[n - 1]},"
+                         f"CONTROLLER://{host}:{controllers[n - 1][1]}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+        }, host=host, port=client_ports[n - 1]))
+    try:
+        for node in nodes:
+            node.start()
+        yield nodes, controllers
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def leader_seen_by_all(controllers: list[tuple[str, int]], alive: list[int]) -> Any:
+    """(leader id, epoch) when the leader's DescribeQuorum answers and every live node agrees."""
+    answers = [describe_quorum(*controllers[i]) for i in alive]
+    if any(a is None for a in answers):
+        return None
+    views = {(a.leader_id, a.leader_epoch) for a in answers}
+    if len(views) != 1:
+        return None
+    leader, epoch = views.pop()
+    if leader < 0:
+        return None
+    led = [a for a in answers if a.error_code == 0]
+    if len(led) != 1 or led[0].high_watermark < 1:
+        return None
+    return leader, epoch, led[0]
+
+
+def test_one_leader_then_a_new_one_in_a_higher_epoch_after_kill(quorum: Any) -> None:
+    nodes, controllers = quorum
+    leader, epoch, described = until(
+        lambda: leader_seen_by_all(controllers, [0, 1, 2]), "the three nodes agree on a leader")
+    assert {v.replica_id for v in described.current_voters} == {1, 2, 3}
+    nodes[leader - 1].kill()
+    alive = [i for i in range(NODES) if i != leader - 1]
+    new_leader, new_epoch, _ = until(
+        lambda: (lambda v: v if v and v[0] != leader else None)(
+            leader_seen_by_all(controllers, alive)),
+        "the two live nodes elect another leader")
+    assert new_leader != leader and new_epoch > epoch
