@@ -45,7 +45,7 @@ def until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any
 
 @pytest.fixture
 def cluster() -> Iterator[list[BrokerProcess]]:
-    hosts = [f"127.0.0.{n}" for n in range(1, NODES + 1)]
+    hosts = [f"127.0.1.{n}" for n in range(1, NODES + 1)]
     client_ports = [free_port(h) for h in hosts]
     controller_ports = [free_port(h) for h in hosts]
     voters = ",".join(f"{n}@{hosts[n - 1]}:{controller_ports[n - 1]}" for n in range(1, NODES + 1))
@@ -92,7 +92,8 @@ def partitions(node: BrokerProcess, topic: str) -> dict[int, Any]:
 
 def test_three_nodes_replicate_a_topic_and_fence_a_killed_node(cluster: list[BrokerProcess]) -> None:
     until(lambda: len(admin(cluster[0]).list_topics(timeout=5).brokers) == NODES, "every broker is unfenced")
-    futures = admin(cluster[1]).create_topics([NewTopic("replicated", 3, 3)], operation_timeout=20)
+    creator = admin(cluster[1])  # held: a destroyed client fails its futures with _DESTROY
+    futures = creator.create_topics([NewTopic("replicated", 3, 3)], operation_timeout=20)
     futures["replicated"].result(timeout=30)
 
     for node in cluster:
