@@ -74,7 +74,10 @@ class ReplicaState:
 @dataclass
 class _Leader:
     epoch_start_offset: int
+    elected_ms: int
     replicas: dict[int, ReplicaState] = field(default_factory=dict)  # voters and observers
+    #: when BeginQuorumEpoch goes again to the voters that have not fetched in this epoch
+    begin_resend_ms: int = 0
 
 
 class RaftCore:
@@ -204,7 +207,8 @@ class RaftCore:
             granting_voters=[LeaderChangeMessage.Voter(voter_id=v) for v in sorted(self.granted)],
         )
         start, _ = self.log.append_control(message, self.epoch, now_ms)
-        self._leader = _Leader(start, {v: ReplicaState() for v in self.voters})
+        self._leader = _Leader(start, now_ms, {v: ReplicaState() for v in self.voters},
+                               now_ms + self.timeouts.fetch_timeout_ms // 2)
         self._leader.replicas[self.node_id].end_offset = self.log.end_offset
         request = BeginQuorumEpochRequest(self.epoch, self.node_id)
         self.outbox.extend(Outbound(v, request) for v in sorted(self.voters - {self.node_id}))
@@ -215,6 +219,7 @@ class RaftCore:
         if self.role != LEADER:
             return
         self.role = RESIGNED
+        self._reset_election_deadline(now_ms)
         successors = sorted(self.voters - {self.node_id})
         request = EndQuorumEpochRequest(self.epoch, self.node_id, successors)
         self.outbox.extend(Outbound(v, request) for v in successors)
@@ -224,7 +229,10 @@ class RaftCore:
     def poll(self, now_ms: int) -> None:
         """Act on expired timers: elections, fetch timeouts, a follower's next Fetch."""
         role = self.role
-        if role in (UNATTACHED, CANDIDATE) and self.is_voter and now_ms >= self._deadline_ms:
+        if role == LEADER:
+            self._poll_leader(now_ms)
+            return
+        if role in (UNATTACHED, CANDIDATE, RESIGNED) and self.is_voter and now_ms >= self._deadline_ms:
             self._become_candidate(now_ms)
         elif role == FOLLOWER and now_ms - self._last_fetch_ms >= self.timeouts.fetch_timeout_ms:
             if self.is_voter:
@@ -242,6 +250,25 @@ class RaftCore:
         self._fetch_in_flight = True
         self.outbox.append(Outbound(destination, FetchRequest(
             self.epoch, self.node_id, self.log.end_offset, self.log.last_fetched_epoch)))
+
+    def _poll_leader(self, now_ms: int) -> None:
+        """Kafka's leader timers: BeginQuorumEpoch again to voters not fetching in this epoch,
+        and check-quorum: a leader without Fetches from a majority within 1.5 fetch timeouts
+        resigns (a partitioned leader must not keep answering as leader)."""
+        leader = self._leader
+        assert leader is not None
+        others = sorted(self.voters - {self.node_id})
+        if now_ms >= leader.begin_resend_ms:
+            leader.begin_resend_ms = now_ms + self.timeouts.fetch_timeout_ms // 2
+            request = BeginQuorumEpochRequest(self.epoch, self.node_id)
+            self.outbox.extend(Outbound(v, request) for v in others
+                               if leader.replicas[v].last_fetch_ms < 0)
+        window = self.timeouts.fetch_timeout_ms * 3 // 2
+        if now_ms - leader.elected_ms < window:
+            return
+        heard = 1 + sum(1 for v in others if leader.replicas[v].last_fetch_ms >= now_ms - window)
+        if heard < self.majority():
+            self.resign(now_ms)
 
     def fetch_failed(self) -> None:
         """The Fetch in flight got no answer: the next poll sends another."""

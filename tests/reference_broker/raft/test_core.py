@@ -267,3 +267,29 @@ def test_observer_finds_the_leader_and_follows(tmp_path: Path) -> None:
     assert observer.leader_id == 1 and observer.log.end_offset == 2
     assert not observer.handle_vote_request(VoteRequest(5, 1, 9, 9), 0).granted
     assert FetchResponse  # the type the driver maps
+
+
+def test_leader_resends_begin_quorum_epoch_to_voters_that_never_fetched(
+        trio: dict[int, RaftCore]) -> None:
+    elect(trio, 1, 0)
+    leader = trio[1]
+    leader.handle_fetch_request(FetchRequest(1, 2, 1, 1), 50)
+    leader.poll(100)  # half the fetch timeout
+    assert [(o.destination, type(o.request)) for o in leader.take_outbox()] == [
+        (3, BeginQuorumEpochRequest)]
+
+
+def test_leader_without_a_fetching_majority_resigns_and_later_stands_again(
+        trio: dict[int, RaftCore]) -> None:
+    elect(trio, 1, 0)
+    leader = trio[1]
+    leader.take_outbox()
+    leader.handle_fetch_request(FetchRequest(1, 2, 1, 1), 250)
+    leader.poll(300)  # node 2 fetched within 1.5 fetch timeouts: a majority
+    assert leader.role == LEADER
+    leader.take_outbox()
+    leader.poll(551)
+    assert leader.role == "resigned"
+    assert EndQuorumEpochRequest in {type(o.request) for o in leader.take_outbox()}
+    leader.poll(leader.next_deadline_ms())
+    assert leader.role == CANDIDATE and leader.epoch == 2
