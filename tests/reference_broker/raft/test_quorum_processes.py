@@ -73,6 +73,7 @@ def quorum(tmp_path: Any) -> Iterator[tuple[list[BrokerProcess], list[tuple[str,
                          f"CONTROLLER://{host}:{controllers[n - 1][1]}",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
+            "cluster.id": "cDVJ2f7NQWm0mzWq2i8Rtw",
         }, host=host, port=client_ports[n - 1]))
     try:
         for node in nodes:
