@@ -20,6 +20,7 @@ from sdk.protocol.errors import ErrorCode
 
 _BROKER_NOT_AVAILABLE = 8
 _INVALID_REQUEST = 42
+_INCONSISTENT_CLUSTER_ID = 104
 
 
 def _now_ms() -> int:
@@ -31,7 +32,15 @@ def _core(broker: Any) -> Any:
     return None if raft is None else raft.core
 
 
+def _foreign(broker: Any, request: Any) -> bool:
+    """A request from another cluster (Kafka's raft checks the cluster id; empty is accepted)."""
+    cluster_id = getattr(request, "cluster_id", None)
+    return bool(cluster_id) and bool(broker.cluster_id) and cluster_id != broker.cluster_id
+
+
 def _vote(broker: Any, ctx: Any, request: Any) -> Any:
+    if _foreign(broker, request):
+        return m.VoteResponse(error_code=_INCONSISTENT_CLUSTER_ID)
     core = _core(broker)
     if core is None:
         return m.VoteResponse(error_code=_BROKER_NOT_AVAILABLE)
@@ -44,6 +53,8 @@ def _vote(broker: Any, ctx: Any, request: Any) -> Any:
 
 
 def _begin(broker: Any, ctx: Any, request: Any) -> Any:
+    if _foreign(broker, request):
+        return m.BeginQuorumEpochResponse(error_code=_INCONSISTENT_CLUSTER_ID)
     core = _core(broker)
     if core is None:
         return m.BeginQuorumEpochResponse(error_code=_BROKER_NOT_AVAILABLE)
@@ -56,6 +67,8 @@ def _begin(broker: Any, ctx: Any, request: Any) -> Any:
 
 
 def _end(broker: Any, ctx: Any, request: Any) -> Any:
+    if _foreign(broker, request):
+        return m.EndQuorumEpochResponse(error_code=_INCONSISTENT_CLUSTER_ID)
     core = _core(broker)
     if core is None:
         return m.EndQuorumEpochResponse(error_code=_BROKER_NOT_AVAILABLE)
@@ -71,6 +84,8 @@ def _end(broker: Any, ctx: Any, request: Any) -> Any:
 async def _fetch(broker: Any, ctx: Any, request: Any) -> Any:
     """The leader answers at once when it has records (or news), else holds the Fetch until the
     log or the high watermark changes, at most ``max_wait_ms``."""
+    if _foreign(broker, request):
+        return m.FetchResponse(error_code=_INCONSISTENT_CLUSTER_ID)
     core = _core(broker)
     if core is None:
         return m.FetchResponse(error_code=_BROKER_NOT_AVAILABLE)

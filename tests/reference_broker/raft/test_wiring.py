@@ -67,3 +67,14 @@ def test_vote_and_fetch_survive_the_wire() -> None:
     part = answer.responses[0].partitions[0]
     assert (part.diverging_epoch.epoch, part.diverging_epoch.end_offset) == (1, 12)
     assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (1, 3)
+
+
+def test_raft_requests_of_another_cluster_are_refused() -> None:
+    from types import SimpleNamespace
+
+    from reference_broker.raft import handlers
+
+    node = SimpleNamespace(cluster_id="ours", raft=None)
+    vote = wire.to_request(VoteRequest(3, 2, 1, 17), "theirs")
+    assert handlers._vote(node, None, vote).error_code == 104
+    assert handlers._vote(node, None, wire.to_request(VoteRequest(3, 2, 1, 17), "ours")).error_code == 8
