@@ -1,6 +1,6 @@
 """Three combined-mode node processes on 127.0.1.1-3 elect one raft leader, which DescribeQuorum
 on each controller listener names; killed with -9, the leader is replaced by another voter in a
-higher epoch."""
+higher epoch, and back again it follows the new leader and catches up."""
 
 from __future__ import annotations
 
@@ -113,3 +113,14 @@ def test_one_leader_then_a_new_one_in_a_higher_epoch_after_kill(quorum: Any) -> 
             leader_seen_by_all(controllers, alive)),
         "the two live nodes elect another leader")
     assert new_leader != leader and new_epoch > epoch
+
+    nodes[leader - 1].start()  # the old leader comes back from its quorum-state and log
+
+    def rejoined() -> Any:
+        view = leader_seen_by_all(controllers, [0, 1, 2])
+        if not view or view[:2] != (new_leader, new_epoch):
+            return None
+        ends = {v.replica_id: v.log_end_offset for v in view[2].current_voters}
+        return len(set(ends.values())) == 1 and ends[leader] > 0
+
+    until(rejoined, "the old leader follows the new one and has caught up")
