@@ -49,6 +49,8 @@ LEADER = "leader"
 FOLLOWER = "follower"
 RESIGNED = "resigned"
 OBSERVER_ROLE_NAMES = (UNATTACHED, FOLLOWER)
+#: how long a Fetch answered with an error waits before the next (Kafka's retry backoff)
+FETCH_RETRY_BACKOFF_MS = 100
 
 
 class NotLeaderError(Exception):
@@ -109,6 +111,7 @@ class RaftCore:
         self._leader: _Leader | None = None
         self._deadline_ms = 0
         self._fetch_in_flight = False
+        self._fetch_not_before_ms = 0  # a Fetch answered with an error waits a retry backoff
         self._last_fetch_ms = now_ms
         self.high_watermark: int | None = None
         self._delivered = 0  # next offset to hand to listeners
@@ -240,6 +243,8 @@ class RaftCore:
             else:
                 self.role = UNATTACHED
                 self.leader_id = None
+        if now_ms < self._fetch_not_before_ms:
+            return
         if self.role == FOLLOWER and not self._fetch_in_flight and self.leader_id is not None:
             self._send_fetch(self.leader_id)
         elif (self.role == UNATTACHED and not self.is_voter and not self._fetch_in_flight
@@ -407,9 +412,11 @@ class RaftCore:
     def handle_fetch_response(self, source: int, response: FetchResponse, now_ms: int) -> None:
         self._fetch_in_flight = False
         if response.error != NONE:
-            if response.error == NOT_LEADER_OR_FOLLOWER and response.leader_id is None:
-                return
-            self._observe_epoch(response.epoch, response.leader_id, now_ms)
+            before = self.leader_and_epoch
+            if response.error != NOT_LEADER_OR_FOLLOWER or response.leader_id is not None:
+                self._observe_epoch(response.epoch, response.leader_id, now_ms)
+            if self.leader_and_epoch == before:  # nothing learnt: do not ask again at once
+                self._fetch_not_before_ms = now_ms + FETCH_RETRY_BACKOFF_MS
             return
         if response.epoch != self.epoch or response.leader_id != self.leader_id:
             self._observe_epoch(response.epoch, response.leader_id, now_ms)

@@ -293,3 +293,14 @@ def test_leader_without_a_fetching_majority_resigns_and_later_stands_again(
     assert EndQuorumEpochRequest in {type(o.request) for o in leader.take_outbox()}
     leader.poll(leader.next_deadline_ms())
     assert leader.role == CANDIDATE and leader.epoch == 2
+
+
+def test_fetch_answered_with_an_error_is_retried_after_a_backoff(tmp_path: Path) -> None:
+    observer = make(tmp_path, 9)
+    observer.poll(0)
+    [first] = observer.take_outbox()
+    observer.handle_fetch_response(first.destination, FetchResponse(6, 0, None), 10)
+    observer.poll(20)
+    assert observer.take_outbox() == []
+    observer.poll(110)
+    assert [type(o.request) for o in observer.take_outbox()] == [FetchRequest]
