@@ -102,6 +102,7 @@ class Broker:
     def _create_raft(self) -> None:
         from reference_broker.raft.client import RaftClient
         from reference_broker.raft.core import RaftTimeouts
+        from reference_broker.raft.handlers import install_broker_side
 
         config = self.config
         timeouts = RaftTimeouts(
@@ -115,6 +116,7 @@ class Broker:
                                cluster_id=self.cluster_id, timeouts=timeouts,
                                local_host=self.listeners[0].host)
         self.cluster_member.attach(self.raft, self.controller_registry)
+        install_broker_side(self.registry)
 
     @property
     def logs(self) -> Storage:

@@ -143,3 +143,21 @@ def install(registry: Any) -> None:
     registry.register(54, _end)
     registry.register(1, _fetch)
     registry.register(55, _describe_quorum)
+
+
+async def _describe_quorum_forwarded(broker: Any, ctx: Any, request: Any) -> Any:
+    """DescribeQuorum on a broker listener: answered by the raft leader (forwarded to its
+    controller listener when this node does not lead), so tools bootstrapped to brokers work."""
+    raft = getattr(broker, "raft", None)
+    core = _core(broker)
+    if raft is None or core is None or core.role == LEADER or core.leader_id is None:
+        return _describe_quorum(broker, ctx, request)
+    try:
+        return await raft.channels.send(core.leader_id, request)
+    except Exception:  # the leader is unreachable: answer what this node knows
+        return _describe_quorum(broker, ctx, request)
+
+
+def install_broker_side(registry: Any) -> None:
+    """DescribeQuorum on the broker listeners of a cluster node."""
+    registry.register(55, _describe_quorum_forwarded)

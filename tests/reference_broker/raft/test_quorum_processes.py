@@ -1,6 +1,7 @@
 """Three combined-mode node processes on 127.0.1.1-3 elect one raft leader, which DescribeQuorum
-on each controller listener names; killed with -9, the leader is replaced by another voter in a
-higher epoch, and back again it follows the new leader and catches up."""
+names on each controller listener and on a broker listener (forwarded to the leader); killed
+with -9, the leader is replaced by another voter in a higher epoch, and back again it follows
+the new leader and catches up."""
 
 from __future__ import annotations
 
@@ -106,6 +107,9 @@ def test_one_leader_then_a_new_one_in_a_higher_epoch_after_kill(quorum: Any) -> 
     leader, epoch, described = until(
         lambda: leader_seen_by_all(controllers, [0, 1, 2]), "the three nodes agree on a leader")
     assert {v.replica_id for v in described.current_voters} == {1, 2, 3}
+    follower = nodes[leader % NODES]  # a broker listener of a node that does not lead
+    via_broker = describe_quorum(follower.host, follower.port)
+    assert (via_broker.error_code, via_broker.leader_id, via_broker.leader_epoch) == (0, leader, epoch)
     nodes[leader - 1].kill()
     alive = [i for i in range(NODES) if i != leader - 1]
     new_leader, new_epoch, _ = until(
