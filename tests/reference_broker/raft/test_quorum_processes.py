@@ -16,6 +16,8 @@ import pytest
 from reference_broker.network.peer import PeerConnection, PeerConnectionError
 from reference_broker.testing import BrokerProcess
 from sdk.protocol.messages import DescribeQuorumRequest
+from tests.apache_kafka import unavailable_reason
+from tests.oracles.kafka_tools import run_tool
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -110,6 +112,12 @@ def test_one_leader_then_a_new_one_in_a_higher_epoch_after_kill(quorum: Any) -> 
     follower = nodes[leader % NODES]  # a broker listener of a node that does not lead
     via_broker = describe_quorum(follower.host, follower.port)
     assert (via_broker.error_code, via_broker.leader_id, via_broker.leader_epoch) == (0, leader, epoch)
+    if unavailable_reason() is None:  # Kafka's own tool, when its jars are there
+        status = run_tool("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-server",
+                          follower.bootstrap, "describe", "--status")
+        assert status.returncode == 0, status.stderr
+        assert f"LeaderId:               {leader}\n" in status.stdout
+        assert '[{"id": 1}, {"id": 2}, {"id": 3}]' in status.stdout
     nodes[leader - 1].kill()
     alive = [i for i in range(NODES) if i != leader - 1]
     new_leader, new_epoch, _ = until(
