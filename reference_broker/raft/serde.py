@@ -10,6 +10,7 @@ and the value an int16 version followed by the message.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 from reference_broker.internal_records import METADATA_RECORD_TYPES
 from sdk.protocol.codec import decode, encode
@@ -106,7 +107,7 @@ def decode_metadata_record(value: bytes | memoryview) -> Message:
     return record
 
 
-def build_data_batch(records: list[Message], *, base_offset: int, epoch: int,
+def build_data_batch(records: Sequence[Message], *, base_offset: int, epoch: int,
                      timestamp_ms: int) -> bytes:
     """A batch of metadata records stamped with the raft ``epoch``."""
     if not records:

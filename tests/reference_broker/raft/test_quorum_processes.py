@@ -48,7 +48,8 @@ def describe_quorum(host: str, port: int) -> Any:
             request = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
                 topic_name="__cluster_metadata",
                 partitions=[DescribeQuorumRequest.TopicData.PartitionData(partition_index=0)])])
-            return (await conn.send(request)).topics[0].partitions[0]
+            response: Any = await conn.send(request)
+            return response.topics[0].partitions[0]
         finally:
             await conn.close()
 
