@@ -289,8 +289,9 @@ def _consume_for(bootstrap: str, topic: str, client_id: str, seconds: float) -> 
 
 
 @pytest.mark.xfail(
-    reason="regression since the acceptor/memory-pool change (c9e906c): a consumer quota'd at the "
-    "same rate reads about 2x what Kafka lets through (328 vs 163 KB/s); it passed at c9e906c~1",
+    reason="under a loaded machine (the full suite on 2 cores) a consumer quota'd at the same rate "
+    "read about 2x what Kafka let through (328 vs 163 KB/s), 2 of 2 loaded runs; quiet runs pass "
+    "(3 of 3); cause not found",
     strict=False,
 )
 def test_a_quotad_consumer_is_held_to_its_rate_as_on_kafka(
