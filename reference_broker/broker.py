@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reference_broker._event_loop import loop_name
+from reference_broker._memory import ReturnFreedMemory
 from reference_broker.clock import Clock, LoopClock
 from reference_broker.config import BrokerConfig
 from reference_broker.coordinator.group.coordinator import GroupCoordinator
@@ -39,7 +40,7 @@ from reference_broker.security.listeners import Listener
 from reference_broker.security.sasl import SaslSettings
 from reference_broker.security.scram import ScramCredentialStore
 from reference_broker.security.tls import server_context
-from reference_broker.services import LogChores, LogCleanerChore, ServiceRunner
+from reference_broker.services import LogChores, LogCleanerChore, MemoryReturnChore, ServiceRunner
 from reference_broker.storage import Storage
 from reference_broker.waiters import DataWaiters
 
@@ -239,6 +240,9 @@ class Broker:
                 storage.housekeeping,
             )
         )
+        freed_memory = ReturnFreedMemory()
+        if freed_memory.available:
+            self.services.add(MemoryReturnChore(freed_memory.check))
         if self.config.get("log.cleaner.enable"):
             backoff_s = self.config.get("log.cleaner.backoff.ms") / 1000
             threads = self.config.get("log.cleaner.threads")

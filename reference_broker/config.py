@@ -724,8 +724,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "log.cleaner.threads",
             _B.INT,
             1,
-            "Number of cleaner threads in Kafka. Accepted; here one cleaner task on the event loop "
-            "compacts one log per pass.",
+            "Number of log cleaner threads: each compacts one log at a time in a worker thread (0: no "
+            "compaction). Read at start.",
             at_least(0),
         ),
         ConfigKey(

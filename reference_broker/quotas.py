@@ -15,6 +15,11 @@ measurement counts as ``num - 1`` full windows, as Kafka's ``Rate`` does). A req
 the rate over the quota gets ``throttle_time_ms = (rate - quota) / quota * window`` (the request
 quota's at most one window), which the response carries and for which the connection is then
 muted (KIP-219).
+
+``controller_mutation_rate`` (partitions created, added or deleted per second, KIP-599) is measured
+with Kafka's token bucket instead: it holds up to ``quota * num * window`` partitions, refills at
+the quota, and a request's throttle time is what it takes to bring a negative bucket back to zero.
+See ``ControllerMutationQuota`` for its strict and permissive forms.
 """
 
 from __future__ import annotations
@@ -37,12 +42,13 @@ IP = "ip"
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
+CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
 #: Key -> the largest whole number it takes (Kafka's LONG/INT keys), None for a DOUBLE key.
 CLIENT_KEYS: dict[str, int | None] = {
     PRODUCER_BYTE_RATE: 2**63 - 1,
     CONSUMER_BYTE_RATE: 2**63 - 1,
     REQUEST_PERCENTAGE: None,
-    "controller_mutation_rate": None,
+    CONTROLLER_MUTATION_RATE: None,
 }
 IP_KEYS: dict[str, int | None] = {"connection_creation_rate": 2**31 - 1}
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
@@ -237,6 +243,86 @@ class Rate:
         return sum(total for _, total in self.samples) / self.span(now)
 
 
+class TokenBucket:
+    """Kafka's ``TokenBucket``: credits refilled at the quota per second up to the burst, taken by
+    each recorded value; a new bucket starts full."""
+
+    __slots__ = ("tokens", "updated")
+
+    def __init__(self) -> None:
+        self.tokens: float | None = None
+        self.updated = 0.0
+
+    def refill(self, rate: float, burst: float, now: float) -> float:
+        """The credits at ``now``."""
+        if self.tokens is None:
+            self.tokens = burst
+        else:
+            self.tokens = min(burst, self.tokens + rate * max(0.0, now - self.updated))
+        self.updated = now
+        return self.tokens
+
+    def take(self, value: float, rate: float, burst: float, now: float) -> float:
+        """Record ``value``; the credits left (negative once the quota is exhausted)."""
+        self.tokens = min(burst, self.refill(rate, burst, now) - value)
+        return self.tokens
+
+
+class ControllerMutationQuota:
+    """One request's ``controller_mutation_rate`` quota, as Kafka's Strict- and
+    PermissiveControllerMutationQuota.
+
+    Strict (CreateTopics v6+, CreatePartitions v3+, DeleteTopics v5+): ``admit`` refuses a
+    topic's partitions while the bucket is already negative, and otherwise takes them all, even
+    past zero, so a request below the quota is never cut in the middle of a topic. Permissive
+    (older versions, whose clients do not know THROTTLING_QUOTA_EXCEEDED): ``admit`` always takes
+    them. Either way ``throttle_ms`` is the time to bring the bucket back to zero, as measured when
+    the quota was found exhausted, less the time since.
+    """
+
+    def __init__(
+        self,
+        bucket: TokenBucket,
+        limit: float,
+        burst: float,
+        strict: bool,
+        clock: Callable[[], float],
+        max_throttle_s: float,
+    ):
+        self._bucket = bucket
+        self._limit = limit
+        self._burst = burst
+        self.strict = strict
+        self._clock = clock
+        self._max_throttle_s = max_throttle_s
+        self._throttle_s = 0.0
+        self._throttled_at = 0.0
+
+    def _exhausted(self, tokens: float, now: float) -> None:
+        wait = -tokens / self._limit if self._limit > 0 else self._max_throttle_s
+        self._throttle_s, self._throttled_at = wait, now
+
+    def admit(self, partitions: int) -> bool:
+        """Record ``partitions`` mutations for one topic; False when a strict quota refuses them."""
+        now = self._clock()
+        if self.strict:
+            tokens = self._bucket.refill(self._limit, self._burst, now)
+            if tokens < 0:
+                self._exhausted(tokens, now)
+                return False
+            self._bucket.take(partitions, self._limit, self._burst, now)
+            return True
+        tokens = self._bucket.take(partitions, self._limit, self._burst, now)
+        if tokens < 0:
+            self._exhausted(tokens, now)
+        return True
+
+    def throttle_ms(self) -> int:
+        """How long the client is to wait before its next mutation (0 if the quota held)."""
+        left = self._throttle_s - (self._clock() - self._throttled_at)
+        return min(max(0, round(left * 1000)), 2**31 - 1)
+
+
 class QuotaManager:
     """Measures produce bytes, fetch bytes and handler time per quota entity; says how long to
     throttle."""
@@ -253,6 +339,7 @@ class QuotaManager:
         self.window_s = window_s
         self.clock = clock
         self._rates: dict[tuple[str, str, str], Rate] = {}
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
 
     @classmethod
     def from_config(cls, config: Any) -> QuotaManager:
@@ -303,6 +390,23 @@ class QuotaManager:
             return 0.0
         throttle = (measured - limit) / limit * rate.span(now)
         return min(throttle, self.window_s) if max_window else throttle
+
+    def controller_mutation(
+        self, user: str, client_id: str, *, strict: bool
+    ) -> ControllerMutationQuota | None:
+        """The ``controller_mutation_rate`` quota for one CreateTopics, CreatePartitions or
+        DeleteTopics request of (user, client-id); None when none applies."""
+        found = self.quota(user, client_id, CONTROLLER_MUTATION_RATE)
+        if found is None:
+            return None
+        limit, measured = found
+        bucket = self._buckets.get(measured)
+        if bucket is None:
+            bucket = self._buckets[measured] = TokenBucket()
+        burst = max(0.0, limit) * self.window_num * self.window_s
+        return ControllerMutationQuota(
+            bucket, limit, burst, strict, self.clock, max_throttle_s=self.window_num * self.window_s
+        )
 
     def fetch_window_bytes(self, user: str, client_id: str) -> int:
         """The most a fetch response may carry under the consumer quota: the quota over ``num - 1``

@@ -186,3 +186,27 @@ class LogCleanerChore:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+
+
+class MemoryReturnChore:
+    """Every ``interval_s`` seconds, gives the heap memory freed after a burst of large requests
+    back to the kernel (``reference_broker._memory.ReturnFreedMemory``); the check itself costs a
+    few microseconds, and nothing is done where the allocator cannot be trimmed."""
+
+    name = "memory-return"
+    INTERVAL_S = 2.0
+
+    def __init__(self, check: Callable[[], object], interval_s: float = INTERVAL_S):
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be positive, not {interval_s}")
+        self._check = check
+        self._interval_s = interval_s
+
+    async def start(self) -> None:
+        return None
+
+    def periodic_tasks(self) -> list[PeriodicTask]:
+        return [PeriodicTask("return-freed-memory", self._interval_s, self._check)]
+
+    async def stop(self) -> None:
+        return None

@@ -5,8 +5,7 @@ Versions served and per-version notes:
 - CreateTopics v2-7 (v0-1 are gone since Kafka 4.0): validate_only runs every check and creates
   nothing. v4+ num_partitions and replication_factor may be -1 (the broker's
   ``num.partitions``, and 1). v5+ flexible, and each created topic's configs come back in the
-  response (KIP-525), with its topic id (v7). v6's THROTTLING_QUOTA_EXCEEDED is never sent: there
-  are no quotas.
+  response (KIP-525), with its topic id (v7).
 - DeleteTopics v1-6: v4+ flexible; v5+ error_message per topic; v6+ topics by name or by id
   (KIP-516; an unknown id answers UNKNOWN_TOPIC_ID). With ``delete.topic.enable=false`` the
   answer is TOPIC_DELETION_DISABLED. Fetches waiting on a deleted topic are woken and answer it
@@ -14,7 +13,15 @@ Versions served and per-version notes:
   INVALID_TOPIC_EXCEPTION: deleting them would drop every group's offsets and every open
   transaction while the coordinators keep serving from memory. Kafka leaves that refusal to its
   command-line tool; a broker that must lose nothing makes it itself.
-- CreatePartitions v0-3: v2+ flexible; v3's THROTTLING_QUOTA_EXCEEDED is never sent.
+- CreatePartitions v0-3: v2+ flexible.
+
+The ``controller_mutation_rate`` client quota (KIP-599) counts the partitions each topic creates,
+adds or deletes, checked after the topic's other checks (validate_only included), as Kafka's
+controller does. From CreateTopics v6, DeleteTopics v5 and CreatePartitions v3 it is strict: a
+topic that comes while the quota is already exhausted gets THROTTLING_QUOTA_EXCEEDED (one that
+comes before is done whole, even when it takes the rate past the quota). Older versions are
+served whatever the rate. Either way the response carries the throttle time and the connection is
+muted for it.
 
 Like Kafka's controller, a CreateTopics asking for more than 10,000 partitions, or for more than
 10,000 metadata records (one per topic, partition and config override), is refused whole with
@@ -40,6 +47,7 @@ from typing import TYPE_CHECKING
 from reference_broker.handlers.common import error_code_of, error_message_of, find_topic, topic_name_problem
 from reference_broker.handlers.configs import describe_topic_configs
 from reference_broker.log.log_manager import TopicCreation, TopicMetadata
+from reference_broker.quotas import ControllerMutationQuota, quota_identity
 from reference_broker.storage import is_internal
 from sdk.protocol.errors import ErrorCode, KafkaError
 from sdk.protocol.messages import (
@@ -64,6 +72,33 @@ CREATE_PARTITIONS = CreatePartitionsRequest.API_KEY
 CreatableResult = CreateTopicsResponse.CreatableTopicResult
 DeletableResult = DeleteTopicsResponse.DeletableTopicResult
 PartitionsResult = CreatePartitionsResponse.CreatePartitionsTopicResult
+
+
+#: The first version of each API whose clients know THROTTLING_QUOTA_EXCEEDED: from it on the
+#: controller mutation quota refuses topics, below it it only throttles.
+STRICT_QUOTA_SINCE = {CREATE_TOPICS: 6, DELETE_TOPICS: 5, CREATE_PARTITIONS: 3}
+_QUOTA_EXCEEDED = "The throttling quota has been exceeded."
+
+
+def _mutation_quota(broker: Broker, ctx: RequestContext) -> ControllerMutationQuota | None:
+    """The requesting client's ``controller_mutation_rate`` quota for this request, if it has one."""
+    quotas = getattr(broker, "quotas", None)
+    connection = ctx.connection
+    if quotas is None or not quotas.enabled or connection is None:
+        return None
+    user, client_id = quota_identity(connection.session.principal, ctx.client_id)
+    strict = ctx.api_version >= STRICT_QUOTA_SINCE[ctx.api_key]
+    return quotas.controller_mutation(user, client_id, strict=strict)
+
+
+def _mutation_throttle_ms(ctx: RequestContext, quota: ControllerMutationQuota | None) -> int:
+    """The throttle time the response carries; the connection is muted for it (KIP-219)."""
+    if quota is None:
+        return 0
+    throttle_ms = quota.throttle_ms()
+    if throttle_ms > 0:
+        ctx.connection.mute(throttle_ms / 1000)
+    return throttle_ms
 
 
 class _Refused(Exception):
@@ -167,6 +202,7 @@ async def create_topics(
             for t in request.topics
         ])
     counts = Counter(t.name for t in request.topics)
+    quota = _mutation_quota(broker, ctx)
     results = []
     for topic in request.topics:
         result = CreatableResult(name=topic.name, error_code=ErrorCode.NONE, error_message=None)
@@ -185,6 +221,8 @@ async def create_topics(
                 broker.logs.check_topic_config(overrides)
             except ValueError as exc:
                 raise _Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
+            if quota is not None and not quota.admit(partitions):
+                raise _Refused(ErrorCode.THROTTLING_QUOTA_EXCEEDED, _QUOTA_EXCEEDED)
             if request.validate_only:
                 info = None
             else:
@@ -216,7 +254,7 @@ async def create_topics(
                 )
                 for c in describe_topic_configs(broker, topic.name if info else None, overrides)
             ]
-    return CreateTopicsResponse(topics=results)
+    return CreateTopicsResponse(topics=results, throttle_time_ms=_mutation_throttle_ms(ctx, quota))
 
 
 def create_topics_error(request: CreateTopicsRequest, version: int, code: int) -> CreateTopicsResponse:
@@ -234,6 +272,7 @@ def _delete_targets(request: DeleteTopicsRequest, version: int) -> list[tuple[st
 def delete_topics(
     broker: Broker, ctx: RequestContext, request: DeleteTopicsRequest
 ) -> DeleteTopicsResponse:
+    quota = _mutation_quota(broker, ctx)
     results = []
     for name, topic_id in _delete_targets(request, ctx.api_version):
         info, missing = find_topic(broker, name, topic_id)
@@ -254,6 +293,9 @@ def delete_topics(
             result.name, result.topic_id = info.name, info.topic_id
             result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
             result.error_message = f"Topic {info.name} is an internal topic and cannot be deleted."
+        elif quota is not None and not quota.admit(info.num_partitions):
+            result.name, result.topic_id = info.name, info.topic_id
+            result.error_code, result.error_message = ErrorCode.THROTTLING_QUOTA_EXCEEDED, _QUOTA_EXCEEDED
         else:
             result.name, result.topic_id = info.name, info.topic_id
             try:
@@ -265,7 +307,7 @@ def delete_topics(
             for p in range(info.num_partitions):
                 broker.waiters.notify((info.name, p))
         results.append(result)
-    return DeleteTopicsResponse(responses=results)
+    return DeleteTopicsResponse(responses=results, throttle_time_ms=_mutation_throttle_ms(ctx, quota))
 
 
 def delete_topics_error(request: DeleteTopicsRequest, version: int, code: int) -> DeleteTopicsResponse:
@@ -288,6 +330,7 @@ async def create_partitions(
         # Kafka's controller fails the whole request on its record bound, without a message.
         return create_partitions_error(request, ctx.api_version, ErrorCode.UNKNOWN_SERVER_ERROR)
     counts = Counter(t.name for t in request.topics)
+    quota = _mutation_quota(broker, ctx)
     results = []
     for topic in request.topics:
         result = PartitionsResult(name=topic.name, error_code=ErrorCode.NONE, error_message=None)
@@ -316,6 +359,8 @@ async def create_partitions(
                 f"Each of the {topic.count - info.num_partitions} new partitions must be "
                 f"assigned to broker {broker.node_id} only."
             )
+        elif quota is not None and not quota.admit(topic.count - info.num_partitions):
+            result.error_code, result.error_message = ErrorCode.THROTTLING_QUOTA_EXCEEDED, _QUOTA_EXCEEDED
         elif not request.validate_only:
             try:
                 await _run_creation(broker.logs.begin_add_partitions(topic.name, topic.count))
@@ -323,7 +368,7 @@ async def create_partitions(
             except Exception as exc:
                 log.exception("adding partitions to %s failed", topic.name)
                 result.error_code, result.error_message = error_code_of(exc), error_message_of(exc)
-    return CreatePartitionsResponse(results=results)
+    return CreatePartitionsResponse(results=results, throttle_time_ms=_mutation_throttle_ms(ctx, quota))
 
 
 def create_partitions_error(

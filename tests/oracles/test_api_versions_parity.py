@@ -25,10 +25,6 @@ DIFFERENCES = {
         "Produce: Kafka 4 advertises v0-2 only because of a librdkafka bug (KAFKA-18659) and "
         "rejects them; ours advertises what it serves, v3-13, and librdkafka works with it"
     ),
-    23: (
-        "OffsetForLeaderEpoch: one leader that is never replaced (leader epoch 0), so there is no "
-        "divergent log to detect; consumers skip the validation when the API is not offered"
-    ),
     34: "AlterReplicaLogDirs: one log directory, nothing to move between",
     38: _TOKENS,
     39: _TOKENS,
