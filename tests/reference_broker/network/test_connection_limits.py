@@ -124,13 +124,16 @@ def test_a_listener_limit_holds_only_that_listener(broker_factory: BrokerFactory
 def test_the_inter_broker_listener_is_exempt_and_closes_the_least_recent_client(
     broker_factory: BrokerFactory,
 ) -> None:
-    _, clients_at, internal_at = _two_listeners(broker_factory, **{"max.connections": 2})
+    broker, clients_at, internal_at = _two_listeners(broker_factory, **{"max.connections": 2})
     with WireClient(clients_at) as older, WireClient(clients_at) as newer:
         assert _served(older) and _served(newer)
         assert _served(newer)  # ``older`` is now the least recently active
         with WireClient(internal_at) as internal:
             assert _served(internal), "the inter-broker listener was held to max.connections"
-            assert older.closed_by_peer(), "the least recently used client connection was kept"
+            # Generous: on a loaded machine the broker's loop may be slow to close the socket.
+            assert older.closed_by_peer(timeout=20), (
+                f"the least recently used client connection was kept; broker log:\n{broker.stderr()[-4000:]}"
+            )
             assert _served(newer)
 
 
