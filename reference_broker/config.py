@@ -1244,6 +1244,45 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             None,
             "Where the __cluster_metadata log and quorum-state live (default: the data dir).",
         ),
+        ConfigKey(
+            "metadata.log.max.record.bytes.between.snapshots",
+            _B.LONG,
+            20 * 1024 * 1024,
+            "How many bytes of metadata records are committed after the latest snapshot before a"
+            " new one is written.",
+            at_least(1),
+        ),
+        ConfigKey(
+            "metadata.log.max.snapshot.interval.ms",
+            _B.LONG,
+            3_600_000,
+            "The longest time between snapshots while metadata records are committed (ms); 0 turns"
+            " the time trigger off.",
+            at_least(0),
+        ),
+        ConfigKey(
+            "metadata.log.segment.bytes",
+            _B.INT,
+            1024 * 1024 * 1024,
+            "The size of one segment of the __cluster_metadata log.",
+            at_least(14),
+        ),
+        ConfigKey(
+            "metadata.log.retention.bytes",
+            _B.LONG,
+            100 * 1024 * 1024,
+            "Metadata log plus snapshots larger than this: the oldest snapshot and the segments"
+            " before the next one are deleted (the latest snapshot is always kept); -1 no limit.",
+            at_least(-1),
+        ),
+        ConfigKey(
+            "metadata.log.retention.ms",
+            _B.LONG,
+            604_800_000,
+            "Snapshots older than this (with the segments before the next snapshot) are deleted,"
+            " the latest always kept (ms); -1 no limit.",
+            at_least(-1),
+        ),
         *SECURITY_KEYS,
     ]
 }
