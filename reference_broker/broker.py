@@ -101,9 +101,11 @@ class Broker:
                                             roles=config.get("process.roles"))
 
     def _create_raft(self) -> None:
+        from reference_broker.metadata.snapshot_generator import SnapshotGenerator
         from reference_broker.raft.client import RaftClient
         from reference_broker.raft.core import RaftTimeouts
         from reference_broker.raft.handlers import install_broker_side
+        from reference_broker.raft.log import MetadataLogSettings
 
         config = self.config
         timeouts = RaftTimeouts(
@@ -115,8 +117,10 @@ class Broker:
         metadata_dir = config.get("metadata.log.dir") or config.data_dir
         self.raft = RaftClient(self.node_id, self.quorum_voters, Path(metadata_dir),
                                cluster_id=self.cluster_id, timeouts=timeouts,
-                               local_host=self.listeners[0].host)
+                               local_host=self.listeners[0].host,
+                               log_settings=MetadataLogSettings.from_config(config))
         self.cluster_member.attach(self.raft, self.controller_registry)
+        SnapshotGenerator.attach(self.raft, self.cluster_member.loader, config)
         install_broker_side(self.registry)
 
     @property

@@ -4,7 +4,8 @@ One task runs the core's timers and sends what it queues (each request its own t
 peer delays nobody); answers and inbound requests (through ``raft.handlers``) go back into the
 core on the loop, so the core is only ever touched by one coroutine at a time. After every
 change, committed batches and leader changes are handed to the registered listeners, in offset
-order, each batch once.
+order, each batch once; a snapshot to load (the latest at start, one downloaded from the leader)
+goes to them before any batch after it.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from typing import Any, Protocol
 from reference_broker.network.peer import PeerChannels, PeerConnectionError, PeerUnsupportedError
 from reference_broker.raft import wire
 from reference_broker.raft.core import LEADER, NotLeaderError, RaftCore, RaftTimeouts
-from reference_broker.raft.log import ReplicatedLog
+from reference_broker.raft.log import MetadataLogSettings, ReplicatedLog
 from reference_broker.raft.messages import (
     CommittedBatch,
     FetchRequest,
+    FetchSnapshotRequest,
     LeaderAndEpoch,
     Outbound,
 )
+from reference_broker.raft.snapshot import SnapshotId, SnapshotWriter
 from sdk.protocol.messages import Message
 
 log = logging.getLogger("reference_broker.raft")
@@ -68,12 +71,14 @@ class RaftClient:
 
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], metadata_log_dir: Path,
                  *, cluster_id: str = "", timeouts: RaftTimeouts | None = None,
-                 local_host: str | None = None) -> None:
+                 local_host: str | None = None,
+                 log_settings: MetadataLogSettings | None = None) -> None:
         self.node_id = node_id
         self.voters = voters
         self.metadata_log_dir = Path(metadata_log_dir)
         self.cluster_id = cluster_id
         self.timeouts = timeouts or RaftTimeouts()
+        self.log_settings = log_settings or MetadataLogSettings()
         self.channels = PeerChannels(f"raft-{node_id}", local_host=local_host,
                                      request_timeout_s=self.timeouts.request_timeout_ms / 1000,
                                      connect_timeout_s=self.timeouts.request_timeout_ms / 1000)
@@ -113,13 +118,33 @@ class RaftClient:
         self._kick()
         return last
 
-    def create_snapshot(self, last_contained_offset: int, epoch: int) -> None:
-        """Snapshots are not written yet: the log is kept whole (None, as for a refused one)."""
-        return None
+    def create_snapshot(self, last_contained_offset: int, epoch: int,
+                        last_contained_log_timestamp: int = -1) -> SnapshotWriter | None:
+        """A writer for the snapshot of the committed log up to ``last_contained_offset`` (whose
+        batch is of ``epoch``); None if that snapshot (or a newer one) exists. Once the writer is
+        frozen, older snapshots and segments go by ``metadata.log.retention.*``."""
+        if self.core is None:
+            return None
+        writer = self.core.create_snapshot(last_contained_offset, epoch,
+                                           last_contained_log_timestamp)
+        if writer is not None:
+            writer._on_freeze = self._snapshot_written
+        return writer
+
+    def _snapshot_written(self, snapshot_id: SnapshotId) -> None:
+        core = self.core
+        if core is None:
+            return
+        core.log.snapshot_added(snapshot_id)
+        settings = self.log_settings
+        if core.log.clean(settings.retention_bytes, settings.retention_ms, int(time.time() * 1000)):
+            log.info("raft node %d: metadata log now starts at %d (snapshots %s)", self.node_id,
+                     core.log.start_offset, [s.file_name for s in core.log.snapshots])
 
     async def start(self) -> None:
         self.metadata_log_dir.mkdir(parents=True, exist_ok=True)
-        raft_log = ReplicatedLog.open(self.metadata_log_dir)
+        raft_log = ReplicatedLog.open(self.metadata_log_dir,
+                                      segment_bytes=self.log_settings.segment_bytes)
         self.core = RaftCore(self.node_id, set(self.voters), raft_log, raft_log.directory,
                              timeouts=self.timeouts, now_ms=_now_ms())
         self._task = asyncio.get_running_loop().create_task(self._run(), name="raft")
@@ -182,6 +207,13 @@ class RaftClient:
                      leader.epoch, core.role)
             for listener in self._listeners:
                 listener.handle_leader_change(leader)
+        snapshot_id = core.take_snapshot_to_load()
+        if snapshot_id is not None:
+            reader = core.log.read_snapshot(snapshot_id)
+            log.info("raft node %d: loading snapshot %s (%d records)", self.node_id,
+                     snapshot_id.file_name, len(reader.records))
+            for listener in self._listeners:
+                listener.handle_load_snapshot(reader)
         for batch in core.committed_batches():
             for listener in self._listeners:
                 listener.handle_commit(batch)
@@ -195,7 +227,7 @@ class RaftClient:
         except (PeerConnectionError, PeerUnsupportedError, KeyError) as exc:
             log.debug("raft node %d: %s to %d failed: %s", self.node_id,
                       type(out.request).__name__, out.destination, exc)
-            if isinstance(out.request, FetchRequest):
+            if isinstance(out.request, (FetchRequest, FetchSnapshotRequest)):
                 await asyncio.sleep(self.timeouts.election_backoff_max_ms / 10000)
                 core.fetch_failed()
                 self._kick()
@@ -206,7 +238,7 @@ class RaftClient:
             wire.feed_response(core, out.destination, out.request, response, _now_ms())
         except wire.WireError as exc:
             log.warning("raft node %d: bad answer from %d: %s", self.node_id, out.destination, exc)
-            if isinstance(out.request, FetchRequest):
+            if isinstance(out.request, (FetchRequest, FetchSnapshotRequest)):
                 core.fetch_failed()
         self._kick()
 

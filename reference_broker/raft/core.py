@@ -13,7 +13,11 @@ to requests come back through ``handle_*_response``. The invariants:
   majority of voters have reached, and moves only once that covers an entry of the leader's
   own epoch (an older epoch's entries are committed by it, never counted on their own);
 - a follower whose log diverges (Fetch's diverging epoch) truncates to the leader's end offset
-  of that epoch before fetching again.
+  of that epoch before fetching again;
+- a follower whose fetch position is before the leader's log start is answered with the
+  leader's latest snapshot id; it downloads that snapshot (FetchSnapshot, in chunks), restarts
+  its log empty at the snapshot's end offset, hands the snapshot to the listeners and fetches on
+  from there. Listeners always get the latest snapshot before any batch after it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from reference_broker.raft.messages import (
     FENCED_LEADER_EPOCH,
     NONE,
     NOT_LEADER_OR_FOLLOWER,
+    POSITION_OUT_OF_RANGE,
+    SNAPSHOT_NOT_FOUND,
     UNKNOWN_LEADER_EPOCH,
     BeginQuorumEpochRequest,
     CommittedBatch,
@@ -34,6 +40,8 @@ from reference_broker.raft.messages import (
     EpochResponse,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     LeaderAndEpoch,
     Outbound,
     VoteRequest,
@@ -41,6 +49,7 @@ from reference_broker.raft.messages import (
 )
 from reference_broker.raft.quorum_state import ElectionState, read_quorum_state, write_quorum_state
 from reference_broker.raft.serde import batch_records
+from reference_broker.raft.snapshot import SnapshotDownload, SnapshotError, SnapshotId, SnapshotWriter
 from sdk.protocol.messages import LeaderChangeMessage, Message
 
 UNATTACHED = "unattached"
@@ -114,7 +123,11 @@ class RaftCore:
         self._fetch_not_before_ms = 0  # a Fetch answered with an error waits a retry backoff
         self._last_fetch_ms = now_ms
         self.high_watermark: int | None = None
-        self._delivered = 0  # next offset to hand to listeners
+        latest = log.latest_snapshot
+        #: the snapshot the listeners must load next (the latest one at start, a downloaded one)
+        self.snapshot_to_load: SnapshotId | None = latest
+        self._delivered = 0 if latest is None else latest.end_offset  # next offset for listeners
+        self._download: SnapshotDownload | None = None  # a snapshot being fetched from the leader
         stored = read_quorum_state(self.state_dir)
         if stored is not None:
             self.epoch = stored.epoch
@@ -159,7 +172,13 @@ class RaftCore:
         base = self.timeouts.election_timeout_ms
         self._deadline_ms = now_ms + base + self.rng.randrange(base + 1)
 
+    def _abandon_download(self) -> None:
+        if self._download is not None:
+            self._download.abandon()
+            self._download = None
+
     def _become_unattached(self, epoch: int, now_ms: int, voted_id: int | None = None) -> None:
+        self._abandon_download()
         self.role = UNATTACHED
         self.epoch = epoch
         self.leader_id = None
@@ -171,6 +190,8 @@ class RaftCore:
 
     def _become_follower(self, epoch: int, leader_id: int, now_ms: int) -> None:
         same_epoch = epoch == self.epoch
+        if not same_epoch or leader_id != self.leader_id:
+            self._abandon_download()
         self.role = FOLLOWER
         self.epoch = epoch
         self.leader_id = leader_id
@@ -183,6 +204,7 @@ class RaftCore:
         self._persist()
 
     def _become_candidate(self, now_ms: int) -> None:
+        self._abandon_download()
         self.role = CANDIDATE
         self.epoch += 1
         self.leader_id = None
@@ -253,6 +275,13 @@ class RaftCore:
 
     def _send_fetch(self, destination: int) -> None:
         self._fetch_in_flight = True
+        download = self._download
+        if download is not None:
+            snapshot_id = download.snapshot_id
+            self.outbox.append(Outbound(destination, FetchSnapshotRequest(
+                self.epoch, self.node_id, (snapshot_id.end_offset, snapshot_id.epoch),
+                download.size)))
+            return
         self.outbox.append(Outbound(destination, FetchRequest(
             self.epoch, self.node_id, self.log.end_offset, self.log.last_fetched_epoch)))
 
@@ -377,17 +406,18 @@ class RaftCore:
         if self.role != LEADER or self._leader is None:
             return FetchResponse(NOT_LEADER_OR_FOLLOWER, self.epoch, self.leader_id)
         hw = self.high_watermark if self.high_watermark is not None else 0
-        if request.fetch_offset > 0 or request.last_fetched_epoch > 0:
-            end_epoch, end_offset = self.log.end_offset_for_epoch(request.last_fetched_epoch)
-            if end_epoch != request.last_fetched_epoch or request.fetch_offset > end_offset:
-                return FetchResponse(NONE, self.epoch, self.node_id, hw,
-                                     diverging=(end_epoch, max(end_offset, 0)))
+        replica = self._leader.replicas.setdefault(request.replica_id, ReplicaState())
+        replica.last_fetch_ms = now_ms  # check-quorum counts any Fetch in the epoch
+        kind, offset, epoch = self.log.validate_offset_and_epoch(request.fetch_offset,
+                                                                 request.last_fetched_epoch)
+        if kind == "snapshot":
+            return FetchResponse(NONE, self.epoch, self.node_id, hw, snapshot_id=(offset, epoch))
+        if kind == "diverging":
+            return FetchResponse(NONE, self.epoch, self.node_id, hw, diverging=(epoch, offset))
         if request.fetch_offset > self.log.end_offset or request.fetch_offset < 0:
             return FetchResponse(NONE, self.epoch, self.node_id, hw,
                                  diverging=(self.log.last_fetched_epoch, self.log.end_offset))
-        replica = self._leader.replicas.setdefault(request.replica_id, ReplicaState())
         replica.end_offset = request.fetch_offset
-        replica.last_fetch_ms = now_ms
         self._update_high_watermark()
         hw = self.high_watermark if self.high_watermark is not None else 0
         return FetchResponse(NONE, self.epoch, self.node_id, hw,
@@ -423,6 +453,9 @@ class RaftCore:
             if response.epoch != self.epoch or self.leader_id != response.leader_id:
                 return
         self._last_fetch_ms = now_ms
+        if response.snapshot_id is not None:
+            self._start_download(SnapshotId(*response.snapshot_id))
+            return
         if response.diverging is not None:
             _, end_offset = response.diverging
             self.log.truncate_to(min(end_offset, self.log.end_offset))
@@ -433,6 +466,105 @@ class RaftCore:
         if hw >= 0 and (self.high_watermark is None or hw > self.high_watermark):
             self.high_watermark = hw
             self.log.set_high_watermark(hw)
+
+    # -- FetchSnapshot ---------------------------------------------------------------------------
+
+    def _start_download(self, snapshot_id: SnapshotId) -> None:
+        if snapshot_id.end_offset < 0 or snapshot_id.epoch < 0:
+            return
+        if snapshot_id in self.log.snapshots:  # already here: only the log lags behind it
+            self._install_snapshot(snapshot_id)
+            return
+        self._abandon_download()
+        self._download = SnapshotDownload(self.log.directory, snapshot_id)
+
+    def _install_snapshot(self, snapshot_id: SnapshotId) -> None:
+        self.log.restart_at_snapshot(snapshot_id)
+        self._delivered = snapshot_id.end_offset
+        self.snapshot_to_load = snapshot_id
+        if self.high_watermark is None or self.high_watermark < snapshot_id.end_offset:
+            self.high_watermark = snapshot_id.end_offset
+
+    def handle_fetch_snapshot_request(self, request: FetchSnapshotRequest, now_ms: int,
+                                      max_bytes: int = 1 << 20) -> FetchSnapshotResponse:
+        if request.epoch > self.epoch:
+            return FetchSnapshotResponse(UNKNOWN_LEADER_EPOCH, self.epoch, self.leader_id)
+        if request.epoch < self.epoch:
+            return FetchSnapshotResponse(FENCED_LEADER_EPOCH, self.epoch, self.leader_id)
+        if self.role != LEADER or self._leader is None:
+            return FetchSnapshotResponse(NOT_LEADER_OR_FOLLOWER, self.epoch, self.leader_id)
+        chunk = self.log.snapshot_chunk(SnapshotId(*request.snapshot_id), request.position,
+                                        max_bytes)
+        if chunk is None:
+            return FetchSnapshotResponse(SNAPSHOT_NOT_FOUND, self.epoch, self.node_id)
+        size, data = chunk
+        if request.position < 0 or request.position >= size:
+            return FetchSnapshotResponse(POSITION_OUT_OF_RANGE, self.epoch, self.node_id)
+        replica = self._leader.replicas.setdefault(request.replica_id, ReplicaState())
+        replica.last_fetch_ms = now_ms
+        return FetchSnapshotResponse(NONE, self.epoch, self.node_id, request.snapshot_id, size,
+                                     request.position, data)
+
+    def handle_fetch_snapshot_response(self, source: int, response: FetchSnapshotResponse,
+                                       now_ms: int) -> None:
+        self._fetch_in_flight = False
+        if response.error not in (NONE, SNAPSHOT_NOT_FOUND, POSITION_OUT_OF_RANGE):
+            before = self.leader_and_epoch
+            if response.error != NOT_LEADER_OR_FOLLOWER or response.leader_id is not None:
+                self._observe_epoch(response.epoch, response.leader_id, now_ms)
+            if self.leader_and_epoch == before:
+                self._fetch_not_before_ms = now_ms + FETCH_RETRY_BACKOFF_MS
+            return
+        if response.epoch != self.epoch or response.leader_id != self.leader_id:
+            self._observe_epoch(response.epoch, response.leader_id, now_ms)
+            if response.epoch != self.epoch or self.leader_id != response.leader_id:
+                return
+        self._last_fetch_ms = now_ms
+        download = self._download
+        if download is None:
+            return
+        expected = (download.snapshot_id.end_offset, download.snapshot_id.epoch)
+        if (response.error != NONE or tuple(response.snapshot_id) != expected
+                or response.position != download.size):
+            # The leader dropped the snapshot (or the answer does not continue ours): Fetch again,
+            # which names the snapshot to download now.
+            self._abandon_download()
+            return
+        download.append(response.position, response.data)
+        if download.size < response.size:
+            return
+        self._download = None
+        try:
+            download.freeze()
+        except SnapshotError:
+            download.abandon()
+            raise
+        self.log.snapshot_added(download.snapshot_id)
+        self._install_snapshot(download.snapshot_id)
+
+    def take_snapshot_to_load(self) -> SnapshotId | None:
+        """The snapshot the listeners must load before any further batch (once)."""
+        snapshot_id, self.snapshot_to_load = self.snapshot_to_load, None
+        return snapshot_id
+
+    def create_snapshot(self, last_contained_offset: int, epoch: int,
+                        last_contained_log_timestamp: int) -> SnapshotWriter | None:
+        """A writer for the snapshot of offsets up to ``last_contained_offset`` (of ``epoch``);
+        None when that snapshot or a newer one exists. ValueError for an offset above the high
+        watermark or an epoch the log does not have there."""
+        end = last_contained_offset + 1
+        if self.high_watermark is None or end > self.high_watermark:
+            raise ValueError(f"cannot snapshot up to offset {last_contained_offset}: the high"
+                             f" watermark is {self.high_watermark}")
+        snapshot_id = SnapshotId(end, epoch)
+        latest = self.log.latest_snapshot
+        if latest is not None and snapshot_id <= latest:
+            return None
+        kind, _, _ = self.log.validate_offset_and_epoch(end, epoch)
+        if kind != "valid":
+            raise ValueError(f"cannot snapshot up to offset {last_contained_offset} in epoch"
+                             f" {epoch}: the log has another epoch there ({kind})")
+        return self.log.snapshot_writer(snapshot_id, last_contained_log_timestamp)
 
     # -- appends and commits --------------------------------------------------------------------
 
@@ -456,7 +588,8 @@ class RaftCore:
                 break
             if not batch.is_control:
                 out.append(CommittedBatch(batch.base_offset, batch.last_offset,
-                                          batch.partition_leader_epoch, batch_records(batch)))
+                                          batch.partition_leader_epoch, batch_records(batch),
+                                          batch.size_in_bytes, batch.max_timestamp))
             self._delivered = batch.last_offset + 1
         return out
 

@@ -1,5 +1,5 @@
 """The raft APIs of the controller listener (Kafka's ControllerApis): Vote, BeginQuorumEpoch,
-EndQuorumEpoch, Fetch of ``__cluster_metadata``, DescribeQuorum and ApiVersions (which lists
+EndQuorumEpoch, Fetch and FetchSnapshot of ``__cluster_metadata``, DescribeQuorum and ApiVersions (which lists
 this registry's APIs, not the broker listener's)."""
 
 from __future__ import annotations
@@ -108,6 +108,22 @@ async def _fetch(broker: Any, ctx: Any, request: Any) -> Any:
     return wire.fetch_response(answer)
 
 
+def _fetch_snapshot(broker: Any, ctx: Any, request: Any) -> Any:
+    """The leader answers one chunk (up to ``max_bytes``) of the snapshot asked for."""
+    if _foreign(broker, request):
+        return m.FetchSnapshotResponse(error_code=_INCONSISTENT_CLUSTER_ID)
+    core = _core(broker)
+    if core is None:
+        return m.FetchSnapshotResponse(error_code=_BROKER_NOT_AVAILABLE)
+    try:
+        fetch = wire.fetch_snapshot_request(request)
+    except wire.WireError:
+        return m.FetchSnapshotResponse(error_code=_INVALID_REQUEST)
+    max_bytes = max(1, min(request.max_bytes, 8 << 20))
+    answer = core.handle_fetch_snapshot_request(fetch, _now_ms(), max_bytes)
+    return wire.fetch_snapshot_response(answer)
+
+
 def _describe_quorum(broker: Any, ctx: Any, request: Any) -> Any:
     cls = m.DescribeQuorumResponse
     pd = cls.TopicData.PartitionData
@@ -143,6 +159,7 @@ def install(registry: Any) -> None:
     registry.register(54, _end)
     registry.register(1, _fetch)
     registry.register(55, _describe_quorum)
+    registry.register(59, _fetch_snapshot)
 
 
 async def _describe_quorum_forwarded(broker: Any, ctx: Any, request: Any) -> Any:

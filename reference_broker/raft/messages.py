@@ -12,6 +12,8 @@ FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 NOT_LEADER_OR_FOLLOWER = 6
 INCONSISTENT_VOTER_SET = 94
+SNAPSHOT_NOT_FOUND = 98
+POSITION_OUT_OF_RANGE = 99
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,10 @@ class CommittedBatch:
     last_offset: int
     epoch: int
     records: list[Message]
+    #: the batch's size in the log (what snapshot triggers count)
+    size_in_bytes: int = 0
+    #: the batch's largest record timestamp (a snapshot's last contained log timestamp)
+    append_timestamp_ms: int = -1
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,27 @@ class FetchResponse:
     records: bytes | memoryview = b""
     #: (epoch, end offset) the follower must truncate to; None when the logs agree
     diverging: tuple[int, int] | None = None
+    #: (end offset, epoch) of the snapshot to download: the fetch offset is before the log start
+    snapshot_id: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class FetchSnapshotRequest:
+    epoch: int
+    replica_id: int
+    snapshot_id: tuple[int, int]  # (end offset, epoch)
+    position: int
+
+
+@dataclass(frozen=True)
+class FetchSnapshotResponse:
+    error: int
+    epoch: int
+    leader_id: int | None
+    snapshot_id: tuple[int, int] = (-1, -1)
+    size: int = -1
+    position: int = -1
+    data: bytes = b""
 
 
 @dataclass
@@ -92,5 +119,6 @@ class Outbound:
     """A request the core wants sent to ``destination`` (a node id)."""
 
     destination: int
-    request: VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest
+    request: (VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest
+              | FetchSnapshotRequest)
     attempts: int = field(default=0, compare=False)

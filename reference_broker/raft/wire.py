@@ -1,5 +1,5 @@
 """Mapping between the raft core's messages and Kafka's wire messages (Vote, BeginQuorumEpoch,
-EndQuorumEpoch, Fetch of ``__cluster_metadata``), both directions."""
+EndQuorumEpoch, Fetch and FetchSnapshot of ``__cluster_metadata``), both directions."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from reference_broker.raft.messages import (
     EpochResponse,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     VoteRequest,
     VoteResponse,
 )
@@ -87,6 +89,15 @@ def to_request(request: Any, cluster_id: str) -> Any:
                     fetch_offset=request.fetch_offset,
                     last_fetched_epoch=request.last_fetched_epoch, log_start_offset=-1,
                     partition_max_bytes=8 << 20)])])
+    if isinstance(request, FetchSnapshotRequest):
+        fs = m.FetchSnapshotRequest
+        ps = fs.TopicSnapshot.PartitionSnapshot
+        return fs(cluster_id=cluster_id, replica_id=request.replica_id, max_bytes=8 << 20,
+                  topics=[fs.TopicSnapshot(name=TOPIC, partitions=[ps(
+                      partition=0, current_leader_epoch=request.epoch,
+                      snapshot_id=ps.SnapshotId(end_offset=request.snapshot_id[0],
+                                                epoch=request.snapshot_id[1]),
+                      position=request.position)])])
     raise TypeError(f"not a raft request: {request!r}")
 
 
@@ -101,10 +112,30 @@ def feed_response(core: RaftCore, source: int, request: Any, response: Any, now_
         diverging = None
         if part.diverging_epoch is not None and part.diverging_epoch.epoch >= 0:
             diverging = (part.diverging_epoch.epoch, part.diverging_epoch.end_offset)
+        snapshot_id = None
+        snap = part.snapshot_id
+        if snap is not None and (snap.end_offset >= 0 or snap.epoch >= 0):
+            if snap.end_offset < 0 or snap.epoch < 0:
+                raise WireError(f"Fetch answered with an invalid snapshot id {snap}")
+            snapshot_id = (snap.end_offset, snap.epoch)
         leader = part.current_leader
         core.handle_fetch_response(source, FetchResponse(
             part.error_code, leader.leader_epoch, _opt(leader.leader_id), part.high_watermark,
-            part.records or b"", diverging), now_ms)
+            part.records or b"", diverging, snapshot_id), now_ms)
+        return
+    if isinstance(request, FetchSnapshotRequest):
+        if response.error_code != NONE:
+            core.handle_fetch_snapshot_response(
+                source, FetchSnapshotResponse(response.error_code, -1, None), now_ms)
+            return
+        if len(response.topics) != 1 or len(response.topics[0].partitions) != 1:
+            raise WireError("a FetchSnapshot answer names exactly one partition")
+        part = response.topics[0].partitions[0]
+        leader = part.current_leader
+        core.handle_fetch_snapshot_response(source, FetchSnapshotResponse(
+            part.error_code, leader.leader_epoch, _opt(leader.leader_id),
+            (part.snapshot_id.end_offset, part.snapshot_id.epoch), part.size, part.position,
+            bytes(part.unaligned_records or b"")), now_ms)
         return
     if response.error_code != NONE:
         raise WireError(f"{type(response).__name__} error {response.error_code}")
@@ -172,5 +203,32 @@ def fetch_response(answer: FetchResponse) -> Any:
     if answer.diverging is not None:
         part.diverging_epoch = pd.EpochEndOffset(epoch=answer.diverging[0],
                                                  end_offset=answer.diverging[1])
+    if answer.snapshot_id is not None:
+        part.snapshot_id = pd.SnapshotId(end_offset=answer.snapshot_id[0],
+                                         epoch=answer.snapshot_id[1])
     return cls(error_code=NONE, session_id=0, responses=[cls.FetchableTopicResponse(
         topic=TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[part])])
+
+
+def fetch_snapshot_request(request: Any) -> FetchSnapshotRequest:
+    if len(request.topics) != 1 or len(request.topics[0].partitions) != 1:
+        raise WireError("a FetchSnapshot request names exactly one partition")
+    topic = request.topics[0]
+    part = topic.partitions[0]
+    if topic.name != TOPIC or part.partition != 0:
+        raise WireError(f"FetchSnapshot is for {TOPIC}-0, not {topic.name}-{part.partition}")
+    return FetchSnapshotRequest(part.current_leader_epoch, request.replica_id,
+                                (part.snapshot_id.end_offset, part.snapshot_id.epoch),
+                                part.position)
+
+
+def fetch_snapshot_response(answer: FetchSnapshotResponse) -> Any:
+    cls = m.FetchSnapshotResponse
+    ps = cls.TopicSnapshot.PartitionSnapshot
+    part = ps(index=0, error_code=answer.error,
+              snapshot_id=ps.SnapshotId(end_offset=answer.snapshot_id[0],
+                                        epoch=answer.snapshot_id[1]),
+              current_leader=ps.LeaderIdAndEpoch(leader_id=_leader(answer.leader_id),
+                                                 leader_epoch=answer.epoch),
+              size=answer.size, position=answer.position, unaligned_records=answer.data)
+    return cls(error_code=NONE, topics=[cls.TopicSnapshot(name=TOPIC, partitions=[part])])
