@@ -12,7 +12,8 @@ replica transitions, and the answers Metadata and DescribeCluster give in cluste
 - deleted topics are stopped and deleted;
 - a topic's changed dynamic configs replace its local overrides.
 
-``metadata_view`` builds Metadata's brokers and partitions from the image as Kafka's
+``metadata_response`` (and ``describe_partition_view``, DescribeTopicPartitions') builds Metadata's
+brokers and partitions from the image as Kafka's
 KRaftMetadataCache does: unfenced brokers only, their endpoint for the client's listener, a
 partition whose leader is unknown answered LEADER_NOT_AVAILABLE with leader -1, replicas on
 fenced brokers listed as offline.
@@ -135,6 +136,24 @@ def partition_view(image: MetadataImage, topic: TopicImage, listener: str) -> li
             }
         )
     return entries
+
+
+def describe_partition_view(broker: Any, ctx: Any, name: str, indexes: range) -> list[dict[str, Any]]:
+    """DescribeTopicPartitions' partition fields of ``name`` for ``indexes`` in cluster mode:
+    Metadata's view of the image (leader, replicas, ISR, offline replicas) plus KIP-966's ELR
+    fields, empty as on a Kafka cluster without eligible leader replicas. Indexes the image does
+    not know (yet) are left out."""
+    image: MetadataImage = broker.metadata_publisher.image
+    topic = image.topic(name)
+    if topic is None:
+        return []
+    listener = ctx.connection.session.listener.name
+    view = {e["partition_index"]: e for e in partition_view(image, topic, listener)}
+    return [
+        {**view[index], "eligible_leader_replicas": [], "last_known_elr": []}
+        for index in indexes
+        if index in view
+    ]
 
 
 def controller_for_clients(image: MetadataImage, raft_leader: int | None) -> int:

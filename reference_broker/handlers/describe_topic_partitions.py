@@ -13,7 +13,8 @@ and ``KRaftMetadataCache.getTopicMetadataForDescribeTopicResponse``:
   a zero id), one that does not exist UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION for an
   invalid name); asking for every topic (an empty list) leaves out both kinds.
 - This single node leads every partition with no eligible leader replicas: ELR and last known ELR
-  are empty lists, as on a Kafka node without ELR.
+  are empty lists, as on a Kafka node without ELR. In cluster mode the partitions' leaders,
+  replicas and ISR come from the metadata image, as Metadata's.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def describe(
                 name=name,
                 topic_id=info.topic_id,
                 is_internal=is_internal(name),
-                partitions=partition_entries(Partition, broker.node_id, range(first, end), with_elr=True),
+                partitions=_partition_entries(broker, ctx, name, range(first, end)),
                 topic_authorized_operations=authorized_operations(
                     broker, ctx, ResourceType.TOPIC, name, ALL_TOPIC_OPERATIONS
                 ),
@@ -104,6 +105,15 @@ def describe(
             break
         remaining -= end - first
     return Response(topics=topics + denied, next_cursor=next_cursor)
+
+
+def _partition_entries(broker: Broker, ctx: RequestContext, name: str, indexes: range) -> list[Partition]:
+    """The single node's own entries, or in cluster mode the metadata image's (as Metadata)."""
+    if getattr(broker, "metadata_publisher", None) is not None:
+        from reference_broker.cluster.metadata_publisher import describe_partition_view
+
+        return [Partition(**fields) for fields in describe_partition_view(broker, ctx, name, indexes)]
+    return partition_entries(Partition, broker.node_id, indexes, with_elr=True)
 
 
 def handle(
