@@ -160,6 +160,8 @@ class ConnectionLimits:
         idle_ms: int = -1,
         *,
         listen_backlog: int = 50,
+        send_buffer_bytes: int = -1,
+        receive_buffer_bytes: int = -1,
         max_creation_rate: int = INT_MAX,
         listener_setting: Callable[[str, str], Any] | None = None,
         inter_broker_listener: str | None = None,
@@ -172,6 +174,11 @@ class ConnectionLimits:
         self.max_per_ip = max_per_ip
         self.idle_ms = idle_ms
         self.listen_backlog = listen_backlog  # where connections wait while the acceptor is held
+        #: SO_SNDBUF of accepted connections and SO_RCVBUF of the listening socket (which accepted
+        #: connections inherit, and which sets the TCP window scale they announce); -1: the
+        #: operating system's default (Linux's autotuning).
+        self.send_buffer_bytes = send_buffer_bytes
+        self.receive_buffer_bytes = receive_buffer_bytes
         #: Requests read and not yet handled (``queued.max.request.bytes``, ``queued.max.requests``).
         self.memory = memory or RequestMemory()
         self.max_creation_rate = max_creation_rate
@@ -206,6 +213,8 @@ class ConnectionLimits:
             parse_ip_overrides(config.get("max.connections.per.ip.overrides") or ""),
             config.get("connections.max.idle.ms"),
             listen_backlog=config.get("socket.listen.backlog.size"),
+            send_buffer_bytes=config.get("socket.send.buffer.bytes"),
+            receive_buffer_bytes=config.get("socket.receive.buffer.bytes"),
             max_creation_rate=config.get("max.connection.creation.rate"),
             listener_setting=config.listener_get,
             inter_broker_listener=inter_broker,

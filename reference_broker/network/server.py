@@ -86,16 +86,6 @@ _RECV_BUFFER = 256 * 1024
 _SMALL_FRAME = 64 * 1024
 #: Response parts at least this large are handed to the transport uncopied.
 _LARGE_WRITE = 64 * 1024
-#: Kernel send buffer asked for per connection. A Fetch response is up to fetch.max.bytes (tens
-#: of MiB); what the kernel does not take at once is copied into the transport's buffer and sent
-#: in pieces on later loop iterations, which the client waits for. Linux's autotuning stops at
-#: tcp_wmem's maximum (4 MiB by default); an explicit size (capped by net.core.wmem_max and
-#: doubled by the kernel) lets one send take most of a 10 MiB response on loopback.
-_SEND_BUFFER = 8 * 1024 * 1024
-#: Kernel receive buffer asked for on the listening socket (accepted connections inherit it, and
-#: the TCP window scale they announce is chosen from it). A producer's 1 MiB request then fits in
-#: the window at once instead of trickling in as the receiver drains it.
-_RECV_SOCKET_BUFFER = 4 * 1024 * 1024
 #: Large response parts are written in pieces of this size, each after the previous one left.
 _WRITE_CHUNK = 1024 * 1024
 #: A connection keeps the buffer of its last large frame, up to this size, for the next one.
@@ -226,8 +216,10 @@ class Connection(asyncio.BufferedProtocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
+            send_buffer = self.server.limits.send_buffer_bytes
+            if send_buffer != -1:  # socket.send.buffer.bytes, as Kafka's acceptor sets it
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
         # Pause as soon as anything is left unsent, resume once all of it is: ``_write`` hands
         # over the next piece of a large response only then (see there).
         # A TLS transport keeps its own buffer of encrypted data and its default limits.
@@ -947,8 +939,9 @@ class KafkaServer:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RECV_SOCKET_BUFFER)
+                if self.limits.receive_buffer_bytes != -1:  # socket.receive.buffer.bytes
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.limits.receive_buffer_bytes)
                 sock.bind((address[0], port, *address[2:]))
                 port = sock.getsockname()[1]
                 sock.listen(self.limits.listen_backlog)
