@@ -4,12 +4,12 @@ A data record's key is null and its value is: unsigned varint frame version (1),
 record type (the record class's ``API_KEY``), unsigned varint record version, then the record
 encoded at that version. Control records (LeaderChangeMessage and the snapshot and voters
 records) sit in control batches: the key is Kafka's control key (int16 version 0, int16 type)
-and the value an int16 version followed by the message.
+and the value the message alone at version 0 (Kafka's ``ControlRecordUtils`` current versions;
+no version prefix: the message's own ``version`` field comes first).
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 
 from reference_broker.internal_records import METADATA_RECORD_TYPES
@@ -28,7 +28,8 @@ from sdk.records.compression import Compression
 from sdk.records.control import ControlType, control_record_key, parse_control_record
 
 FRAME_VERSION = 1
-_INT16 = struct.Struct(">h")
+#: the version KRaft control records are written and read at (Kafka's *_CURRENT_VERSION)
+CONTROL_RECORD_VERSION = 0
 
 #: The control message class of each KRaft control record type.
 CONTROL_CLASSES: dict[int, type[Message]] = {
@@ -125,11 +126,10 @@ def build_control_record_batch(message: Message, *, base_offset: int, epoch: int
     control_type = _CONTROL_TYPES.get(type(message))
     if control_type is None:
         raise MetadataRecordError(f"{type(message).__name__} is not a KRaft control record")
-    version = record_version(message)
     builder = RecordBatchBuilder(Compression.NONE, base_offset=base_offset, is_control=True,
                                  partition_leader_epoch=epoch)
     builder.append(timestamp_ms, control_record_key(control_type),
-                   _INT16.pack(version) + encode(message, version))
+                   encode(message, CONTROL_RECORD_VERSION))
     return builder.build()
 
 
@@ -137,11 +137,12 @@ def decode_control_record(key: bytes | None, value: bytes | None) -> Message:
     """The KRaft control message of one control record."""
     control = parse_control_record(key, value)
     cls = CONTROL_CLASSES.get(int(control.type))
-    if cls is None or value is None or len(value) < 2:
+    if cls is None or value is None:
         raise MetadataRecordError(f"control record type {control.type} is not a KRaft record")
-    (version,) = _INT16.unpack_from(value)
-    message = decode(cls, bytes(value[2:]), version)
-    return message
+    try:
+        return decode(cls, bytes(value), CONTROL_RECORD_VERSION)
+    except Exception as exc:  # the codec's errors name what broke
+        raise MetadataRecordError(f"{cls.__name__} does not decode: {exc}") from exc
 
 
 def batch_records(batch: RecordBatch) -> list[Message]:

@@ -22,6 +22,7 @@ from reference_broker.raft.messages import (
     FetchSnapshotRequest,
     VoteRequest,
 )
+from reference_broker.raft.serde import batch_records, build_control_record_batch
 from reference_broker.raft.snapshot import (
     SnapshotError,
     SnapshotId,
@@ -114,7 +115,6 @@ def test_snapshot_file_name_and_layout_as_kafka_writes_them(tmp_path: Path) -> N
     reader = SnapshotReader.open(tmp_path, SnapshotId(12, 3))
     assert (reader.last_contained_offset, reader.epoch, reader.last_contained_log_timestamp) == (11, 3, 1234)
     assert names(reader.records) == [f"t{i}" for i in range(2500)]
-    from reference_broker.raft.serde import batch_records
     assert isinstance(batch_records(batches[0])[0], SnapshotHeaderRecord)
     assert isinstance(batch_records(batches[-1])[0], SnapshotFooterRecord)
 
@@ -241,3 +241,15 @@ def test_a_restarted_node_loads_its_latest_snapshot_before_the_batches_after_it(
     again.high_watermark = again.log.end_offset
     delivered = [name for b in again.committed_batches() for name in names(b.records)]
     assert delivered == ["t10", "t11"]
+
+
+def test_control_record_values_are_the_bare_message_as_kafka_writes_them() -> None:
+    """Kafka writes a KRaft control record's value with ``MessageUtil.toByteBuffer`` at the
+    control type's current version (0): no version prefix; the message's own ``version`` field
+    comes first."""
+    batch = next(iter_batches(build_control_record_batch(
+        SnapshotHeaderRecord(version=0, last_contained_log_timestamp=0x0102030405060708),
+        base_offset=0, epoch=1, timestamp_ms=0)))
+    (record,) = list(batch.iter_records())
+    assert record.value == b"\x00\x00" + bytes(range(1, 9)) + b"\x00"
+    assert isinstance(batch_records(batch)[0], SnapshotHeaderRecord)
