@@ -1,6 +1,8 @@
 """``python -m reference_broker --data-dir DIR --port 9092``: run one broker until SIGTERM/SIGINT.
 
-``python -m reference_broker configs`` lists every setting the broker accepts instead.
+``python -m reference_broker configs`` lists every setting the broker accepts instead, and
+``python -m reference_broker cluster --nodes 3 --data-dir D`` runs a local replicated cluster of
+node processes (``reference_broker.cluster.launcher``).
 
 The listening line on stdout is an interface: ``BrokerProcess`` waits for it to learn the port
 when started with ``--port 0``, so it is printed only once the socket accepts connections, and
@@ -114,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         from reference_broker.config_listing import main as list_configs
 
         return list_configs(arguments[1:])
+    if arguments[:1] == ["cluster"]:
+        from reference_broker.cluster.launcher import main as run_cluster
+
+        return run_cluster(arguments[1:])
     args = parse_args(arguments)
     logging.basicConfig(
         level=args.log_level,

@@ -10,6 +10,16 @@ point ``reference_broker``), so any test can ask for:
   (Kafka property names) for a fresh broker of the test's own, e.g.
   ``broker_factory({"num.partitions": 3, "log.segment.bytes": 1048576})``. Every broker it made is
   stopped, and its data removed, when the test ends.
+* ``reference_cluster``: a :class:`~reference_broker.testing.ClusterFactory`; call it for a
+  replicated cluster of node processes, each behind a proxy the test can cut
+  (``reference_cluster(3, {"min.insync.replicas": 2})`` returns a started
+  :class:`~reference_broker.testing.ClusterProcess` once every broker is registered). Every node
+  is stopped by its PID when the test ends, paused ones included::
+
+      def test_orders_survive_a_leader_crash(reference_cluster):
+          cluster = reference_cluster(3)
+          ...
+          cluster.kill(cluster.leader_of("orders", 0))
 
 Both are real ``python -m reference_broker`` processes on free loopback ports; connect any client
 to ``broker.bootstrap``::
@@ -28,9 +38,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from reference_broker.testing import BrokerFactory, BrokerProcess
+from reference_broker.testing import BrokerFactory, BrokerProcess, ClusterFactory
 
-__all__ = ["broker", "broker_factory"]
+__all__ = ["broker", "broker_factory", "reference_cluster"]
 
 #: The shared broker's config: one partition per auto-created topic keeps tests' topics small.
 SHARED_BROKER_CONFIG = {"num.partitions": 1}
@@ -51,3 +61,14 @@ def broker_factory() -> Iterator[BrokerFactory]:
         yield factory
     finally:
         factory.stop_all()
+
+
+@pytest.fixture
+def reference_cluster() -> Iterator[ClusterFactory]:
+    """Replicated clusters for one test (``reference_cluster(nodes, config)``), all closed at
+    teardown."""
+    factory = ClusterFactory()
+    try:
+        yield factory
+    finally:
+        factory.close_all()
