@@ -146,6 +146,10 @@ class FetchSessionCache:
                 session.partitions.pop(_key(uses_ids, forgotten.topic, forgotten.topic_id, partition), None)
         return FetchPlan(list(session.partitions.values()), session.session_id, True, session)
 
+    def forget(self, session_id: int) -> None:
+        """Drop a session (one opened by a request that was then not answered with data)."""
+        self._sessions.pop(session_id, None)
+
     def _create(self, uses_ids: bool) -> FetchSession | None:
         if self.max_slots <= 0:
             return None

@@ -14,7 +14,9 @@ entity of that shape, over ``quota.window.num`` samples of ``quota.window.size.s
 measurement counts as ``num - 1`` full windows, as Kafka's ``Rate`` does). A request that takes
 the rate over the quota gets ``throttle_time_ms = (rate - quota) / quota * window`` (the request
 quota's at most one window), which the response carries and for which the connection is then
-muted (KIP-219).
+muted (KIP-219). A consumer fetch is measured by its response's size before the response is
+built; one over the quota is answered without records and its bytes are taken back (``unrecord``),
+as Kafka's KafkaApis does, so a throttled consumer reads what its quota lets through.
 
 ``controller_mutation_rate`` (partitions created, added or deleted per second, KIP-599) is measured
 with Kafka's token bucket instead: it holds up to ``quota * num * window`` partitions, refills at
@@ -390,6 +392,16 @@ class QuotaManager:
             return 0.0
         throttle = (measured - limit) / limit * rate.span(now)
         return min(throttle, self.window_s) if max_window else throttle
+
+    def unrecord(self, user: str, client_id: str, key: str, value: float) -> None:
+        """Take back a ``value`` just recorded against ``key`` (Kafka's ``unrecordQuotaSensor``:
+        a throttled fetch is answered without its records, so they are not counted)."""
+        found = self.quota(user, client_id, key)
+        if found is None:
+            return
+        rate = self._rates.get((key, *found[1]))
+        if rate is not None:
+            rate.record(-value, self.clock())
 
     def controller_mutation(
         self, user: str, client_id: str, *, strict: bool

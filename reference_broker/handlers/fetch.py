@@ -106,10 +106,33 @@ async def handle(broker: Broker, ctx: RequestContext, request: FetchRequest) -> 
         await _wait_for_data(broker, request, wanted, partitions, committed, time.monotonic() + remaining)
         _resolve_again(broker, wanted, by_id)
         partitions, total, errors = _read_all(broker, wanted, committed, max_bytes, rack)
+    throttle_ms = ctx.connection.fetch_throttle_ms(ctx, _response_size(version, partitions))
+    if throttle_ms:
+        return _throttled(broker, plan, throttle_ms)
     return FetchResponse(
         error_code=ErrorCode.NONE,
         session_id=plan.response_session_id,
         responses=_group(plan, wanted, partitions),
+    )
+
+
+def _response_size(version: int, partitions: list[FetchResponse.PartitionData]) -> int:
+    """What the consumer quota counts for a response: its records plus a partition entry's
+    fields (Kafka counts the encoded response; the records are nearly all of it)."""
+    per_partition = 50 if version >= 12 else 46
+    return sum(len(p.records or ()) + per_partition for p in partitions)
+
+
+def _throttled(broker: Broker, plan: FetchPlan, throttle_ms: int) -> FetchResponse:
+    """Kafka's answer to a fetch over the consumer quota: no records, the throttle time, and the
+    session left as it was before this request's data (a session this request would have opened
+    is not opened: the client starts over with a full request)."""
+    session_id = plan.response_session_id
+    if plan.session is not None and not plan.incremental:
+        broker.fetch_sessions.forget(plan.session.session_id)
+        session_id = 0
+    return FetchResponse(
+        error_code=ErrorCode.NONE, throttle_time_ms=throttle_ms, session_id=session_id, responses=[]
     )
 
 

@@ -92,6 +92,11 @@ _WRITE_CHUNK = 1024 * 1024
 _KEEP_FRAME_BUFFER = 16 * 1024 * 1024
 
 
+def _throttle_ms(throttle_s: float) -> int:
+    """A throttle time as responses carry it: whole milliseconds (Kafka rounds), an INT32."""
+    return min(round(throttle_s * 1000), 2**31 - 1)
+
+
 class RequestContext:
     """What a handler knows about the request besides its body."""
 
@@ -655,10 +660,28 @@ class Connection(asyncio.BufferedProtocol):
             return self._failed(ctx, request)
         return self._answer(ctx, request, response, time.perf_counter() - started)
 
-    def _throttle(
-        self, ctx: RequestContext, response: Message | None, response_size: int, handler_s: float
-    ) -> int:
-        """Record the request against the client's quotas; mute the connection for the throttle
+    def fetch_throttle_ms(self, ctx: RequestContext, response_size: int) -> int:
+        """Record a consumer's fetch response of ``response_size`` bytes against its
+        ``consumer_byte_rate`` quota, before the response is built, as Kafka's KafkaApis does.
+
+        Within the quota: 0, and the bytes stay counted. Over it: the bytes are taken back, the
+        connection is muted for the throttle time, which is returned (ms), and the handler answers
+        without records (Kafka's ``getThrottledResponse``): what a throttled consumer reads is what
+        its quota lets through, not one more response per throttle."""
+        quotas = self.server.quotas
+        if quotas is None or not quotas.enabled:
+            return 0
+        user, client_id = quota_identity(self.session.principal, ctx.client_id)
+        throttle = quotas.record(user, client_id, CONSUMER_BYTE_RATE, response_size)
+        if throttle <= 0:
+            return 0
+        quotas.unrecord(user, client_id, CONSUMER_BYTE_RATE, response_size)
+        self.mute(throttle)
+        return _throttle_ms(throttle)
+
+    def _throttle(self, ctx: RequestContext, handler_s: float) -> int:
+        """Record the request against the client's request and producer quotas (a fetch's bytes
+        were recorded by its handler, ``fetch_throttle_ms``); mute the connection for the throttle
         time, which is returned (ms) for the response to carry (KIP-219)."""
         quotas = self.server.quotas
         assert quotas is not None
@@ -666,12 +689,10 @@ class Connection(asyncio.BufferedProtocol):
         throttle = quotas.record(user, client_id, REQUEST_PERCENTAGE, handler_s * 100, max_window=True)
         if ctx.api_key == PRODUCE_KEY:
             throttle = max(throttle, quotas.record(user, client_id, PRODUCER_BYTE_RATE, ctx.request_size))
-        elif ctx.api_key == FETCH_KEY and response is not None:
-            throttle = max(throttle, quotas.record(user, client_id, CONSUMER_BYTE_RATE, response_size))
         if throttle <= 0:
             return 0
         self.mute(throttle)
-        return min(int(throttle * 1000), 2**31 - 1)
+        return _throttle_ms(throttle)
 
     def _failed(self, ctx: RequestContext, request: Message) -> list[Any] | None:
         """The handler raised: log it and answer with an error."""
@@ -690,13 +711,12 @@ class Connection(asyncio.BufferedProtocol):
         quotas = self.server.quotas
         if response is None:
             if quotas is not None and quotas.enabled:
-                self._throttle(ctx, None, 0, handler_s)
+                self._throttle(ctx, handler_s)
             return None
         try:
             frame = self._encoded(ctx, response)
             if quotas is not None and quotas.enabled:
-                size = sum(part.nbytes if type(part) is memoryview else len(part) for part in frame)
-                throttle_ms = self._throttle(ctx, response, size, handler_s)
+                throttle_ms = self._throttle(ctx, handler_s)
                 if throttle_ms > getattr(response, "throttle_time_ms", throttle_ms):
                     response.throttle_time_ms = throttle_ms  # type: ignore[attr-defined]
                     frame = self._encoded(ctx, response)
