@@ -25,15 +25,15 @@ Versions served and per-version notes:
   transactions v2 is answered UNSUPPORTED_VERSION, as Kafka 4 does: EndTxn v5, TxnOffsetCommit
   v5 and a transactional Produce v12+ (a client is to use v2 only when ApiVersions finalizes
   ``transaction.version`` 2).
-- WriteTxnMarkers (27) v1 (Kafka 4.1's range): another broker's (or an admin client's, KIP-664
-  ``abortTransaction``) request to end a producer's transaction on partitions this broker leads.
-  It needs CLUSTER_ACTION on the cluster granted by the authorizer (``super.users`` or an ACL);
-  without an authorizer it is refused with CLUSTER_AUTHORIZATION_FAILED, where Kafka would allow
-  anyone: a marker injected between a producer's send and its commit hides committed records
-  from read_committed readers, and this single node needs the API from no peer. Each partition
-  answers on its own (UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH for an epoch older than
-  the producer's, TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch). This node's
-  own coordinator writes its markers in-process through the same
+- WriteTxnMarkers (27) v1 (Kafka 4.1's range): a transaction coordinator's request (on another
+  node of a cluster, or an admin client's KIP-664 ``abortTransaction``) to end a producer's
+  transaction on partitions this broker leads. Authorized as Kafka does: CLUSTER_ACTION on the
+  cluster when an authorizer is configured (``super.users`` or an ACL), CLUSTER_AUTHORIZATION_FAILED
+  for every partition otherwise; without an authorizer anyone may send it. Each partition answers
+  on its own (UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH for an epoch older than the
+  producer's, TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch); a marker for a
+  producer with no transaction open on the partition is written all the same, as in Kafka. This
+  node's own coordinator writes its markers in-process through the same
   ``TransactionCoordinatorService.write_marker``.
 - ListTransactions (66) v0-2 (v1 duration filter, v2 transactional id regex),
   DescribeTransactions (65) v0, DescribeProducers (61) v0.
@@ -275,7 +275,7 @@ def handle_end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) 
 def handle_write_markers(
     broker: Broker, ctx: RequestContext, request: WriteTxnMarkersRequest
 ) -> WriteTxnMarkersResponse:
-    if broker.authorizer is None or not authorize_cluster(broker, ctx, Operation.CLUSTER_ACTION):
+    if not authorize_cluster(broker, ctx, Operation.CLUSTER_ACTION):
         return error_write_markers(request, ctx.api_version, E.CLUSTER_AUTHORIZATION_FAILED)
     service = _service(broker)
     R = WriteTxnMarkersResponse

@@ -28,7 +28,7 @@ from sdk.protocol.messages import (
     TxnOffsetCommitRequest,
     WriteTxnMarkersRequest,
 )
-from sdk.records import RecordBatchBuilder, iter_batches
+from sdk.records import ControlType, RecordBatchBuilder, iter_batches
 from tests.reference_broker.wire import WireClient, fetch_request
 
 CONFIG = {
@@ -303,8 +303,9 @@ def test_txn_offset_commit_on_the_wire(wire: WireClient) -> None:
 
 
 def test_write_txn_markers_api(wire: WireClient) -> None:
-    """Only other brokers may send it: refused per partition, nothing written
-    (``test_inter_broker_apis.py`` has the outside view)."""
+    """Served without an authorizer, as Kafka serves it: a marker for a producer with no open
+    transaction is written, a partition the topic lacks is refused on its own
+    (``test_inter_broker_apis.py`` compares more cases with Apache Kafka)."""
     topic = unique("markers")
     create_topic(wire, topic, 1)
     Marker = WriteTxnMarkersRequest.WritableTxnMarker
@@ -314,16 +315,20 @@ def test_write_txn_markers_api(wire: WireClient) -> None:
                 producer_id=123456,
                 producer_epoch=3,
                 transaction_result=True,
-                coordinator_epoch=0,
+                coordinator_epoch=2,
                 topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=topic, partition_indexes=[0, 7])],
             )
         ]
     )
     for version in (1,):  # Kafka 4.1's range
         response = wire.request(request, version)
-        codes = [(p.partition_index, p.error_code) for t in response.markers[0].topics for p in t.partitions]
-        assert codes == [(0, E.CLUSTER_AUTHORIZATION_FAILED), (7, E.CLUSTER_AUTHORIZATION_FAILED)]
-    assert list(iter_batches(wire.fetch_all(topic, 0))) == []
+        codes = {(p.partition_index, p.error_code) for t in response.markers[0].topics for p in t.partitions}
+        assert codes == {(0, E.NONE), (7, E.UNKNOWN_TOPIC_OR_PARTITION)}
+    [batch] = iter_batches(wire.fetch_all(topic, 0))
+    assert (batch.base_offset, batch.producer_id, batch.producer_epoch) == (0, 123456, 3)
+    assert batch.is_control and batch.is_transactional
+    marker = batch.control_record()
+    assert (marker.type, marker.coordinator_epoch) == (ControlType.COMMIT, 2)
 
 
 def test_bad_input_gets_kafkas_errors(wire: WireClient) -> None:
