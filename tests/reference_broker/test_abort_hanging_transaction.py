@@ -1,7 +1,8 @@
-"""KIP-664's abort of a hanging transaction on our broker: the admin client's WriteTxnMarkers is
-written when the authorizer grants the caller CLUSTER_ACTION, and read_committed readers then
-move past the transaction; a stale producer epoch is refused per partition. Without that grant
-(and always without an authorizer) the request stays refused, as the inter-broker API tests show.
+"""KIP-664's abort of a hanging transaction on our broker with an authorizer: the admin client's
+WriteTxnMarkers is written when the authorizer grants the caller CLUSTER_ACTION, and read_committed
+readers then move past the transaction; a stale producer epoch is refused per partition. A caller
+without that grant is refused (``test_inter_broker_apis.py``); without an authorizer anyone may
+send it, as in Kafka (``tests/sdk/admin/test_transactions.py`` aborts on both brokers).
 """
 
 from __future__ import annotations
