@@ -2,7 +2,8 @@
 
 Entities are Kafka's: ``user``, ``client-id`` (alone or together) and ``ip``; a name of None is the
 entity type's default. Keys: ``producer_byte_rate`` and ``consumer_byte_rate`` (bytes/s, whole
-numbers), ``request_percentage`` (percent of one handler's time per second) and
+numbers), ``request_percentage`` (percent of one thread's time per second: a request's handler
+time and the time spent sending its response, as Kafka charges handler and network threads) and
 ``controller_mutation_rate`` for user/client-id entities, ``connection_creation_rate`` for ip
 entities. They are validated as Kafka 4.1's ClientQuotaControlManager validates them and kept in
 ``client-quotas.json`` in the data dir (written whole to a temporary file, then renamed).

@@ -36,7 +36,7 @@ import ssl
 import struct
 import sys
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any, Protocol, cast
 
 from reference_broker.network.framing import SIZE_PREFIX
@@ -90,6 +90,34 @@ _LARGE_WRITE = 64 * 1024
 _WRITE_CHUNK = 1024 * 1024
 #: A connection keeps the buffer of its last large frame, up to this size, for the next one.
 _KEEP_FRAME_BUFFER = 16 * 1024 * 1024
+
+
+class _TimedHandler:
+    """Awaits a handler coroutine and adds up the time spent running it, not the time it waits
+    (a Fetch's long poll): what Kafka's request quota charges as request handler thread time."""
+
+    __slots__ = ("_coro", "spent")
+
+    def __init__(self, coro: Coroutine[Any, Any, Message | None]):
+        self._coro = coro
+        self.spent = 0.0
+
+    def __await__(self) -> Generator[Any, Any, Message | None]:
+        coro = self._coro
+        sent: Any = None
+        error: BaseException | None = None
+        while True:
+            started = time.perf_counter()
+            try:
+                waited_on = coro.send(sent) if error is None else coro.throw(error)
+            except StopIteration as done:
+                self.spent += time.perf_counter() - started
+                return cast("Message | None", done.value)
+            self.spent += time.perf_counter() - started
+            try:
+                sent, error = (yield waited_on), None
+            except BaseException as exc:  # delivered into the handler, as a plain await would
+                sent, error = None, exc
 
 
 def _throttle_ms(throttle_s: float) -> int:
@@ -204,6 +232,9 @@ class Connection(asyncio.BufferedProtocol):
         self._turn_scheduled = False
         self._muted_until = 0.0  # loop time before which no request is served (quota throttling)
         self._unmute: asyncio.TimerHandle | None = None
+        # Time spent handing responses to the transport since the request quota last counted it
+        # (Kafka's network thread time, charged to the request quota without throttling).
+        self._network_s = 0.0
         self.last_active = self._loop.time()
 
     # -- protocol callbacks ---------------------------------------------------------------------
@@ -644,13 +675,14 @@ class Connection(asyncio.BufferedProtocol):
         return [_SIZE.pack(size), *parts]
 
     async def _run(self, ctx: RequestContext, request: Message) -> list[Any] | None:
+        handler = _TimedHandler(self.dispatcher.handle(ctx, request))
         try:
-            response = await self.dispatcher.handle(ctx, request)
+            response = await handler
         except asyncio.CancelledError:
             raise
         except Exception:
             return self._failed(ctx, request)
-        return self._answer(ctx, request, response)
+        return self._answer(ctx, request, response, handler.spent)
 
     def _run_now(self, ctx: RequestContext, request: Message) -> list[Any] | None:
         started = time.perf_counter()
@@ -667,17 +699,29 @@ class Connection(asyncio.BufferedProtocol):
         Within the quota: 0, and the bytes stay counted. Over it: the bytes are taken back, the
         connection is muted for the throttle time, which is returned (ms), and the handler answers
         without records (Kafka's ``getThrottledResponse``): what a throttled consumer reads is what
-        its quota lets through, not one more response per throttle."""
+        its quota lets through, not one more response per throttle. A client over its request
+        quota gets the same empty answer."""
         quotas = self.server.quotas
         if quotas is None or not quotas.enabled:
             return 0
         user, client_id = quota_identity(self.session.principal, ctx.client_id)
         throttle = quotas.record(user, client_id, CONSUMER_BYTE_RATE, response_size)
-        if throttle <= 0:
+        request_throttle = self._request_quota(user, client_id, 0.0)
+        if max(throttle, request_throttle) <= 0:
             return 0
         quotas.unrecord(user, client_id, CONSUMER_BYTE_RATE, response_size)
+        throttle = max(throttle, request_throttle)
         self.mute(throttle)
         return _throttle_ms(throttle)
+
+    def _request_quota(self, user: str, client_id: str, handler_s: float) -> float:
+        """Charge ``request_percentage`` as Kafka does: the request's handler time, and the network
+        time spent sending this connection's responses since last charged (Kafka records that
+        without throttling when a response has gone out, so it throttles the next request)."""
+        quotas = self.server.quotas
+        assert quotas is not None
+        spent, self._network_s = handler_s + self._network_s, 0.0
+        return quotas.record(user, client_id, REQUEST_PERCENTAGE, spent * 100, max_window=True)
 
     def _throttle(self, ctx: RequestContext, handler_s: float) -> int:
         """Record the request against the client's request and producer quotas (a fetch's bytes
@@ -686,7 +730,7 @@ class Connection(asyncio.BufferedProtocol):
         quotas = self.server.quotas
         assert quotas is not None
         user, client_id = quota_identity(self.session.principal, ctx.client_id)
-        throttle = quotas.record(user, client_id, REQUEST_PERCENTAGE, handler_s * 100, max_window=True)
+        throttle = self._request_quota(user, client_id, handler_s)
         if ctx.api_key == PRODUCE_KEY:
             throttle = max(throttle, quotas.record(user, client_id, PRODUCER_BYTE_RATE, ctx.request_size))
         if throttle <= 0:
@@ -849,7 +893,9 @@ class Connection(asyncio.BufferedProtocol):
         if transport is None or transport.is_closing():
             self._close_now()
             return False
+        started = time.perf_counter()
         transport.write(data)
+        self._network_s += time.perf_counter() - started
         self.last_active = self._loop.time()
         return True
 
@@ -860,7 +906,9 @@ class Connection(asyncio.BufferedProtocol):
         self._direct_size = 0
         transport = self.transport
         if transport is not None and not transport.is_closing():
+            started = time.perf_counter()
             transport.write(data)
+            self._network_s += time.perf_counter() - started
             self.last_active = self._loop.time()
 
     def _drop_pending(self) -> None:

@@ -422,3 +422,50 @@ def test_a_fetch_over_the_consumer_quota_is_answered_without_records_as_on_kafka
         assert throttle_ms > 0, (name, seen)
         assert size == 0, (name, seen)
         assert all(size > 0 for _, size in answers[:-1]), (name, seen)
+
+
+def test_big_fetches_count_against_a_request_percentage_quota_as_on_kafka(
+    broker_factory: BrokerFactory, apache_kafka: Any
+) -> None:
+    """Kafka's request quota charges a fetch's handler time and the network time of sending its
+    response: a client that only fetches large responses is throttled on a tight
+    ``request_percentage``, and the throttled fetch is answered without records."""
+    ours = broker_factory()
+    tag = uuid.uuid4().hex[:6]
+    topic, client_id = f"busy-fetch-{tag}", f"busy-reader-{tag}"
+    seen = {}
+    for name, bootstrap in (("ours", ours.bootstrap), ("kafka", apache_kafka.bootstrap)):
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        for _ in range(2 * 1024):  # 2 MiB in 1 KiB records
+            while True:
+                try:
+                    producer.produce(topic, value=b"f" * 1024, partition=0)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        assert producer.flush(60) == 0
+        code, out = configs(
+            bootstrap,
+            "--alter",
+            "--entity-type",
+            "clients",
+            "--entity-name",
+            client_id,
+            "--add-config",
+            "request_percentage=0.01",
+        )
+        assert code == 0, out
+        answers = []
+        deadline = time.monotonic() + 30
+        with WireClient(bootstrap, timeout=60, client_id=client_id) as client:
+            while time.monotonic() < deadline:
+                response = client.request(fetch_request(topic, max_bytes=1 << 20), 12)
+                records = sum(len(p.records or b"") for t in response.responses for p in t.partitions)
+                answers.append((response.throttle_time_ms, records))
+                if response.throttle_time_ms > 0:
+                    break
+        seen[name] = (len(answers), answers[-1])
+    for name, (_, (throttle_ms, records)) in seen.items():
+        # Throttled, for at most one quota window (a request quota's bound), without records.
+        assert 0 < throttle_ms <= 1000, (name, seen)
+        assert records == 0, (name, seen)
