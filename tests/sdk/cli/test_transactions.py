@@ -2,7 +2,9 @@
 
 On the reference broker the coordinator knows the dead producer's transaction: ``find-hanging``
 (Kafka's rule) does not report it, a ``read_committed`` reader waits at it, and the coordinator's
-timeout aborts it, after which the reader moves past. On Apache Kafka without partition
+timeout aborts it, after which the reader moves past. ``abort`` (KIP-664's WriteTxnMarkers, which
+both brokers take from a client when no authorizer is configured, as Kafka does) ends it on the
+partition at once, without waiting for that timeout. On Apache Kafka without partition
 verification a producer that wrote a transactional batch without adding the partition leaves a
 truly hanging transaction: ``find-hanging`` finds it (as Kafka's own ``kafka-transactions.sh
 find-hanging`` does), ``abort`` ends it, and the ``read_committed`` reader moves past it."""
@@ -93,12 +95,6 @@ def test_a_killed_producers_transaction_is_the_coordinators_to_abort(
         == []
     )
     assert committed_values(cli, topic) == []  # the reader waits at the open transaction
-    # KIP-664's abort is WriteTxnMarkers, which this broker takes from other brokers only: refused
-    # in one line naming the authorization error (were it taken, the reader would move on as well).
-    abort = cli("transactions", "abort", "-t", topic, "-p", "0", "--start-offset", "0", check=False)
-    if abort.returncode != 0:
-        assert abort.returncode == 1 and len(abort.stderr.splitlines()) == 1, str(abort)
-        assert "ClusterAuthorizationFailedError" in abort.stderr, str(abort)
     for usage in (
         ["transactions", "abort", "-t", topic, "-p", "0"],
         ["transactions", "abort", "-t", topic, "-p", "0", "--producer-id", "1"],
@@ -122,6 +118,49 @@ def test_a_killed_producers_transaction_is_the_coordinators_to_abort(
     assert "Ongoing" not in states, states
     missing = cli("transactions", "describe", "--transactional-id", name("nobody"), check=False)
     assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+@pytest.fixture(params=["reference", pytest.param("apache", marks=pytest.mark.apache_kafka)])
+def bootstrap(request: pytest.FixtureRequest) -> str:
+    """The session's reference broker or Apache Kafka node, neither with an authorizer."""
+    node = request.getfixturevalue("broker" if request.param == "reference" else "apache_kafka")
+    return str(node.bootstrap)
+
+
+def test_abort_ends_a_killed_producers_transaction_and_the_reader_moves_past(
+    bootstrap: str, name: Any, killed_producer: Any
+) -> None:
+    cli, topic, tid = Cli(bootstrap), name("abort"), name("tid")
+    cli("topics", "create", "--topic", topic, "--partitions", "1")
+    killed_producer("sdk", bootstrap, topic, tid, "600000")  # its coordinator would wait 10 minutes
+    cli("produce", "-t", topic, "--partition", "0", stdin="after\n")
+    assert committed_values(cli, topic) == []
+    [open_one] = [
+        p
+        for p in cli("transactions", "describe-producers", "-t", topic, "-p", "0", "--json").json()
+        if p["start_offset"] >= 0
+    ]
+    assert open_one["start_offset"] == 0
+
+    wrong = cli("transactions", "abort", "-t", topic, "-p", "0", "--start-offset", "1", check=False)
+    assert wrong.returncode == 1 and "no open transaction starts at offset 1" in wrong.stderr, str(wrong)
+    aborted = cli("transactions", "abort", "-t", topic, "-p", "0", "--start-offset", "0", "--json").json()
+    assert aborted == {
+        "topic": topic,
+        "partition": 0,
+        "producer_id": open_one["producer_id"],
+        "producer_epoch": open_one["producer_epoch"],
+        "coordinator_epoch": max(0, open_one["coordinator_epoch"]),
+        "aborted": True,
+    }
+
+    # Offsets 0-2 aborted, 3 "after", 4 the ABORT marker: the committed reader reads past.
+    wait_for(lambda: committed_values(cli, topic) == ["after"], "the reader past the aborted transaction")
+    producers = cli("transactions", "describe-producers", "-t", topic, "-p", "0", "--json").json()
+    assert [p["start_offset"] for p in producers] == [-1, -1], producers
+    # Nothing is left to abort there.
+    again = cli("transactions", "abort", "-t", topic, "-p", "0", "--start-offset", "0", check=False)
+    assert again.returncode == 1 and "no open transaction starts at offset 0" in again.stderr, str(again)
 
 
 def kafka_find_hanging(bootstrap: str, topic: str) -> list[dict[str, str]]:
