@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from reference_broker._event_loop import EVENT_LOOPS
-from reference_broker.log.config import LogConfig
+from reference_broker.log.config import CLEANER_DEDUPE_BUFFER_SIZE, LogConfig
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -727,6 +727,23 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "Number of log cleaner threads: each compacts one log at a time in a worker thread (0: no "
             "compaction). Read at start.",
             at_least(0),
+        ),
+        ConfigKey(
+            "log.cleaner.dedupe.buffer.size",
+            _B.LONG,
+            CLEANER_DEDUPE_BUFFER_SIZE,
+            "The total memory used for log deduplication across all cleaner threads (bytes): each "
+            "thread's key map takes this divided by log.cleaner.threads, at most 2 GiB - 1, and must "
+            "get more than 1 MiB. A dirty range with more distinct keys than a map holds is cleaned "
+            "over several passes.",
+        ),
+        ConfigKey(
+            "log.cleaner.io.buffer.load.factor",
+            _B.DOUBLE,
+            0.9,
+            "Log cleaner dedupe buffer load factor: the share of a key map's slots filled before it "
+            "is full. A higher value cleans more of a log per pass but makes lookups slower.",
+            Check(lambda v: 0 < v <= 1, "must be above 0 and at most 1", "(0,...,1]"),
         ),
         ConfigKey(
             "log.cleaner.backoff.ms",
@@ -1491,6 +1508,7 @@ class BrokerConfig:
         for key in ("advertised.listeners",):
             for listener in settings.get(key, []):
                 _split_listener(listener)
+        _check_cleaner_buffer(settings)
         if event_loop not in EVENT_LOOPS:
             raise ConfigError(f"event loop: {event_loop!r} is not one of {', '.join(EVENT_LOOPS)}")
         config = cls(
@@ -1616,6 +1634,16 @@ class BrokerConfig:
 
     def topic_default_source(self, topic_key: str) -> ConfigSource:
         return self.source(TOPIC_TO_BROKER_KEY[topic_key])
+
+
+def _check_cleaner_buffer(settings: Mapping[str, Any]) -> None:
+    """Kafka's rule: each cleaner thread's key map gets more than 1 MiB of
+    ``log.cleaner.dedupe.buffer.size`` (no thread, no map: nothing to check)."""
+    threads = settings.get("log.cleaner.threads", 1)
+    size = settings.get("log.cleaner.dedupe.buffer.size", CLEANER_DEDUPE_BUFFER_SIZE)
+    if threads > 0 and size // threads <= 1024 * 1024:
+        raise ConfigError(f"log.cleaner.dedupe.buffer.size: {size} must be at least 1MB per cleaner"
+                          f" thread (more than 1048576 bytes for each of {threads})")
 
 
 def _split_listener(listener: str) -> tuple[str, int]:

@@ -10,10 +10,14 @@ than the lag; rounded down to a segment boundary. A log is cleaned when its dirt
 for the first batch of a dirty segment; of those, the dirtiest one goes first, one log per pass.
 
 Cleaning (Kafka's ``Cleaner.doClean``): the key map records, for each key of the dirty range, the
-offset of its latest record (records of aborted transactions are not mapped). Then every segment
-below the first uncleanable offset is rewritten, in groups fitting ``segment.bytes``; a record
-survives when it is the latest of its key, or lies after the mapped range. Offsets never change (a
-consumer fetching a removed offset gets the next one). Batches:
+offset of its latest record (records of aborted transactions are not mapped). The map has a fixed
+size (``log.cleaner.dedupe.buffer.size`` / ``log.cleaner.threads``, see ``offset_map``): when it
+fills before the end of the dirty range, mapping stops at the record that did not fit, wherever it
+lies in its segment, and the pass cleans only up to the last mapped offset; the cleaner checkpoint
+moves to the offset after it, where the next pass goes on (Kafka's ``buildOffsetMapForSegment``).
+Then every segment holding offsets below that end is rewritten, in groups fitting
+``segment.bytes``; a record survives when it is the latest of its key, or lies after the mapped
+range. Offsets never change (a consumer fetching a removed offset gets the next one). Batches:
 
 * records of aborted transactions are removed; an ABORT marker stays while a batch of its
   transaction was seen in this pass, a COMMIT marker while a batch of its transaction was seen;
@@ -64,7 +68,7 @@ from reference_broker.log._checkpoint import CLEANER_CHECKPOINT_FILE
 from reference_broker.log._cleaned_batches import empty_batch, filtered_batch
 from reference_broker.log._files import atomic_write, fsync_dir, pwrite_all, remove_quietly
 from reference_broker.log.index import AbortedTxn, OffsetIndex, TimeIndex
-from reference_broker.log.offset_map import KeyOffsetMap
+from reference_broker.log.offset_map import ENTRY_BYTES, KeyOffsetMap
 from reference_broker.log.segment import (
     INDEX_SUFFIXES,
     LOG_SUFFIX,
@@ -291,12 +295,22 @@ class _Group:
 
     segments: list[LogSegment]  # only the event loop looks at these
     sources: list[_Source]
-    end: int  # base offset of the segment after the group
-    mtime: float  # of its last segment's file, which the cleaned file keeps
+    ends: list[int]  # of each segment: the base offset of the segment after it
+    mtimes: list[float]  # of each segment's file
 
     @property
     def base(self) -> int:
         return self.segments[0].base_offset
+
+    @property
+    def end(self) -> int:
+        """Base offset of the segment after the group."""
+        return self.ends[-1]
+
+    @property
+    def mtime(self) -> float:
+        """Of its last segment's file, which the cleaned file keeps."""
+        return self.mtimes[-1]
 
 
 @dataclass
@@ -376,7 +390,8 @@ def _records(source: _Source, batch: RecordBatch) -> list[Record]:
 
 
 class CleaningPass:
-    """One pass over ``plog`` up to ``to_clean.first_uncleanable``; see the module docstring.
+    """One pass over ``plog`` up to ``to_clean.first_uncleanable``, or less when the key map fills
+    (then up to :attr:`end_offset`); see the module docstring.
 
     Build it on the event loop; :meth:`build_map` and :meth:`write_group` may run in a worker
     thread (one at a time), :meth:`swap` and :meth:`discard_outputs` run on the event loop.
@@ -401,14 +416,18 @@ class CleaningPass:
         self.config = plog.config
         segments = plog.segments
         first = _floor(segments, to_clean.first_dirty)
-        self._map_sources = [self._source(i, aborted=False) for i in range(first, len(segments) - 1)
-                             if segments[i].base_offset < end]
+        self._map_sources = [(self._source(i, aborted=False), segments[i + 1].base_offset)
+                             for i in range(first, len(segments) - 1) if segments[i].base_offset < end]
+        #: the offset after the last one the pass cleans, once the key map is built
+        self.end_offset = end
         self._map_aborted = _aborted_txns(plog, to_clean.first_dirty, end)
         producers = {
             pid: (entry.last_data_offset if entry.last_data_offset >= 0 else None, entry.producer_epoch)
             for pid, entry in plog.producer_state.producers.items()
         }
-        self._pass = _Pass(KeyOffsetMap(), _Transactions(), now_ms,
+        self._map_memory = self.config.cleaner_dedupe_buffer_bytes_per_thread
+        # An empty map until build_map makes the pass's own.
+        self._pass = _Pass(KeyOffsetMap(2 * ENTRY_BYTES, max_keys=0), _Transactions(), now_ms,
                            self.config.delete_retention_ms, producers, end)
         position = {id(s): i for i, s in enumerate(segments)}
         self.groups: list[_Group] = []
@@ -416,8 +435,8 @@ class CleaningPass:
                              self.config.segment_size, self.config.segment_index_bytes, end):
             self.groups.append(_Group(
                 group, [self._source(position[id(s)], aborted=True) for s in group],
-                segments[position[id(group[-1])] + 1].base_offset,
-                group[-1].log_path.stat().st_mtime))
+                [segments[position[id(s)] + 1].base_offset for s in group],
+                [s.log_path.stat().st_mtime for s in group]))
         log.info("%s: cleaning offsets [%d, %d) (dirty from offset %d)", plog.name,
                  plog.log_start_offset, end, to_clean.first_dirty)
 
@@ -470,23 +489,52 @@ class CleaningPass:
             os.close(fd)
 
     def build_map(self) -> None:
-        """Map each key of the dirty range to the offset of its latest record."""
+        """Map each key of the dirty range to the offset of its latest record, until the map is
+        full (Kafka's ``buildOffsetMap``); sets :attr:`end_offset` to the offset after the last
+        one mapped."""
         first_dirty, end = self.to_clean.first_dirty, self.first_uncleanable
-        offsets = KeyOffsetMap()
+        offsets = KeyOffsetMap(self._map_memory, self.config.cleaner_dedupe_buffer_load_factor,
+                               max_keys=end - first_dirty)
         txns = _Transactions()
         txns.add_aborted(self._map_aborted)
-        for source in self._map_sources:
+        if self._map_segments(offsets, txns, first_dirty):
+            log.info("%s: the cleaner's key map is full (%d keys): cleaning up to offset %d, the"
+                     " rest of the dirty range is left to the next pass", self.plog.name,
+                     len(offsets), offsets.latest_offset + 1)
+        else:
+            offsets.update_latest_offset(end - 1)
+        self._pass.offsets = offsets
+        self.end_offset = offsets.latest_offset + 1
+
+    def _map_segments(self, offsets: KeyOffsetMap, txns: _Transactions, first_dirty: int) -> bool:
+        """Put the dirty segments' keys in ``offsets``; True when it filled first (then it covers
+        the records up to the last one put, and the batches before it)."""
+        for source, next_base in self._map_sources:
             for _, batch in self._batches(source):
                 if batch.is_control:
                     txns.on_marker(batch)
                 elif not txns.on_data(batch):
                     for record in _records(source, batch):
                         if record.key is not None and record.offset >= first_dirty:
+                            if offsets.full:
+                                return True
                             offsets.put(bytes(record.key), record.offset)
                 if batch.last_offset >= first_dirty:
                     offsets.update_latest_offset(batch.last_offset)
-        offsets.update_latest_offset(end - 1)
-        self._pass.offsets = offsets
+            offsets.update_latest_offset(next_base - 1)  # past an offset gap at the segment's end
+        return False
+
+    def _keep_groups_below(self, end: int) -> None:
+        """Rewrite only the segments holding offsets below ``end`` (Kafka's
+        ``logSegments(0, endOffset)``): later groups are dropped, the last one cut short."""
+        kept: list[_Group] = []
+        for group in self.groups:
+            count = sum(1 for s in group.segments if s.base_offset < end)
+            if count == 0:
+                break
+            kept.append(_Group(group.segments[:count], group.sources[:count],
+                               group.ends[:count], group.mtimes[:count]))
+        self.groups = kept
 
     def write_group(self, group: _Group) -> _Output:
         """Write and fsync ``<base>.log.cleaned``: the batches of ``group`` the pass keeps."""
@@ -573,9 +621,9 @@ class CleaningPass:
 
     def _done(self) -> int:
         log.info("%s: cleaned offsets [%d, %d) (%d keys mapped from offset %d) in %.3f s",
-                 self.plog.name, self.plog.log_start_offset, self.first_uncleanable,
+                 self.plog.name, self.plog.log_start_offset, self.end_offset,
                  len(self._pass.offsets), self.to_clean.first_dirty, time.monotonic() - self._started)
-        return self.first_uncleanable
+        return self.end_offset
 
     # -- drivers -------------------------------------------------------------------------------
 
@@ -583,6 +631,7 @@ class CleaningPass:
         """The whole pass in the calling thread; returns the new checkpoint offset."""
         try:
             self.build_map()
+            self._keep_groups_below(self.end_offset)
             for group in self.groups:
                 self.swap(group, self.write_group(group))
         except BaseException:
@@ -597,6 +646,7 @@ class CleaningPass:
         so far is removed."""
         try:
             await in_thread(self.build_map)
+            self._keep_groups_below(self.end_offset)
             for group in self.groups:
                 self.swap(group, await in_thread(functools.partial(self.write_group, group)))
         except BaseException:
@@ -607,8 +657,8 @@ class CleaningPass:
 
 
 def clean_log(plog: PartitionLog, to_clean: LogToClean, now_ms: int) -> int:
-    """Clean ``plog`` up to ``to_clean.first_uncleanable`` in this thread; returns the new
-    checkpoint offset."""
+    """Clean ``plog`` up to ``to_clean.first_uncleanable`` (or as far as the key map reaches) in
+    this thread; returns the new checkpoint offset."""
     return CleaningPass(plog, to_clean, now_ms).run_inline()
 
 

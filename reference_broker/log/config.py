@@ -22,13 +22,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["INTERNAL_SEGMENT_BYTES", "LONG_MAX", "SEGMENT_BYTES_MIN", "LogConfig", "segment_size_configs"]
+from reference_broker.log.offset_map import ENTRY_BYTES
+
+__all__ = [
+    "CLEANER_DEDUPE_BUFFER_SIZE",
+    "INTERNAL_SEGMENT_BYTES",
+    "LONG_MAX",
+    "SEGMENT_BYTES_MIN",
+    "LogConfig",
+    "segment_size_configs",
+]
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
 _LONG_MIN = -(1 << 63)
 _INT_MIN = -(1 << 31)
 _DAY_MS = 24 * 60 * 60 * 1000
+#: Kafka's default ``log.cleaner.dedupe.buffer.size``: the key maps of all cleaner threads.
+CLEANER_DEDUPE_BUFFER_SIZE = 128 * 1024 * 1024
 #: Kafka 4's floor for ``segment.bytes`` / ``log.segment.bytes`` (KIP-1030).
 SEGMENT_BYTES_MIN = 1024 * 1024
 #: Kafka's internal topic config (``LogConfig.INTERNAL_SEGMENT_BYTES_CONFIG``): a segment size for
@@ -207,6 +218,10 @@ class LogConfig:
     negative value for bytes) means unlimited. ``flush_interval_*`` default to "never": the log
     relies on the OS page cache, exactly like Kafka (see ``partition_log`` on durability).
     ``producer_id_expiration_ms`` is Kafka's broker-level ``producer.id.expiration.ms``.
+    ``cleaner_dedupe_buffer_bytes_per_thread`` and ``cleaner_dedupe_buffer_load_factor`` size the
+    cleaner's key map: Kafka's broker-level ``log.cleaner.dedupe.buffer.size`` divided between the
+    ``log.cleaner.threads`` (at most 2 GiB - 1 a thread, as Kafka's) and
+    ``log.cleaner.io.buffer.load.factor``.
     """
 
     segment_bytes: int = 1 << 30
@@ -228,6 +243,8 @@ class LogConfig:
     max_compaction_lag_ms: int = LONG_MAX
     min_cleanable_dirty_ratio: float = 0.5
     producer_id_expiration_ms: int = _DAY_MS
+    cleaner_dedupe_buffer_bytes_per_thread: int = CLEANER_DEDUPE_BUFFER_SIZE
+    cleaner_dedupe_buffer_load_factor: float = 0.9
     internal_segment_bytes: int | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -311,7 +328,7 @@ class LogConfig:
         if props.get("producer.id.expiration.ms") is not None:
             value = _int(1)("producer.id.expiration.ms", props["producer.id.expiration.ms"])
             config = dataclasses.replace(config, producer_id_expiration_ms=value)
-        return config
+        return _with_cleaner_settings(config, props)
 
     def to_properties(self) -> dict[str, str]:
         """Topic-level names and values, as DescribeConfigs reports them."""
@@ -320,6 +337,26 @@ class LogConfig:
             out[INTERNAL_SEGMENT_BYTES] = str(self.internal_segment_bytes)
         out.update(self.extra)
         return out
+
+
+def _with_cleaner_settings(config: LogConfig, props: Mapping[str, Any]) -> LogConfig:
+    """``config`` with the key map's size from the broker's cleaner keys (see :class:`LogConfig`)."""
+    changes: dict[str, Any] = {}
+    size_key, threads_key = "log.cleaner.dedupe.buffer.size", "log.cleaner.threads"
+    if props.get(size_key) is not None or props.get(threads_key) is not None:
+        size = CLEANER_DEDUPE_BUFFER_SIZE
+        if props.get(size_key) is not None:
+            size = _long(2 * ENTRY_BYTES)(size_key, props[size_key])
+        threads = _int(0)(threads_key, props[threads_key]) if props.get(threads_key) is not None else 1
+        changes["cleaner_dedupe_buffer_bytes_per_thread"] = min(size // max(threads, 1), INT_MAX)
+    factor_key = "log.cleaner.io.buffer.load.factor"
+    if props.get(factor_key) is not None:
+        factor = _ratio(factor_key, props[factor_key])
+        if factor <= 0:
+            raise ValueError(f"Invalid value {factor} for configuration {factor_key}: Value must be"
+                             " above 0")
+        changes["cleaner_dedupe_buffer_load_factor"] = factor
+    return dataclasses.replace(config, **changes) if changes else config
 
 
 def segment_size_configs(size: int) -> dict[str, str]:

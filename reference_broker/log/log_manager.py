@@ -656,7 +656,7 @@ class LogManager:
         aborted = cleaning.aborted is not None or cleaning.log_changed()
         try:
             if error is None:
-                write_checkpoint(plog.directory, cleaning.first_uncleanable)
+                write_checkpoint(plog.directory, cleaning.end_offset)
                 return plog.name
             raise error
         except CleaningAborted as exc:
