@@ -178,6 +178,13 @@ class BrokerProcess:
             return ""
 
     def start(self) -> BrokerProcess:
+        self.launch()
+        self._wait_listening()
+        return self
+
+    def launch(self) -> BrokerProcess:
+        """Start the process without waiting for it to listen (``wait_listening()`` does), so
+        several brokers can start at once."""
         if self.running:
             raise RuntimeError("broker already running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -207,6 +214,11 @@ class BrokerProcess:
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             self._proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
         _LIVE.add(self)
+        return self
+
+    def wait_listening(self) -> BrokerProcess:
+        """Until the launched broker prints its listening line (``BrokerStartError`` if it exits
+        or stays silent for ``start_timeout``)."""
         self._wait_listening()
         return self
 
@@ -697,11 +709,13 @@ class ClusterProcess:
     def start(self, *, interrupted: threading.Event | None = None) -> ClusterProcess:
         """Start every node (each waits until it listens), then wait until all are registered."""
         try:
+            for node in self.nodes:  # all at once: the quorum needs its voters up together
+                node.process.launch()
             for node in self.nodes:
                 if interrupted is not None and interrupted.is_set():
                     return self
                 try:
-                    node.process.start()
+                    node.process.wait_listening()
                 except BrokerStartError as exc:
                     raise ClusterStartError(f"node {node.node_id}: {exc}") from None
             self.wait_until_registered(interrupted=interrupted)
