@@ -467,8 +467,9 @@ class AdminClient:
 
     async def abort_transaction(self, spec: AbortTransactionSpec, *, timeout_ms: float | None = None) -> None:
         """Abort a hanging transaction on one partition (KIP-664): an ABORT marker written by the
-        partition's leader (WriteTxnMarkers). Needs CLUSTER_ACTION permission on the cluster;
-        raises the broker's error (``ClusterAuthorizationFailedError`` without it)."""
+        partition's leader (WriteTxnMarkers). On a broker with an authorizer this needs
+        CLUSTER_ACTION on the cluster; raises the broker's error (``ClusterAuthorizationFailedError``
+        without it)."""
         if not isinstance(spec, AbortTransactionSpec):
             raise ValueError(f"spec: expected an AbortTransactionSpec, not {spec!r}")
         await _transactions.abort_transaction(self._router, spec, self._deadline(timeout_ms))
