@@ -210,8 +210,9 @@ class RaftClient:
         snapshot_id = core.take_snapshot_to_load()
         if snapshot_id is not None:
             reader = core.log.read_snapshot(snapshot_id)
-            log.info("raft node %d: loading snapshot %s (%d records)", self.node_id,
-                     snapshot_id.file_name, len(reader.records))
+            origin = "downloaded from the leader" if snapshot_id == core.downloaded else "stored"
+            log.info("raft node %d: loading snapshot %s (%s, %d records)", self.node_id,
+                     snapshot_id.file_name, origin, len(reader.records))
             for listener in self._listeners:
                 listener.handle_load_snapshot(reader)
         for batch in core.committed_batches():

@@ -128,6 +128,7 @@ class RaftCore:
         self.snapshot_to_load: SnapshotId | None = latest
         self._delivered = 0 if latest is None else latest.end_offset  # next offset for listeners
         self._download: SnapshotDownload | None = None  # a snapshot being fetched from the leader
+        self.downloaded: SnapshotId | None = None  # the last snapshot that came from the leader
         stored = read_quorum_state(self.state_dir)
         if stored is not None:
             self.epoch = stored.epoch
@@ -479,6 +480,7 @@ class RaftCore:
         self._download = SnapshotDownload(self.log.directory, snapshot_id)
 
     def _install_snapshot(self, snapshot_id: SnapshotId) -> None:
+        self.downloaded = snapshot_id
         self.log.restart_at_snapshot(snapshot_id)
         self._delivered = snapshot_id.end_offset
         self.snapshot_to_load = snapshot_id
