@@ -6,7 +6,8 @@ any crash (the loader re-validates from the recovery point, which is moved below
 1. the recovery point drops to the cut (the checkpoint says the segment being cut must be
    validated again after a crash);
 2. leader epoch entries from the cut on are dropped; producer snapshots after it are deleted;
-3. whole segments at or after the cut are deleted, last first;
+3. whole segments at or after the cut are renamed ``.deleted``, last first (their files go after
+   ``file.delete.delay.ms``);
 4. the segment holding the cut is truncated at the first batch ending at or after it (a batch is
    never split: the log end may land before the requested offset), its offset and time indexes
    rebuilt and its transaction index cut;
@@ -57,10 +58,11 @@ def truncate_to(plog: PartitionLog, offset: int) -> bool:
             if snapshot > offset:
                 remove_quietly(state.snapshot_path(snapshot))
         segments = plog.segments
+        doomed = []
         while len(segments) > 1 and segments[-1].base_offset >= offset:
-            doomed = segments.pop()
+            doomed.append(segments.pop())
             plog._bases.pop()
-            doomed.delete()
+        plog.delete_segment_files(doomed)
         _cut_segment(plog, segments[-1], offset)
         plog.leader_epoch_cache.truncate_from_end(plog.log_end_offset)  # the cut may land lower
         plog._segments_with_aborts = [s for s in segments if s.txn_index.entries]
@@ -117,9 +119,10 @@ def truncate_fully(plog: PartitionLog, offset: int, now_ms: int | None) -> None:
         state = plog.producer_state
         for snapshot in state.snapshot_offsets():
             remove_quietly(state.snapshot_path(snapshot))
-        while plog.segments:
-            plog.segments.pop().delete()
+        doomed = list(plog.segments)
+        plog.segments.clear()
         plog._bases.clear()
+        plog.delete_segment_files(doomed)
         segment = LogSegment.create(plog.directory, offset, plog.config, now)
         plog.segments.append(segment)
         plog._bases.append(offset)

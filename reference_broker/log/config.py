@@ -10,7 +10,8 @@ Kafka's ``ConfigException`` does, so a handler can map it to INVALID_CONFIG with
 ``cleanup.policy`` ``delete`` is applied by retention (``PartitionLog.apply_retention``) and
 ``compact`` by the log cleaner (``reference_broker.log.cleaner``: Kafka's LogCleaner semantics,
 driven by ``min.cleanable.dirty.ratio``, ``min.compaction.lag.ms``, ``max.compaction.lag.ms`` and
-``delete.retention.ms``); ``compact,delete`` gets both, and a compacted log requires keys. Other
+``delete.retention.ms``); ``compact,delete`` gets both, and a compacted log requires keys. The
+files of segments removed from a log are deleted after ``file.delete.delay.ms`` (``_deletion``). Other
 valid Kafka topic configs (``compression.type``, ``min.insync.replicas``...) are accepted and kept
 in :attr:`LogConfig.extra` so DescribeConfigs can echo them, but the log does not act on them.
 """
@@ -144,7 +145,6 @@ _PASSTHROUGH_TOPIC_KEYS: dict[str, Callable[[str, Any], Any]] = {
     "compression.gzip.level": _gzip_level,
     "compression.lz4.level": lambda k, v: _parse_int(k, v, 1, 17),
     "compression.zstd.level": lambda k, v: _parse_int(k, v, -131072, 22),
-    "file.delete.delay.ms": lambda k, v: _long(0)(k, v),
     "follower.replication.throttled.replicas": _text,
     "leader.replication.throttled.replicas": _text,
     "local.retention.bytes": lambda k, v: _long(-2)(k, v),
@@ -178,6 +178,7 @@ _TOPIC_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "min.compaction.lag.ms": ("min_compaction_lag_ms", _long(0)),
     "max.compaction.lag.ms": ("max_compaction_lag_ms", _long(1)),
     "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
+    "file.delete.delay.ms": ("file_delete_delay_ms", _long(0)),
 }
 
 #: broker-level (server.properties) name -> topic-level name
@@ -200,6 +201,7 @@ _BROKER_KEYS = {
     "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
     "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
     "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.segment.delete.delay.ms": "file.delete.delay.ms",
 }
 #: broker-level names given in coarser units: name -> (topic name, multiplier); the finer wins.
 _BROKER_UNIT_KEYS = {
@@ -242,6 +244,8 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
     min_cleanable_dirty_ratio: float = 0.5
+    #: how long a segment removed from the log keeps its files, renamed ``.deleted`` (``_deletion``)
+    file_delete_delay_ms: int = 60_000
     producer_id_expiration_ms: int = _DAY_MS
     cleaner_dedupe_buffer_bytes_per_thread: int = CLEANER_DEDUPE_BUFFER_SIZE
     cleaner_dedupe_buffer_load_factor: float = 0.9

@@ -9,12 +9,14 @@ Layout of ``data_dir``::
 Every metadata file is replaced atomically (temp file, fsync, rename, fsync dir). Topic creation
 writes the partition directories first and the topic file last, and a creation that fails removes
 what it made before answering; deletion removes the topic file first, then renames each partition
-directory to ``<topic>-<partition>.<uuid>-delete`` and removes it. So after a crash: a partition
+directory to ``<topic>-<partition>.<uuid>-delete`` and removes it after the broker's
+``log.segment.delete.delay.ms`` (segments removed from a log likewise wait, renamed ``.deleted``:
+see ``_deletion``). So after a crash: a partition
 directory whose topic file is missing, or whose ``partition.metadata`` names another topic id, is
 *stray* and is renamed ``<topic>-<partition>.<uuid>-stray`` (never silently deleted, never
-served); leftover ``-delete`` directories are removed; a missing partition directory of a known
-topic is recreated empty (with a warning). A stray directory that cannot be renamed is logged and
-left where it is, unserved: nothing found on disk stops a start.
+served); leftover ``-delete`` directories are removed after the delay; a missing partition
+directory of a known topic is recreated empty (with a warning). A stray directory that cannot
+be renamed is logged and left where it is, unserved: nothing found on disk stops a start.
 
 Names derived from a topic name fit a file name's 255 bytes for every legal topic name (up to 249
 characters): the renamed ``-delete``/``-stray`` directories cut the topic part short as Kafka's
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import functools
 import hashlib
 import json
 import logging
@@ -50,6 +53,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reference_broker.log._deletion import DelayedDeletions
 from reference_broker.log._files import TMP_SUFFIX, atomic_write, fsync_dir, os_error_text, remove_quietly
 from reference_broker.log.cleaner import (
     CleanerError,
@@ -227,6 +231,8 @@ class LogManager:
         self._creating: set[str] = set()
         #: logs whose producer ids the current round of bounded expiry has not looked at yet
         self._expiry_queue: collections.deque[tuple[str, int]] = collections.deque()
+        #: removed segments' and partitions' files waiting out their delete delay
+        self.deletions = DelayedDeletions()
         self._load(_now_ms() if now_ms is None else now_ms)
 
     # -- meta.properties -------------------------------------------------------------------
@@ -272,7 +278,7 @@ class LogManager:
             if not path.is_dir() or path.name.startswith("."):
                 continue
             if path.name.endswith(DELETE_DIR_SUFFIX):
-                shutil.rmtree(path, ignore_errors=True)
+                self._remove_dir_later(path)
                 continue
             if path.name.endswith((STRAY_DIR_SUFFIX, FUTURE_DIR_SUFFIX)):
                 log.info("leaving %s alone: a partition directory put aside, not served", path.name)
@@ -319,9 +325,12 @@ class LogManager:
             if leftover.exists() and not self._quarantine(leftover, topic, partition):
                 raise KafkaStorageError(f"cannot move aside the old directory {leftover.name}")
 
-    def _remove_partition_dir(self, topic: str, partition: int, plog: PartitionLog | None) -> None:
+    def _remove_partition_dir(self, topic: str, partition: int, plog: PartitionLog | None, *,
+                              at_once: bool = False) -> None:
         """Remove one partition directory (and close its log, when open): renamed to
-        ``...-delete`` first, so a crash halfway leaves nothing that looks live. Never raises:
+        ``...-delete`` first, so a crash halfway leaves nothing that looks live, and removed after
+        ``log.segment.delete.delay.ms`` (``at_once``: now, for partitions no client ever saw,
+        those of a creation being undone). Never raises:
         what cannot be removed is logged (a ``-delete`` directory is removed at the next start,
         anything else is put aside as stray)."""
         directory = self.data_dir / f"{topic}-{partition}"
@@ -345,13 +354,24 @@ class LogManager:
                 plog.delete()  # closes its files; its directory has already left its name
             except OSError as exc:
                 log.error("closing the deleted log %s failed: %s", plog.name, exc)
-        if renamed:
+        if renamed and at_once:
             shutil.rmtree(doomed, ignore_errors=True)
+        elif renamed:
+            self._remove_dir_later(doomed)
+
+    def _remove_dir_later(self, doomed: Path) -> None:
+        """Remove a ``-delete`` directory after the broker's ``log.segment.delete.delay.ms``
+        (Kafka's LogManager uses the broker default, not the topic's, for whole logs)."""
+        delay_ms = self.default_config.file_delete_delay_ms
+        log.info("%s goes in %d ms", doomed.name, delay_ms)
+        self.deletions.schedule(delay_ms, doomed.name,
+                                functools.partial(shutil.rmtree, doomed, ignore_errors=True))
 
     def _open_partition(self, meta: TopicMetadata, partition: int, now_ms: int) -> PartitionLog:
         directory = self.data_dir / f"{meta.name}-{partition}"
         fresh = not directory.exists()  # no fsync for a new partition's files (see _loader)
         plog = PartitionLog.open(directory, self._configs[meta.name], now_ms=now_ms)
+        plog.deletions = self.deletions
         if _read_partition_topic_id(directory) != meta.topic_id:
             body = f"version: 0\ntopic_id: {topic_id_to_string(meta.topic_id)}\n"
             atomic_write(directory / PARTITION_METADATA, body.encode(), sync=not fresh)
@@ -425,7 +445,8 @@ class LogManager:
         """Remove the directories a failed creation made (``opened`` are the logs it opened, in
         the order of ``partitions``; the rest may have a directory without an open log)."""
         for i, partition in enumerate(partitions):
-            self._remove_partition_dir(name, partition, opened[i] if i < len(opened) else None)
+            self._remove_partition_dir(name, partition, opened[i] if i < len(opened) else None,
+                                       at_once=True)
 
     def _sync_topics_dir(self) -> None:
         try:
@@ -556,6 +577,7 @@ class LogManager:
     def run_retention(self, now_ms: int | None = None) -> int:
         """Apply retention to every online log; number of segments deleted."""
         now_ms = _now_ms() if now_ms is None else now_ms
+        self.deletions.run_due()
         deleted = 0
         for _, _, plog in self.logs():
             try:
@@ -567,6 +589,7 @@ class LogManager:
     def flush_logs(self, now_ms: int | None = None) -> None:
         """fsync rolled segments and honour ``flush.ms`` on every online log."""
         now_ms = _now_ms() if now_ms is None else now_ms
+        self.deletions.run_due()
         for _, _, plog in self.logs():
             try:
                 plog.maybe_flush(now_ms)
@@ -687,6 +710,7 @@ class LogManager:
         if self._closed:
             return
         self._closed = True
+        self.deletions.cancel()  # files still waiting are removed at the next start
         self.abort_cleaning("the log manager is closing")
         for _, _, plog in self.logs():
             try:

@@ -61,11 +61,12 @@ import shutil
 import struct
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from reference_broker.log._checkpoint import CLEAN_SHUTDOWN_FILE, Checkpoint
-from reference_broker.log._files import atomic_write, fsync_dir, os_error_text
+from reference_broker.log._deletion import DELETED_SUFFIX, DelayedDeletions
+from reference_broker.log._files import atomic_write, fsync_dir, os_error_text, remove_quietly
 from reference_broker.log._validation import validate_append
 from reference_broker.log.config import LogConfig
 from reference_broker.log.index import AbortedTxn
@@ -133,6 +134,8 @@ class PartitionLog:
         self._high_watermark: int | None = None
         #: the high watermark a replicated partition had checkpointed (None if it never was)
         self.checkpointed_high_watermark: int | None = None
+        #: where removed segments wait out ``file.delete.delay.ms`` (the log manager's, shared)
+        self.deletions = DelayedDeletions()
 
     # -- open ----------------------------------------------------------------------------------
 
@@ -726,9 +729,10 @@ class PartitionLog:
     def delete_records_before(self, offset: int, *, now_ms: int | None = None) -> int:
         """DeleteRecords: make ``offset`` the log start offset (-1 = high watermark).
 
-        Whole segments below it are deleted at once. Raises ``OffsetOutOfRangeError`` beyond the
-        high watermark; a smaller offset than the current start is a no-op. Returns the new log
-        start offset (the response's low watermark).
+        Whole segments below it leave the log at once (their files go after
+        ``file.delete.delay.ms``). Raises ``OffsetOutOfRangeError`` beyond the high watermark; a
+        smaller offset than the current start is a no-op. Returns the new log start offset (the
+        response's low watermark).
         """
         self._check_open()
         if offset == -1:
@@ -829,14 +833,40 @@ class PartitionLog:
             self.recovery_point = max(self.recovery_point, self._log_start_offset)
             self._write_checkpoint()
             self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
-            for segment in doomed:
-                segment.delete()
+            self.delete_segment_files(doomed)
             self._cleanup_snapshots()
         except OSError as exc:
             raise self._go_offline(f"segment deletion failed: {os_error_text(exc)}") from exc
         log.info("%s: deleted %d segment(s); log start offset is now %d",
                  self.name, len(doomed), self._log_start_offset)
         return len(doomed)
+
+    def delete_segment_files(self, segments: Sequence[LogSegment]) -> None:
+        """Delete the files of ``segments``, already taken out of the log, as Kafka does: renamed
+        ``.deleted`` now (with the producer snapshot at each one's base offset), removed after
+        ``file.delete.delay.ms`` (see ``_deletion``). Raises OSError if a rename fails."""
+        snapshots = []
+        for segment in segments:
+            segment.rename_for_deletion()
+            snapshot = self.producer_state.snapshot_path(segment.base_offset)
+            target = snapshot.with_name(snapshot.name + DELETED_SUFFIX)
+            try:
+                os.replace(snapshot, target)
+                snapshots.append(target)
+            except FileNotFoundError:
+                pass
+        doomed = list(segments)
+
+        def remove() -> None:
+            for segment in doomed:
+                segment.delete()
+            for path in snapshots:
+                remove_quietly(path)
+
+        what = f"{self.name} segment(s) at {', '.join(str(s.base_offset) for s in doomed)}"
+        delay_ms = self.config.file_delete_delay_ms
+        log.info("%s renamed .deleted; their files go in %d ms", what, delay_ms)
+        self.deletions.schedule(delay_ms, what, remove)
 
     def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
         """Put the cleaner's rewrite ``new`` in place of the consecutive inactive segments ``old``
@@ -886,7 +916,8 @@ class PartitionLog:
         """Close and remove the whole partition directory (DeleteTopics).
 
         The directory is first renamed ``<name>.<random>-delete`` (atomic), so a crash halfway
-        never leaves a partially deleted log that looks live; the log manager removes leftovers.
+        never leaves a partially deleted log that looks live, and removed after
+        ``file.delete.delay.ms``; the log manager removes leftovers.
         """
         self._close_files()
         doomed = self.directory.with_name(f"{self.directory.name}.{uuid.uuid4().hex}-delete")
@@ -895,7 +926,8 @@ class PartitionLog:
         except FileNotFoundError:
             return
         fsync_dir(doomed.parent)
-        shutil.rmtree(doomed, ignore_errors=True)
+        self.deletions.schedule(self.config.file_delete_delay_ms, str(doomed),
+                                functools.partial(shutil.rmtree, doomed, ignore_errors=True))
 
     # -- state checks --------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reference_broker.log._checkpoint import CLEANER_CHECKPOINT_FILE
+from reference_broker.log._deletion import DELETED_SUFFIX
 from reference_broker.log._files import pread_exact, pwrite_all, read_mapped, remove_quietly
 from reference_broker.log.config import LogConfig
 from reference_broker.log.index import (
@@ -63,6 +64,16 @@ log = logging.getLogger("reference_broker.log")
 LOG_SUFFIX = ".log"
 INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 _INT32_MAX = (1 << 31) - 1
+
+
+def _rename_deleted(path: Path) -> Path:
+    """Rename ``path`` to ``<path>.deleted`` (a missing file is fine); returns the new path."""
+    target = path.with_name(path.name + DELETED_SUFFIX)
+    try:
+        os.replace(path, target)
+    except FileNotFoundError:
+        pass
+    return target
 
 
 def segment_stem(base_offset: int) -> str:
@@ -214,13 +225,30 @@ class LogSegment:
             raise error
 
     def delete(self) -> None:
-        """Close and remove the files; the ``.log`` goes first so a crash leaves no half segment."""
+        """Close and remove the files; the ``.log`` goes first so a crash leaves no half segment.
+
+        After :meth:`rename_for_deletion` the files removed are the renamed ones."""
         self.offset_index.discard_pending()
         self.time_index.discard_pending()
         self.close()
         remove_quietly(self.log_path)
         for index in (self.offset_index, self.time_index, self.txn_index):
             remove_quietly(index.path)
+
+    def rename_for_deletion(self) -> None:
+        """Close the files and rename each ``<name>.deleted`` (Kafka's first step of deleting a
+        segment); :meth:`delete` removes them later. The ``.log`` goes first, so a crash between
+        the renames leaves index files without a log, which the loader removes. Descriptors,
+        mappings and slices already handed out keep reading the data until the files are
+        removed (and after, until closed); reopening by name finds the renamed files."""
+        if self.log_path.name.endswith(DELETED_SUFFIX):
+            return
+        self.offset_index.discard_pending()
+        self.time_index.discard_pending()
+        self.close()
+        self.log_path = _rename_deleted(self.log_path)
+        for index in (self.offset_index, self.time_index, self.txn_index):
+            index.path = _rename_deleted(index.path)
 
     def on_become_inactive(self) -> None:
         """Called when the segment stops being the active one (roll/close).

@@ -510,7 +510,7 @@ def test_a_pass_whose_segments_were_deleted_meanwhile_ends_without_a_swap(tmp_pa
 
 def test_deleting_a_log_during_a_pass_aborts_it_and_removes_everything(tmp_path, caplog):
     caplog.set_level(logging.INFO, "reference_broker.log")
-    manager = LogManager(tmp_path, LogConfig(segment_bytes=600))
+    manager = LogManager(tmp_path, LogConfig(segment_bytes=600, file_delete_delay_ms=0))
     try:
         manager.create_topic("gone", 1, {"cleanup.policy": "compact"}, now_ms=1_000)
         plog = manager.get_log("gone", 0)

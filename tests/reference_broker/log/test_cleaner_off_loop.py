@@ -201,7 +201,7 @@ def test_clients_are_served_while_a_large_partition_is_cleaned(broker_factory: A
 
 
 def test_deleting_a_topic_during_a_clean_aborts_it_and_leaves_nothing(broker_factory: Any) -> None:
-    broker = broker_factory(BROKER_CONFIG)
+    broker = broker_factory({**BROKER_CONFIG, "log.segment.delete.delay.ms": 0})  # removed at once
     topic = f"deleted-compacted-{uuid.uuid4().hex[:8]}"
     _fill(broker.bootstrap, topic)
     deadline = time.monotonic() + DEADLINE_S

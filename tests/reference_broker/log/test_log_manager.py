@@ -106,6 +106,9 @@ def test_delete_topic_removes_everything(managers, data_dir, make_batch):
     manager.get_log("gone", 0).append(make_batch(), now_ms=0)
     manager.delete_topic("gone")
     assert manager.topic("gone") is None
+    waiting = [p.name for p in data_dir.iterdir() if p.name.startswith("gone")]
+    assert len(waiting) == 2 and all(name.endswith("-delete") for name in waiting)  # file.delete.delay.ms
+    assert manager.deletions.run_all() == 2
     assert not any(p.name.startswith("gone") for p in data_dir.iterdir())
     manager.close()
     again = managers()
@@ -155,6 +158,8 @@ def test_stray_and_deleted_directories_after_a_crash(managers, data_dir, make_ba
     mismatched = data_dir / "keep-0" / "partition.metadata"
     again = managers()
     assert set(again.topics()) == {"keep"}
+    assert leftover.exists()  # removed after log.segment.delete.delay.ms, as Kafka does
+    again.deletions.run_all()
     assert not stray.exists() and not beyond.exists() and not leftover.exists()
     strays = [p.name for p in data_dir.iterdir() if p.name.endswith("-stray")]
     assert len(strays) == 2  # quarantined, not deleted
