@@ -1,6 +1,7 @@
 """The raft APIs of the controller listener (Kafka's ControllerApis): Vote, BeginQuorumEpoch,
-EndQuorumEpoch, Fetch and FetchSnapshot of ``__cluster_metadata``, DescribeQuorum and ApiVersions (which lists
-this registry's APIs, not the broker listener's)."""
+EndQuorumEpoch, Fetch and FetchSnapshot of ``__cluster_metadata``, DescribeQuorum, DescribeCluster
+(the voters' controller endpoints, so admin clients bootstrapped to controllers find the active
+one) and ApiVersions (which lists this registry's APIs, not the broker listener's)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from typing import Any
 
 from reference_broker.handlers.api_versions import _api_list
+from reference_broker.handlers.api_versions import _features as _broker_features
 from reference_broker.handlers.api_versions import error_response as api_versions_error
 from reference_broker.raft import wire
 from reference_broker.raft.core import LEADER
@@ -135,10 +137,15 @@ def _describe_quorum(broker: Any, ctx: Any, request: Any) -> Any:
         return cls(error_code=0, topics=[cls.TopicData(topic_name=TOPIC, partitions=[part])])
     voters: list[Any] = []
     observers: list[Any] = []
+    now_ms, wall_ms = _now_ms(), int(time.time() * 1000)
     for replica_id, state in sorted(core.replica_states().items()):
+        # wall-clock times as Kafka reports them; the leader's own log is current now
+        if replica_id == core.node_id:
+            seen = wall_ms
+        else:
+            seen = -1 if state.last_fetch_ms < 0 else wall_ms - (now_ms - state.last_fetch_ms)
         entry = pd.ReplicaState(replica_id=replica_id, log_end_offset=state.end_offset,
-                                last_fetch_timestamp=state.last_fetch_ms,
-                                last_caught_up_timestamp=state.last_fetch_ms)
+                                last_fetch_timestamp=seen, last_caught_up_timestamp=seen)
         (voters if replica_id in core.voters else observers).append(entry)
     hw = core.high_watermark
     part = pd(partition_index=0, error_code=0, leader_id=core.node_id, leader_epoch=core.epoch,
@@ -147,11 +154,61 @@ def _describe_quorum(broker: Any, ctx: Any, request: Any) -> Any:
     return cls(error_code=0, topics=[cls.TopicData(topic_name=TOPIC, partitions=[part])])
 
 
+_ENDPOINT_CONTROLLERS = 2
+#: metadata.version levels a node supports (Kafka 4.1: 3.3-IV3 .. 4.1-IV1)
+_METADATA_VERSION_RANGE = (7, 27)
+
+
+def _controller_features(broker: Any, version: int) -> dict[str, Any]:
+    """ApiVersions v3+ features on the controller listener, as Kafka's controllers answer: the
+    supported ranges (metadata.version and the broker's own) and the finalized levels of the
+    committed metadata image, whose offset is their epoch (``kafka-features
+    --bootstrap-controller describe`` reads these)."""
+    features = _broker_features(broker, version)
+    cls = m.ApiVersionsResponse
+    low, high = _METADATA_VERSION_RANGE
+    supported = [cls.SupportedFeatureKey(name="metadata.version", min_version=low,
+                                         max_version=high)]
+    supported += [f for f in features["supported_features"] if f.name != "metadata.version"]
+    loader = getattr(broker, "metadata_loader", None)
+    image = None if loader is None else loader.image
+    if image is None or image.offset < 0:
+        return {**features, "supported_features": supported}
+    finalized = [cls.FinalizedFeatureKey(name=name, max_version_level=level,
+                                         min_version_level=level)
+                 for name, level in sorted(image.features.items()) if level > 0]
+    return {"supported_features": supported, "finalized_features_epoch": image.offset,
+            "finalized_features": finalized}
+
+
+def _describe_cluster(broker: Any, ctx: Any, request: Any) -> Any:
+    """Kafka's ControllerApis.handleDescribeCluster: only controller endpoints (type 2) are
+    described here; the controller id is the raft leader's, -1 while none is known."""
+    cls = m.DescribeClusterResponse
+    if request.endpoint_type != _ENDPOINT_CONTROLLERS:
+        known = request.endpoint_type == 1
+        code = (_INVALID_REQUEST if ctx.api_version == 0 else
+                ErrorCode.MISMATCHED_ENDPOINT_TYPE if known else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE)
+        message = ("The request was sent to an endpoint of type CONTROLLER, but we wanted an"
+                   " endpoint of type BROKER" if known
+                   else f"Unsupported endpoint type {request.endpoint_type}")
+        return cls(error_code=code, error_message=message)
+    voters = getattr(broker, "quorum_voters", None) or {}
+    core = _core(broker)
+    leader = -1 if core is None or core.leader_id is None else core.leader_id
+    return cls(error_code=0, endpoint_type=_ENDPOINT_CONTROLLERS, cluster_id=broker.cluster_id,
+               controller_id=leader if leader in voters else -1,
+               brokers=[cls.DescribeClusterBroker(broker_id=node, host=host, port=port)
+                        for node, (host, port) in sorted(voters.items())])
+
+
 def install(registry: Any) -> None:
     """Register the raft APIs and ApiVersions into the controller listener's registry."""
 
     def api_versions(broker: Any, ctx: Any, request: Any) -> Any:
-        return m.ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_list(registry))
+        features = _controller_features(broker, ctx.api_version) if ctx.api_version >= 3 else {}
+        return m.ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_list(registry),
+                                     **features)
 
     registry.register(18, api_versions, error_response=api_versions_error)
     registry.register(52, _vote)
@@ -160,6 +217,7 @@ def install(registry: Any) -> None:
     registry.register(1, _fetch)
     registry.register(55, _describe_quorum)
     registry.register(59, _fetch_snapshot)
+    registry.register(60, _describe_cluster)
 
 
 async def _describe_quorum_forwarded(broker: Any, ctx: Any, request: Any) -> Any:

@@ -15,7 +15,7 @@ import pytest
 
 from reference_broker.network.peer import PeerConnection, PeerConnectionError
 from reference_broker.testing import BrokerProcess
-from sdk.protocol.messages import DescribeQuorumRequest
+from sdk.protocol.messages import DescribeClusterRequest, DescribeQuorumRequest
 from tests.apache_kafka import unavailable_reason
 from tests.oracles.kafka_tools import run_tool
 
@@ -38,6 +38,18 @@ def until(condition: Callable[[], Any], what: str, timeout: float = 20.0) -> Any
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting until {what}")
+
+
+def describe_cluster(host: str, port: int, endpoint_type: int) -> Any:
+    async def ask() -> Any:
+        conn = PeerConnection(host, port, client_id="quorum-test", connect_timeout_s=2,
+                              request_timeout_s=2)
+        try:
+            return await conn.send(DescribeClusterRequest(endpoint_type=endpoint_type))
+        finally:
+            await conn.close()
+
+    return asyncio.run(ask())
 
 
 def describe_quorum(host: str, port: int) -> Any:
@@ -113,12 +125,30 @@ def test_one_leader_then_a_new_one_in_a_higher_epoch_after_kill(quorum: Any) -> 
     follower = nodes[leader % NODES]  # a broker listener of a node that does not lead
     via_broker = describe_quorum(follower.host, follower.port)
     assert (via_broker.error_code, via_broker.leader_id, via_broker.leader_epoch) == (0, leader, epoch)
-    if unavailable_reason() is None:  # Kafka's own tool, when its jars are there
+    # DescribeCluster on a controller listener describes the voters' controller endpoints
+    described_cluster = describe_cluster(*controllers[leader % NODES], endpoint_type=2)
+    assert (described_cluster.error_code, described_cluster.endpoint_type,
+            described_cluster.controller_id) == (0, 2, leader)
+    assert [(b.broker_id, b.host, b.port) for b in described_cluster.brokers] == [
+        (n, h, p) for n, (h, p) in enumerate(controllers, 1)]
+    assert describe_cluster(*controllers[0], endpoint_type=1).error_code == 114  # MISMATCHED
+    if unavailable_reason() is None:  # Kafka's own tools, when its jars are there
         status = run_tool("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-server",
                           follower.bootstrap, "describe", "--status")
         assert status.returncode == 0, status.stderr
         assert f"LeaderId:               {leader}\n" in status.stdout
         assert '[{"id": 1}, {"id": 2}, {"id": 3}]' in status.stdout
+        host, port = controllers[leader % NODES]
+        a_controller = f"{host}:{port}"
+        via_controller = run_tool("org.apache.kafka.tools.MetadataQuorumCommand",
+                                  "--bootstrap-controller", a_controller, "describe", "--status")
+        assert via_controller.returncode == 0, via_controller.stderr
+        assert f"LeaderId:               {leader}\n" in via_controller.stdout
+        features = run_tool("org.apache.kafka.tools.FeatureCommand", "--bootstrap-controller",
+                            a_controller, "describe")
+        assert features.returncode == 0, features.stderr
+        assert "Feature: metadata.version\tSupportedMinVersion: 3.3-IV3" in features.stdout
+        assert "FinalizedVersionLevel: 4.1-IV1" in features.stdout, features.stdout
     nodes[leader - 1].kill()
     alive = [i for i in range(NODES) if i != leader - 1]
     new_leader, new_epoch, _ = until(
