@@ -443,14 +443,15 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "log.dirs",
             _B.STRING,
             None,
-            "Kafka's data directories. Not read: the data directory is --data-dir (DescribeConfigs "
-            "reports it here).",
+            "Kafka's data directories. The data directory is --data-dir (DescribeConfigs reports it"
+            " here); a value naming another directory, or several, is refused at start.",
         ),
         ConfigKey(
             "log.dir",
             _B.STRING,
             None,
-            "Kafka's data directory. Not read: the data directory is --data-dir (reported as log.dirs).",
+            "Kafka's data directory. The data directory is --data-dir (reported as log.dirs); a value"
+            " naming another directory is refused at start.",
         ),
         ConfigKey(
             "num.partitions",
@@ -1509,6 +1510,7 @@ class BrokerConfig:
             for listener in settings.get(key, []):
                 _split_listener(listener)
         _check_cleaner_buffer(settings)
+        _check_data_dir(settings, Path(data_dir))
         if event_loop not in EVENT_LOOPS:
             raise ConfigError(f"event loop: {event_loop!r} is not one of {', '.join(EVENT_LOOPS)}")
         config = cls(
@@ -1634,6 +1636,22 @@ class BrokerConfig:
 
     def topic_default_source(self, topic_key: str) -> ConfigSource:
         return self.source(TOPIC_TO_BROKER_KEY[topic_key])
+
+
+def _check_data_dir(settings: Mapping[str, Any], data_dir: Path) -> None:
+    """``log.dirs`` / ``log.dir`` must name the one data directory (``--data-dir``) when given: a
+    Kafka config file's other directory would otherwise be ignored while data went elsewhere."""
+    for key in ("log.dirs", "log.dir"):
+        value = settings.get(key)
+        if value is None:
+            continue
+        dirs = [part.strip() for part in value.split(",") if part.strip()]
+        if len(dirs) != 1:
+            raise ConfigError(f"{key}: {value!r}: this broker keeps its data in one directory,"
+                              f" the --data-dir {data_dir}")
+        if Path(dirs[0]).expanduser().resolve() != data_dir.expanduser().resolve():
+            raise ConfigError(f"{key}: {dirs[0]!r} is not the data directory --data-dir {data_dir}"
+                              " (the data would be kept there, not here)")
 
 
 def _check_cleaner_buffer(settings: Mapping[str, Any]) -> None:
