@@ -137,14 +137,35 @@ def _cost_rank(item: pytest.Item) -> int:
     return 3
 
 
+#: The modules that take longest on the 2-core CI machine (a minute or more each: Spark driver
+#: kills, the 3-node Kafka cluster, fault workloads, benchmark smoke runs), longest first. They are
+#: handed out before every other module, in this order: one of them started last would end the run
+#: on a single busy worker while the others are idle.
+LONGEST_MODULES = (
+    "tests/benchmarks/test_scripts.py",
+    "tests/oracles/test_sdk_on_kafka_cluster.py",
+    "tests/spark_integration/test_driver_crash.py",
+    "tests/tools/anomaly/test_workload.py",
+    "tests/spark_integration/test_two_phase_stream.py",
+    "tests/spark_integration/test_sink_apache_kafka.py",
+    "tests/spark_integration/test_pipeline_crash.py",
+    "tests/oracles/test_kafka_cli_tools.py",
+    "tests/spark_integration/test_prefix_ownership.py",
+)
+
+
 def order_modules_slowest_first(items: list[pytest.Item]) -> None:
-    """Stable-sort ``items`` by the rank of their module (its slowest test's): a module with a
-    ``slow`` test first, then one with an Apache Kafka test, then other interop, then unit; each
-    module keeps the order pytest gave its tests."""
-    module_rank: dict[str, int] = {}
+    """Stable-sort ``items`` by the rank of their module: the ``LONGEST_MODULES`` first, in their
+    order, then by the module's slowest test: a module with a ``slow`` test, then one with an
+    Apache Kafka test, then other interop, then unit; each module keeps the order pytest gave its
+    tests."""
+    module_rank: dict[str, tuple[int, int]] = {}
     for item in items:
         module = _module_of(item)
-        module_rank[module] = min(module_rank.get(module, 3), _cost_rank(item))
+        if module in LONGEST_MODULES:
+            module_rank[module] = (-1, LONGEST_MODULES.index(module))
+        else:
+            module_rank[module] = min(module_rank.get(module, (3, 0)), (_cost_rank(item), 0))
     items.sort(key=lambda item: module_rank[_module_of(item)])
 
 
