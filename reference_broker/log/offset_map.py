@@ -27,10 +27,7 @@ __all__ = ["ENTRY_BYTES", "KeyOffsetMap"]
 ENTRY_BYTES = 24
 _DIGEST_PAIR = struct.Struct("<QQ")
 _EMPTY = 0  # the offset word of an empty slot (offsets are stored plus one)
-
-
-def _md5(key: bytes) -> bytes:
-    return hashlib.md5(key, usedforsecurity=False).digest()
+_md5 = hashlib.md5
 
 
 class KeyOffsetMap:
@@ -39,9 +36,9 @@ class KeyOffsetMap:
     ``memory``: the most bytes the table may take (at least two slots). ``load_factor``: the share
     of the slots it fills before it is full, in (0, 1]; one slot always stays empty, so a probe for
     a key not in the map ends. ``max_keys``: an upper bound on the distinct keys that will be put
-    (the number of offsets of the range to map); the table is made no larger than that needs, so a
-    small log does not take the whole configured memory, and the map becomes full exactly when a
-    map of ``memory`` bytes would.
+    (the number of offsets of the range to map); the table is then made no larger than twice what
+    that needs (probes stay short at half the load factor), so a small log does not take the whole
+    configured memory, and the map becomes full exactly when a map of ``memory`` bytes would.
     """
 
     __slots__ = ("_buffer", "_size", "_table", "capacity", "latest_offset", "slots")
@@ -55,7 +52,7 @@ class KeyOffsetMap:
         slots = _prime_at_most(most)
         if max_keys is not None:
             max_keys = max(max_keys, 0)
-            needed = max(max_keys + 1, math.ceil(max_keys / load_factor) + 1)
+            needed = max(max_keys + 1, math.ceil(2 * max_keys / load_factor) + 1)
             if needed < slots:
                 slots = _prime_at_least(needed)
         #: number of slots of the table
@@ -83,7 +80,7 @@ class KeyOffsetMap:
         """Record that ``key`` has a record at ``offset`` (later puts win: offsets only grow).
 
         ValueError when a new key is put in a full map."""
-        low, high = _DIGEST_PAIR.unpack(_md5(key))
+        low, high = _DIGEST_PAIR.unpack(_md5(key, usedforsecurity=False).digest())
         table, slots = self._table, self.slots
         slot = low % slots
         step = high % (slots - 1) + 1
@@ -108,7 +105,7 @@ class KeyOffsetMap:
 
     def get(self, key: bytes) -> int:
         """Offset of ``key``'s latest mapped record, -1 when the key is not mapped."""
-        low, high = _DIGEST_PAIR.unpack(_md5(key))
+        low, high = _DIGEST_PAIR.unpack(_md5(key, usedforsecurity=False).digest())
         table, slots = self._table, self.slots
         slot = low % slots
         step = high % (slots - 1) + 1
