@@ -32,6 +32,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -265,11 +266,15 @@ class KafkaNode:
         return {key: str(value) for key, value in settings.items()}
 
     def _java(self, main_class: str, *args: str) -> list[str]:
-        return java_command(main_class, *args, jvm_options=self._jvm_options())
+        return java_command(main_class, *args, jvm_options=self._jvm_options(main_class))
 
-    def _jvm_options(self) -> list[str]:
+    def _jvm_options(self, main_class: str = "kafka.Kafka") -> list[str]:
+        """The broker runs with the client compiler only: on 2 cores the server compiler's
+        threads compete with the start-up itself, and no test runs a node long enough to need
+        its code. A one-shot tool (the storage format) also gets the serial collector."""
+        collector = "-XX:+UseG1GC" if main_class == "kafka.Kafka" else "-XX:+UseSerialGC"
         return [
-            "-Xms128m", "-Xmx768m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            "-Xms128m", "-Xmx768m", collector, "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
         ]
 
@@ -278,6 +283,11 @@ class KafkaNode:
         lines = [f"{key}={value}" for key, value in self.server_properties().items()]
         self.properties_path.write_text("\n".join(lines) + "\n")
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(path=self.log_path))
+
+    def format(self) -> None:
+        """Format the node's storage (once; ``launch`` does it when it has not been done)."""
+        if not self._formatted:
+            self._format()
 
     def _format(self) -> None:
         self._write_config()
@@ -430,6 +440,9 @@ class KafkaCluster:
         attempts = 1 if self._started_once else 3
         for attempt in range(attempts):
             try:
+                # Each format is a JVM of its own: the nodes' run side by side.
+                with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
+                    list(pool.map(KafkaNode.format, self.nodes))
                 for node in self.nodes:
                     node.launch()  # a quorum needs its voters up together
                 for node in self.nodes:
