@@ -1,16 +1,23 @@
-"""Broker keys that name something the broker decides otherwise are refused at start, never
-ignored: ``log.dirs`` / ``log.dir`` other than the data directory, and KIP-848 session and
-heartbeat settings outside their ``group.consumer.min/max`` bounds (Kafka's
-GroupCoordinatorConfig checks)."""
+"""Broker keys take effect or are refused, never ignored: ``log.dirs`` / ``log.dir`` other than
+the data directory and KIP-848 session and heartbeat settings outside their
+``group.consumer.min/max`` bounds (Kafka's GroupCoordinatorConfig checks) stop the start;
+``min.insync.replicas`` above the replica count counts as the replica count, as in Kafka."""
 
 from __future__ import annotations
 
+import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from reference_broker.config import BrokerConfig, ConfigError
 from reference_broker.testing import BrokerProcess, BrokerStartError
+from sdk.protocol.errors import ErrorCode
+from sdk.protocol.messages import CreateTopicsRequest, ProduceRequest
+from sdk.records import RecordBatchBuilder
+from tests.reference_broker.wire import WireClient
 
 
 @pytest.mark.parametrize("key", ["log.dirs", "log.dir"])
@@ -44,3 +51,40 @@ def test_the_broker_process_refuses_to_start(properties: dict[str, object], mess
         assert message in str(failure.value)
     finally:
         broker.stop()
+
+
+@pytest.fixture(params=["reference_broker", pytest.param("apache_kafka", marks=pytest.mark.apache_kafka)])
+def bootstrap(request: pytest.FixtureRequest, broker: Any) -> str:
+    """Our broker, or Apache Kafka (the oracle), as a bootstrap address."""
+    if request.param == "reference_broker":
+        return str(broker.bootstrap)
+    return str(request.getfixturevalue("apache_kafka").bootstrap)
+
+
+def _produce(bootstrap: str, topic: str, acks: int) -> tuple[int, str | None]:
+    batch = RecordBatchBuilder()
+    batch.append(0, b"k", b"v")
+    request = ProduceRequest(acks=acks, timeout_ms=5_000, topic_data=[ProduceRequest.TopicProduceData(
+        name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch.build())])])
+    with WireClient(bootstrap) as wire:
+        answer = wire.request(request, 9).responses[0].partition_responses[0]
+    return answer.error_code, answer.error_message
+
+
+def test_min_insync_replicas_is_capped_at_the_replica_count(bootstrap: str) -> None:
+    """``min.insync.replicas`` above the replication factor counts as the replication factor
+    (Kafka's Partition.effectiveMinIsr): a single replica takes acks=all writes."""
+    topic = f"min-isr-{uuid.uuid4().hex[:8]}"
+    config = CreateTopicsRequest.CreatableTopicConfig(name="min.insync.replicas", value="2")
+    creatable = CreateTopicsRequest.CreatableTopic(
+        name=topic, num_partitions=1, replication_factor=1, configs=[config])
+    with WireClient(bootstrap) as wire:
+        created = wire.request(CreateTopicsRequest(timeout_ms=20_000, topics=[creatable]), 5)
+    assert created.topics[0].error_code == 0, created.topics[0].error_message
+    deadline = time.monotonic() + 30
+    answer = _produce(bootstrap, topic, -1)
+    while answer[0] in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_LEADER_OR_FOLLOWER):
+        assert time.monotonic() < deadline, "the new topic never got a leader"
+        time.sleep(0.1)
+        answer = _produce(bootstrap, topic, -1)
+    assert answer == (0, None)
