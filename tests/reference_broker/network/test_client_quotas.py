@@ -145,7 +145,7 @@ def test_describe_filters_match_kafka(broker_factory: BrokerFactory, apache_kafk
         ],
         validate_only=False,
     )
-    filters = [
+    filters: list[tuple[list[tuple[str, int, str | None]], bool]] = [
         ([("client-id", 0, f"a-{tag}")], True),
         ([("client-id", 0, f"a-{tag}")], False),
         ([("user", 0, f"u-{tag}")], False),
@@ -281,7 +281,7 @@ def _consume_for(bootstrap: str, topic: str, client_id: str, seconds: float) -> 
         while time.monotonic() - started < seconds:
             msg = consumer.poll(0.2)
             if msg is not None and msg.error() is None:
-                consumed += len(msg.value())
+                consumed += len(msg.value() or b"")
         rate = consumed / (time.monotonic() - started)
     finally:
         consumer.close()
