@@ -107,6 +107,12 @@ def _load_keystore(context: ssl.SSLContext, listener: str, lookup: Lookup) -> No
 def _load_truststore(context: ssl.SSLContext, lookup: Lookup) -> bool:
     location = lookup("ssl.truststore.location")
     certificates = lookup("ssl.truststore.certificates")
+    if lookup("ssl.truststore.password"):  # Kafka's DefaultSslEngineFactory refuses it too
+        raise ListenerError(
+            "ssl.truststore.password: SSL trust store password cannot be specified for PEM format"
+            if location or certificates else
+            "ssl.truststore.password: SSL trust store is not specified, but trust store password is"
+            " specified")
     if not location and not certificates:
         return False
     _store_type("ssl.truststore.type", lookup)

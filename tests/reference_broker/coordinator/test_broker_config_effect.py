@@ -88,3 +88,25 @@ def test_min_insync_replicas_is_capped_at_the_replica_count(bootstrap: str) -> N
         time.sleep(0.1)
         answer = _produce(bootstrap, topic, -1)
     assert answer == (0, None)
+
+
+@pytest.mark.parametrize("with_truststore", [True, False])
+def test_a_truststore_password_is_refused_as_kafka_refuses_it(tmp_path: Path, with_truststore: bool) -> None:
+    """PEM truststores have no password: Kafka's DefaultSslEngineFactory refuses one, with or
+    without a truststore, rather than ignore it."""
+    from reference_broker.security.listeners import ListenerError
+    from reference_broker.security.tls import server_context
+    from tests.reference_broker.security.certs import CertificateAuthority
+
+    ca = CertificateAuthority(tmp_path)
+    settings: dict[str, Any] = {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(ca.issue("localhost", server=True).keystore),
+        "ssl.truststore.password": "secret",
+    }
+    if with_truststore:
+        settings.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.pem)})
+    with pytest.raises(ListenerError, match=r"^ssl\.truststore\.password: SSL trust store"):
+        server_context("SSL", settings.get)
+    del settings["ssl.truststore.password"]
+    assert server_context("SSL", settings.get) is not None
