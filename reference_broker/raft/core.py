@@ -538,9 +538,9 @@ class RaftCore:
         self._download = None
         try:
             download.freeze()
-        except SnapshotError:
+        except SnapshotError:  # not a whole snapshot: drop it; the next Fetch starts over
             download.abandon()
-            raise
+            return
         self.log.snapshot_added(download.snapshot_id)
         self._install_snapshot(download.snapshot_id)
 

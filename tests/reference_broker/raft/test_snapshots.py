@@ -19,7 +19,9 @@ from reference_broker.raft.messages import (
     SNAPSHOT_NOT_FOUND,
     BeginQuorumEpochRequest,
     FetchRequest,
+    FetchResponse,
     FetchSnapshotRequest,
+    FetchSnapshotResponse,
     VoteRequest,
 )
 from reference_broker.raft.serde import batch_records, build_control_record_batch
@@ -253,3 +255,19 @@ def test_control_record_values_are_the_bare_message_as_kafka_writes_them() -> No
     (record,) = list(batch.iter_records())
     assert record.value == b"\x00\x00" + bytes(range(1, 9)) + b"\x00"
     assert isinstance(batch_records(batch)[0], SnapshotHeaderRecord)
+
+
+def test_a_downloaded_snapshot_that_is_not_whole_is_dropped_and_the_log_kept(tmp_path: Path) -> None:
+    follower = make(tmp_path, 2)
+    follower.handle_begin_quorum_epoch(BeginQuorumEpochRequest(1, 1), 0)
+    follower.handle_fetch_response(1, FetchResponse(0, 1, 1, 0, snapshot_id=(50, 1)), 0)
+    follower.poll(0)
+    (out,) = follower.take_outbox()
+    assert isinstance(out.request, FetchSnapshotRequest) and out.request.position == 0
+    follower.handle_fetch_snapshot_response(
+        1, FetchSnapshotResponse(0, 1, 1, (50, 1), 4, 0, b"junk"), 0)
+    assert follower.log.snapshots == [] and follower.take_snapshot_to_load() is None
+    assert not list(follower.log.directory.glob("0*-0*.checkpoint*"))
+    follower.poll(0)
+    (again,) = follower.take_outbox()
+    assert isinstance(again.request, FetchRequest)  # starts over with a Fetch
