@@ -841,13 +841,20 @@ class PartitionLog:
                  self.name, len(doomed), self._log_start_offset)
         return len(doomed)
 
-    def delete_segment_files(self, segments: Sequence[LogSegment]) -> None:
+    def delete_segment_files(self, segments: Sequence[LogSegment], *,
+                             replaced_at: int | None = None) -> None:
         """Delete the files of ``segments``, already taken out of the log, as Kafka does: renamed
-        ``.deleted`` now (with the producer snapshot at each one's base offset), removed after
-        ``file.delete.delay.ms`` (see ``_deletion``). Raises OSError if a rename fails."""
+        ``.deleted`` now (with the producer snapshot at each one's base offset, except
+        ``replaced_at``, where a cleaner swap's new segment starts), removed after
+        ``file.delete.delay.ms`` (see ``_deletion``). Raises OSError if a rename fails.
+
+        The cleaner's swap calls it between putting the ``.swap`` file in place and renaming it
+        to ``.log`` (Kafka's LocalLog.replaceSegments), so a crash leaves the swap to finish."""
         snapshots = []
         for segment in segments:
             segment.rename_for_deletion()
+            if segment.base_offset == replaced_at:
+                continue
             snapshot = self.producer_state.snapshot_path(segment.base_offset)
             target = snapshot.with_name(snapshot.name + DELETED_SUFFIX)
             try:

@@ -115,3 +115,16 @@ def test_file_delete_delay_is_a_topic_config_with_the_broker_default():
     assert broker.to_properties()["file.delete.delay.ms"] == "5"
     with pytest.raises(ValueError, match=r"file\.delete\.delay\.ms"):
         LogConfig.from_properties({"file.delete.delay.ms": "-1"})
+
+
+def test_a_replaced_segment_keeps_the_producer_snapshot_at_its_base(open_log, make_batch, log_dir):
+    """A cleaner swap's new segment starts where the first old one did: that snapshot stays."""
+    plog = _filled(open_log, make_batch)
+    old = plog.segments[1:3]
+    snapshots = [log_dir / (segment_stem(s.base_offset) + ".snapshot") for s in old]
+    for path in snapshots:
+        path.write_bytes(b"")  # stand-ins: only their names matter here
+    plog.delete_segment_files(old, replaced_at=old[0].base_offset)
+    assert snapshots[0].exists() and not snapshots[1].exists()
+    assert (log_dir / (snapshots[1].name + ".deleted")).exists()
+    assert (log_dir / (segment_stem(old[0].base_offset) + ".log.deleted")).exists()
