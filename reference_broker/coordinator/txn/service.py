@@ -91,6 +91,8 @@ class StorageTxnStore:
                 self.num_partitions,
                 {
                     "cleanup.policy": "compact",
+                    # Kafka's TransactionStateManager.transactionTopicConfigs
+                    "min.insync.replicas": str(self.config.get("transaction.state.log.min.isr")),
                     **segment_size_configs(int(self.config.get("transaction.state.log.segment.bytes"))),
                 },
             )

@@ -1,7 +1,8 @@
 """Broker keys take effect or are refused, never ignored: ``log.dirs`` / ``log.dir`` other than
 the data directory and KIP-848 session and heartbeat settings outside their
 ``group.consumer.min/max`` bounds (Kafka's GroupCoordinatorConfig checks) stop the start;
-``min.insync.replicas`` above the replica count counts as the replica count, as in Kafka."""
+``min.insync.replicas`` above the replica count counts as the replica count, as in Kafka;
+``transaction.state.log.min.isr`` and ``ssl.truststore.password`` act as in Kafka."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from reference_broker.config import BrokerConfig, ConfigError
 from reference_broker.testing import BrokerProcess, BrokerStartError
 from sdk.protocol.errors import ErrorCode
-from sdk.protocol.messages import CreateTopicsRequest, ProduceRequest
+from sdk.protocol.messages import CreateTopicsRequest, DescribeConfigsRequest, ProduceRequest
 from sdk.records import RecordBatchBuilder
 from tests.reference_broker.wire import WireClient
 
@@ -110,3 +111,27 @@ def test_a_truststore_password_is_refused_as_kafka_refuses_it(tmp_path: Path, wi
         server_context("SSL", settings.get)
     del settings["ssl.truststore.password"]
     assert server_context("SSL", settings.get) is not None
+
+
+def _topic_configs(bootstrap: str, topic: str) -> dict[str, str | None]:
+    request = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=2, resource_name=topic, configuration_keys=None)])
+    with WireClient(bootstrap) as wire:
+        result = wire.request(request, 4).results[0]
+    assert result.error_code == 0, result.error_message
+    return {entry.name: entry.value for entry in result.configs}
+
+
+def test_transaction_state_log_min_isr_sets_the_transaction_topic_min_isr(broker_factory: Any) -> None:
+    """Kafka creates ``__transaction_state`` with ``min.insync.replicas`` =
+    ``transaction.state.log.min.isr``; transactions still commit on one replica (the value is
+    capped at the replica count)."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    broker = broker_factory({"transaction.state.log.min.isr": 3})
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap,
+                                         "transactional.id": f"min-isr-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("min-isr-topic", b"v")
+    producer.commit_transaction(30)
+    assert _topic_configs(broker.bootstrap, "__transaction_state")["min.insync.replicas"] == "3"
