@@ -4,8 +4,8 @@ Versions served and per-version notes:
 
 - v0-2, flexible from v0. v1+ endpoint_type (KIP-919): brokers (1) are described; controller
   endpoints (2) are served only by KRaft controllers' own listeners, so they get
-  UNSUPPORTED_ENDPOINT_TYPE. v2's include_fenced_brokers (KIP-1073) changes nothing: this node is
-  never fenced.
+  MISMATCHED_ENDPOINT_TYPE, and any other type UNSUPPORTED_ENDPOINT_TYPE, with Kafka's messages.
+  v2's include_fenced_brokers (KIP-1073) changes nothing: this node is never fenced.
 """
 
 from __future__ import annotations
@@ -22,18 +22,24 @@ if TYPE_CHECKING:
 
 API_KEY = DescribeClusterRequest.API_KEY
 ENDPOINT_BROKERS = 1
+ENDPOINT_CONTROLLERS = 2
 
 
-def handle(
-    broker: Broker, ctx: RequestContext, request: DescribeClusterRequest
-) -> DescribeClusterResponse:
+def handle(broker: Broker, ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     if request.endpoint_type != ENDPOINT_BROKERS:
-        # Controller endpoints (KIP-919) are only served by KRaft controllers' own listeners.
-        return DescribeClusterResponse(
-            error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
-            endpoint_type=request.endpoint_type,
-            error_message="this listener only describes brokers",
+        # As Kafka's AuthHelper: a type it does not know, or controllers (served only by KRaft
+        # controllers' own listeners); the answer keeps the schema's default endpoint type.
+        known = request.endpoint_type == ENDPOINT_CONTROLLERS
+        if ctx.api_version == 0:
+            code = ErrorCode.INVALID_REQUEST
+        else:
+            code = ErrorCode.MISMATCHED_ENDPOINT_TYPE if known else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+        message = (
+            "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER"
+            if known
+            else f"Unsupported endpoint type {request.endpoint_type}"
         )
+        return DescribeClusterResponse(error_code=code, error_message=message)
     if getattr(broker, "metadata_publisher", None) is not None:  # cluster mode: the metadata image
         from reference_broker.cluster.metadata_publisher import describe_cluster_response
 
