@@ -133,6 +133,15 @@ def _gzip_level(key: str, raw: Any) -> int:
     return value
 
 
+def _no_tiered_storage(key: str, value: str) -> str:
+    """``remote.storage.enable=true`` is refused, with Kafka's message for a broker whose
+    ``remote.log.storage.system.enable`` is false (this broker has no tiered storage)."""
+    if value == "true":
+        raise ValueError("Tiered Storage functionality is disabled in the broker. Topic cannot be"
+                         " configured with remote log storage.")
+    return value
+
+
 def _text(key: str, raw: Any) -> str:
     return str(raw)
 
@@ -151,7 +160,7 @@ _PASSTHROUGH_TOPIC_KEYS: dict[str, Callable[[str, Any], Any]] = {
     "local.retention.ms": lambda k, v: _long(-2)(k, v),
     "min.insync.replicas": lambda k, v: _int(1)(k, v),
     "preallocate": _boolean,
-    "remote.storage.enable": _boolean,
+    "remote.storage.enable": lambda k, v: _no_tiered_storage(k, _boolean(k, v)),
     "remote.log.copy.disable": _boolean,
     "remote.log.delete.on.disable": _boolean,
     "unclean.leader.election.enable": _boolean,
