@@ -27,6 +27,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from tests.spark_integration.class_archive import driver_java_options
+
 JAVA_WRAPPER = """\
 #!/bin/bash
 # An executor of a local-cluster on a loopback address of its own: 127.0.0.<executor id + 2>.
@@ -72,7 +74,7 @@ def speculative_session(app_name: str, workdir: Path, event_log: Path) -> Any:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+        .config("spark.driver.extraJavaOptions", driver_java_options())
         .config("spark.executor.extraJavaOptions", JVM_OPTIONS)
         .config("spark.executorEnv.JAVA_HOME", str(executor_java_home(workdir)))
         .config("spark.speculation", "true")

@@ -21,6 +21,10 @@ from pyspark.sql import SparkSession
 import spark_integration
 from spark_integration import FORMAT
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.spark_integration.class_archive import driver_java_options
+
 
 def main() -> int:
     parser = argparse.ArgumentParser()
@@ -36,7 +40,6 @@ def main() -> int:
     parser.add_argument("--kill-after-intent", help="two-phase: batch whose intent kills the driver")
     args = parser.parse_args()
     if args.cluster is not None:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
         from tests.spark_integration.cluster import speculative_session
 
         spark = speculative_session("stream_driver", args.cluster, args.cluster / "events")
@@ -46,7 +49,7 @@ def main() -> int:
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+            .config("spark.driver.extraJavaOptions", driver_java_options())
             .getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
