@@ -605,8 +605,9 @@ class CleaningPass:
         os.replace(output.path, swap_path)  # the commit point
         self._outputs.discard(output.path)
         fsync_dir(directory)
-        for segment in group.segments:
-            segment.delete()
+        # The replaced files wait as ``.deleted`` for file.delete.delay.ms (readers holding them
+        # read on), as Kafka's replaceSegments; a crash before the rename below finishes the swap.
+        plog.delete_segment_files(group.segments, replaced_at=base)
         _finish_swap(directory, base)
         segment = output.segment
         segment.size = segment.log_path.stat().st_size

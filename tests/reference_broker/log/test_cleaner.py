@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -539,3 +541,24 @@ def test_closing_the_manager_during_a_pass_aborts_it_and_leaves_the_log_whole(tm
         assert set(_latest(rows, rows[-1][0] + 1)) <= set(got) <= set(rows)
     finally:
         reopened.close()
+
+
+def test_segments_replaced_by_a_pass_wait_as_deleted_files_while_a_reader_holds_them(open_log, log_dir):
+    """As Kafka's replaceSegments: the old files are renamed ``.deleted`` and removed after
+    ``file.delete.delay.ms``; a fetch that took them before the swap still reads them whole."""
+    plog = open_log(dataclasses.replace(COMPACT, file_delete_delay_ms=60_000))
+    _fill(plog, 60)
+    replaced = [s.base_offset for s in plog.segments[:-1]]
+    before = bytes(plog.read(0, 100_000).data)
+    held = plog.read_slices(0, 100_000)  # a reader holding the old segments' files
+    try:
+        _compact(plog)
+        got = b"".join(os.pread(s.fd, s.length, s.position) for s in held.slices)
+    finally:
+        held.close()
+    assert got == before
+    waiting = {p.name for p in log_dir.iterdir() if p.name.endswith(".log.deleted")}
+    assert waiting == {f"{base:020d}.log.deleted" for base in replaced}
+    assert sorted(p.name for p in log_dir.glob("*.log")) == [
+        f"{s.base_offset:020d}.log" for s in plog.segments
+    ]
