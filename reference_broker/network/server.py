@@ -96,23 +96,32 @@ class _TimedHandler:
     """Awaits a handler coroutine and adds up the time spent running it, not the time it waits
     (a Fetch's long poll): what Kafka's request quota charges as request handler thread time."""
 
-    __slots__ = ("_coro", "spent")
+    __slots__ = ("_coro", "_step_started", "spent")
 
     def __init__(self, coro: Coroutine[Any, Any, Message | None]):
         self._coro = coro
-        self.spent = 0.0
+        self.spent = 0.0  # the finished steps' time
+        self._step_started = 0.0  # perf_counter when the running step started, 0 between steps
+
+    def running_s(self) -> float:
+        """The time spent so far, the running step's included (asked from inside the handler)."""
+        if self._step_started:
+            return self.spent + time.perf_counter() - self._step_started
+        return self.spent
 
     def __await__(self) -> Generator[Any, Any, Message | None]:
         coro = self._coro
         sent: Any = None
         error: BaseException | None = None
         while True:
-            started = time.perf_counter()
+            started = self._step_started = time.perf_counter()
             try:
                 waited_on = coro.send(sent) if error is None else coro.throw(error)
             except StopIteration as done:
                 self.spent += time.perf_counter() - started
                 return cast("Message | None", done.value)
+            finally:
+                self._step_started = 0.0
             self.spent += time.perf_counter() - started
             try:
                 sent, error = (yield waited_on), None
@@ -129,7 +138,15 @@ class RequestContext:
     """What a handler knows about the request besides its body."""
 
     __slots__ = (
-        "api_key", "api_version", "client_id", "close_after", "connection", "correlation_id", "request_size"
+        "api_key",
+        "api_version",
+        "charged_s",
+        "client_id",
+        "close_after",
+        "connection",
+        "correlation_id",
+        "handler_timer",
+        "request_size",
     )
 
     def __init__(
@@ -149,6 +166,9 @@ class RequestContext:
         # acks=0 produce that failed: the client cannot otherwise learn of the error).
         self.close_after = False
         self.request_size = 0  # the request frame's bytes (what a producer quota counts)
+        # An async handler's running time, and how much of it the request quota counted already.
+        self.handler_timer: _TimedHandler | None = None
+        self.charged_s = 0.0
 
 
 class Dispatcher(Protocol):
@@ -675,7 +695,7 @@ class Connection(asyncio.BufferedProtocol):
         return [_SIZE.pack(size), *parts]
 
     async def _run(self, ctx: RequestContext, request: Message) -> list[Any] | None:
-        handler = _TimedHandler(self.dispatcher.handle(ctx, request))
+        handler = ctx.handler_timer = _TimedHandler(self.dispatcher.handle(ctx, request))
         try:
             response = await handler
         except asyncio.CancelledError:
@@ -706,7 +726,9 @@ class Connection(asyncio.BufferedProtocol):
             return 0
         user, client_id = quota_identity(self.session.principal, ctx.client_id)
         throttle = quotas.record(user, client_id, CONSUMER_BYTE_RATE, response_size)
-        request_throttle = self._request_quota(user, client_id, 0.0)
+        # The handler's time so far, as Kafka records the request thread time at this point.
+        ctx.charged_s = ctx.handler_timer.running_s() if ctx.handler_timer is not None else 0.0
+        request_throttle = self._request_quota(user, client_id, ctx.charged_s)
         if max(throttle, request_throttle) <= 0:
             return 0
         quotas.unrecord(user, client_id, CONSUMER_BYTE_RATE, response_size)
@@ -730,7 +752,7 @@ class Connection(asyncio.BufferedProtocol):
         quotas = self.server.quotas
         assert quotas is not None
         user, client_id = quota_identity(self.session.principal, ctx.client_id)
-        throttle = self._request_quota(user, client_id, handler_s)
+        throttle = self._request_quota(user, client_id, max(0.0, handler_s - ctx.charged_s))
         if ctx.api_key == PRODUCE_KEY:
             throttle = max(throttle, quotas.record(user, client_id, PRODUCER_BYTE_RATE, ctx.request_size))
         if throttle <= 0:
