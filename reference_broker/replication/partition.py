@@ -350,8 +350,14 @@ class Partition:
             self.notify(self.tp)
         return True
 
+    def effective_min_isr(self, min_insync_replicas: int) -> int:
+        """``min.insync.replicas`` capped at the replica count, as Kafka's ``effectiveMinIsr``: a
+        topic with fewer replicas than the setting is not refused for ever."""
+        return min(min_insync_replicas, len(self.replicas))
+
     def check_enough_replicas(self, min_insync_replicas: int) -> None:
         """acks=all before appending: NOT_ENOUGH_REPLICAS when the ISR is too small."""
+        min_insync_replicas = self.effective_min_isr(min_insync_replicas)
         if len(self.isr) < min_insync_replicas:
             raise NotEnoughReplicasError(
                 f"The size of the current ISR {list(self.isr)} is insufficient to satisfy the"
@@ -366,6 +372,7 @@ class Partition:
         NOT_LEADER_OR_FOLLOWER if leadership moves."""
         if not self.is_leader:
             raise NotLeaderOrFollowerError(f"{self.topic}-{self.index}: not the leader")
+        min_insync_replicas = self.effective_min_isr(min_insync_replicas)
         if self.log.high_watermark < required_offset:
             future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             waiter = _Waiter(required_offset, min_insync_replicas, future)

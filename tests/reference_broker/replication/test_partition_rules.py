@@ -171,3 +171,21 @@ def test_preferred_read_replica_is_a_caught_up_replica_in_the_clients_rack(leade
     assert pick("r9", 5, 200, racks.get) == -1  # nobody there
     leader.log.append(batch(1), now_ms=20)  # 3 is behind now and not caught up within the lag
     assert pick("r2", 5, 100 + 2 * LAG_MS, racks.get) == -1
+
+
+async def test_min_insync_replicas_is_capped_at_the_replica_count(leader: Partition):
+    """Kafka's effectiveMinIsr: min.insync.replicas 3 on a topic of 2 replicas needs both."""
+    leader.make_leader(1, 0, [1, 2], [1, 2], now_ms=0)
+    plog = leader.log
+    leader.check_enough_replicas(3)
+    plog.append(batch(2), now_ms=10)
+    waiting = asyncio.ensure_future(leader.wait_for_high_watermark(2, 3, timeout_s=30))
+    await settle()
+    assert not waiting.done()
+    leader.update_follower_fetch_state(2, 2, 0, now_ms=20)
+    await waiting  # committed by both replicas: enough, though fewer than 3
+    plog.append(batch(1), now_ms=30)  # the follower falls behind
+    assert leader.maybe_shrink_isr(now_ms=21 + LAG_MS) == (1,)
+    await settle()
+    with pytest.raises(NotEnoughReplicasError, match="min.isr requirement of 2"):
+        leader.check_enough_replicas(3)
