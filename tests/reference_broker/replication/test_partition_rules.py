@@ -187,5 +187,5 @@ async def test_min_insync_replicas_is_capped_at_the_replica_count(leader: Partit
     plog.append(batch(1), now_ms=30)  # the follower falls behind
     assert leader.maybe_shrink_isr(now_ms=21 + LAG_MS) == (1,)
     await settle()
-    with pytest.raises(NotEnoughReplicasError, match="min.isr requirement of 2"):
+    with pytest.raises(NotEnoughReplicasError, match=r"min\.isr requirement of 2"):
         leader.check_enough_replicas(3)
