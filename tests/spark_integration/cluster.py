@@ -38,9 +38,6 @@ for ((i = 0; i < ${#args[@]}; i++)); do [[ ${args[i]} == --hostname ]] && args[i
 exec %(java)s "${args[@]}"
 """
 
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
 def _real_java() -> str:
     java_home = os.environ.get("JAVA_HOME")
     candidate = Path(java_home, "bin", "java") if java_home else None
@@ -68,14 +65,15 @@ def speculative_session(app_name: str, workdir: Path, event_log: Path) -> Any:
 
     os.environ.setdefault("SPARK_HOME", os.path.dirname(pyspark.__file__))
     event_log.mkdir(parents=True, exist_ok=True)
+    java_options = driver_java_options()  # the executors share the driver's class path and archive
     spark = (
         SparkSession.builder.master("local-cluster[2,1,1024]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.extraJavaOptions", driver_java_options())
-        .config("spark.executor.extraJavaOptions", JVM_OPTIONS)
+        .config("spark.driver.extraJavaOptions", java_options)
+        .config("spark.executor.extraJavaOptions", java_options)
         .config("spark.executorEnv.JAVA_HOME", str(executor_java_home(workdir)))
         .config("spark.speculation", "true")
         .config("spark.speculation.interval", "100ms")
