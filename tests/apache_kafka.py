@@ -203,6 +203,7 @@ class KafkaNode:
         cluster_size: int,
         properties: Mapping[str, Any],
         features: Mapping[str, int] | None = None,
+        client_compiler: bool = False,
     ) -> None:
         self.node_id = node_id
         self.data_dir = data_dir
@@ -215,6 +216,8 @@ class KafkaNode:
         #: Feature levels the storage is formatted with (``StorageTool format --feature``), e.g.
         #: ``{"transaction.version": 1}``: finalized features cannot be set by a broker property.
         self._features = dict(features or {})
+        #: Run the broker with the client compiler only (see ``_jvm_options``).
+        self.client_compiler = client_compiler
         #: More ``StorageTool format`` arguments (e.g. ``--add-scram``), set before the first start.
         self.format_args: list[str] = []
         self._process: subprocess.Popen[bytes] | None = None
@@ -269,13 +272,15 @@ class KafkaNode:
         return java_command(main_class, *args, jvm_options=self._jvm_options(main_class))
 
     def _jvm_options(self, main_class: str = "kafka.Kafka") -> list[str]:
-        """The broker runs with the client compiler only: on 2 cores the server compiler's
+        """A one-shot tool (the storage format) runs with the client compiler only and the serial
+        collector. So does the broker with ``client_compiler``: on 2 cores the server compiler's
         threads compete with the start-up itself, and no test runs a node long enough to need
-        its code. A one-shot tool (the storage format) also gets the serial collector."""
-        collector = "-XX:+UseG1GC" if main_class == "kafka.Kafka" else "-XX:+UseSerialGC"
+        its code (a benchmark does: it leaves it off, for Kafka at full speed)."""
+        broker = main_class == "kafka.Kafka"
+        quick = ["-XX:TieredStopAtLevel=1"] if self.client_compiler or not broker else []
         return [
-            "-Xms128m", "-Xmx768m", collector, "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            "-Xms128m", "-Xmx768m", "-XX:+UseG1GC" if broker else "-XX:+UseSerialGC", *quick,
+            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
         ]
 
     def _write_config(self) -> None:
@@ -404,14 +409,18 @@ class KafkaCluster:
     """``size`` KRaft nodes, each broker and controller, sharing one static controller quorum."""
 
     def __init__(
-        self, data_dir: Path, size: int = 1, *, features: Mapping[str, int] | None = None, **properties: Any
+        self, data_dir: Path, size: int = 1, *, features: Mapping[str, int] | None = None,
+        client_compiler: bool = False, **properties: Any
     ) -> None:
+        """``client_compiler``: the nodes run with the client compiler only (``KafkaNode``),
+        quicker to start and restart; tests want it, benchmarks do not."""
         if size < 1:
             raise ValueError("a Kafka cluster has at least one node")
         self._data_dir = data_dir
         self._size = size
         self._properties = properties
         self._features = features
+        self._client_compiler = client_compiler
         self._started_once = False
         self.nodes = self._new_nodes()
 
@@ -422,7 +431,7 @@ class KafkaCluster:
         return [
             KafkaNode(
                 i + 1, self._data_dir / f"node-{i + 1}", port, ctl, voters, cluster_id, self._size,
-                self._properties, self._features,
+                self._properties, self._features, self._client_compiler,
             )
             for i, (port, ctl) in enumerate(ports)
         ]

@@ -34,7 +34,7 @@ def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from tests.apache_kafka import KafkaCluster, require_apache_kafka
 
     require_apache_kafka()
-    cluster = KafkaCluster(tmp_path_factory.mktemp("apache-kafka"), 1)
+    cluster = KafkaCluster(tmp_path_factory.mktemp("apache-kafka"), 1, client_compiler=True)
     try:
         yield cluster.start().nodes[0]
     finally:
@@ -57,7 +57,7 @@ def apache_kafka_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
 
     def start(nodes: int = 1, features: Mapping[str, int] | None = None, **properties: Any) -> Any:
         data_dir = tmp_path_factory.mktemp("apache-kafka")
-        cluster = KafkaCluster(data_dir, nodes, features=features, **properties)
+        cluster = KafkaCluster(data_dir, nodes, features=features, client_compiler=True, **properties)
         started.append(cluster)
         cluster.start()
         return cluster.nodes[0] if nodes == 1 else cluster

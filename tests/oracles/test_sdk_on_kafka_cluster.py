@@ -58,7 +58,7 @@ CLUSTER_CONFIG = {
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     require_apache_kafka()
-    kafka = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), 3, **CLUSTER_CONFIG)
+    kafka = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), 3, client_compiler=True, **CLUSTER_CONFIG)
     try:
         yield kafka.start()
     finally:
