@@ -123,11 +123,14 @@ class Broker:
         if getattr(self, "metadata_publisher", None) is not None and self.group_service is not None:
             from reference_broker.cluster.coordinators import (
                 attach_group_coordinator,
+                attach_remote_markers,
                 install_replicated_offset_commit,
             )
 
             attach_group_coordinator(self)
             install_replicated_offset_commit(self.registry)
+            if self.txn_service is not None:
+                attach_remote_markers(self)
         SnapshotGenerator.attach(self.raft, self.cluster_member.loader, config)
         install_broker_side(self.registry)
 

@@ -40,6 +40,29 @@ def attach_group_coordinator(broker: Any) -> None:
     broker.metadata_publisher.coordinator_listeners.append(on_leadership)
 
 
+def attach_remote_markers(broker: Any) -> None:
+    """Cluster mode: transaction markers of partitions other nodes lead are sent to them."""
+    from reference_broker.coordinator.txn.remote_markers import RemoteMarkers
+
+    replicas = broker.replica_manager
+
+    def leader_of(topic: str, partition: int) -> int | None:
+        found = broker.metadata_publisher.image.topic(topic)
+        registration = found.partitions.get(partition) if found is not None else None
+        return registration.leader if registration is not None and registration.leader >= 0 else None
+
+    def is_local_leader(topic: str, partition: int) -> bool:
+        part = replicas.partition(topic, partition)
+        return part is not None and part.is_leader
+
+    broker.txn_service.remote_markers = RemoteMarkers(
+        leader_of=leader_of,
+        is_local_leader=is_local_leader,
+        send=replicas.channels.send,
+        retry_markers=broker.txn_service.coordinator.retry_markers,
+    )
+
+
 def find_group_coordinator(broker: Any, listener: str, group_id: str) -> CoordinatorAnswer:
     """The leader of ``group_id``'s ``__consumer_offsets`` partition, its endpoint on ``listener``."""
     image: MetadataImage = broker.metadata_publisher.image

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from reference_broker.coordinator.group.records import partition_for
-from reference_broker.testing import ClusterFactory
+from reference_broker.testing import ClusterFactory, ClusterProcess
 from sdk import Consumer, Producer
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -88,3 +88,75 @@ def test_group_resumes_from_committed_offsets_after_its_coordinator_is_killed(
     rest = asyncio.run(consume(cluster.bootstrap, topic, group, 8, commit=False))
     assert rest == values[12:]
 
+
+
+async def _until_answer(send: Callable[[], Any], accept: Callable[[Any], bool], what: str) -> Any:
+    deadline = time.monotonic() + 30
+    while True:
+        response = await send()
+        if accept(response):
+            return response
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}: last answer {response}")
+        await asyncio.sleep(0.1)
+
+
+async def transaction_of_offsets_only(cluster: ClusterProcess) -> None:
+    """On node 1 (the transaction coordinator the requests go to), a transaction holding only a
+    group's ``__consumer_offsets`` partition, led by another node, is committed: the leader writes
+    the COMMIT marker (its log end moves past it) and the transaction completes (the producer can
+    start again), where a local write would have gone into node 1's follower replica."""
+    from reference_broker.network.peer import PeerConnection
+    from sdk.protocol.messages import (
+        AddOffsetsToTxnRequest,
+        EndTxnRequest,
+        FindCoordinatorRequest,
+        InitProducerIdRequest,
+        ListOffsetsRequest,
+    )
+
+    def connect(node_id: int) -> PeerConnection:
+        host, port = cluster.node(node_id).bootstrap.rsplit(":", 1)
+        return PeerConnection(host, int(port), client_id="test")
+
+    coordinator = connect(1)
+    await _until_answer(
+        lambda: coordinator.send(FindCoordinatorRequest(key="any", key_type=0), version=3),
+        lambda r: r.error_code == 0, "__consumer_offsets exists")
+    elsewhere = {p: node for p in range(OFFSETS_PARTITIONS)
+                 if (node := cluster.leader_of("__consumer_offsets", p)) != 1}
+    group = next(g for g in (f"group-{i}" for i in range(1000))
+                 if partition_for(g, OFFSETS_PARTITIONS) in elsewhere)
+    offsets_partition = partition_for(group, OFFSETS_PARTITIONS)
+    leader = connect(elsewhere[offsets_partition])
+
+    async def log_end() -> int:
+        request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name="__consumer_offsets", partitions=[
+                ListOffsetsRequest.ListOffsetsPartition(partition_index=offsets_partition, timestamp=-1)])])
+        response: Any = await leader.send(request, version=5)
+        return int(response.topics[0].partitions[0].offset)
+
+    before = await log_end()
+    init = InitProducerIdRequest(transactional_id="offsets-only", transaction_timeout_ms=60_000)
+    producer = await _until_answer(lambda: coordinator.send(init, version=4), lambda r: r.error_code == 0,
+                                   "the producer has an id")
+    pid, epoch = producer.producer_id, producer.producer_epoch
+    added: Any = await coordinator.send(AddOffsetsToTxnRequest(
+        transactional_id="offsets-only", producer_id=pid, producer_epoch=epoch, group_id=group), version=3)
+    assert added.error_code == 0
+    ended: Any = await coordinator.send(EndTxnRequest(
+        transactional_id="offsets-only", producer_id=pid, producer_epoch=epoch, committed=True), version=4)
+    assert ended.error_code == 0
+    await _until_answer(log_end, lambda end: end == before + 1, "the leader holds the COMMIT marker")
+    await _until_answer(lambda: coordinator.send(init, version=4), lambda r: r.error_code == 0,
+                        "the transaction is complete")
+    await coordinator.close()
+    await leader.close()
+
+
+def test_transaction_markers_go_to_the_partition_leader_on_another_node(
+    reference_cluster: ClusterFactory,
+) -> None:
+    cluster = reference_cluster(3, CONFIG)
+    asyncio.run(asyncio.wait_for(transaction_of_offsets_only(cluster), 90))
