@@ -1,4 +1,6 @@
-"""Where a group's coordinator is in cluster mode (Kafka's ``handleFindCoordinatorRequest``).
+"""The coordinators in cluster mode: where a group's coordinator is (Kafka's
+``handleFindCoordinatorRequest``), offset commits acknowledged once replicated, and transaction
+markers for partitions other nodes lead sent to them (``attach_remote_markers``).
 
 The coordinator of group G is the leader of ``__consumer_offsets`` partition
 ``abs(hash(G)) % partitions``: a replicated topic the controller creates the first time a client
@@ -6,6 +8,9 @@ looks a group up, with ``offsets.topic.num.partitions`` partitions and
 ``offsets.topic.replication.factor`` replicas. Until it exists and that partition has an alive
 leader the answer is COORDINATOR_NOT_AVAILABLE (the client asks again). The leader loads the
 partition's groups when it becomes leader (``GroupCoordinatorService.on_leadership``).
+
+The transaction coordinator is still the node a client asks (its ``__transaction_state`` is
+local to it); only its markers are cluster-aware so far.
 """
 
 from __future__ import annotations
@@ -22,9 +27,9 @@ from sdk.protocol.errors import ErrorCode as E
 
 log = logging.getLogger("reference_broker.cluster")
 
-#: (error code, message, node id, host, port) of a FindCoordinator answer for one key
 #: how long an offset commit waits for the ISR (Kafka's ``offsets.commit.timeout.ms`` default)
 COMMIT_TIMEOUT_S = 5.0
+#: (error code, message, node id, host, port) of a FindCoordinator answer for one key
 CoordinatorAnswer = tuple[int, str | None, int, str, int]
 
 
