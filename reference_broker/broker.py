@@ -120,6 +120,17 @@ class Broker:
                                local_host=self.listeners[0].host,
                                log_settings=MetadataLogSettings.from_config(config))
         self.cluster_member.attach(self.raft, self.controller_registry)
+        if getattr(self, "metadata_publisher", None) is not None and self.group_service is not None:
+            from reference_broker.cluster.coordinators import (
+                attach_group_coordinator,
+                attach_remote_markers,
+                install_replicated_offset_commit,
+            )
+
+            attach_group_coordinator(self)
+            install_replicated_offset_commit(self.registry)
+            if self.txn_service is not None:
+                attach_remote_markers(self)
         SnapshotGenerator.attach(self.raft, self.cluster_member.loader, config)
         install_broker_side(self.registry)
 
@@ -231,6 +242,8 @@ class Broker:
     def _add_services(self, storage: Storage) -> None:
         self.services = ServiceRunner()
         self.group_service = GroupCoordinatorService(self.config, storage, self.clock)
+        if self.replica_manager is not None:  # cluster mode: see cluster.coordinators
+            self.group_service.use_replicated_topic(self.replica_manager)
         self.services.add(self.group_service)
         self.txn_service = TransactionCoordinatorService(
             self.config, storage, self.clock, self.producer_ids, self.group_service

@@ -22,6 +22,7 @@ fenced brokers listed as offline.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from reference_broker.metadata.delta import MetadataDelta
@@ -29,6 +30,8 @@ from reference_broker.metadata.image import CONFIG_TOPIC, NO_LEADER, MetadataIma
 from sdk.protocol.errors import ErrorCode
 
 log = logging.getLogger("reference_broker.cluster")
+#: The internal topics whose partition leaders are the group and transaction coordinators.
+COORDINATOR_TOPICS = ("__consumer_offsets", "__transaction_state")
 
 
 class BrokerMetadataPublisher:
@@ -45,6 +48,9 @@ class BrokerMetadataPublisher:
         self.replica_manager = replica_manager
         self.inter_broker_listener = inter_broker_listener
         self.image = MetadataImage()
+        #: Called with (topic, partition, leads_here) for every changed partition of an internal
+        #: coordinator topic, after the replica transition (the coordinators load or unload).
+        self.coordinator_listeners: list[Callable[[str, int, bool], None]] = []
 
     def publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
         previous = delta.image
@@ -70,6 +76,10 @@ class BrokerMetadataPublisher:
             self._ensure_local_topic(topic)
             for partition in sorted(partitions):
                 self._apply_partition(previous, topic, partition)
+                if topic.name in COORDINATOR_TOPICS:
+                    leads = topic.partitions[partition].leader == self.node_id
+                    for listener in self.coordinator_listeners:
+                        listener(topic.name, partition, leads)
 
     def _ensure_local_topic(self, topic: TopicImage) -> None:
         local = self.storage.topic(topic.name)

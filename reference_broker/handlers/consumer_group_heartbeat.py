@@ -124,8 +124,8 @@ def handle_describe(
     ops = ALL_GROUP_OPERATIONS if request.include_authorized_operations else AUTHORIZED_OPS_OMITTED
     described = []
     for group_id in request.group_ids:
-        if coordinator.is_loading(group_id):
-            described.append(R.DescribedGroup(group_id=group_id, error_code=E.COORDINATOR_LOAD_IN_PROGRESS))
+        if unavailable := coordinator.unavailable(group_id):
+            described.append(R.DescribedGroup(group_id=group_id, error_code=unavailable))
             continue
         group = coordinator.consumer.groups.get(group_id)
         if group is None:

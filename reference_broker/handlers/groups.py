@@ -83,6 +83,8 @@ def handle_find_coordinator(
     broker: Broker, ctx: RequestContext, request: FindCoordinatorRequest
 ) -> FindCoordinatorResponse:
     (host, port), node = broker.advertised_address(ctx), broker.node_id
+    if request.key_type == GROUP_KEY_TYPE and broker.replica_manager is not None:
+        return _find_group_coordinator_in_cluster(broker, ctx, request)
     if ctx.api_version < 4:
         error, message = _coordinator_for(broker, request.key, request.key_type)
         if error:
@@ -101,6 +103,29 @@ def handle_find_coordinator(
                 port=-1 if error else port,
                 error_code=error,
                 error_message=message,
+            )
+        )
+    return FindCoordinatorResponse(coordinators=coordinators)
+
+
+def _find_group_coordinator_in_cluster(
+    broker: Broker, ctx: RequestContext, request: FindCoordinatorRequest
+) -> FindCoordinatorResponse:
+    """Cluster mode: each group's coordinator is its ``__consumer_offsets`` partition's leader."""
+    from reference_broker.cluster.coordinators import find_group_coordinator
+
+    listener = ctx.connection.session.listener.name
+    if ctx.api_version < 4:
+        error, message, node, host, port = find_group_coordinator(broker, listener, request.key)
+        return FindCoordinatorResponse(
+            error_code=error, error_message=message, node_id=node, host=host, port=port
+        )
+    coordinators = []
+    for key in request.coordinator_keys:
+        error, message, node, host, port = find_group_coordinator(broker, listener, key)
+        coordinators.append(
+            FindCoordinatorResponse.Coordinator(
+                key=key, node_id=node, host=host, port=port, error_code=error, error_message=message
             )
         )
     return FindCoordinatorResponse(coordinators=coordinators)

@@ -153,8 +153,8 @@ class ConsumerGroupCoordinator:
     def heartbeat(self, args: HeartbeatArgs) -> HeartbeatAnswer:
         try:
             self._validate(args)
-            if self.membership.is_loading(args.group_id):
-                raise Refused(E.COORDINATOR_LOAD_IN_PROGRESS, "The coordinator is loading the group.")
+            if unavailable := self.membership.unavailable(args.group_id):
+                raise Refused(unavailable, "The coordinator is loading the group.")
             if args.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 return self._leave(args)
             return self._heartbeat(args)
@@ -806,3 +806,8 @@ class ConsumerGroupCoordinator:
         for group in self.groups.values():
             group.cancel_timers()
         self.groups.clear()
+
+    def unload(self, moved: Callable[[str], bool]) -> None:
+        """Drop the groups ``moved`` names (their partition's leadership went to another node)."""
+        for group_id in [g for g in self.groups if moved(g)]:
+            self.groups.pop(group_id).cancel_timers()

@@ -105,6 +105,9 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         #: ``__consumer_offsets`` partitions whose records are still being read at start-up.
         self.loading: set[int] = set()
+        #: Cluster mode: the ``__consumer_offsets`` partitions this node leads, so coordinates;
+        #: None on a single node, which coordinates every group.
+        self.owned: set[int] | None = None
         self.offsets = GroupOffsets(self)
         #: The KIP-848 consumer groups; their offsets stay in ``groups`` (a ``Group`` without members).
         self.consumer = ConsumerGroupCoordinator(self)
@@ -116,6 +119,17 @@ class GroupCoordinator:
 
     def is_loading(self, group_id: str) -> bool:
         return bool(self.loading) and self.partition_for(group_id) in self.loading
+
+    def unavailable(self, group_id: str) -> int:
+        """Why this node cannot serve ``group_id`` now: NOT_COORDINATOR when another node leads
+        its ``__consumer_offsets`` partition (cluster mode), COORDINATOR_LOAD_IN_PROGRESS while the
+        partition is being read; 0 when it can."""
+        partition = self.partition_for(group_id)
+        if self.owned is not None and partition not in self.owned:
+            return E.NOT_COORDINATOR
+        if self.loading and partition in self.loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        return 0
 
     def write_records(self, group_id: str, batch: list[Record]) -> int:
         """Persist ``batch`` for ``group_id``; an error code (0 when stored)."""
@@ -208,8 +222,8 @@ class GroupCoordinator:
         """Kafka's ``handleJoinGroup``: answered through ``respond``, now or when the join window closes."""
         if not group_id:
             return respond(JoinResult(E.INVALID_GROUP_ID, member_id))
-        if self.is_loading(group_id):
-            return respond(JoinResult(E.COORDINATOR_LOAD_IN_PROGRESS, member_id))
+        if unavailable := self.unavailable(group_id):
+            return respond(JoinResult(unavailable, member_id))
         if not self.config.min_session_timeout_ms <= session_timeout_ms <= self.config.max_session_timeout_ms:
             return respond(JoinResult(E.INVALID_SESSION_TIMEOUT, member_id))
         if rebalance_timeout_ms < 0:
@@ -567,8 +581,8 @@ class GroupCoordinator:
         assignments: dict[str, bytes],
         respond: SyncCallback,
     ) -> None:
-        if self.is_loading(group_id):
-            return respond(SyncResult(E.COORDINATOR_LOAD_IN_PROGRESS))
+        if unavailable := self.unavailable(group_id):
+            return respond(SyncResult(unavailable))
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
             return respond(
@@ -624,8 +638,8 @@ class GroupCoordinator:
     # -- Heartbeat and LeaveGroup --------------------------------------------------------
 
     def heartbeat(self, group_id: str, generation: int, member_id: str, group_instance_id: str | None) -> int:
-        if self.is_loading(group_id):
-            return E.COORDINATOR_LOAD_IN_PROGRESS
+        if unavailable := self.unavailable(group_id):
+            return unavailable
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
             return self.consumer.classic.heartbeat(consumer_group, generation, member_id, group_instance_id)
@@ -653,8 +667,8 @@ class GroupCoordinator:
     ) -> tuple[int, list[LeaveOutcome]]:
         """Members leave, by member id or (static members) by instance id: (top-level error,
         one outcome per member)."""
-        if self.is_loading(group_id):
-            return E.COORDINATOR_LOAD_IN_PROGRESS, []
+        if unavailable := self.unavailable(group_id):
+            return unavailable, []
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
             left = []
@@ -820,8 +834,8 @@ class GroupCoordinator:
         return [g for g in listed if not g.is_(GroupState.DEAD)]
 
     def describe_group(self, group_id: str) -> tuple[int, Group | None]:
-        if self.is_loading(group_id):
-            return E.COORDINATOR_LOAD_IN_PROGRESS, None
+        if unavailable := self.unavailable(group_id):
+            return unavailable, None
         group = self.groups.get(group_id)
         if group_id in self.consumer.groups:
             return E.NONE, None  # not a classic group: described as Kafka describes an unknown one
@@ -830,8 +844,8 @@ class GroupCoordinator:
     def delete_group(self, group_id: str) -> int:
         if not group_id:
             return E.INVALID_GROUP_ID
-        if self.is_loading(group_id):
-            return E.COORDINATOR_LOAD_IN_PROGRESS
+        if unavailable := self.unavailable(group_id):
+            return unavailable
         consumer_group = self.consumer.groups.get(group_id)
         if consumer_group is not None:
             error = self.consumer.delete_group(consumer_group)
@@ -859,7 +873,18 @@ class GroupCoordinator:
         """The broker is stopping: timers are cancelled and requests still waiting are answered
         NOT_COORDINATOR (clients look the coordinator up again and retry there)."""
         self.consumer.shutdown()
-        for group in self.groups.values():
+        self._drop_groups(list(self.groups.values()))
+
+    def unload_partition(self, partition: int) -> None:
+        """This node stopped leading ``__consumer_offsets`` partition ``partition`` (cluster mode,
+        Kafka's ``onResignation``): its groups are dropped as at shutdown, their waiting requests
+        answered NOT_COORDINATOR; the new leader loads them from the replicated log."""
+        self.consumer.unload(lambda group_id: self.partition_for(group_id) == partition)
+        dropped = [g for g in self.groups.values() if self.partition_for(g.group_id) == partition]
+        self._drop_groups(dropped)
+
+    def _drop_groups(self, dropped: list[Group]) -> None:
+        for group in dropped:
             if group.join_timer is not None:
                 group.join_timer.cancel()
                 group.join_timer = None
@@ -873,7 +898,8 @@ class GroupCoordinator:
                 if member.sync_callback is not None:
                     callback_sync, member.sync_callback = member.sync_callback, None
                     callback_sync(SyncResult(E.NOT_COORDINATOR))
-        self.groups.clear()
+        for group in dropped:
+            self.groups.pop(group.group_id, None)
 
     # -- loading -------------------------------------------------------------------------
 

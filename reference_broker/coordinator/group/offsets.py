@@ -48,8 +48,8 @@ class GroupOffsets:
 
         if not group_id:
             return all_(E.INVALID_GROUP_ID)
-        if self.membership.is_loading(group_id):
-            return all_(E.COORDINATOR_LOAD_IN_PROGRESS)
+        if unavailable := self.membership.unavailable(group_id):
+            return all_(unavailable)
         group = self.membership.groups.get(group_id)
         if group_id in self.membership.consumer.groups:
             # A KIP-848 group: the member epoch is checked instead of the generation.
@@ -130,8 +130,8 @@ class GroupOffsets:
         generation are given): the offsets are written as a transactional batch of
         ``producer_id`` and kept pending until its transaction's marker
         (``complete_transactional_offsets``)."""
-        if self.membership.is_loading(group_id):
-            return dict.fromkeys(offsets, E.COORDINATOR_LOAD_IN_PROGRESS)
+        if unavailable := self.membership.unavailable(group_id):
+            return dict.fromkeys(offsets, unavailable)
         group = self.membership.groups.get(group_id)
         if group is None:
             group = self.membership.groups[group_id] = Group(group_id, self.membership.clock.now_ms())
@@ -217,8 +217,8 @@ class GroupOffsets:
         """(group error, {partition: (committed offset or None, partition error)}); ``partitions``
         None means every partition the group has an offset for. ``member`` (OffsetFetch v9: member
         id, member epoch) is checked against a consumer group's member."""
-        if self.membership.is_loading(group_id):
-            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
+        if unavailable := self.membership.unavailable(group_id):
+            return unavailable, {}
         member_error = self.membership.consumer.validate_offset_fetch(group_id, *member)
         if member_error:
             return member_error, {}
@@ -241,8 +241,8 @@ class GroupOffsets:
         self, group_id: str, partitions: list[tuple[str, int]]
     ) -> tuple[int, dict[tuple[str, int], int]]:
         """OffsetDelete (KIP-496): offsets of topics the group no longer consumes."""
-        if self.membership.is_loading(group_id):
-            return E.COORDINATOR_LOAD_IN_PROGRESS, {}
+        if unavailable := self.membership.unavailable(group_id):
+            return unavailable, {}
         group = self.membership.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             return E.GROUP_ID_NOT_FOUND, {}

@@ -24,10 +24,13 @@ from reference_broker.coordinator.group.server_assignors import ASSIGNORS
 from reference_broker.log.config import segment_size_configs
 from reference_broker.services import PeriodicTask
 from reference_broker.storage import CONSUMER_OFFSETS, is_internal
+from sdk.protocol.errors import ErrorCode as E
+from sdk.protocol.errors import KafkaError
 from sdk.records import ControlType
 
 if TYPE_CHECKING:
     from reference_broker.config import BrokerConfig
+    from reference_broker.replication.replica_manager import ReplicaManager
     from reference_broker.storage import Storage
 
 log = logging.getLogger("reference_broker.group_coordinator")
@@ -90,9 +93,11 @@ class StorageGroupStore:
         self.storage = storage
         self.config = config
         self.num_partitions = num_partitions
+        #: Cluster mode: the controller creates the topic (replicated), never this node alone.
+        self.replicated = False
 
     def ensure_topic(self) -> None:
-        if self.storage.topic(CONSUMER_OFFSETS) is None:
+        if not self.replicated and self.storage.topic(CONSUMER_OFFSETS) is None:
             self.storage.ensure_internal_topic(
                 CONSUMER_OFFSETS,
                 self.num_partitions,
@@ -137,6 +142,67 @@ class GroupCoordinatorService:
             str(config.get("group.consumer.migration.policy")).lower()
         )
         self._loader: asyncio.Task[None] | None = None
+        self._partition_loaders: dict[int, asyncio.Task[None]] = {}
+        #: Cluster mode: the replicas of this node, whose high watermark acknowledges a write.
+        self.replica_manager: ReplicaManager | None = None
+
+    def use_replicated_topic(self, replica_manager: ReplicaManager) -> None:
+        """Cluster mode: ``__consumer_offsets`` is a replicated topic the controller creates; this
+        node coordinates the groups of the partitions it leads, loading each one when it becomes
+        its leader (``on_leadership``), and answers NOT_COORDINATOR for the others."""
+        self.replica_manager = replica_manager
+        self.store.replicated = True
+        self.coordinator.owned = set()
+
+    def on_leadership(self, partition: int, leads: bool) -> None:
+        """The metadata moved ``__consumer_offsets`` partition ``partition``'s leadership: when it
+        comes here the partition's groups load from the local replica in the background
+        (COORDINATOR_LOAD_IN_PROGRESS meanwhile, Kafka's ``onElection``); when it goes away they
+        are dropped (``onResignation``)."""
+        owned = self.coordinator.owned
+        if owned is None or leads == (partition in owned):
+            return
+        if leads:
+            owned.add(partition)
+            self.coordinator.loading.add(partition)
+            self._partition_loaders[partition] = asyncio.get_running_loop().create_task(
+                self._load_elected(partition), name=f"load {CONSUMER_OFFSETS}-{partition}")
+            return
+        owned.discard(partition)
+        self.coordinator.loading.discard(partition)
+        loader = self._partition_loaders.pop(partition, None)
+        if loader is not None:
+            loader.cancel()
+        self.coordinator.unload_partition(partition)
+        log.info("no longer the group coordinator of %s-%d", CONSUMER_OFFSETS, partition)
+
+    async def _load_elected(self, partition: int) -> None:
+        try:
+            await self.load_partition_in_steps(partition)
+            log.info("group coordinator of %s-%d loaded", CONSUMER_OFFSETS, partition)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("loading %s-%d failed", CONSUMER_OFFSETS, partition)
+        finally:
+            self.coordinator.loading.discard(partition)
+            if self._partition_loaders.get(partition) is asyncio.current_task():
+                del self._partition_loaders[partition]
+
+    async def wait_replicated(self, group_id: str, timeout_s: float) -> int:
+        """Cluster mode: wait until the high watermark of ``group_id``'s partition covers what was
+        written to it (Kafka appends coordinator records with acks=all); an error code, 0 once
+        committed (always at once on a single node)."""
+        if self.replica_manager is None:
+            return 0
+        partition = self.replica_manager.partition(CONSUMER_OFFSETS, self.coordinator.partition_for(group_id))
+        if partition is None or not partition.is_leader:
+            return E.NOT_COORDINATOR
+        try:
+            await partition.wait_for_high_watermark(partition.log.log_end_offset, 1, timeout_s)
+        except KafkaError as exc:
+            return E.NOT_COORDINATOR if exc.code == E.NOT_LEADER_OR_FOLLOWER else E.REQUEST_TIMED_OUT
+        return 0
 
     def _topic_info(self, name: str) -> TopicInfo | None:
         meta = self.storage.topic(name)
@@ -169,7 +235,7 @@ class GroupCoordinatorService:
     async def start(self) -> None:
         """Start loading every partition in the background; until a partition is read, its
         groups answer COORDINATOR_LOAD_IN_PROGRESS."""
-        if self.storage.topic(CONSUMER_OFFSETS) is None:
+        if self.coordinator.owned is not None or self.storage.topic(CONSUMER_OFFSETS) is None:
             return
         self.coordinator.loading = set(range(self.coordinator.config.num_partitions))
         self._loader = asyncio.create_task(self._load_all(), name="load __consumer_offsets")
@@ -242,6 +308,9 @@ class GroupCoordinatorService:
 
     async def stop(self) -> None:
         self.coordinator.shutdown()
+        for loader in self._partition_loaders.values():
+            loader.cancel()
+        self._partition_loaders.clear()
         if self._loader is not None:
             self._loader.cancel()
             with contextlib.suppress(asyncio.CancelledError):

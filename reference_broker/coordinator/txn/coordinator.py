@@ -630,6 +630,13 @@ class TransactionCoordinator:
             return E.INVALID_TXN_STATE
         return 0
 
+    def retry_markers(self, producer_id: int) -> None:
+        """Write the still missing markers of ``producer_id``'s prepared transaction now (a marker
+        another node was writing is done), completing it when none is missing."""
+        for meta in list(self.txns.values()):
+            if meta.producer_id == producer_id and (meta.markers_pending or meta.is_(*PREPARED)):
+                self._finish_prepared(meta)
+
     # -- periodic work -------------------------------------------------------------------
 
     def abort_timed_out_transactions(self) -> int:

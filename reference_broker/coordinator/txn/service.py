@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from reference_broker.clock import Clock
 from reference_broker.coordinator.txn import records
 from reference_broker.coordinator.txn.coordinator import TopicPartition, TransactionCoordinator, TxnConfig
+from reference_broker.coordinator.txn.remote_markers import RemoteMarkers
 from reference_broker.coordinator.txn.state import TransactionMetadata
 from reference_broker.log.config import segment_size_configs
 from reference_broker.services import PeriodicTask
@@ -127,6 +128,8 @@ class TransactionCoordinatorService:
             clock, txn_config(config, num_partitions), self.store, self.write_marker, producer_ids.next_id
         )
         self._loader: asyncio.Task[None] | None = None
+        #: Cluster mode: markers of partitions led by other nodes go there (WriteTxnMarkers).
+        self.remote_markers: RemoteMarkers | None = None
         crash_id = os.environ.get(KILL_AFTER_PREPARE_ENV)
         if crash_id:
             self.coordinator.after_prepare = partial(_kill_after_prepare, crash_id)
@@ -147,6 +150,9 @@ class TransactionCoordinatorService:
         meta = self.storage.topic(topic)
         if meta is None or not 0 <= partition < meta.num_partitions:
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} no longer exists")
+        if self.remote_markers is not None and self.remote_markers.led_elsewhere(tp):
+            self.remote_markers.write(tp, commit, producer_id, producer_epoch, coordinator_epoch)
+            return
         control = ControlType.COMMIT if commit else ControlType.ABORT
         self.storage.append_control_batch(
             topic, partition, control, producer_id, producer_epoch, coordinator_epoch
@@ -270,6 +276,8 @@ class TransactionCoordinatorService:
         ]
 
     async def stop(self) -> None:
+        if self.remote_markers is not None:
+            await self.remote_markers.stop()
         if self._loader is not None:
             self._loader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
