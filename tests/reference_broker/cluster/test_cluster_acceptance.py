@@ -355,10 +355,10 @@ async def commit_across_leaders(bootstrap: str, topic: str) -> None:
 #: pass fails the run and the mark must go) without spending its minutes: the first transaction
 #: across leaders on two nodes already fails.
 COORDINATORS_NOT_REPLICATED = (
-    "the group and transaction coordinators are not cluster-aware yet: every node answers "
-    "FindCoordinator with itself and keeps its own unreplicated __transaction_state, so a "
-    "transactional produce to a partition led by another node is refused "
-    "(INVALID_PRODUCER_ID_MAPPING) and coordinator state does not survive a node"
+    "the transaction coordinator is not cluster-aware yet (groups are: their coordinator is the "
+    "leader of the replicated __consumer_offsets partition): every node answers FindCoordinator for "
+    "a transactional id with itself and keeps its own unreplicated __transaction_state, so a "
+    "transactional produce to a partition led by another node is refused (INVALID_PRODUCER_ID_MAPPING)"
 )
 
 
