@@ -282,13 +282,23 @@ class AlterPartitionSender:
         )
 
 
-def install_forwarding(registry: Any, apis: dict[int, Callable[[Any, int, int], Message | None]]) -> None:
+def install_forwarding(
+    registry: Any,
+    apis: dict[int, Callable[[Any, int, int], Message | None]],
+    prepare: dict[int, Callable[[Any, int], Any]] | None = None,
+) -> None:
     """Serve ``apis`` on a broker by forwarding each request to the active controller (Kafka
     brokers forward CreateTopics, DeleteTopics, CreatePartitions, ...); ``apis`` maps each key to
-    its error-response builder, used when no controller answers in the request's time."""
+    its error-response builder, used when no controller answers in the request's time.
+    ``prepare`` maps a key to ``(request, client's version) -> request`` that moves fields of the
+    client's version into those of the version the controller channel sends."""
 
-    def forwarder(error: Callable[[Any, int, int], Message | None]) -> Callable[..., Any]:
+    def forwarder(
+        error: Callable[[Any, int, int], Message | None], adapt: Callable[[Any, int], Any] | None
+    ) -> Callable[..., Any]:
         async def forward(broker: Any, ctx: Any, request: Any) -> Message | None:
+            if adapt is not None:
+                request = adapt(request, ctx.api_version)
             timeout_ms = getattr(request, "timeout_ms", 30_000) or 30_000
             try:
                 return await broker.controller_channel.send(request, timeout_s=max(1.0, timeout_ms / 1000))
@@ -298,7 +308,7 @@ def install_forwarding(registry: Any, apis: dict[int, Callable[[Any, int, int], 
         return forward
 
     for api_key, error in apis.items():
-        registry.register(api_key, forwarder(error), error_response=error)
+        registry.register(api_key, forwarder(error, (prepare or {}).get(api_key)), error_response=error)
 
 
 class ControllerProducerIds:

@@ -1,0 +1,91 @@
+"""Admin operations on the replicated cluster, through any node, as Kafka's clients send them.
+
+DeleteTopics sent by confluent-kafka (v4, topics by name in ``topic_names``) to a node that is not
+the controller is forwarded to the active controller; the topic then disappears from every node's
+Metadata and its partition directories from every node's data dir, and a topic of the same name
+created afterwards starts empty.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from reference_broker.testing import ClusterProcess
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer as CKConsumer  # noqa: E402
+from confluent_kafka import Producer as CKProducer  # noqa: E402
+from confluent_kafka import TopicPartition as CKTopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+pytestmark = [pytest.mark.interop, pytest.mark.slow]
+
+DEADLINE_S = 30.0
+
+
+def until(condition: Callable[[], bool], what: str, deadline_s: float = DEADLINE_S) -> None:
+    end = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"not within {deadline_s} s: {what}")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ClusterProcess]:
+    config = {"default.replication.factor": 3, "log.segment.delete.delay.ms": 100}
+    with ClusterProcess(3, config, proxy=False) as c:
+        yield c
+
+
+def topics_on(cluster: ClusterProcess, node_id: int) -> set[str]:
+    node = cluster.node(node_id)
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    return set(admin.list_topics(timeout=10).topics)
+
+
+def partition_dirs(cluster: ClusterProcess, node_id: int, topic: str) -> list[Path]:
+    return sorted((cluster.data_dir / f"node-{node_id}").glob(f"{topic}-*"))
+
+
+def produce(bootstrap: str, topic: str, count: int) -> None:
+    producer = CKProducer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(count):
+        producer.produce(topic, value=b"v%d" % i)
+    assert producer.flush(30) == 0
+
+
+def end_offset(bootstrap: str, topic: str) -> int:
+    consumer = CKConsumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}"})
+    try:
+        return int(consumer.get_watermark_offsets(CKTopicPartition(topic, 0), timeout=10)[1])
+    finally:
+        consumer.close()
+
+
+def test_confluent_kafka_deletes_a_replicated_topic_from_every_node(cluster: ClusterProcess) -> None:
+    topic = f"deleted-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    until(lambda: all(topic in topics_on(cluster, n) for n in (1, 2, 3)), "the topic on every node")
+    produce(cluster.bootstrap, topic, 10)
+    assert end_offset(cluster.bootstrap, topic) == 10
+    until(lambda: all(partition_dirs(cluster, n, topic) for n in (1, 2, 3)), "a replica on every node")
+
+    node_admin = AdminClient({"bootstrap.servers": cluster.node(1).bootstrap})
+    node_admin.delete_topics([topic], operation_timeout=20)[topic].result(30)
+
+    until(lambda: all(topic not in topics_on(cluster, n) for n in (1, 2, 3)), "the topic gone everywhere")
+    until(
+        lambda: not any(partition_dirs(cluster, n, topic) for n in (1, 2, 3)),
+        "the partition directories removed on every node",
+    )
+
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    until(lambda: all(topic in topics_on(cluster, n) for n in (1, 2, 3)), "the new topic on every node")
+    assert end_offset(cluster.bootstrap, topic) == 0
