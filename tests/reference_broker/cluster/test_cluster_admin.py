@@ -1,7 +1,7 @@
 """Admin operations on the replicated cluster, through any node, as Kafka's clients send them.
 
-DeleteTopics sent by confluent-kafka (v4, topics by name in ``topic_names``) to a node that is not
-the controller is forwarded to the active controller; the topic then disappears from every node's
+DeleteTopics sent to any node by confluent-kafka (v4, topics by name in ``topic_names``) or by the
+SDK's admin is forwarded to the active controller; the topic then disappears from every node's
 Metadata and its partition directories from every node's data dir, and a topic of the same name
 created afterwards starts empty.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from reference_broker.testing import ClusterProcess
+from sdk.sync import AdminClient as SdkAdminClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer as CKConsumer  # noqa: E402
@@ -68,7 +69,21 @@ def end_offset(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def test_confluent_kafka_deletes_a_replicated_topic_from_every_node(cluster: ClusterProcess) -> None:
+def delete_with_confluent_kafka(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic], operation_timeout=20)[topic].result(30)
+
+
+def delete_with_sdk(bootstrap: str, topic: str) -> None:
+    with SdkAdminClient(bootstrap_servers=bootstrap) as admin:
+        assert admin.delete_topics([topic], timeout_ms=30_000) == {topic: None}
+
+
+@pytest.mark.parametrize("delete", [delete_with_confluent_kafka, delete_with_sdk], ids=["confluent", "sdk"])
+@pytest.mark.parametrize("via", [1, 2, 3])
+def test_a_deleted_replicated_topic_leaves_every_node(
+    cluster: ClusterProcess, delete: Callable[[str, str], None], via: int
+) -> None:
     topic = f"deleted-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
@@ -77,8 +92,7 @@ def test_confluent_kafka_deletes_a_replicated_topic_from_every_node(cluster: Clu
     assert end_offset(cluster.bootstrap, topic) == 10
     until(lambda: all(partition_dirs(cluster, n, topic) for n in (1, 2, 3)), "a replica on every node")
 
-    node_admin = AdminClient({"bootstrap.servers": cluster.node(1).bootstrap})
-    node_admin.delete_topics([topic], operation_timeout=20)[topic].result(30)
+    delete(cluster.node(via).bootstrap, topic)
 
     until(lambda: all(topic not in topics_on(cluster, n) for n in (1, 2, 3)), "the topic gone everywhere")
     until(
