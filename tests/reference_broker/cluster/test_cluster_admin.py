@@ -8,6 +8,8 @@ created afterwards starts empty.
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,7 +24,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer as CKConsumer  # noqa: E402
 from confluent_kafka import Producer as CKProducer  # noqa: E402
 from confluent_kafka import TopicPartition as CKTopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic  # noqa: E402
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -103,3 +105,55 @@ def test_a_deleted_replicated_topic_leaves_every_node(
     admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
     until(lambda: all(topic in topics_on(cluster, n) for n in (1, 2, 3)), "the new topic on every node")
     assert end_offset(cluster.bootstrap, topic) == 0
+
+
+def describe_topic_config_on(bootstrap: str, topic: str, key: str) -> str | None:
+    """``key``'s value in a DescribeConfigs answered by the node at ``bootstrap`` itself (Kafka's
+    clients send DescribeConfigs of a topic to any node, so they cannot pin one)."""
+    from sdk.protocol.codec import decode_response, encode_request
+    from sdk.protocol.messages import DescribeConfigsRequest
+
+    version = 4
+    request = DescribeConfigsRequest(
+        resources=[DescribeConfigsRequest.DescribeConfigsResource(
+            resource_type=2, resource_name=topic, configuration_keys=[key]
+        )]
+    )
+    payload = encode_request(request, version, 1, "cluster-admin-test")
+    host, _, port = bootstrap.rpartition(":")
+    frame = struct.Struct(">i")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(frame.pack(len(payload)) + payload)
+        size = frame.unpack(sock.recv(4, socket.MSG_WAITALL))[0]
+        body = sock.recv(size, socket.MSG_WAITALL)
+    _, response = decode_response(DescribeConfigsRequest.API_KEY, version, body)
+    (result,) = response.results  # type: ignore[attr-defined]
+    assert result.error_code == 0, result
+    return next((c.value for c in result.configs if c.name == key), None)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="topic configs are altered only on the node that gets the request: no ConfigRecord "
+    "through the controller yet",
+)
+def test_a_topic_config_altered_through_one_node_is_in_effect_on_every_node(cluster: ClusterProcess) -> None:
+    topic = f"configured-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)
+    change = ConfigResource(
+        "TOPIC", topic,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "12345", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    for future in admin.incremental_alter_configs([change]).values():
+        future.result(30)
+    until(
+        lambda: all(
+            describe_topic_config_on(cluster.node(n).bootstrap, topic, "retention.ms") == "12345"
+            for n in (1, 2, 3)
+        ),
+        "retention.ms=12345 described by every node",
+        deadline_s=10,
+    )
