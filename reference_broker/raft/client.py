@@ -173,6 +173,10 @@ class RaftClient:
 
     # -- the loop ------------------------------------------------------------------------------
 
+    def wake_loop(self) -> None:
+        """Run the loop now (a request changed the core's state) without waking held Fetches."""
+        self._wake.set()
+
     def _kick(self) -> None:
         """Something changed: run the loop and wake the Fetches the leader is holding."""
         self._wake.set()

@@ -89,6 +89,8 @@ class _Leader:
     replicas: dict[int, ReplicaState] = field(default_factory=dict)  # voters and observers
     #: when BeginQuorumEpoch goes again to the voters that have not fetched in this epoch
     begin_resend_ms: int = 0
+    #: when check-quorum next looks at the voters' Fetches
+    check_quorum_ms: int = 0
 
 
 class RaftCore:
@@ -299,6 +301,8 @@ class RaftCore:
             self.outbox.extend(Outbound(v, request) for v in others
                                if leader.replicas[v].last_fetch_ms < 0)
         window = self.timeouts.fetch_timeout_ms * 3 // 2
+        # A voter's Fetch older than ``window`` is noticed at most a quarter window late.
+        leader.check_quorum_ms = now_ms + max(1, window // 4)
         if now_ms - leader.elected_ms < window:
             return
         heard = 1 + sum(1 for v in others if leader.replicas[v].last_fetch_ms >= now_ms - window)
@@ -313,6 +317,9 @@ class RaftCore:
         """When :meth:`poll` next has something to do (the driver sleeps until then)."""
         if self.role == FOLLOWER:
             return self._last_fetch_ms + self.timeouts.fetch_timeout_ms
+        if self.role == LEADER and self._leader is not None:
+            # Not the election deadline, long past for a leader: its loop would never sleep.
+            return min(self._leader.begin_resend_ms, self._leader.check_quorum_ms)
         return self._deadline_ms
 
     # -- epochs of incoming messages ------------------------------------------------------------

@@ -95,9 +95,15 @@ async def _fetch(broker: Any, ctx: Any, request: Any) -> Any:
         fetch = wire.fetch_request(request)
     except wire.WireError:
         return m.FetchResponse(error_code=_INVALID_REQUEST)
+    high_watermark = core.high_watermark
     answer = core.handle_fetch_request(fetch, _now_ms())
     raft = broker.raft
-    raft._kick()
+    if core.high_watermark != high_watermark:
+        raft._kick()  # other voters' held Fetches answer with the new high watermark
+    else:
+        # Only the loop: waking every held Fetch here would answer the other voters' empty
+        # Fetches at once, and their next Fetches would wake this one, round and round.
+        raft.wake_loop()
     if (answer.error == 0 and not len(answer.records) and answer.diverging is None
             and request.max_wait_ms > 0):
         changed = raft.changed()

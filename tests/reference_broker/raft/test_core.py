@@ -308,3 +308,14 @@ def test_fetch_answered_with_an_error_is_retried_after_a_backoff(tmp_path: Path)
     assert observer.take_outbox() == []
     observer.poll(110)
     assert [type(o.request) for o in observer.take_outbox()] == [FetchRequest]
+
+
+def test_an_idle_leaders_next_deadline_is_ahead_so_its_loop_sleeps(trio: dict[int, RaftCore]) -> None:
+    elect(trio, 1, 1_000)
+    replicate(trio, 1_000)
+    leader = trio[1]
+    assert leader.role == LEADER
+    for now in range(1_000, 3_000, 150):  # long after its election deadline, voters fetching
+        replicate(trio, now, rounds=1)
+        assert leader.role == LEADER
+        assert now < leader.next_deadline_ms() <= now + leader.timeouts.fetch_timeout_ms
