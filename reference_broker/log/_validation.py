@@ -28,6 +28,8 @@ get the framing and CRC checks only: the leader validated the records, its offse
 kept as they are, and size and timestamp limits (which the leader applied when it accepted them)
 must not make a follower refuse what the leader has.
 
+Batches are then rewritten to the topic's ``compression.type`` (``_recompression``).
+
 For ``CreateTime`` the batch's max timestamp is recomputed from its records and rewritten (with a
 new CRC) if the producer got it wrong, as Kafka does, so the time index can be trusted.
 """
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import ctypes
 
+from reference_broker.log._recompression import recompress_batches
 from reference_broker.log.config import LONG_MAX, LogConfig
 from reference_broker.log.producer_state import AppendOrigin
 from reference_broker.log.results import RecordError
@@ -87,12 +90,24 @@ def validate_append(
         if found is not None:
             data, start = found
             try:
-                # Why the ignore below: ``records`` is the request's own bytearray here (``_request_buffer``).
-                return records, _validate(data, start, len(records), config, origin, now_ms)  # type: ignore[return-value]
+                positions = _validate(data, start, len(records), config, origin, now_ms)
             except KafkaError:
                 pass  # reported below, as for a copy
+            else:
+                # Why the ignore below: ``records`` is the request's own bytearray here (``_request_buffer``).
+                return _stored(records, positions, config, origin)  # type: ignore[arg-type]
     buf = bytearray(records)
-    return buf, _validate(buf, 0, len(buf), config, origin, now_ms)
+    return _stored(buf, _validate(buf, 0, len(buf), config, origin, now_ms), config, origin)
+
+
+def _stored(
+    buf: bytearray | memoryview, positions: list[int], config: LogConfig, origin: AppendOrigin
+) -> tuple[bytearray | memoryview, list[int]]:
+    """The validated batches as they are stored: in the topic's ``compression.type`` unless it
+    is ``producer`` (a follower keeps its leader's batches)."""
+    if origin is _REPLICATION:
+        return buf, positions
+    return recompress_batches(buf, positions, config)
 
 
 def _request_buffer(records: bytes | bytearray | memoryview) -> tuple[bytearray, int] | None:
