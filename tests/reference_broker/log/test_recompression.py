@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, Producer
 
 from sdk.protocol.messages import CreateTopicsRequest, FetchRequest
 from sdk.records import Compression, iter_batches
+from tests.reference_broker.read_committed_helpers import read_committed_sdk, read_committed_values
 from tests.reference_broker.wire import WireClient
 
 _TARGETS = ["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]
@@ -92,6 +93,8 @@ def test_batches_are_stored_in_the_topics_codec(broker: Any, target: str) -> Non
     consumed = _consume(broker.bootstrap, topic, 20)
     assert [(m.offset(), m.key(), m.headers()) for m in consumed] == [
         (i, f"k{i}".encode(), [("h", f"{i}".encode())]) for i in range(20)]
+    assert read_committed_sdk(broker.bootstrap, topic, 1, 20) == [
+        (0, i, f"value-{i}".encode() * 20) for i in range(20)]
 
 
 @pytest.mark.parametrize(("source", "target"), [("gzip", "zstd"), ("lz4", "lz4"), ("zstd", "uncompressed")])
@@ -123,11 +126,9 @@ def test_transactional_batches_recompressed_keep_read_committed(broker: Any, out
     markers = [b for b in batches if b.is_control]
     assert data and all(b.compression == Compression.ZSTD and b.is_transactional for b in data)
     assert len(markers) == 1 and markers[0].compression == Compression.NONE
-    expected = 5 if outcome == "commit" else 0
-    probe = _consume(broker.bootstrap, topic, 5, "read_committed") if expected else []
-    assert len(probe) == expected
-    if not expected:
-        assert _consume(broker.bootstrap, topic, 1, "read_committed") == []
+    expected = [f"tx-{i}".encode() for i in range(5)] if outcome == "commit" else []
+    assert read_committed_values(broker.bootstrap, topic) == expected
+    assert [v for _, _, v in read_committed_sdk(broker.bootstrap, topic, 1, len(expected))] == expected
 
 
 def test_recompressed_batch_over_max_message_bytes_is_refused(broker: Any) -> None:
