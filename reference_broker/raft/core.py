@@ -80,6 +80,10 @@ class ReplicaState:
 
     end_offset: int = -1
     last_fetch_ms: int = -1
+    #: the high watermark the leader last answered this replica's Fetch with
+    sent_high_watermark: int | None = None
+    #: whether the last answer told it a high watermark it had not been told (not to be held)
+    high_watermark_news: bool = False
 
 
 @dataclass
@@ -428,8 +432,18 @@ class RaftCore:
         replica.end_offset = request.fetch_offset
         self._update_high_watermark()
         hw = self.high_watermark if self.high_watermark is not None else 0
+        replica.high_watermark_news = replica.sent_high_watermark != hw
+        replica.sent_high_watermark = hw
         return FetchResponse(NONE, self.epoch, self.node_id, hw,
                              self.log.read(request.fetch_offset, max_bytes))
+
+    def high_watermark_news(self, replica_id: int) -> bool:
+        """Whether the last Fetch answer to ``replica_id`` carried a high watermark it had not
+        been told: such an answer goes at once (Kafka replies immediately when the high watermark
+        moved), an empty one without news is held."""
+        leader = self._leader
+        replica = None if leader is None else leader.replicas.get(replica_id)
+        return replica is not None and replica.high_watermark_news
 
     def _update_high_watermark(self) -> None:
         leader = self._leader

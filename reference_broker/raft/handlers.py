@@ -99,13 +99,13 @@ async def _fetch(broker: Any, ctx: Any, request: Any) -> Any:
     answer = core.handle_fetch_request(fetch, _now_ms())
     raft = broker.raft
     if core.high_watermark != high_watermark:
-        raft._kick()  # other voters' held Fetches answer with the new high watermark
+        raft._kick()  # the voters' held Fetches answer with the new high watermark
     else:
         # Only the loop: waking every held Fetch here would answer the other voters' empty
         # Fetches at once, and their next Fetches would wake this one, round and round.
         raft.wake_loop()
     if (answer.error == 0 and not len(answer.records) and answer.diverging is None
-            and request.max_wait_ms > 0):
+            and not core.high_watermark_news(fetch.replica_id) and request.max_wait_ms > 0):
         changed = raft.changed()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(changed.wait(), min(request.max_wait_ms, 1000) / 1000)

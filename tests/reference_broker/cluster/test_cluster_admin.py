@@ -22,6 +22,7 @@ from sdk.sync import AdminClient as SdkAdminClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer as CKConsumer  # noqa: E402
+from confluent_kafka import KafkaError, KafkaException  # noqa: E402
 from confluent_kafka import Producer as CKProducer  # noqa: E402
 from confluent_kafka import TopicPartition as CKTopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic  # noqa: E402
@@ -64,9 +65,22 @@ def produce(bootstrap: str, topic: str, count: int) -> None:
 
 
 def end_offset(bootstrap: str, topic: str) -> int:
+    """The partition's end offset. A node learns a new topic from the metadata log a moment after
+    another has (as on Kafka), and librdkafka's watermark query does not retry an unknown
+    partition, so that answer is asked again."""
     consumer = CKConsumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}"})
+    end = time.monotonic() + DEADLINE_S
     try:
-        return int(consumer.get_watermark_offsets(CKTopicPartition(topic, 0), timeout=10)[1])
+        while True:
+            try:
+                return int(consumer.get_watermark_offsets(CKTopicPartition(topic, 0), timeout=10)[1])
+            except KafkaException as exc:
+                code = exc.args[0].code()
+                if code not in (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART):
+                    raise
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.2)
     finally:
         consumer.close()
 
