@@ -337,6 +337,9 @@ class LogConfig:
                 _, parse = _TOPIC_KEYS[topic_key]
                 parse(key, props[key])  # report errors under the broker-level name
                 topic_props[topic_key] = props[key]
+        for key in _BROKER_PASSTHROUGH_KEYS:  # topic defaults the log keeps in ``extra``
+            if props.get(key) is not None:
+                topic_props[key] = props[key]
         config = cls.from_properties(topic_props)
         if props.get("producer.id.expiration.ms") is not None:
             value = _int(1)("producer.id.expiration.ms", props["producer.id.expiration.ms"])
@@ -350,6 +353,11 @@ class LogConfig:
             out[INTERNAL_SEGMENT_BYTES] = str(self.internal_segment_bytes)
         out.update(self.extra)
         return out
+
+
+#: Broker settings that are the default of a topic setting of the same name kept in ``extra``
+#: (``compression.type``: the codec batches are rewritten to, see ``_recompression``).
+_BROKER_PASSTHROUGH_KEYS = ("compression.type",)
 
 
 def _with_cleaner_settings(config: LogConfig, props: Mapping[str, Any]) -> LogConfig:

@@ -144,3 +144,28 @@ def test_recompressed_batch_over_max_message_bytes_is_refused(broker: Any) -> No
 def _codec(name: str) -> Compression:
     return {"uncompressed": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
             "lz4": Compression.LZ4, "zstd": Compression.ZSTD}[name]
+
+
+@pytest.mark.parametrize("version", [4, 9, 10])
+def test_a_zstd_topic_is_served_to_every_fetch_version_as_on_kafka(bootstrap: str, version: int) -> None:
+    """Kafka 4.1 serves a topic stored in zstd to Fetch v4-v9 as well (its sources once refused
+    them with UNSUPPORTED_COMPRESSION_TYPE; the broker itself is the oracle)."""
+    topic = _create(bootstrap, {"compression.type": "zstd"})
+    _produce(bootstrap, topic, "gzip", 3)
+    request = FetchRequest(
+        max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+            FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
+    with WireClient(bootstrap) as wire:
+        partition = wire.request(request, version).responses[0].partitions[0]
+    assert partition.error_code == 0
+    assert [b.compression for b in iter_batches(bytes(partition.records or b""))] == [Compression.ZSTD]
+
+
+def test_the_brokers_compression_type_is_every_topics_default(broker_factory: Any) -> None:
+    broker = broker_factory(config={"compression.type": "zstd"})
+    default, own = _create(broker.bootstrap, {}), _create(broker.bootstrap, {"compression.type": "producer"})
+    for topic in (default, own):
+        _produce(broker.bootstrap, topic, "gzip", 5)
+    assert {b.compression for b in _stored_batches(broker.bootstrap, default)} == {Compression.ZSTD}
+    assert {b.compression for b in _stored_batches(broker.bootstrap, own)} == {Compression.GZIP}
