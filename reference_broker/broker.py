@@ -124,13 +124,17 @@ class Broker:
             from reference_broker.cluster.coordinators import (
                 attach_group_coordinator,
                 attach_remote_markers,
+                attach_transaction_coordinator,
                 install_replicated_offset_commit,
+                install_replicated_transaction_log,
             )
 
             attach_group_coordinator(self)
             install_replicated_offset_commit(self.registry)
             if self.txn_service is not None:
                 attach_remote_markers(self)
+                attach_transaction_coordinator(self)
+                install_replicated_transaction_log(self.registry)
         SnapshotGenerator.attach(self.raft, self.cluster_member.loader, config)
         install_broker_side(self.registry)
 
@@ -248,6 +252,8 @@ class Broker:
         self.txn_service = TransactionCoordinatorService(
             self.config, storage, self.clock, self.producer_ids, self.group_service
         )
+        if self.replica_manager is not None:
+            self.txn_service.use_replicated_topic(self.replica_manager)
         self.transaction_coordinator = self.txn_service.coordinator
         self.services.add(self.txn_service)
         self.services.add(

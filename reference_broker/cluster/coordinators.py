@@ -9,8 +9,16 @@ looks a group up, with ``offsets.topic.num.partitions`` partitions and
 leader the answer is COORDINATOR_NOT_AVAILABLE (the client asks again). The leader loads the
 partition's groups when it becomes leader (``GroupCoordinatorService.on_leadership``).
 
-The transaction coordinator is still the node a client asks (its ``__transaction_state`` is
-local to it); only its markers are cluster-aware so far.
+The transaction coordinator of transactional id T is likewise the leader of
+``__transaction_state`` partition ``abs(hash(T)) % partitions`` (Kafka's
+``TransactionStateManager.partitionFor``), a compacted topic the controller creates with
+``transaction.state.log.num.partitions`` partitions, ``transaction.state.log.replication.factor``
+replicas and ``min.insync.replicas`` = ``transaction.state.log.min.isr``. Its leader loads the
+partition's transactions on election (completing the prepared ones) and drops them on
+resignation (``TransactionCoordinatorService.on_leadership``); its writes are answered once the
+ISR holds them (``install_replicated_transaction_log``). A transactional produce to a partition
+led elsewhere, and a TxnOffsetCommit at the group's coordinator, are checked with the
+transaction's coordinator over the network (``attach_transaction_coordinator``).
 """
 
 from __future__ import annotations
@@ -20,9 +28,10 @@ import logging
 from typing import Any
 
 from reference_broker.coordinator.group.records import partition_for
+from reference_broker.coordinator.txn.records import partition_for as txn_partition_for
 from reference_broker.log.config import segment_size_configs
 from reference_broker.metadata.image import MetadataImage
-from reference_broker.storage import CONSUMER_OFFSETS
+from reference_broker.storage import CONSUMER_OFFSETS, TRANSACTION_STATE
 from sdk.protocol.errors import ErrorCode as E
 
 log = logging.getLogger("reference_broker.cluster")
@@ -68,37 +77,103 @@ def attach_remote_markers(broker: Any) -> None:
     )
 
 
+def attach_transaction_coordinator(broker: Any) -> None:
+    """Cluster mode: the transaction coordinator (``use_replicated_topic`` already called)
+    follows the leadership of ``__transaction_state``, and asks the coordinating node about
+    transactions it does not coordinate (produce to partitions led here, TxnOffsetCommit)."""
+    from reference_broker.coordinator.txn.remote_verify import RemoteTxnVerifier
+
+    service = broker.txn_service
+
+    def on_leadership(topic: str, partition: int, leads: bool) -> None:
+        if topic == TRANSACTION_STATE:
+            found = broker.metadata_publisher.image.topic(TRANSACTION_STATE)
+            count = len(found.partitions) if found is not None and found.partitions else None
+            service.on_leadership(partition, leads, count or service.coordinator.config.num_partitions)
+
+    def coordinator_of(transactional_id: str) -> int | None:
+        image: MetadataImage = broker.metadata_publisher.image
+        topic = image.topic(TRANSACTION_STATE)
+        if topic is None or not topic.partitions:
+            return None
+        partition = topic.partitions.get(txn_partition_for(transactional_id, len(topic.partitions)))
+        return partition.leader if partition is not None and partition.leader >= 0 else None
+
+    from reference_broker.network.peer import PeerChannels
+
+    broker.metadata_publisher.coordinator_listeners.append(on_leadership)
+    service.remote_verifier = RemoteTxnVerifier(
+        coordinator_of=coordinator_of,
+        channels=PeerChannels(f"broker-{broker.node_id}-txn-verify", local_host=broker.host or None),
+        address_of=broker.replica_manager.channels.address,
+    )
+
+
 def find_group_coordinator(broker: Any, listener: str, group_id: str) -> CoordinatorAnswer:
     """The leader of ``group_id``'s ``__consumer_offsets`` partition, its endpoint on ``listener``."""
+    return _find_coordinator(broker, listener, CONSUMER_OFFSETS, group_id)
+
+
+def find_transaction_coordinator(broker: Any, listener: str, transactional_id: str) -> CoordinatorAnswer:
+    """The leader of ``transactional_id``'s ``__transaction_state`` partition, its endpoint on
+    ``listener`` (Kafka's ``handleFindCoordinatorRequest`` for TRANSACTION keys)."""
+    return _find_coordinator(broker, listener, TRANSACTION_STATE, transactional_id)
+
+
+_NOT_AVAILABLE: CoordinatorAnswer = (
+    E.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", -1, "", -1
+)
+
+
+def _find_coordinator(broker: Any, listener: str, topic_name: str, key: str) -> CoordinatorAnswer:
     image: MetadataImage = broker.metadata_publisher.image
-    topic = image.topic(CONSUMER_OFFSETS)
+    topic = image.topic(topic_name)
     if topic is None or not topic.partitions:
-        _create_offsets_topic(broker)
-        return E.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", -1, "", -1
-    partition = topic.partitions.get(partition_for(group_id, len(topic.partitions)))
+        _create_internal_topic(broker, topic_name)
+        return _NOT_AVAILABLE
+    partition_of = partition_for if topic_name == CONSUMER_OFFSETS else txn_partition_for
+    index = partition_of(key, len(topic.partitions))
+    partition = topic.partitions.get(index)
     leader = image.brokers.get(partition.leader) if partition is not None else None
     endpoint = leader.endpoint(listener) if leader is not None and not leader.fenced else None
     if leader is None or endpoint is None:
-        return E.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.", -1, "", -1
+        return _NOT_AVAILABLE
     return E.NONE, None, leader.id, endpoint.host, endpoint.port
 
 
-def _create_offsets_topic(broker: Any) -> None:
-    """Ask the controller for ``__consumer_offsets`` without waiting (one request at a time)."""
-    if getattr(broker, "_creating_offsets_topic", False):
+def _internal_topic_settings(config: Any, topic_name: str) -> tuple[int, int, dict[str, str]]:
+    """(partitions, replication factor, configs) of an internal topic, as Kafka creates it."""
+    if topic_name == CONSUMER_OFFSETS:
+        segments = segment_size_configs(int(config.get("offsets.topic.segment.bytes")))
+        return (config.get("offsets.topic.num.partitions"), config.get("offsets.topic.replication.factor"),
+                {"cleanup.policy": "compact", **segments})
+    # Kafka's TransactionStateManager.transactionTopicConfigs
+    segments = segment_size_configs(int(config.get("transaction.state.log.segment.bytes")))
+    return (
+        config.get("transaction.state.log.num.partitions"),
+        config.get("transaction.state.log.replication.factor"),
+        {"cleanup.policy": "compact", "min.insync.replicas": str(config.get("transaction.state.log.min.isr")),
+         **segments},
+    )
+
+
+def _create_internal_topic(broker: Any, topic_name: str) -> None:
+    """Ask the controller for an internal topic without waiting (one request at a time each)."""
+    creating: set[str] | None = getattr(broker, "_creating_internal_topics", None)
+    if creating is None:
+        creating = broker._creating_internal_topics = set()
+    if topic_name in creating:
         return
     from sdk.protocol.messages import CreateTopicsRequest
 
-    config = broker.config
-    segments = segment_size_configs(int(config.get("offsets.topic.segment.bytes")))
-    configs = {"cleanup.policy": "compact", **segments}
+    num_partitions, replication_factor, configs = _internal_topic_settings(broker.config, topic_name)
     request = CreateTopicsRequest(
         timeout_ms=30_000,
         topics=[
             CreateTopicsRequest.CreatableTopic(
-                name=CONSUMER_OFFSETS,
-                num_partitions=config.get("offsets.topic.num.partitions"),
-                replication_factor=config.get("offsets.topic.replication.factor"),
+                name=topic_name,
+                num_partitions=num_partitions,
+                replication_factor=replication_factor,
                 configs=[
                     CreateTopicsRequest.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()
                 ],
@@ -111,14 +186,14 @@ def _create_offsets_topic(broker: Any) -> None:
             response = await broker.controller_channel.send(request)
             for result in response.topics:
                 if result.error_code not in (E.NONE, E.TOPIC_ALREADY_EXISTS):
-                    log.warning("creating %s: %s %s", CONSUMER_OFFSETS, E(result.error_code).name,
+                    log.warning("creating %s: %s %s", topic_name, E(result.error_code).name,
                                 result.error_message)
         except Exception as exc:  # the client's next FindCoordinator asks again
-            log.info("creating %s: %s", CONSUMER_OFFSETS, exc)
+            log.info("creating %s: %s", topic_name, exc)
         finally:
-            broker._creating_offsets_topic = False
+            creating.discard(topic_name)
 
-    broker._creating_offsets_topic = True
+    creating.add(topic_name)
     asyncio.get_running_loop().create_task(create())
 
 
@@ -149,3 +224,74 @@ def install_replicated_offset_commit(registry: Any) -> None:
     handlers[OffsetCommitRequest.API_KEY] = dataclasses.replace(
         handler, handle=commit_replicated, synchronous=False
     )
+
+
+def install_replicated_transaction_log(registry: Any) -> None:
+    """InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn in cluster mode answer once
+    the ISR holds what they wrote to ``__transaction_state`` (Kafka's ``appendTransactionToLog``
+    appends with acks=all), so a node taking the partition over knows every answered change."""
+    import dataclasses
+    import inspect
+
+    from sdk.protocol.messages import (
+        AddOffsetsToTxnRequest,
+        AddPartitionsToTxnRequest,
+        EndTxnRequest,
+        InitProducerIdRequest,
+    )
+
+    def plain(response: Any, code: int) -> None:
+        response.error_code = code
+
+    def add_partitions(response: Any, code: int) -> None:
+        for topic in response.results_by_topic_v3_and_below:
+            for p in topic.results_by_partition:
+                if p.partition_error_code == E.NONE:
+                    p.partition_error_code = code
+        for txn in response.results_by_transaction:
+            for topic in txn.topic_results:
+                for p in topic.results_by_partition:
+                    if p.partition_error_code == E.NONE:
+                        p.partition_error_code = code
+
+    def add_partitions_ok(response: Any) -> bool:
+        topics = list(response.results_by_topic_v3_and_below)
+        topics += [t for txn in response.results_by_transaction for t in txn.topic_results]
+        return any(p.partition_error_code == E.NONE for t in topics for p in t.results_by_partition)
+
+    def ids_of_add_partitions(request: Any) -> list[str]:
+        if request.transactions:
+            return [t.transactional_id for t in request.transactions if not t.verify_only]
+        return [request.v3_and_below_transactional_id]
+
+    wrapped = {
+        InitProducerIdRequest.API_KEY: (lambda r: [r.transactional_id] if r.transactional_id else [],
+                                        lambda resp: resp.error_code == E.NONE, plain),
+        AddOffsetsToTxnRequest.API_KEY: (lambda r: [r.transactional_id],
+                                         lambda resp: resp.error_code == E.NONE, plain),
+        EndTxnRequest.API_KEY: (lambda r: [r.transactional_id],
+                                lambda resp: resp.error_code == E.NONE, plain),
+        AddPartitionsToTxnRequest.API_KEY: (ids_of_add_partitions, add_partitions_ok, add_partitions),
+    }
+    handlers = registry._handlers
+    for api_key, (ids_of, succeeded, set_error) in wrapped.items():
+        handler = handlers[api_key]
+
+        def make(inner: Any, ids_of: Any, succeeded: Any, set_error: Any) -> Any:
+            async def answered_once_replicated(broker: Any, ctx: Any, request: Any) -> Any:
+                response = inner(broker, ctx, request)
+                if inspect.isawaitable(response):
+                    response = await response
+                if succeeded(response):
+                    for transactional_id in ids_of(request):
+                        code = await broker.txn_service.wait_replicated(transactional_id, COMMIT_TIMEOUT_S)
+                        if code:
+                            set_error(response, code)
+                            break
+                return response
+
+            return answered_once_replicated
+
+        handlers[api_key] = dataclasses.replace(
+            handler, handle=make(handler.handle, ids_of, succeeded, set_error), synchronous=False
+        )

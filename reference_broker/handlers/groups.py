@@ -4,7 +4,9 @@ Versions served and per-version notes:
 
 - FindCoordinator (10) v0-5: v4+ batched (``coordinator_keys``). key_type 0 (group) is always this
   node. key_type 1 (transaction) is this node once a transaction coordinator is installed
-  (``broker.transaction_coordinator``), COORDINATOR_NOT_AVAILABLE until then. v6 (share groups,
+  (``broker.transaction_coordinator``), COORDINATOR_NOT_AVAILABLE until then. In cluster mode
+  both are the leader of the key's partition of the replicated ``__consumer_offsets`` /
+  ``__transaction_state`` (``reference_broker.cluster.coordinators``). v6 (share groups,
   key_type 2) is not served.
 - JoinGroup (11) v0-9: v4+ joins without a member id get MEMBER_ID_REQUIRED and an id (dynamic
   members); v5+ group.instance.id (static membership, KIP-345); v7+ protocol_type in the answer;
@@ -83,8 +85,8 @@ def handle_find_coordinator(
     broker: Broker, ctx: RequestContext, request: FindCoordinatorRequest
 ) -> FindCoordinatorResponse:
     (host, port), node = broker.advertised_address(ctx), broker.node_id
-    if request.key_type == GROUP_KEY_TYPE and broker.replica_manager is not None:
-        return _find_group_coordinator_in_cluster(broker, ctx, request)
+    if request.key_type in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE) and broker.replica_manager is not None:
+        return _find_coordinator_in_cluster(broker, ctx, request)
     if ctx.api_version < 4:
         error, message = _coordinator_for(broker, request.key, request.key_type)
         if error:
@@ -108,21 +110,23 @@ def handle_find_coordinator(
     return FindCoordinatorResponse(coordinators=coordinators)
 
 
-def _find_group_coordinator_in_cluster(
+def _find_coordinator_in_cluster(
     broker: Broker, ctx: RequestContext, request: FindCoordinatorRequest
 ) -> FindCoordinatorResponse:
-    """Cluster mode: each group's coordinator is its ``__consumer_offsets`` partition's leader."""
-    from reference_broker.cluster.coordinators import find_group_coordinator
+    """Cluster mode: each group's coordinator is its ``__consumer_offsets`` partition's leader,
+    each transactional id's its ``__transaction_state`` partition's leader."""
+    from reference_broker.cluster.coordinators import find_group_coordinator, find_transaction_coordinator
 
+    find = find_group_coordinator if request.key_type == GROUP_KEY_TYPE else find_transaction_coordinator
     listener = ctx.connection.session.listener.name
     if ctx.api_version < 4:
-        error, message, node, host, port = find_group_coordinator(broker, listener, request.key)
+        error, message, node, host, port = find(broker, listener, request.key)
         return FindCoordinatorResponse(
             error_code=error, error_message=message, node_id=node, host=host, port=port
         )
     coordinators = []
     for key in request.coordinator_keys:
-        error, message, node, host, port = find_group_coordinator(broker, listener, key)
+        error, message, node, host, port = find(broker, listener, key)
         coordinators.append(
             FindCoordinatorResponse.Coordinator(
                 key=key, node_id=node, host=host, port=port, error_code=error, error_message=message

@@ -116,14 +116,58 @@ async def handle_replicated(broker: Broker, ctx: RequestContext,
     from reference_broker.replication.produce import wait_for_acks
 
     pending: list[PendingAck] = []
-    response = _handle(broker, ctx, request, pending)
+    checked = await _check_with_remote_coordinator(broker, request, ctx.api_version)
+    response = _handle(broker, ctx, request, pending, checked)
     if pending:
         await wait_for_acks(pending, request.timeout_ms)
     return response
 
 
+async def _check_with_remote_coordinator(
+    broker: Broker, request: ProduceRequest, version: int
+) -> dict[tuple[str, int], int] | None:
+    """Cluster mode, a transactional produce whose transactional id another node coordinates:
+    that coordinator is asked about the request's partitions first (transactions v2, Produce
+    v12+: it adds them; before v12: it verifies they are in the ongoing transaction), Kafka's
+    ``AddPartitionsToTxnManager``. None when the local coordinator answers (or nothing to ask)."""
+    service = broker.txn_service
+    transactional_id = request.transactional_id
+    if (
+        service is None
+        or service.remote_verifier is None
+        or not transactional_id
+        or service.coordinator.owns(transactional_id)
+    ):
+        return None
+    by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for topic in request.topic_data:
+        info, _ = find_topic(broker, topic.name, topic.topic_id if version >= 13 else None)
+        if info is None:
+            continue  # answered UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID by ``_handle``
+        for part in topic.partition_data:
+            records = part.records
+            if records is None or len(records) < _PRODUCER_ID_OFFSET + _PRODUCER.size:
+                continue
+            (attributes,) = _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_OFFSET)
+            if attributes & _TRANSACTIONAL:
+                producer_id, epoch = _PRODUCER.unpack_from(records, _PRODUCER_ID_OFFSET)
+                if producer_id >= 0:
+                    by_producer.setdefault((producer_id, epoch), []).append((info.name, part.index))
+    checked: dict[tuple[str, int], int] = {}
+    for (producer_id, epoch), partitions in by_producer.items():
+        answers = await service.check_transaction(
+            transactional_id, producer_id, epoch, partitions, add=version >= 12
+        )
+        for tp, code in answers.items():
+            if code == ErrorCode.PRODUCER_FENCED:
+                code = ErrorCode.INVALID_PRODUCER_EPOCH
+            checked[tp] = ErrorCode.NOT_ENOUGH_REPLICAS if code in _RETRIED_AS_NOT_ENOUGH_REPLICAS else code
+    return checked
+
+
 def _handle(broker: Broker, ctx: RequestContext, request: ProduceRequest,
-            pending: list[PendingAck] | None) -> ProduceResponse | None:
+            pending: list[PendingAck] | None,
+            checked: dict[tuple[str, int], int] | None = None) -> ProduceResponse | None:
     version = ctx.api_version
     acks = request.acks
     any_error = False
@@ -155,7 +199,7 @@ def _handle(broker: Broker, ctx: RequestContext, request: ProduceRequest,
                 result = _failed(part.index, missing or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             else:
                 result = _append(broker, info, part.index, part.records, version,
-                                 request.transactional_id, acks, pending)
+                                 request.transactional_id, acks, pending, checked)
             any_error = any_error or result.error_code != ErrorCode.NONE
             partitions.append(result)
         topics.append(TopicResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=partitions))
@@ -189,6 +233,7 @@ def _append(
     transactional_id: str | None,
     acks: int,
     pending: list[PendingAck] | None,
+    checked: dict[tuple[str, int], int] | None = None,
 ) -> ProduceResponse.PartitionProduceResponse:
     name = info.name
     problem = request_level_problem(records, version)
@@ -209,7 +254,9 @@ def _append(
         # As Kafka's ReplicaManager, only batches with a producer id are verified: one without is
         # malformed, and the log's validator answers it INVALID_RECORD.
         code = 0
-        if producer_id >= 0:
+        if checked is not None:  # cluster mode: asked of the coordinating node already
+            code = checked.get((name, index), 0)
+        elif producer_id >= 0:
             code = _transaction_check(broker, transactional_id, producer_id, epoch, (name, index), version)
         if code:
             log.info("transactional produce to %s-%d of %d refused: %d", name, index, producer_id, code)
@@ -256,6 +303,7 @@ _RETRIED_AS_NOT_ENOUGH_REPLICAS = frozenset(
         ErrorCode.CONCURRENT_TRANSACTIONS,
         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
         ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
     }
 )
 

@@ -134,6 +134,11 @@ def _add_partitions(
     coordinator = _coordinator(broker)
     if verify_only:
         return coordinator.verify_partitions(transactional_id, producer_id, epoch, wanted)
+    if version >= 5 and broker.replica_manager is not None:
+        # Cluster mode: a partition leader (or group coordinator) adding a transactions v2
+        # client's partition, which it has checked exists (Kafka's AddPartitionsToTxnManager).
+        return {tp: coordinator.add_partition_implicitly(transactional_id, producer_id, epoch, tp)
+                for tp in wanted}
     unknown = set()
     for topic, partition in wanted:
         meta = broker.logs.topic(topic)
@@ -208,9 +213,26 @@ def handle_add_offsets(
 def handle_txn_offset_commit(
     broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRequest
 ) -> TxnOffsetCommitResponse:
-    version = ctx.api_version
+    # v5 is transactions v2 (KIP-890): the partition joins the transaction implicitly.
+    commit = _transactional_offset_commit(broker, ctx.api_version, request)
+    result = _service(broker).commit_offsets(commit, add_partition=ctx.api_version >= 5)
+    return _offset_commit_response(result)
+
+
+async def handle_txn_offset_commit_in_cluster(
+    broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRequest
+) -> TxnOffsetCommitResponse:
+    """Cluster mode: the transaction's coordinator may be another node (asked over the network)."""
+    commit = _transactional_offset_commit(broker, ctx.api_version, request)
+    result = await _service(broker).commit_offsets_in_cluster(commit, add_partition=ctx.api_version >= 5)
+    return _offset_commit_response(result)
+
+
+def _transactional_offset_commit(
+    broker: Broker, version: int, request: TxnOffsetCommitRequest
+) -> TransactionalOffsetCommit:
     now = broker.clock.now_ms()
-    commit = TransactionalOffsetCommit(
+    return TransactionalOffsetCommit(
         transactional_id=request.transactional_id,
         producer_id=request.producer_id,
         producer_epoch=request.producer_epoch,
@@ -229,8 +251,6 @@ def handle_txn_offset_commit(
             for p in t.partitions
         },
     )
-    # v5 is transactions v2 (KIP-890): the partition joins the transaction implicitly.
-    return _offset_commit_response(_service(broker).commit_offsets(commit, add_partition=version >= 5))
 
 
 def _offset_commit_response(result: dict[tuple[str, int], int]) -> TxnOffsetCommitResponse:
@@ -488,9 +508,10 @@ def install(registry: HandlerRegistry) -> None:
     registry.register(
         WRITE_MARKERS, handle_write_markers, versions=(1, 1), error_response=error_write_markers
     )
+    in_cluster = getattr(registry.broker, "replica_manager", None) is not None
     registry.register(
         TXN_OFFSET_COMMIT,
-        handle_txn_offset_commit,
+        handle_txn_offset_commit_in_cluster if in_cluster else handle_txn_offset_commit,
         versions=(0, 5),
         error_response=error_txn_offset_commit,
     )

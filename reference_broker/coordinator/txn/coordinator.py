@@ -140,6 +140,11 @@ class TransactionCoordinator:
         self.by_producer_id: dict[int, str] = {}
         #: True until ``__transaction_state`` has been read at start-up.
         self.loading = False
+        #: Cluster mode: the ``__transaction_state`` partitions this node leads (their ids are
+        #: coordinated here, the others answer NOT_COORDINATOR); None on a single node (all).
+        self.owned: set[int] | None = None
+        #: Cluster mode: owned partitions still being read (COORDINATOR_LOAD_IN_PROGRESS).
+        self.loading_partitions: set[int] = set()
         #: Called once a PrepareCommit/PrepareAbort is written, before any marker (a fault point
         #: for crash tests; the service sets it from the environment).
         self.after_prepare: Callable[[TransactionMetadata], None] = lambda meta: None
@@ -150,6 +155,22 @@ class TransactionCoordinator:
 
     def partition_for(self, transactional_id: str) -> int:
         return records.partition_for(transactional_id, self.config.num_partitions)
+
+    def owns(self, transactional_id: str) -> bool:
+        """Whether this node coordinates ``transactional_id`` (always on a single node)."""
+        return self.owned is None or self.partition_for(transactional_id) in self.owned
+
+    def not_ready(self, transactional_id: str) -> int:
+        """COORDINATOR_LOAD_IN_PROGRESS while the id's partition is read, NOT_COORDINATOR when
+        another node coordinates it (cluster mode), 0 when this node may answer for it."""
+        if self.loading:
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        if self.owned is None:
+            return 0
+        partition = self.partition_for(transactional_id)
+        if partition not in self.owned:
+            return E.NOT_COORDINATOR
+        return E.COORDINATOR_LOAD_IN_PROGRESS if partition in self.loading_partitions else 0
 
     def _persist(self, meta: TransactionMetadata, **changes: object) -> int:
         """Write ``meta`` with ``changes`` applied, then apply them; an error code (0 if stored)."""
@@ -197,8 +218,8 @@ class TransactionCoordinator:
             timeout_ms = TWO_PHASE_COMMIT_TIMEOUT_MS  # Kafka's resolvedTxnTimeoutMs: any request timeout
         elif not 0 < timeout_ms <= self.config.max_timeout_ms:
             return InitResult(E.INVALID_TRANSACTION_TIMEOUT)
-        if self.loading:
-            return InitResult(E.COORDINATOR_LOAD_IN_PROGRESS)
+        if not_ready := self.not_ready(transactional_id):
+            return InitResult(not_ready)
         meta = self.txns.get(transactional_id)
         if meta is None or meta.is_(TxnState.DEAD):
             meta = TransactionMetadata(
@@ -331,8 +352,8 @@ class TransactionCoordinator:
         with exactly the current producer id and epoch."""
         if not transactional_id:
             return E.INVALID_REQUEST
-        if self.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
+        if not_ready := self.not_ready(transactional_id):
+            return not_ready
         meta = self.txns.get(transactional_id)
         error = self._check_producer(meta, producer_id, epoch)
         if error:
@@ -382,6 +403,8 @@ class TransactionCoordinator:
         """AddPartitionsToTxn v4+ verify_only: is each partition in the ongoing transaction?"""
         meta = self.txns.get(transactional_id)
         error = self._check_producer(meta, producer_id, epoch)
+        if self.owned is not None:  # cluster mode: this node must coordinate the id
+            error = self.not_ready(transactional_id) or error
         result = {}
         for tp in partitions:
             if error:
@@ -410,8 +433,8 @@ class TransactionCoordinator:
     ) -> EndResult:
         if not transactional_id:
             return EndResult(E.INVALID_REQUEST)
-        if self.loading:
-            return EndResult(E.COORDINATOR_LOAD_IN_PROGRESS)
+        if not_ready := self.not_ready(transactional_id):
+            return EndResult(not_ready)
         meta = self.txns.get(transactional_id)
         if meta is not None and (meta.markers_pending or meta.is_(*PREPARED)):
             self._finish_prepared(meta)
@@ -619,8 +642,8 @@ class TransactionCoordinator:
     ) -> int:
         """TxnOffsetCommit: the group's ``__consumer_offsets`` partition must be in the ongoing
         transaction (AddOffsetsToTxn first) and the producer current."""
-        if self.loading:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
+        if not_ready := self.not_ready(transactional_id):
+            return not_ready
         meta = self.txns.get(transactional_id)
         if meta is None or meta.client_producer_id != producer_id:
             return E.INVALID_PRODUCER_ID_MAPPING
@@ -756,6 +779,24 @@ class TransactionCoordinator:
             if meta.is_(*PREPARED):
                 log.info("completing %s of %s after restart", meta.state.display, meta.transactional_id)
                 self._finish_prepared(meta)
+
+    def complete_loaded_partition(self, partition: int) -> None:
+        """Cluster mode, a partition loaded on election: its prepared transactions are completed
+        (markers resent), as Kafka's coordinator does once it took the partition over."""
+        for meta in list(self.txns.values()):
+            if meta.is_(*PREPARED) and self.partition_for(meta.transactional_id) == partition:
+                log.info("completing %s of %s after taking over", meta.state.display, meta.transactional_id)
+                self._finish_prepared(meta)
+
+    def unload_partition(self, partition: int) -> None:
+        """Cluster mode: forget the ids of a partition another node leads now (Kafka's
+        ``removeTransactionsForTxnTopicPartition``)."""
+        for transactional_id, meta in list(self.txns.items()):
+            if self.partition_for(transactional_id) == partition:
+                del self.txns[transactional_id]
+                for pid in (meta.producer_id, meta.client_producer_id):
+                    if self.by_producer_id.get(pid) == transactional_id:
+                        del self.by_producer_id[pid]
 
     # -- admin ---------------------------------------------------------------------------
 

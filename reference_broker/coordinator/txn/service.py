@@ -24,14 +24,16 @@ from reference_broker.log.config import segment_size_configs
 from reference_broker.services import PeriodicTask
 from reference_broker.storage import CONSUMER_OFFSETS, TRANSACTION_STATE
 from sdk.protocol.errors import ErrorCode as E
-from sdk.protocol.errors import UnknownTopicOrPartitionError
-from sdk.records import ControlType
+from sdk.protocol.errors import KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from sdk.records import ControlType, RecordBatch, iter_batches
 
 if TYPE_CHECKING:
     from reference_broker.config import BrokerConfig
     from reference_broker.coordinator.group.service import GroupCoordinatorService
     from reference_broker.coordinator.group.state import CommittedOffset
+    from reference_broker.coordinator.txn.remote_verify import RemoteTxnVerifier
     from reference_broker.producer_ids import ProducerIdManager
+    from reference_broker.replication.replica_manager import ReplicaManager
     from reference_broker.storage import Storage
 
 log = logging.getLogger("reference_broker.txn_coordinator")
@@ -84,9 +86,12 @@ class StorageTxnStore:
         self.storage = storage
         self.config = config
         self.num_partitions = num_partitions
+        #: Cluster mode: the controller creates the topic (replicated); writes go to partitions
+        #: this node leads only.
+        self.replica_manager: ReplicaManager | None = None
 
     def ensure_topic(self) -> None:
-        if self.storage.topic(TRANSACTION_STATE) is None:
+        if self.replica_manager is None and self.storage.topic(TRANSACTION_STATE) is None:
             self.storage.ensure_internal_topic(
                 TRANSACTION_STATE,
                 self.num_partitions,
@@ -100,6 +105,10 @@ class StorageTxnStore:
 
     def write(self, partition: int, key: bytes, value: bytes | None) -> None:
         self.ensure_topic()
+        if self.replica_manager is not None:
+            replica = self.replica_manager.partition(TRANSACTION_STATE, partition)
+            if replica is None or not replica.is_leader:
+                raise NotLeaderOrFollowerError(f"{TRANSACTION_STATE}-{partition} is not led here")
         self.storage.append_as_coordinator(TRANSACTION_STATE, partition, [(key, value)])
 
 
@@ -130,6 +139,9 @@ class TransactionCoordinatorService:
         self._loader: asyncio.Task[None] | None = None
         #: Cluster mode: markers of partitions led by other nodes go there (WriteTxnMarkers).
         self.remote_markers: RemoteMarkers | None = None
+        #: Cluster mode: asks the node coordinating a transactional id (produce, TxnOffsetCommit).
+        self.remote_verifier: RemoteTxnVerifier | None = None
+        self._partition_loaders: dict[int, asyncio.Task[None]] = {}
         crash_id = os.environ.get(KILL_AFTER_PREPARE_ENV)
         if crash_id:
             self.coordinator.after_prepare = partial(_kill_after_prepare, crash_id)
@@ -159,6 +171,89 @@ class TransactionCoordinatorService:
         )
         if topic == CONSUMER_OFFSETS and self.groups is not None:
             self.groups.complete_transaction(partition, producer_id, commit)
+
+    # -- cluster mode ----------------------------------------------------------------------
+
+    def use_replicated_topic(self, replica_manager: ReplicaManager) -> None:
+        """Cluster mode: ``__transaction_state`` is a replicated topic the controller creates; this
+        node coordinates the ids of the partitions it leads, each loaded when it becomes their
+        leader (``on_leadership``), and answers NOT_COORDINATOR for the others."""
+        self.store.replica_manager = replica_manager
+        self.coordinator.owned = set()
+
+    def on_leadership(self, partition: int, leads: bool, num_partitions: int) -> None:
+        """The metadata moved ``__transaction_state`` partition ``partition``'s leadership: when it
+        comes here its ids load from the local replica in the background (COORDINATOR_LOAD_IN_PROGRESS
+        meanwhile) and its prepared transactions are completed (Kafka's ``onElection``); when it
+        goes away they are dropped (``onResignation``)."""
+        coordinator = self.coordinator
+        owned = coordinator.owned
+        if owned is None or leads == (partition in owned):
+            return
+        if num_partitions != coordinator.config.num_partitions:
+            coordinator.config = dataclasses.replace(coordinator.config, num_partitions=num_partitions)
+            self.store.num_partitions = num_partitions
+        loader = self._partition_loaders.pop(partition, None)
+        if loader is not None:
+            loader.cancel()
+        if leads:
+            owned.add(partition)
+            coordinator.loading_partitions.add(partition)
+            self._partition_loaders[partition] = asyncio.get_running_loop().create_task(
+                self._load_elected(partition), name=f"load {TRANSACTION_STATE}-{partition}")
+            return
+        owned.discard(partition)
+        coordinator.loading_partitions.discard(partition)
+        coordinator.unload_partition(partition)
+        log.info("no longer the transaction coordinator of %s-%d", TRANSACTION_STATE, partition)
+
+    async def _load_elected(self, partition: int) -> None:
+        try:
+            for _ in self._load_steps(partition):
+                await asyncio.sleep(0)
+            self.coordinator.loading_partitions.discard(partition)
+            self.coordinator.complete_loaded_partition(partition)
+            log.info("transaction coordinator of %s-%d loaded (to offset %d)", TRANSACTION_STATE, partition,
+                     self.storage.manager.get_log(TRANSACTION_STATE, partition).log_end_offset)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("loading %s-%d failed", TRANSACTION_STATE, partition)
+        finally:
+            self.coordinator.loading_partitions.discard(partition)
+            if self._partition_loaders.get(partition) is asyncio.current_task():
+                del self._partition_loaders[partition]
+
+    async def wait_replicated(self, transactional_id: str, timeout_s: float) -> int:
+        """Cluster mode: wait until the high watermark of ``transactional_id``'s partition covers
+        what was written to it (Kafka appends transaction records with acks=all); an error code
+        as Kafka's ``appendTransactionToLog`` maps it, 0 once committed (at once on a single node)."""
+        replicas = self.store.replica_manager
+        if replicas is None:
+            return 0
+        partition = replicas.partition(TRANSACTION_STATE, self.coordinator.partition_for(transactional_id))
+        if partition is None or not partition.is_leader:
+            return E.NOT_COORDINATOR
+        try:
+            await partition.wait_for_high_watermark(partition.log.log_end_offset, 1, timeout_s)
+        except KafkaError as exc:
+            return E.NOT_COORDINATOR if exc.code == E.NOT_LEADER_OR_FOLLOWER else E.COORDINATOR_NOT_AVAILABLE
+        return 0
+
+    async def check_transaction(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: list[TopicPartition],
+        *, add: bool,
+    ) -> dict[TopicPartition, int]:
+        """Whether ``partitions`` are in the producer's ongoing transaction (``add``: transactions
+        v2, they join it), asked of the node coordinating ``transactional_id`` (this one or, in
+        cluster mode, another). Error codes as ``add_partition_implicitly`` / ``verify_produce``."""
+        coordinator = self.coordinator
+        if self.remote_verifier is None or coordinator.owns(transactional_id):
+            if add:
+                return {tp: coordinator.add_partition_implicitly(transactional_id, producer_id, epoch, tp)
+                        for tp in partitions}
+            return coordinator.verify_partitions(transactional_id, producer_id, epoch, partitions)
+        return await self.remote_verifier.check(transactional_id, producer_id, epoch, partitions, add=add)
 
     # -- requests that involve the group coordinator too ---------------------------------
 
@@ -202,6 +297,36 @@ class TransactionCoordinatorService:
             commit.offsets,
         )
 
+    async def commit_offsets_in_cluster(
+        self, commit: TransactionalOffsetCommit, *, add_partition: bool
+    ) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit at the group's coordinator in cluster mode: the transaction is checked
+        with (for transactions v2, the group's partition added by) the node coordinating the
+        transactional id, possibly another one; the group coordinator then keeps the offsets
+        pending, answered once the ISR holds them."""
+        if not commit.group_id or self.coordinator.owns(commit.transactional_id):
+            result = self.commit_offsets(commit, add_partition=add_partition)
+        else:
+            groups = self._group_service()
+            tp = (CONSUMER_OFFSETS, groups.coordinator.partition_for(commit.group_id))
+            checked = await self.check_transaction(
+                commit.transactional_id, commit.producer_id, commit.producer_epoch, [tp], add=add_partition
+            )
+            code = checked[tp]
+            if code == E.PRODUCER_FENCED:
+                code = E.INVALID_PRODUCER_EPOCH
+            if code:
+                return dict.fromkeys(commit.offsets, code)
+            result = groups.coordinator.commit_transactional_offsets(
+                commit.group_id, commit.producer_id, commit.producer_epoch, commit.generation,
+                commit.member_id, commit.group_instance_id, commit.offsets,
+            )
+        if self.groups is not None and any(code == E.NONE for code in result.values()):
+            code = await self.groups.wait_replicated(commit.group_id, 5.0)
+            if code:
+                result = {tp: code if c == E.NONE else c for tp, c in result.items()}
+        return result
+
     def _group_service(self) -> GroupCoordinatorService:
         if self.groups is None:
             raise RuntimeError("the transaction coordinator runs without a group coordinator")
@@ -209,8 +334,9 @@ class TransactionCoordinatorService:
 
     async def start(self) -> None:
         """Load in the background (after the group coordinator has loaded); until then the
-        transactional APIs answer COORDINATOR_LOAD_IN_PROGRESS."""
-        if self.storage.topic(TRANSACTION_STATE) is None:
+        transactional APIs answer COORDINATOR_LOAD_IN_PROGRESS. In cluster mode partitions load
+        when this node becomes their leader (``on_leadership``)."""
+        if self.coordinator.owned is not None or self.storage.topic(TRANSACTION_STATE) is None:
             return
         self.coordinator.loading = True
         self._loader = asyncio.create_task(self._load(), name="load __transaction_state")
@@ -242,7 +368,7 @@ class TransactionCoordinatorService:
         transactional APIs answer COORDINATOR_LOAD_IN_PROGRESS until the whole load is done)."""
         latest: dict[str, tuple[bytes, bytes | None]] = {}  # the last record of each id
         done = 0
-        for batch in self.storage.read_batches(TRANSACTION_STATE, partition):
+        for batch in self._read_partition(partition):
             if batch.is_control:
                 continue
             for record in batch:
@@ -261,6 +387,26 @@ class TransactionCoordinatorService:
             self.coordinator.load_records(entries[start : start + LOAD_STEP_RECORDS])
             yield
 
+    def _read_partition(self, partition: int) -> Iterator[RecordBatch]:
+        """The partition's batches to load: up to its high watermark on a single node; in cluster
+        mode up to its log end, as Kafka's loader reads, since a newly elected leader's high
+        watermark may not yet cover records the previous leader had committed (this log is the
+        partition's truth from now on)."""
+        if self.store.replica_manager is None:
+            yield from self.storage.read_batches(TRANSACTION_STATE, partition)
+            return
+        plog = self.storage.manager.get_log(TRANSACTION_STATE, partition)
+        offset = plog.log_start_offset
+        while offset < plog.log_end_offset:
+            data = plog.read(offset, 1 << 20, max_offset=plog.log_end_offset, min_one_batch=True).data
+            batches = list(iter_batches(bytes(data)))
+            if not batches:
+                break
+            for batch in batches:
+                if batch.next_offset > offset:
+                    yield batch
+            offset = max(offset, batches[-1].next_offset)
+
     async def wait_loaded(self) -> None:
         if self._loader is not None:
             await asyncio.shield(self._loader)
@@ -276,6 +422,11 @@ class TransactionCoordinatorService:
         ]
 
     async def stop(self) -> None:
+        for loader in self._partition_loaders.values():
+            loader.cancel()
+        self._partition_loaders.clear()
+        if self.remote_verifier is not None:
+            await self.remote_verifier.stop()
         if self.remote_markers is not None:
             await self.remote_markers.stop()
         if self._loader is not None:

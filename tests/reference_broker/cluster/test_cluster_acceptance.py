@@ -351,25 +351,6 @@ async def commit_across_leaders(bootstrap: str, topic: str) -> None:
         await producer.commit_transaction()
 
 
-#: Why the transactional scenario fails on our cluster today, so it runs (strict: an unexpected
-#: pass fails the run and the mark must go) without spending its minutes: the first transaction
-#: across leaders on two nodes already fails.
-COORDINATORS_NOT_REPLICATED = (
-    "the transaction coordinator is not cluster-aware yet (groups are: their coordinator is the "
-    "leader of the replicated __consumer_offsets partition): every node answers FindCoordinator for "
-    "a transactional id with itself and keeps its own unreplicated __transaction_state, so a "
-    "transactional produce to a partition led by another node is refused (INVALID_PRODUCER_ID_MAPPING)"
-)
-
-
-@pytest.mark.parametrize(
-    "nodes",
-    [
-        pytest.param("reference", marks=pytest.mark.xfail(strict=True, reason=COORDINATORS_NOT_REPLICATED)),
-        pytest.param("kafka", marks=pytest.mark.apache_kafka),
-    ],
-    indirect=True,
-)
 def test_transactional_copy_is_exactly_once_across_leader_and_coordinator_crashes(
     nodes: ThreeNodes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
