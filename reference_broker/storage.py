@@ -292,13 +292,20 @@ class Storage:
         if self.on_data is not None:
             self.on_data((topic, partition))
 
-    def read_batches(self, topic: str, partition: int, chunk_bytes: int = 1 << 20) -> Iterator[RecordBatch]:
+    def read_batches(
+        self, topic: str, partition: int, chunk_bytes: int = 1 << 20, *, to_log_end: bool = False
+    ) -> Iterator[RecordBatch]:
         """Every batch of the partition from its log start to the high watermark (for loading a
-        coordinator's state)."""
+        coordinator's state). ``to_log_end``: to the log end instead, as Kafka's coordinators load
+        a partition they were just elected leader of (its high watermark may not yet cover what
+        the previous leader committed; this log is the partition's truth from now on)."""
         plog = self.manager.get_log(topic, partition)
         offset = plog.log_start_offset
-        while offset < plog.high_watermark:
-            data = self.read(topic, partition, offset, chunk_bytes, min_one=True, committed=False).records
+        while offset < (plog.log_end_offset if to_log_end else plog.high_watermark):
+            if to_log_end:
+                data = plog.read(offset, chunk_bytes, max_offset=plog.log_end_offset, min_one_batch=True).data
+            else:
+                data = self.read(topic, partition, offset, chunk_bytes, min_one=True, committed=False).records
             batches = list(iter_batches(bytes(data)))
             if not batches:
                 break

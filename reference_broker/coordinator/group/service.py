@@ -278,7 +278,8 @@ class GroupCoordinatorService:
         Transactional offset commits count from their producer's COMMIT marker on; those whose
         transaction is still open end in ``pending`` (the transaction coordinator ends them)."""
         done = 0
-        for batch in self.storage.read_batches(CONSUMER_OFFSETS, partition):
+        to_log_end = self.replica_manager is not None  # a newly elected leader: see read_batches
+        for batch in self.storage.read_batches(CONSUMER_OFFSETS, partition, to_log_end=to_log_end):
             if batch.is_control:
                 ended = pending.pop(batch.producer_id, [])
                 if batch.control_record().type == ControlType.COMMIT:

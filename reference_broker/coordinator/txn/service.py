@@ -25,7 +25,7 @@ from reference_broker.services import PeriodicTask
 from reference_broker.storage import CONSUMER_OFFSETS, TRANSACTION_STATE
 from sdk.protocol.errors import ErrorCode as E
 from sdk.protocol.errors import KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
-from sdk.records import ControlType, RecordBatch, iter_batches
+from sdk.records import ControlType, RecordBatch
 
 if TYPE_CHECKING:
     from reference_broker.config import BrokerConfig
@@ -388,24 +388,11 @@ class TransactionCoordinatorService:
             yield
 
     def _read_partition(self, partition: int) -> Iterator[RecordBatch]:
-        """The partition's batches to load: up to its high watermark on a single node; in cluster
-        mode up to its log end, as Kafka's loader reads, since a newly elected leader's high
-        watermark may not yet cover records the previous leader had committed (this log is the
-        partition's truth from now on)."""
-        if self.store.replica_manager is None:
-            yield from self.storage.read_batches(TRANSACTION_STATE, partition)
-            return
-        plog = self.storage.manager.get_log(TRANSACTION_STATE, partition)
-        offset = plog.log_start_offset
-        while offset < plog.log_end_offset:
-            data = plog.read(offset, 1 << 20, max_offset=plog.log_end_offset, min_one_batch=True).data
-            batches = list(iter_batches(bytes(data)))
-            if not batches:
-                break
-            for batch in batches:
-                if batch.next_offset > offset:
-                    yield batch
-            offset = max(offset, batches[-1].next_offset)
+        """The partition's batches to load: in cluster mode up to its log end (see
+        ``Storage.read_batches``)."""
+        return self.storage.read_batches(
+            TRANSACTION_STATE, partition, to_log_end=self.store.replica_manager is not None
+        )
 
     async def wait_loaded(self) -> None:
         if self._loader is not None:
