@@ -219,7 +219,7 @@ class Broker:
         max_request = self.config.get("socket.request.max.bytes")
         limits = ConnectionLimits.from_config(self.config)  # shared: the limits are broker-wide
         addresses = []
-        controller_listeners = set(self.config.get("controller.listener.names"))
+        controller_listeners = set(self.config.get("controller.listener.names") or [])
         for listener in self.listeners:
             tls = None
             if listener.uses_tls:

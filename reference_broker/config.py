@@ -1223,7 +1223,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ConfigKey(
             "controller.listener.names",
             _B.LIST,
-            [],
+            None,
             "The listeners that serve the controller APIs (raft and the quorum controller's).",
         ),
         ConfigKey(
@@ -1286,7 +1286,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             at_least(14),
         ),
         ConfigKey(
-            "metadata.log.retention.bytes",
+            "metadata.max.retention.bytes",
             _B.LONG,
             100 * 1024 * 1024,
             "Metadata log plus snapshots larger than this: the oldest snapshot and the segments"
@@ -1294,7 +1294,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             at_least(-1),
         ),
         ConfigKey(
-            "metadata.log.retention.ms",
+            "metadata.max.retention.ms",
             _B.LONG,
             604_800_000,
             "Snapshots older than this (with the segments before the next snapshot) are deleted,"

@@ -122,7 +122,7 @@ class RaftClient:
                         last_contained_log_timestamp: int = -1) -> SnapshotWriter | None:
         """A writer for the snapshot of the committed log up to ``last_contained_offset`` (whose
         batch is of ``epoch``); None if that snapshot (or a newer one) exists. Once the writer is
-        frozen, older snapshots and segments go by ``metadata.log.retention.*``."""
+        frozen, older snapshots and segments go by ``metadata.max.retention.*``."""
         if self.core is None:
             return None
         writer = self.core.create_snapshot(last_contained_offset, epoch,

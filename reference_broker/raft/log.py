@@ -36,7 +36,7 @@ TOPIC = "__cluster_metadata"
 
 @dataclass(frozen=True)
 class MetadataLogSettings:
-    """``metadata.log.segment.bytes`` and ``metadata.log.retention.*`` (Kafka's defaults)."""
+    """``metadata.log.segment.bytes`` and ``metadata.max.retention.*`` (Kafka's defaults)."""
 
     segment_bytes: int = 1 << 30
     retention_bytes: int = 100 * 1024 * 1024
@@ -45,8 +45,8 @@ class MetadataLogSettings:
     @classmethod
     def from_config(cls, config: Any) -> MetadataLogSettings:
         return cls(config.get("metadata.log.segment.bytes"),
-                   config.get("metadata.log.retention.bytes"),
-                   config.get("metadata.log.retention.ms"))
+                   config.get("metadata.max.retention.bytes"),
+                   config.get("metadata.max.retention.ms"))
 PARTITION_DIR = TOPIC + "-0"
 
 

@@ -40,7 +40,7 @@ def configured_listeners(config: BrokerConfig) -> list[Listener]:
         config.get("listeners"),
         config.get("advertised.listeners"),
         parse_protocol_map(config.get("listener.security.protocol.map")),
-        [n.upper() for n in config.get("controller.listener.names")]
+        [n.upper() for n in config.get("controller.listener.names") or []]
         if config.get("controller.quorum.voters") else (),
     )
     inter_broker = config.get("inter.broker.listener.name")

@@ -48,7 +48,7 @@ def snapshotting_quorum(tmp_path: Path) -> Any:
             "cluster.id": "cDVJ2f7NQWm0mzWq2i8Rtw",
             "metadata.log.max.record.bytes.between.snapshots": 1500,
             "metadata.log.segment.bytes": 2048,
-            "metadata.log.retention.bytes": 0,
+            "metadata.max.retention.bytes": 0,
         }, host=host, port=client_ports[n - 1]))
     try:
         for node in nodes:
