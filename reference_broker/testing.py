@@ -80,6 +80,7 @@ __all__ = [
     "ClusterStartError",
     "InProcessBroker",
     "run_in_process",
+    "wait_until",
 ]
 
 START_TIMEOUT_S = 30.0
@@ -442,6 +443,23 @@ class ClusterStartError(BrokerStartError):
     """A cluster node did not start, or the brokers did not all register in time."""
 
 
+def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    """Poll ``condition`` until it returns something true (returned); ``OSError``s count as not
+    yet (a node starting or stopping). Raises ``TimeoutError`` naming ``what`` after ``timeout``
+    seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = condition()
+        except OSError:
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting until {what}")
+        time.sleep(0.1)
+
+
 @dataclass(eq=False)
 class ClusterNode:
     """One node of a :class:`ClusterProcess`: its process and the address clients and the other
@@ -638,19 +656,8 @@ class ClusterProcess:
         return self.proxy is not None and (CLIENTS, node_id) in self.proxy.cuts
 
     def wait_for(self, condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-        """Poll ``condition`` until it returns something true (returned); ``OSError``s count as
-        not yet. Raises ``TimeoutError`` naming ``what`` after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                value = condition()
-            except OSError:
-                value = None
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout}s waiting until {what}")
-            time.sleep(0.1)
+        """:func:`wait_until` (kept as a method for tests holding only the cluster)."""
+        return wait_until(condition, what, timeout)
 
     def partition(self, topic: str, partition: int, *, via: int | None = None) -> Any:
         """``topic``/``partition`` as Metadata describes it now (``leader_id``, ``isr_nodes``,

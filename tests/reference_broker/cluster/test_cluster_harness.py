@@ -8,31 +8,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from reference_broker.cluster.launcher import BOOTSTRAP_PREFIX
-from reference_broker.testing import ClusterFactory, request_metadata
+from reference_broker.testing import ClusterFactory, request_metadata, wait_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
-
-
-def until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = condition()
-        except OSError:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting until {what}")
-        time.sleep(0.1)
 
 
 def alive(pid: int) -> bool:
@@ -69,7 +52,7 @@ def test_cluster_command_prints_a_working_bootstrap_list_and_stops_every_node(tm
             assert {b.node_id for b in request_metadata(address).brokers} == {1, 2, 3}
         command.send_signal(signal.SIGTERM)
         assert command.wait(30) == 0
-        until(lambda: not any(alive(pid) for pid in pids), "every node process is gone")
+        wait_until(lambda: not any(alive(pid) for pid in pids), "every node process is gone")
     finally:
         if command.poll() is None:
             command.kill()
@@ -94,16 +77,16 @@ def test_paused_and_isolated_nodes_are_fenced_and_come_back(reference_cluster: C
         return cluster.registered_brokers(via=node_id)
 
     cluster.pause(3)
-    until(lambda: brokers_seen_by(1) == {1, 2}, "paused node 3 is fenced")
+    wait_until(lambda: brokers_seen_by(1) == {1, 2}, "paused node 3 is fenced")
     cluster.resume(3)
-    until(lambda: brokers_seen_by(1) == {1, 2, 3}, "resumed node 3 is unfenced")
+    wait_until(lambda: brokers_seen_by(1) == {1, 2, 3}, "resumed node 3 is unfenced")
 
     cluster.isolate(2)
-    until(lambda: brokers_seen_by(1) == {1, 3}, "isolated node 2 is fenced")
+    wait_until(lambda: brokers_seen_by(1) == {1, 3}, "isolated node 2 is fenced")
     with pytest.raises(OSError):
         request_metadata(cluster.node(2).bootstrap, timeout=2)  # clients are cut off too
     cluster.heal(2)
-    until(lambda: brokers_seen_by(2) == {1, 2, 3}, "healed node 2 is back")
+    wait_until(lambda: brokers_seen_by(2) == {1, 2, 3}, "healed node 2 is back")
 
     cluster.pause(1)
     pids = [node.pid for node in cluster.nodes]
