@@ -93,41 +93,65 @@ def module_broker() -> Iterator[BrokerProcess]:
         yield proc
 
 
-def _assert_other_connections_served(elapsed: float, durations: list[float]) -> None:
+def _stalls_others(elapsed: float, durations: list[float]) -> bool:
+    """Whether a probe round trip waited for a large share of the big request.
+
+    Without yielding, a probe sent while the request is handled waits for all of it (the slowest
+    round trip was 70% of the big request); with it, each probe waits for at most a step or two.
+    The response is still encoded in one go, so a busy machine leaves a share of it.
+    """
     assert durations, "the probe made no round trip while the big request was served"
-    # Without yielding, a probe sent while the request is handled waits for all of it; with it,
-    # each probe waits for at most a step or two.
-    # Before the requests yielded, the slowest round trip waited 70% of the big request; the
-    # response is still encoded in one go, so a busy machine leaves a share of it.
-    assert max(durations) < elapsed * 0.6, (elapsed, max(durations), len(durations))
+    return max(durations) >= elapsed * 0.6
+
+
+def _serve_with_probe(
+    bootstrap: str, send_big: Callable[[], Any], check: Callable[[Any], None], attempts: int = 3
+) -> None:
+    """Sends the big request until one attempt leaves the probe unstalled.
+
+    A stall from the broker's code repeats on every attempt; one from the machine's scheduler
+    (a 2-core CI runner with parallel workers) does not, so three attempts tell them apart.
+    """
+    measured: list[tuple[float, float, int]] = []
+    for _ in range(attempts):
+        elapsed, durations, response = _big_request_with_probe(bootstrap, send_big)
+        check(response)
+        if not _stalls_others(elapsed, durations):
+            return
+        measured.append((elapsed, max(durations), len(durations)))
+    raise AssertionError(f"every attempt stalled the probe (elapsed, slowest, probes): {measured}")
 
 
 def test_describe_transactions_of_many_ids_lets_other_connections_through(
     many_transactions: tuple[BrokerProcess, list[str]],
 ) -> None:
     proc, ids = many_transactions
+
+    def check(response: Any) -> None:
+        states = response.transaction_states
+        assert [s.transactional_id for s in states] == ids
+        assert all(s.error_code == 0 and s.transaction_state == "Empty" for s in states)
+
     with WireClient(proc.bootstrap, timeout=120.0) as big:
-        elapsed, durations, response = _big_request_with_probe(
-            proc.bootstrap, lambda: big.request(DescribeTransactionsRequest(transactional_ids=ids), 0)
+        _serve_with_probe(
+            proc.bootstrap,
+            lambda: big.request(DescribeTransactionsRequest(transactional_ids=ids), 0),
+            check,
         )
-    states = response.transaction_states
-    assert [s.transactional_id for s in states] == ids
-    assert all(s.error_code == 0 and s.transaction_state == "Empty" for s in states)
-    _assert_other_connections_served(elapsed, durations)
 
 
 def test_list_transactions_of_many_ids_lets_other_connections_through(
     many_transactions: tuple[BrokerProcess, list[str]],
 ) -> None:
     proc, ids = many_transactions
-    with WireClient(proc.bootstrap, timeout=120.0) as big:
-        elapsed, durations, response = _big_request_with_probe(
-            proc.bootstrap, lambda: big.request(ListTransactionsRequest(), 0)
-        )
-    assert response.error_code == 0
     prefix = ids[0][: -len("00000")]
-    listed = sorted(
-        s.transactional_id for s in response.transaction_states if s.transactional_id.startswith(prefix)
-    )
-    assert listed == ids
-    _assert_other_connections_served(elapsed, durations)
+
+    def check(response: Any) -> None:
+        assert response.error_code == 0
+        listed = sorted(
+            s.transactional_id for s in response.transaction_states if s.transactional_id.startswith(prefix)
+        )
+        assert listed == ids
+
+    with WireClient(proc.bootstrap, timeout=120.0) as big:
+        _serve_with_probe(proc.bootstrap, lambda: big.request(ListTransactionsRequest(), 0), check)
