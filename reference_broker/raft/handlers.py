@@ -40,57 +40,54 @@ def _foreign(broker: Any, request: Any) -> bool:
     return bool(cluster_id) and bool(broker.cluster_id) and cluster_id != broker.cluster_id
 
 
-def _vote(broker: Any, ctx: Any, request: Any) -> Any:
+def _refusal(broker: Any, request: Any, response_cls: Any) -> Any | None:
+    """The error response for a request from another cluster or to a node without a quorum."""
     if _foreign(broker, request):
-        return m.VoteResponse(error_code=_INCONSISTENT_CLUSTER_ID)
-    core = _core(broker)
-    if core is None:
-        return m.VoteResponse(error_code=_BROKER_NOT_AVAILABLE)
-    try:
-        return wire.vote_response(core.handle_vote_request(wire.vote_request(request), _now_ms()))
-    except wire.WireError:
-        return m.VoteResponse(error_code=_INVALID_REQUEST)
-    finally:
+        return response_cls(error_code=_INCONSISTENT_CLUSTER_ID)
+    if _core(broker) is None:
+        return response_cls(error_code=_BROKER_NOT_AVAILABLE)
+    return None
+
+
+def _election_api(response_cls: Any, decode: Any, handle: Any, encode: Any) -> Any:
+    """A Vote/BeginQuorumEpoch/EndQuorumEpoch handler: decode, let the core decide, wake the
+    raft loop (the decision may change the role or the epoch), encode."""
+
+    def handler(broker: Any, ctx: Any, request: Any) -> Any:
+        refused = _refusal(broker, request, response_cls)
+        if refused is not None:
+            return refused
+        try:
+            decoded = decode(request, ctx.api_version)
+        except wire.WireError:
+            return response_cls(error_code=_INVALID_REQUEST)
+        answer = handle(_core(broker), decoded, _now_ms())
         broker.raft._kick()
+        return encode(answer)
+
+    return handler
 
 
-def _begin(broker: Any, ctx: Any, request: Any) -> Any:
-    if _foreign(broker, request):
-        return m.BeginQuorumEpochResponse(error_code=_INCONSISTENT_CLUSTER_ID)
-    core = _core(broker)
-    if core is None:
-        return m.BeginQuorumEpochResponse(error_code=_BROKER_NOT_AVAILABLE)
-    try:
-        answer = core.handle_begin_quorum_epoch(wire.begin_request(request), _now_ms())
-    except wire.WireError:
-        return m.BeginQuorumEpochResponse(error_code=_INVALID_REQUEST)
-    broker.raft._kick()
-    return wire.epoch_response(m.BeginQuorumEpochResponse, answer)
-
-
-def _end(broker: Any, ctx: Any, request: Any) -> Any:
-    if _foreign(broker, request):
-        return m.EndQuorumEpochResponse(error_code=_INCONSISTENT_CLUSTER_ID)
-    core = _core(broker)
-    if core is None:
-        return m.EndQuorumEpochResponse(error_code=_BROKER_NOT_AVAILABLE)
-    try:
-        answer = core.handle_end_quorum_epoch(wire.end_request(request, ctx.api_version),
-                                              _now_ms())
-    except wire.WireError:
-        return m.EndQuorumEpochResponse(error_code=_INVALID_REQUEST)
-    broker.raft._kick()
-    return wire.epoch_response(m.EndQuorumEpochResponse, answer)
+_vote = _election_api(
+    m.VoteResponse, lambda request, version: wire.vote_request(request),
+    lambda core, vote, now: core.handle_vote_request(vote, now), wire.vote_response)
+_begin = _election_api(
+    m.BeginQuorumEpochResponse, lambda request, version: wire.begin_request(request),
+    lambda core, begin, now: core.handle_begin_quorum_epoch(begin, now),
+    lambda answer: wire.epoch_response(m.BeginQuorumEpochResponse, answer))
+_end = _election_api(
+    m.EndQuorumEpochResponse, wire.end_request,
+    lambda core, end, now: core.handle_end_quorum_epoch(end, now),
+    lambda answer: wire.epoch_response(m.EndQuorumEpochResponse, answer))
 
 
 async def _fetch(broker: Any, ctx: Any, request: Any) -> Any:
     """The leader answers at once when it has records (or news), else holds the Fetch until the
     log or the high watermark changes, at most ``max_wait_ms``."""
-    if _foreign(broker, request):
-        return m.FetchResponse(error_code=_INCONSISTENT_CLUSTER_ID)
+    refused = _refusal(broker, request, m.FetchResponse)
+    if refused is not None:
+        return refused
     core = _core(broker)
-    if core is None:
-        return m.FetchResponse(error_code=_BROKER_NOT_AVAILABLE)
     try:
         fetch = wire.fetch_request(request)
     except wire.WireError:
@@ -118,11 +115,10 @@ async def _fetch(broker: Any, ctx: Any, request: Any) -> Any:
 
 def _fetch_snapshot(broker: Any, ctx: Any, request: Any) -> Any:
     """The leader answers one chunk (up to ``max_bytes``) of the snapshot asked for."""
-    if _foreign(broker, request):
-        return m.FetchSnapshotResponse(error_code=_INCONSISTENT_CLUSTER_ID)
+    refused = _refusal(broker, request, m.FetchSnapshotResponse)
+    if refused is not None:
+        return refused
     core = _core(broker)
-    if core is None:
-        return m.FetchSnapshotResponse(error_code=_BROKER_NOT_AVAILABLE)
     try:
         fetch = wire.fetch_snapshot_request(request)
     except wire.WireError:
