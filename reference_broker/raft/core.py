@@ -409,16 +409,25 @@ class RaftCore:
 
     # -- Fetch ---------------------------------------------------------------------------------
 
+    def _fetch_leader(self, epoch: int) -> _Leader | int:
+        """The leader state serving a Fetch or FetchSnapshot in ``epoch``, or the error code: only
+        the leader of this very epoch serves them (a newer epoch is not known yet, an older one
+        is fenced)."""
+        if epoch > self.epoch:
+            return UNKNOWN_LEADER_EPOCH
+        if epoch < self.epoch:
+            return FENCED_LEADER_EPOCH
+        if self.role != LEADER or self._leader is None:
+            return NOT_LEADER_OR_FOLLOWER
+        return self._leader
+
     def handle_fetch_request(self, request: FetchRequest, now_ms: int,
                              max_bytes: int = 1 << 20) -> FetchResponse:
-        if request.epoch > self.epoch:
-            return FetchResponse(UNKNOWN_LEADER_EPOCH, self.epoch, self.leader_id)
-        if request.epoch < self.epoch:
-            return FetchResponse(FENCED_LEADER_EPOCH, self.epoch, self.leader_id)
-        if self.role != LEADER or self._leader is None:
-            return FetchResponse(NOT_LEADER_OR_FOLLOWER, self.epoch, self.leader_id)
+        leader = self._fetch_leader(request.epoch)
+        if isinstance(leader, int):
+            return FetchResponse(leader, self.epoch, self.leader_id)
         hw = self.high_watermark if self.high_watermark is not None else 0
-        replica = self._leader.replicas.setdefault(request.replica_id, ReplicaState())
+        replica = leader.replicas.setdefault(request.replica_id, ReplicaState())
         replica.last_fetch_ms = now_ms  # check-quorum counts any Fetch in the epoch
         kind, offset, epoch = self.log.validate_offset_and_epoch(request.fetch_offset,
                                                                  request.last_fetched_epoch)
@@ -510,12 +519,9 @@ class RaftCore:
 
     def handle_fetch_snapshot_request(self, request: FetchSnapshotRequest, now_ms: int,
                                       max_bytes: int = 1 << 20) -> FetchSnapshotResponse:
-        if request.epoch > self.epoch:
-            return FetchSnapshotResponse(UNKNOWN_LEADER_EPOCH, self.epoch, self.leader_id)
-        if request.epoch < self.epoch:
-            return FetchSnapshotResponse(FENCED_LEADER_EPOCH, self.epoch, self.leader_id)
-        if self.role != LEADER or self._leader is None:
-            return FetchSnapshotResponse(NOT_LEADER_OR_FOLLOWER, self.epoch, self.leader_id)
+        leader = self._fetch_leader(request.epoch)
+        if isinstance(leader, int):
+            return FetchSnapshotResponse(leader, self.epoch, self.leader_id)
         chunk = self.log.snapshot_chunk(SnapshotId(*request.snapshot_id), request.position,
                                         max_bytes)
         if chunk is None:
@@ -523,7 +529,7 @@ class RaftCore:
         size, data = chunk
         if request.position < 0 or request.position >= size:
             return FetchSnapshotResponse(POSITION_OUT_OF_RANGE, self.epoch, self.node_id)
-        replica = self._leader.replicas.setdefault(request.replica_id, ReplicaState())
+        replica = leader.replicas.setdefault(request.replica_id, ReplicaState())
         replica.last_fetch_ms = now_ms
         return FetchSnapshotResponse(NONE, self.epoch, self.node_id, request.snapshot_id, size,
                                      request.position, data)
