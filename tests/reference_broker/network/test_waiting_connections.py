@@ -95,9 +95,26 @@ def test_waiting_long_polls_cost_little_memory_each(broker_factory: BrokerFactor
         for sock in socks:
             sock.close()
     # Baseline (after the measurement: freed memory would hide growth): as many connections opened
-    # the same way, each sending a request that is answered at once.
-    base_socks, base_s = _open(broker.bootstrap, CONNECTIONS, _frame(ApiVersionsRequest(), 0), None)
-    for sock in base_socks:
+    # the same way, each sending a request that is answered at once. Slow opening because of the
+    # broker repeats on every attempt; a stall of the machine's scheduler (a loaded 2-core runner)
+    # hits one attempt, so a slow one is measured again, both sides, up to three times in all.
+    timings = [(polls_s, _open_answered_s(broker.bootstrap))]
+    while not _opens_as_fast(*timings[-1]) and len(timings) < 3:
+        socks, polls_s = _open(broker.bootstrap, CONNECTIONS, poll, None)
+        for sock in socks:
+            sock.close()
+        timings.append((polls_s, _open_answered_s(broker.bootstrap)))
+    assert _opens_as_fast(*timings[-1]), f"(polls, baseline) seconds to open, every attempt: {timings}"
+
+
+def _open_answered_s(bootstrap: str) -> float:
+    """Seconds to open ``CONNECTIONS`` connections each sending a request answered at once."""
+    socks, seconds = _open(bootstrap, CONNECTIONS, _frame(ApiVersionsRequest(), 0), None)
+    for sock in socks:
         _read_answer(sock)
         sock.close()
-    assert polls_s < 3 * base_s + 2.0, f"{polls_s:.1f} s to open, {base_s:.1f} s for the baseline"
+    return seconds
+
+
+def _opens_as_fast(polls_s: float, base_s: float) -> bool:
+    return polls_s < 3 * base_s + 2.0
