@@ -131,11 +131,18 @@ def test_one_leader_then_a_new_one_in_a_higher_epoch_after_kill(quorum: Any) -> 
         lambda: leader_seen_by_all(controllers, [0, 1, 2]), "the three nodes agree on a leader")
     assert {v.replica_id for v in described.current_voters} == {1, 2, 3}
     # Idle, no node spins: the leader's loop sleeps until its timers and it holds the voters'
-    # Fetches (a busy loop or Fetches answered at once took 0.2-0.8 CPU s per second).
-    before = {node.pid: _cpu_seconds(node.pid) for node in nodes}
-    time.sleep(3)
-    used = {pid: _cpu_seconds(pid) - seconds for pid, seconds in before.items()}
-    assert all(seconds < 0.3 for seconds in used.values()), f"CPU seconds over 3 s idle: {used}"
+    # Fetches (a busy loop or Fetches answered at once took 0.2-0.8 CPU s per second). A spin
+    # costs that in every window, while one-off work (what is left of startup, a collection, a
+    # timer late on a loaded runner) lands in one: each node is measured over up to three 3 s
+    # windows and is judged by its quietest.
+    quietest: dict[int | None, float] = {}
+    windows: list[dict[int | None, float]] = []
+    while len(windows) < 3 and not (quietest and all(s < 0.3 for s in quietest.values())):
+        before = {node.pid: _cpu_seconds(node.pid) for node in nodes}
+        time.sleep(3)
+        windows.append({pid: _cpu_seconds(pid) - seconds for pid, seconds in before.items()})
+        quietest = {pid: min(w[pid] for w in windows) for pid in windows[-1]}
+    assert all(s < 0.3 for s in quietest.values()), f"CPU seconds per 3 s idle window: {windows}"
     follower = nodes[leader % NODES]  # a broker listener of a node that does not lead
     via_broker = describe_quorum(follower.host, follower.port)
     assert (via_broker.error_code, via_broker.leader_id, via_broker.leader_epoch) == (0, leader, epoch)
