@@ -183,14 +183,18 @@ async def test_coordinator_requests_do_not_wait_behind_a_fetch_long_poll(bootstr
         consumer.assign([tp])
         await consumer.commit({tp: OffsetAndMetadata(0, "")})  # the coordinator is known
         consumer.seek(tp, 1)  # the end: the fetch will wait the full fetch_max_wait_ms
-        polling = asyncio.create_task(consumer.getmany(timeout_ms=4000))
-        await asyncio.sleep(0.3)  # the long poll is on the wire
-        started = time.monotonic()
-        await consumer.commit({tp: OffsetAndMetadata(1, "")})
-        assert await consumer.committed(tp) == 1
-        elapsed = time.monotonic() - started
-        polling.cancel()
-        assert elapsed < 2.0, f"commit + committed took {elapsed:.2f} s behind the long poll"
+        # Behind the long poll the answer takes about fetch_max_wait_ms on every attempt; a
+        # scheduler stall on a loaded runner delays one, so up to three attempts are timed.
+        timings: list[float] = []
+        while len(timings) < 3 and not (timings and timings[-1] < 2.0):
+            polling = asyncio.create_task(consumer.getmany(timeout_ms=4000))
+            await asyncio.sleep(0.3)  # the long poll is on the wire
+            started = time.monotonic()
+            await consumer.commit({tp: OffsetAndMetadata(1, "")})
+            assert await consumer.committed(tp) == 1
+            timings.append(time.monotonic() - started)
+            polling.cancel()
+        assert timings[-1] < 2.0, f"commit + committed took {timings} s behind the long poll"
 
 
 def test_coordinator_connections_have_node_ids_of_their_own() -> None:
