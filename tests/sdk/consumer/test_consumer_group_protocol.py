@@ -220,9 +220,13 @@ async def test_a_killed_member_partitions_go_to_the_others_after_the_session_tim
             ),
             "the two members share the partitions",
         )
+        # Taken before the kill, so a slow reap on a loaded runner does not shorten the time
+        # measured; the session runs from the victim's last heartbeat (every 0.5 s), so half the
+        # session leaves room for heartbeats the loaded runner delayed, while partitions moved on
+        # the kill itself (the bug) move within a heartbeat or two.
+        killed_at = time.monotonic()
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(10)
-        killed_at = time.monotonic()
         await eventually(
             lambda: len(members.partitions("survivor")) == PARTITIONS,
             "the survivor holds every partition",
