@@ -64,20 +64,34 @@ def test_pipelined_expensive_requests_do_not_stall_another_connection(
         done = threading.Event()
         failure: list[BaseException] = []
 
-        def abuse() -> None:
+        def send() -> None:
             try:
                 abuser.sendall(batch)
+            except BaseException as exc:  # reported by the test thread
+                failure.append(exc)
+
+        def abuse() -> None:
+            # Sending and reading at once, as a pipelining client does: the broker holds a
+            # response until it is read and reads no further request meanwhile, so a client
+            # that read only after sending the whole batch would stall itself once the socket
+            # buffers are full.
+            sender = threading.Thread(target=send, daemon=True)
+            sender.start()
+            try:
                 _read_responses(abuser, 64)
+                sender.join(30)
             except BaseException as exc:  # reported by the test thread
                 failure.append(exc)
             finally:
                 done.set()
 
+        abuser.settimeout(60)
         thread = threading.Thread(target=abuse, daemon=True)
         thread.start()
         completed = round_trips_until(polite, done, deadline_s=120)
         thread.join(30)
         assert not failure, failure
+        assert done.is_set(), "the pipelined batch was not answered in full"
         # The batch takes many seconds to answer; a fair broker answers the polite client's small
         # requests in between, not after the whole batch.
         assert completed >= 10, f"only {completed} Metadata round trips while the batch was served"
