@@ -12,16 +12,25 @@ import time
 import pytest
 
 from sdk import AdminClient, Producer
-from sdk.admin import NewTopic
+from sdk.admin import NewTopic, OffsetSpec
+from sdk.client.cluster import TopicPartition
 from sdk.errors import ProducerFencedError
 from sdk.metrics import MetricName, find_metric
 from sdk.sync import Producer as SyncProducer
 
 
 async def create_topic(bootstrap: str, name: str, partitions: int = 2) -> str:
+    """A topic whose every partition's leader already serves it. Kafka names a new topic's leader
+    in Metadata a moment before that broker serves the partition, and a first produce meeting that
+    window is answered NOT_LEADER_OR_FOLLOWER and retried, which the exact send and retry counts
+    below would take for the producer's doing; ListOffsets is retried by the admin until the
+    leaders answer it."""
     async with AdminClient(bootstrap_servers=bootstrap) as admin:
         errors = await admin.create_topics([NewTopic(name, partitions, 1)])
         assert errors[name] is None
+        specs = {TopicPartition(name, p): OffsetSpec.latest() for p in range(partitions)}
+        offsets = await admin.list_offsets(specs, timeout_ms=30_000)
+        assert all(o.error is None for o in offsets.values()), offsets
     return name
 
 
