@@ -332,7 +332,8 @@ async def test_stop_ends_a_waiting_poll(kafka, topic_name):
     await consumer.stop()
     with pytest.raises(ConsumerStoppedError):
         await waiting
-    assert time.monotonic() - started < 5
+    # Ended by the stop, not by the poll's 30 s timeout: 15 s leaves a loaded runner room.
+    assert time.monotonic() - started < 15
 
 
 async def test_small_fetches_with_prefetch_keep_order_and_follow_seeks(kafka, topic_name):
