@@ -67,15 +67,29 @@ class Tracker(ConsumerRebalanceListener):
         self.revoked.append(frozenset(revoked))
 
 
+#: The members' session timeout. librdkafka's mock cluster waits ``session.timeout.ms`` - 1 s for
+#: more members to join before it elects a leader and up to ``session.timeout.ms`` for every
+#: SyncGroup, in each rebalance: the mock case runs with ``MOCK_SESSION_TIMEOUT_MS``.
+SESSION_TIMEOUT_MS = 6000
+MOCK_SESSION_TIMEOUT_MS = 3000
+
+
 class OurMember:
-    def __init__(self, bootstrap: str, group: str, topic: str, strategy: str) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        group: str,
+        topic: str,
+        strategy: str,
+        session_timeout_ms: int = SESSION_TIMEOUT_MS,
+    ) -> None:
         self.client = KafkaClient(bootstrap)
         self.subscription = SubscriptionState("earliest")
         self.listener = Tracker()
         self.subscription.subscribe([topic], listener=self.listener)
         self.coordinator = ConsumerCoordinator.for_client(
             self.client, self.subscription, group_id=group, group_instance_id=None,
-            session_timeout_ms=6000, heartbeat_interval_ms=200, rebalance_timeout_ms=8000,
+            session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=200, rebalance_timeout_ms=8000,
             max_poll_interval_ms=30000, retry_backoff_ms=50, enable_auto_commit=False,
             auto_commit_interval_ms=1000, assignors=resolve_assignors(strategy),
         )
@@ -143,14 +157,21 @@ class ThreadedMember:
 class TheirMember(ThreadedMember):
     """A confluent-kafka consumer polling in its own thread; its assignment from the callbacks."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, strategy: str) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        group: str,
+        topic: str,
+        strategy: str,
+        session_timeout_ms: int = SESSION_TIMEOUT_MS,
+    ) -> None:
         super().__init__()
         self.cooperative = strategy == "cooperative-sticky"
         self.consumer = confluent_kafka.Consumer({
             "bootstrap.servers": bootstrap,
             "group.id": group,
             "partition.assignment.strategy": strategy,
-            "session.timeout.ms": 6000,
+            "session.timeout.ms": session_timeout_ms,
             "heartbeat.interval.ms": 200,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -290,7 +311,8 @@ async def shared(members: list[Any], partitions: set[TopicPartition], timeout: f
         await asyncio.sleep(0.05)
 
 
-# Each rebalance costs ~5 s on the mock cluster: it runs the cooperative case only.
+# Each rebalance costs seconds on the mock cluster (see MOCK_SESSION_TIMEOUT_MS): it runs the
+# cooperative case only.
 @pytest.mark.parametrize(
     ("bootstrap", "strategy"),
     [
@@ -307,15 +329,17 @@ async def test_mixed_group_shares_partitions_as_members_join_and_leave(
 ) -> None:
     topic, group_id = f"mixed-{uuid.uuid4().hex[:8]}", f"group-{uuid.uuid4().hex[:8]}"
     partitions = await create_topic(bootstrap, topic, 8)
-    # The mock's classic groups can take several rebalance rounds of up to the 8 s rebalance
-    # timeout to settle four members (it answers a SyncGroup that comes late with INVALID_REQUEST,
-    # and that member joins again): it gets longer to settle than our broker.
-    settle = 90.0 if request.node.callspec.params["bootstrap"] == "mock" else 40.0
-    ours = await group("ours", bootstrap, group_id, topic, strategy)
-    theirs = await group("theirs", bootstrap, group_id, topic, strategy)
+    # The mock's classic groups can take several rebalance rounds to settle four members (it
+    # answers a SyncGroup that comes late with INVALID_REQUEST, and that member joins again): it
+    # gets longer to settle than our broker, and a shorter session timeout for shorter rounds.
+    mock = request.node.callspec.params["bootstrap"] == "mock"
+    settle = 90.0 if mock else 40.0
+    session = MOCK_SESSION_TIMEOUT_MS if mock else SESSION_TIMEOUT_MS
+    ours = await group("ours", bootstrap, group_id, topic, strategy, session)
+    theirs = await group("theirs", bootstrap, group_id, topic, strategy, session)
     await shared([ours, theirs], partitions, settle)
-    second_ours = await group("ours", bootstrap, group_id, topic, strategy)
-    second_theirs = await group("theirs", bootstrap, group_id, topic, strategy)
+    second_ours = await group("ours", bootstrap, group_id, topic, strategy, session)
+    second_theirs = await group("theirs", bootstrap, group_id, topic, strategy, session)
     members = [ours, theirs, second_ours, second_theirs]
     await shared(members, partitions, settle)
     # One of each leaves: a confluent-kafka member and one of ours.
