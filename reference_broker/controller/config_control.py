@@ -1,0 +1,99 @@
+"""Dynamic configs on the active controller: Kafka's ConfigurationControlManager.
+
+AlterConfigs (33) and IncrementalAlterConfigs (44) of TOPIC resources, which every broker of a
+cluster forwards here, are decided against the controller's latest image by the same code the
+single broker uses (``handlers.configs.requested_topic_overrides``: the errors, their order and
+messages are one owner's), and become ``ConfigRecord``s, one per key whose value changes (a null
+value deletes the override). Every broker applies them from the metadata log to its partition
+logs, and a node that restarts gets them back from the log or a snapshot.
+
+Invariants: a resource's change is all or nothing (one refused key refuses the resource);
+``validate_only`` answers as the change would be answered and writes nothing; the resources of
+one request are decided in order, each on the image the earlier ones left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from reference_broker import internal_records as rec
+from reference_broker.controller.result import ControllerResult
+from reference_broker.metadata.image import CONFIG_TOPIC, MetadataImage
+from sdk.protocol.errors import ErrorCode
+from sdk.protocol.messages import AlterConfigsResponse, IncrementalAlterConfigsResponse
+
+if TYPE_CHECKING:
+    from reference_broker.controller.quorum_controller import QuorumController
+
+
+def config_records(
+    resource_type: int, name: str, current: Mapping[str, str], updated: Mapping[str, str]
+) -> list[Any]:
+    """The ConfigRecords turning ``current`` into ``updated`` (value None: the key is deleted)."""
+    return [
+        rec.ConfigRecord(resource_type=resource_type, resource_name=name, name=key, value=updated.get(key))
+        for key in sorted(set(current) | set(updated))
+        if current.get(key) != updated.get(key)
+    ]
+
+
+class ConfigurationControl:
+    def __init__(self, controller: QuorumController):
+        self.controller = controller
+
+    def alter_configs(self, request: Any, *, incremental: bool) -> ControllerResult:
+        """AlterConfigs (``incremental`` False: each resource's overrides replaced by those
+        given) or IncrementalAlterConfigs (SET/DELETE/APPEND/SUBTRACT per key)."""
+        from reference_broker.handlers.configs import ConfigChangeRefused
+
+        response_cls: Any = IncrementalAlterConfigsResponse if incremental else AlterConfigsResponse
+        image = self.controller.image
+        records: list[Any] = []
+        responses: list[Any] = []
+        for res in request.resources:
+            code: int = ErrorCode.NONE
+            message: str | None = None
+            try:
+                changes = self._changes(image, res, incremental)
+            except ConfigChangeRefused as refused:
+                code, message = refused.code, refused.message
+            else:
+                if changes and not request.validate_only:
+                    records += changes
+                    image = self.controller.preview(records)
+            responses.append(
+                response_cls.AlterConfigsResourceResponse(
+                    error_code=code,
+                    error_message=message,
+                    resource_type=res.resource_type,
+                    resource_name=res.resource_name,
+                )
+            )
+        return ControllerResult(records, response_cls(responses=responses))
+
+    def _changes(self, image: MetadataImage, res: Any, incremental: bool) -> list[Any]:
+        from reference_broker.handlers.configs import (
+            ConfigChangeRefused,
+            duplicate_keys_problem,
+            requested_topic_overrides,
+        )
+
+        if incremental:
+            problem = duplicate_keys_problem(res)
+            if problem:
+                raise ConfigChangeRefused(ErrorCode.INVALID_REQUEST, problem)
+        if res.resource_type != CONFIG_TOPIC:
+            raise ConfigChangeRefused(
+                ErrorCode.INVALID_REQUEST, f"Unsupported resource type {res.resource_type}"
+            )
+        name = res.resource_name
+        current = dict(image.topic_config(name))
+        updated = requested_topic_overrides(
+            res,
+            image.topic(name) is not None,
+            current,
+            self.controller.settings.log_defaults,
+            incremental=incremental,
+        )
+        return config_records(CONFIG_TOPIC, name, current, updated)
