@@ -20,6 +20,12 @@ Broker configs (resource name = this broker's id) describe what the broker uses:
 name "" describes the cluster-wide dynamic defaults only. Altering a broker resource changes its
 dynamic configs (reference_broker.dynamic_config): the keys this broker can change live, refused
 otherwise with Kafka's INVALID_REQUEST "Cannot update these configs dynamically".
+
+In cluster mode (``controller.quorum.voters`` set) the alter calls' TOPIC resources are forwarded
+to the active controller (``controller/config_control.py``), which decides them with
+``requested_topic_overrides`` (the same code as here) and writes ConfigRecords; every broker's
+metadata publisher puts its image's overrides into its logs, which DescribeConfigs reads. BROKER
+and BROKER_LOGGER resources stay this node's own, as on a single broker.
 """
 
 from __future__ import annotations
