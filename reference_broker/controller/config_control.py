@@ -15,11 +15,12 @@ one request are decided in order, each on the image the earlier ones left.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reference_broker import internal_records as rec
 from reference_broker.controller.result import ControllerResult
-from reference_broker.metadata.image import CONFIG_TOPIC, MetadataImage
+from reference_broker.metadata.image import CONFIG_BROKER, CONFIG_TOPIC, MetadataImage
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import AlterConfigsResponse, IncrementalAlterConfigsResponse
 
@@ -83,6 +84,8 @@ class ConfigurationControl:
             problem = duplicate_keys_problem(res)
             if problem:
                 raise ConfigChangeRefused(ErrorCode.INVALID_REQUEST, problem)
+        if res.resource_type == CONFIG_BROKER:
+            return self._broker_changes(image, res, incremental)
         if res.resource_type != CONFIG_TOPIC:
             raise ConfigChangeRefused(
                 ErrorCode.INVALID_REQUEST, f"Unsupported resource type {res.resource_type}"
@@ -97,3 +100,33 @@ class ConfigurationControl:
             incremental=incremental,
         )
         return config_records(CONFIG_TOPIC, name, current, updated)
+
+    def _broker_changes(self, image: MetadataImage, res: Any, incremental: bool) -> list[Any]:
+        """Dynamic broker configs: resource name "" is the cluster-wide default, a broker id that
+        broker's own level; checked as the single broker checks its own (``dynamic_config``)."""
+        from reference_broker.config import BROKER_KEYS, BrokerConfig, render
+        from reference_broker.dynamic_config import DynamicConfigError, check_dynamic
+        from reference_broker.handlers.configs import ConfigChangeRefused, edit_incrementally
+
+        name = res.resource_name
+        if name != "" and not (name.isascii() and name.isdigit()):
+            raise ConfigChangeRefused(ErrorCode.INVALID_REQUEST, f"Invalid broker name {name}")
+        current = dict(image.configs.get((CONFIG_BROKER, name), {}))
+        static = self.controller.settings.static_config or BrokerConfig(data_dir=Path("."))
+        try:
+            if incremental:
+                known = [c.name for c in res.configs if c.name in BROKER_KEYS]
+                defaults = {key: render(static.get(key)) or "" for key in known}
+                updated = edit_incrementally(current, res.configs, defaults, BROKER_KEYS.get)
+            else:
+                if any(c.value is None for c in res.configs):
+                    raise ConfigChangeRefused(
+                        ErrorCode.INVALID_REQUEST, "Null value not supported for broker configs"
+                    )
+                updated = {c.name: c.value for c in res.configs}
+            check_dynamic(static, name != "", updated)
+        except DynamicConfigError as exc:
+            raise ConfigChangeRefused(ErrorCode.INVALID_REQUEST, str(exc)) from None
+        except ValueError as exc:
+            raise ConfigChangeRefused(ErrorCode.INVALID_CONFIG, str(exc)) from None
+        return config_records(CONFIG_BROKER, name, current, updated)

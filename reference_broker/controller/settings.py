@@ -27,6 +27,9 @@ class ControllerSettings:
     #: The log defaults topic configs are checked on top of (Kafka's controller validates with
     #: its own static log config).
     log_defaults: LogConfig = dataclasses.field(default_factory=LogConfig)
+    #: The node's static broker config (no dynamic layers): what broker config changes are
+    #: checked against (a ``BrokerConfig``; None: Kafka's defaults).
+    static_config: Any = None
 
     @classmethod
     def from_config(cls, config: Any, cluster_id: str) -> ControllerSettings:
@@ -49,4 +52,5 @@ class ControllerSettings:
             auto_leader_rebalance=get("auto.leader.rebalance.enable", True),
             leader_imbalance_check_interval_s=get("leader.imbalance.check.interval.seconds", 300),
             log_defaults=config.log_config(),
+            static_config=type(config)(data_dir=config.data_dir, settings=config.settings),
         )

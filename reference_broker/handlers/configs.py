@@ -325,7 +325,7 @@ def requested_topic_overrides(
     try:
         if incremental:
             effective = LogConfig.from_properties(current, defaults).to_properties()
-            updated = _incremental(dict(current), res.configs, effective)
+            updated = edit_incrementally(dict(current), res.configs, effective)
         else:
             updated = {c.name: c.value for c in res.configs if c.value is not None}
         check_topic_overrides(updated, defaults)
@@ -377,7 +377,7 @@ def _alter_broker(
             current = level_values(broker.config, per_broker)
             known = [c.name for c in res.configs if c.name in BROKER_KEYS]
             defaults = {name: render(broker.config.get(name)) or "" for name in known}
-            values = _incremental(current, res.configs, defaults, BROKER_KEYS.get)
+            values = edit_incrementally(current, res.configs, defaults, BROKER_KEYS.get)
         else:
             if any(c.value is None for c in res.configs):
                 return ErrorCode.INVALID_REQUEST, "Null value not supported for broker configs"
@@ -418,7 +418,7 @@ def _topic_key_spec(name: str) -> Any:
     return BROKER_KEYS.get(TOPIC_TO_BROKER_KEY.get(name, ""))
 
 
-def _incremental(
+def edit_incrementally(
     current: dict[str, str], configs: list[Any], defaults: dict[str, str], spec_of: Any = _topic_key_spec
 ) -> dict[str, str]:
     """Apply SET/DELETE/APPEND/SUBTRACT to a copy of ``current``; ValueError names a bad op.
@@ -491,7 +491,7 @@ def _alter_error(response_cls: Any) -> Any:
 
 
 #: Resource types whose changes a broker of a cluster forwards to the active controller.
-FORWARDED_TYPES = frozenset({TOPIC})
+FORWARDED_TYPES = frozenset({TOPIC, BROKER})
 #: Pause between asking again while no controller is active (NOT_CONTROLLER).
 _CONTROLLER_RETRY_S = 0.1
 

@@ -1,10 +1,11 @@
-"""Topic configs in a replicated cluster go through the controller and the metadata log.
+"""Topic and broker configs in a replicated cluster go through the controller and the metadata log.
 
 A change sent to any one node (CreateTopics with configs, AlterConfigs, IncrementalAlterConfigs)
 is decided by the active controller and written as ConfigRecords; every node applies them to its
 replicas and describes them, a node that was down or restarted gets them back from the metadata
 log, a new leader after a crash acts on them, and a refused change (bad
-value, unknown topic, validate_only) changes nothing on any node.
+value, unknown topic, validate_only) changes nothing on any node. Dynamic broker configs (the
+cluster-wide default "" and one broker's own) reach the brokers they name through any node.
 
 Requests go over a plain socket to the chosen node, since Kafka's admin clients send a topic's
 config calls to whichever broker they like.
@@ -247,3 +248,68 @@ def test_the_new_leader_after_a_crash_acts_on_configs_altered_through_the_old_on
         ops = [("min.insync.replicas", SET, "2")]
         assert incremental_alter(cluster.node(leader).bootstrap, topic, ops) == (ErrorCode.NONE, None)
         wait_until(lambda: produce_once(survivors, topic) is None, "acks=all is stored by the 2 replicas")
+
+
+BROKER = 4
+
+
+def alter_broker(bootstrap: str, name: str, key: str, value: str | None) -> tuple[int, str | None]:
+    Resource = IncrementalAlterConfigsRequest.AlterConfigsResource
+    op = SET if value is not None else DELETE
+    request = IncrementalAlterConfigsRequest(
+        resources=[
+            Resource(
+                resource_type=BROKER,
+                resource_name=name,
+                configs=[Resource.AlterableConfig(name=key, config_operation=op, value=value)],
+            )
+        ]
+    )
+    (result,) = send(bootstrap, request).responses
+    return result.error_code, result.error_message
+
+
+def broker_config_on(cluster: ClusterProcess, node_id: int, key: str) -> tuple[str | None, int]:
+    """(value, config_source) of ``key`` as node ``node_id`` describes its own broker configs."""
+    request = DescribeConfigsRequest(
+        resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=BROKER, resource_name=str(node_id), configuration_keys=[key]
+            )
+        ]
+    )
+    (result,) = send(cluster.node(node_id).bootstrap, request).results
+    assert result.error_code == ErrorCode.NONE, result
+    (entry,) = result.configs
+    return entry.value, entry.config_source
+
+
+def test_broker_configs_altered_through_one_node_reach_the_brokers_they_name(cluster: ClusterProcess) -> None:
+    from reference_broker.config import ConfigSource
+
+    topic = f"broker-default-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.node(1).bootstrap, topic)
+    via = cluster.node(1).bootstrap
+    assert alter_broker(via, "", "log.retention.ms", "4321000") == (ErrorCode.NONE, None)
+    assert alter_broker(via, "2", "log.cleaner.threads", "2") == (ErrorCode.NONE, None)
+    code, message = alter_broker(cluster.node(3).bootstrap, "", "log.retention.ms", "soon")
+    assert code == ErrorCode.INVALID_REQUEST, message
+    try:
+        cluster_default = ("4321000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+        wait_until(
+            lambda: all(
+                broker_config_on(cluster, n, "log.retention.ms") == cluster_default for n in (1, 2, 3)
+            ),
+            "every broker takes the cluster-wide log.retention.ms",
+        )
+        # The new log default is in effect for a topic without its own retention.ms.
+        for n in (1, 2, 3):
+            assert described(cluster.node(n).bootstrap, topic)["retention.ms"][0] == "4321000"
+        own = ("2", ConfigSource.DYNAMIC_BROKER_CONFIG)
+        wait_until(
+            lambda: broker_config_on(cluster, 2, "log.cleaner.threads") == own, "broker 2's own config"
+        )
+        assert broker_config_on(cluster, 1, "log.cleaner.threads")[1] != ConfigSource.DYNAMIC_BROKER_CONFIG
+    finally:
+        alter_broker(via, "", "log.retention.ms", None)
+        alter_broker(via, "2", "log.cleaner.threads", None)
