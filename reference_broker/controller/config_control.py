@@ -1,10 +1,11 @@
 """Dynamic configs on the active controller: Kafka's ConfigurationControlManager.
 
-AlterConfigs (33) and IncrementalAlterConfigs (44) of TOPIC resources, which every broker of a
-cluster forwards here, are decided against the controller's latest image by the same code the
-single broker uses (``handlers.configs.requested_topic_overrides``: the errors, their order and
-messages are one owner's), and become ``ConfigRecord``s, one per key whose value changes (a null
-value deletes the override). Every broker applies them from the metadata log to its partition
+AlterConfigs (33) and IncrementalAlterConfigs (44) of TOPIC and BROKER resources, which every
+broker of a cluster forwards here, are decided against the controller's latest image by the same
+code the single broker uses (``handlers.configs.requested_topic_overrides`` for topics,
+``edit_incrementally`` and ``dynamic_config.check_dynamic`` for the cluster default "" and a
+broker's own level), and become ``ConfigRecord``s, one per key whose value changes (a null value
+deletes the key). Every broker applies them from the metadata log to its partition
 logs, and a node that restarts gets them back from the log or a snapshot.
 
 Invariants: a resource's change is all or nothing (one refused key refuses the resource);

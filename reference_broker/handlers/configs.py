@@ -21,11 +21,12 @@ name "" describes the cluster-wide dynamic defaults only. Altering a broker reso
 dynamic configs (reference_broker.dynamic_config): the keys this broker can change live, refused
 otherwise with Kafka's INVALID_REQUEST "Cannot update these configs dynamically".
 
-In cluster mode (``controller.quorum.voters`` set) the alter calls' TOPIC resources are forwarded
-to the active controller (``controller/config_control.py``), which decides them with
-``requested_topic_overrides`` (the same code as here) and writes ConfigRecords; every broker's
-metadata publisher puts its image's overrides into its logs, which DescribeConfigs reads. BROKER
-and BROKER_LOGGER resources stay this node's own, as on a single broker.
+In cluster mode (``controller.quorum.voters`` set) the alter calls' TOPIC and BROKER resources
+are forwarded to the active controller (``controller/config_control.py``), which decides them
+with the same code as here (``requested_topic_overrides``; ``edit_incrementally`` and
+``dynamic_config.check_dynamic``) and writes ConfigRecords; every broker's metadata publisher puts
+its image's topic overrides into its logs and the cluster default ("") and its own broker level
+into its config, which DescribeConfigs reads. BROKER_LOGGER resources stay this node's own.
 """
 
 from __future__ import annotations
