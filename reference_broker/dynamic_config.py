@@ -75,11 +75,11 @@ def level_values(config: BrokerConfig, per_broker: bool) -> dict[str, str]:
     return {name: render(value) or "" for name, value in layer.items()}
 
 
-def update_dynamic(broker: Broker, per_broker: bool, values: Mapping[str, str], validate_only: bool) -> None:
-    """Replace one level's dynamic configs with ``values``: checked, then (unless
-    ``validate_only``) persisted, put in the broker's config and applied to every log."""
+def check_dynamic(config: BrokerConfig, per_broker: bool, values: Mapping[str, str]) -> dict[str, Any]:
+    """The typed values of one level's new configs, checked as Kafka checks a dynamic update:
+    DynamicConfigError names a key that cannot change dynamically or a value that does not parse
+    or gives the logs an invalid config."""
     typed = parse_dynamic(values)
-    config = broker.config
     trial = BrokerConfig(
         data_dir=config.data_dir,
         settings=config.settings,
@@ -87,23 +87,48 @@ def update_dynamic(broker: Broker, per_broker: bool, values: Mapping[str, str], 
         dynamic_default=config.dynamic_default if per_broker else typed,
     )
     try:
-        log_defaults = trial.log_config()
+        trial.log_config()
     except ValueError as exc:
         raise DynamicConfigError(f"Invalid dynamic configuration: {exc}") from None
+    return typed
+
+
+def update_dynamic(broker: Broker, per_broker: bool, values: Mapping[str, str], validate_only: bool) -> None:
+    """Replace one level's dynamic configs with ``values``: checked, then (unless
+    ``validate_only``) persisted, put in the broker's config and applied to every log."""
+    typed = check_dynamic(broker.config, per_broker, values)
     if validate_only:
         return
+    _save(broker.config, per_broker, values)
+    install_dynamic(broker.config, broker.logs.manager, per_broker, typed)
+    log.info("dynamic %s configs are now %s", "broker" if per_broker else "default", dict(values))
+
+
+def install_dynamic(
+    config: BrokerConfig, log_manager: Any, per_broker: bool, typed: Mapping[str, Any]
+) -> None:
+    """Make ``typed`` one level's dynamic configs of ``config``; the logs get the new log
+    defaults when a log key changed (topic overrides still win)."""
     old_layer = config.dynamic_broker if per_broker else config.dynamic_default
     log_changed = any(
         old_layer.get(key) != typed.get(key) for key in (set(old_layer) | set(typed)) & LOG_DEFAULT_KEYS
     )
-    _save(config, per_broker, values)
     if per_broker:
-        config.dynamic_broker = typed
+        config.dynamic_broker = dict(typed)
     else:
-        config.dynamic_default = typed
+        config.dynamic_default = dict(typed)
     if log_changed:
-        broker.logs.manager.reconfigure_defaults(log_defaults)
-    log.info("dynamic %s configs are now %s", "broker" if per_broker else "default", dict(values))
+        log_manager.reconfigure_defaults(config.log_config())
+
+
+def install_from_metadata(
+    config: BrokerConfig, log_manager: Any, per_broker: bool, values: Mapping[str, str]
+) -> None:
+    """A cluster's broker takes one level's dynamic configs from its metadata image (the
+    controller checked them; an entry this broker does not accept is logged and left out)."""
+    level = "broker" if per_broker else "default"
+    install_dynamic(config, log_manager, per_broker, _accepted(dict(values), level))
+    log.info("dynamic %s configs from the metadata log: %s", level, dict(values))
 
 
 def _read_file(config: BrokerConfig) -> dict[str, Any]:

@@ -473,6 +473,7 @@ class ClusterMember:
         if self.publisher is not None:
             _install_admin_forwarding(broker.registry)
             self.publisher.storage = broker.logs
+            self.publisher.broker_config = broker.config
             self.loader.install(self.publisher)
             broker.metadata_publisher = self.publisher
         if "controller" in self.roles:

@@ -10,7 +10,8 @@ replica transitions, and the answers Metadata and DescribeCluster give in cluste
   it leader, ``become_follower`` of the named leader otherwise, ``stop_replica`` while there is no
   leader; a partition it stopped being a replica of is stopped and its log deleted;
 - deleted topics are stopped and deleted;
-- a topic's changed dynamic configs replace its local overrides.
+- a topic's changed dynamic configs replace its local overrides; the changed dynamic broker
+  configs of the cluster default ("") and of this broker become its config's dynamic layers.
 
 ``metadata_response`` (and ``describe_partition_view``, DescribeTopicPartitions') builds Metadata's
 brokers and partitions from the image as Kafka's
@@ -22,11 +23,11 @@ fenced brokers listed as offline.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from reference_broker.metadata.delta import MetadataDelta
-from reference_broker.metadata.image import CONFIG_TOPIC, NO_LEADER, MetadataImage, TopicImage
+from reference_broker.metadata.image import CONFIG_BROKER, CONFIG_TOPIC, NO_LEADER, MetadataImage, TopicImage
 from sdk.protocol.errors import ErrorCode
 
 log = logging.getLogger("reference_broker.cluster")
@@ -51,6 +52,9 @@ class BrokerMetadataPublisher:
         #: Called with (topic, partition, leads_here) for every changed partition of an internal
         #: coordinator topic, after the replica transition (the coordinators load or unload).
         self.coordinator_listeners: list[Callable[[str, int, bool], None]] = []
+        #: The node's ``BrokerConfig``, whose dynamic layers follow the image's BROKER configs
+        #: (the cluster default "" and this broker's own id).
+        self.broker_config: Any = None
 
     def publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
         previous = delta.image
@@ -71,6 +75,8 @@ class BrokerMetadataPublisher:
         for resource_type, name in delta.changed_configs:
             if resource_type == CONFIG_TOPIC and image.topic(name) is not None and self.storage.topic(name):
                 self.storage.set_topic_overrides(name, dict(image.topic_config(name)))
+            elif resource_type == CONFIG_BROKER and name in ("", str(self.node_id)):
+                self._install_broker_configs(name != "", image.configs.get((CONFIG_BROKER, name), {}))
         for topic_id, partitions in delta.changed_partitions.items():
             topic = image.topics_by_id[topic_id]
             self._ensure_local_topic(topic)
@@ -80,6 +86,14 @@ class BrokerMetadataPublisher:
                     leads = topic.partitions[partition].leader == self.node_id
                     for listener in self.coordinator_listeners:
                         listener(topic.name, partition, leads)
+
+    def _install_broker_configs(self, per_broker: bool, values: Mapping[str, str]) -> None:
+        from reference_broker.dynamic_config import install_from_metadata
+
+        if self.broker_config is None:
+            log.error("dynamic broker configs in the metadata log, but no broker config to put them in")
+            return
+        install_from_metadata(self.broker_config, self.storage.manager, per_broker, values)
 
     def _ensure_local_topic(self, topic: TopicImage) -> None:
         local = self.storage.topic(topic.name)

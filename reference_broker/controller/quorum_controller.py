@@ -15,6 +15,7 @@ from typing import Any
 
 from reference_broker import internal_records as rec
 from reference_broker.controller.cluster_control import METADATA_VERSION, ClusterControl
+from reference_broker.controller.config_control import ConfigurationControl
 from reference_broker.controller.placement import StripedReplicaPlacer
 from reference_broker.controller.replication_control import ReplicationControl
 from reference_broker.controller.result import ControllerResult
@@ -31,6 +32,7 @@ class QuorumController:
         self.image = self.committed
         self.cluster = ClusterControl(self)
         self.replication = ReplicationControl(self)
+        self.configs = ConfigurationControl(self)
         self._inflight: list[Any] | None = None
         self._inflight_last: int | None = None
         #: Set when the in-flight records have been seen committed.

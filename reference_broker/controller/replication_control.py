@@ -18,7 +18,6 @@ from reference_broker import internal_records as rec
 from reference_broker.controller.partition_change import Election, PartitionChangeBuilder
 from reference_broker.controller.placement import PlacementError, UsableBroker
 from reference_broker.controller.result import ControllerResult
-from reference_broker.log.config import LogConfig
 from reference_broker.metadata.image import (
     CONFIG_TOPIC,
     NO_LEADER,
@@ -279,14 +278,18 @@ class ReplicationControl:
                     "Excessively large number of partitions per request.",
                 )
             assignments = self.controller.placer.place(self._usable_brokers(image), num_partitions, rf)
+        from reference_broker.handlers.configs import check_topic_overrides
+
         overrides = {c.name: c.value for c in t.configs}
         try:
-            LogConfig.from_properties(overrides, LogConfig())
+            check_topic_overrides(overrides, settings.log_defaults)
         except ValueError as exc:
             raise _Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
         topic_id = uuid.uuid4()
         records: list[Any] = [rec.TopicRecord(name=t.name, topic_id=topic_id)]
         for c in t.configs:
+            if c.value is None:  # no override: nothing to record
+                continue
             records.append(
                 rec.ConfigRecord(resource_type=CONFIG_TOPIC, resource_name=t.name, name=c.name, value=c.value)
             )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from reference_broker.log.config import LogConfig
+
 #: Kafka 4.1's metadata.version (4.1-IV1), finalized by the first active controller.
 METADATA_VERSION_LEVEL = 27
 #: Producer ids handed to a broker per AllocateProducerIds (Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE).
@@ -22,6 +24,12 @@ class ControllerSettings:
     delete_topic_enable: bool = True
     auto_leader_rebalance: bool = True
     leader_imbalance_check_interval_s: int = 300
+    #: The log defaults topic configs are checked on top of (Kafka's controller validates with
+    #: its own static log config).
+    log_defaults: LogConfig = dataclasses.field(default_factory=LogConfig)
+    #: The node's static broker config (no dynamic layers): what broker config changes are
+    #: checked against (a ``BrokerConfig``; None: Kafka's defaults).
+    static_config: Any = None
 
     @classmethod
     def from_config(cls, config: Any, cluster_id: str) -> ControllerSettings:
@@ -43,4 +51,6 @@ class ControllerSettings:
             delete_topic_enable=get("delete.topic.enable", True),
             auto_leader_rebalance=get("auto.leader.rebalance.enable", True),
             leader_imbalance_check_interval_s=get("leader.imbalance.check.interval.seconds", 300),
+            log_defaults=config.log_config(),
+            static_config=type(config)(data_dir=config.data_dir, settings=config.settings),
         )

@@ -20,6 +20,13 @@ Broker configs (resource name = this broker's id) describe what the broker uses:
 name "" describes the cluster-wide dynamic defaults only. Altering a broker resource changes its
 dynamic configs (reference_broker.dynamic_config): the keys this broker can change live, refused
 otherwise with Kafka's INVALID_REQUEST "Cannot update these configs dynamically".
+
+In cluster mode (``controller.quorum.voters`` set) the alter calls' TOPIC and BROKER resources
+are forwarded to the active controller (``controller/config_control.py``), which decides them
+with the same code as here (``requested_topic_overrides``; ``edit_incrementally`` and
+``dynamic_config.check_dynamic``) and writes ConfigRecords; every broker's metadata publisher puts
+its image's topic overrides into its logs and the cluster default ("") and its own broker level
+into its config, which DescribeConfigs reads. BROKER_LOGGER resources stay this node's own.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from reference_broker.config import (
     render,
 )
 from reference_broker.dynamic_config import DYNAMIC_KEYS, DynamicConfigError, level_values, update_dynamic
+from reference_broker.log.config import LogConfig
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
     AlterConfigsRequest,
@@ -285,18 +293,70 @@ def describe_configs_error(
     )
 
 
-def _apply_topic(
-    broker: Broker, name: str, new_overrides: dict[str, str], validate_only: bool
-) -> tuple[int, str | None]:
-    if broker.logs.topic(name) is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist."
+class ConfigChangeRefused(Exception):
+    """A resource's change refused with ``code`` (Kafka's error for it) and ``message``."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def duplicate_keys_problem(res: Any) -> str | None:
+    """IncrementalAlterConfigs names each key of a resource once (Kafka: INVALID_REQUEST)."""
+    duplicates = [k for k, n in Counter(c.name for c in res.configs).items() if n > 1]
+    return f"Error due to duplicate config keys: {duplicates}" if duplicates else None
+
+
+def requested_topic_overrides(
+    res: Any, exists: bool, current: Mapping[str, str], defaults: LogConfig, *, incremental: bool
+) -> dict[str, str]:
+    """The whole set of overrides topic ``res.resource_name`` would have after ``res`` (a resource
+    of AlterConfigs, which replaces the set, or of IncrementalAlterConfigs, which edits it),
+    checked on top of the broker's log ``defaults``. ``ConfigChangeRefused`` gives Kafka's error:
+    INVALID_REQUEST for a null value in AlterConfigs, UNKNOWN_TOPIC_OR_PARTITION when the topic
+    does not exist, INVALID_CONFIG for a bad operation, unknown key or bad value.
+
+    The single broker and the cluster's controller both decide a topic config change here."""
+    name = res.resource_name
+    if not incremental and any(c.value is None for c in res.configs):
+        raise ConfigChangeRefused(ErrorCode.INVALID_REQUEST, "Null value not supported for topic configs")
+    if not exists:
+        raise ConfigChangeRefused(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
     try:
-        broker.logs.check_topic_config(new_overrides)
+        if incremental:
+            effective = LogConfig.from_properties(current, defaults).to_properties()
+            updated = edit_incrementally(dict(current), res.configs, effective)
+        else:
+            updated = {c.name: c.value for c in res.configs if c.value is not None}
+        check_topic_overrides(updated, defaults)
     except ValueError as exc:
-        return ErrorCode.INVALID_CONFIG, str(exc)
+        raise ConfigChangeRefused(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    return updated
+
+
+def check_topic_overrides(overrides: Mapping[str, str | None], defaults: LogConfig) -> LogConfig:
+    """The config ``overrides`` give a topic on top of ``defaults``; ValueError (naming the key)
+    when a key is unknown or a value invalid. CreateTopics and both alter calls check here."""
+    return LogConfig.from_properties(overrides, defaults)
+
+
+def _apply_topic(broker: Broker, res: Any, validate_only: bool, incremental: bool) -> tuple[int, str | None]:
+    name = res.resource_name
+    exists = broker.logs.topic(name) is not None
+    try:
+        updated = requested_topic_overrides(
+            res,
+            exists,
+            broker.logs.topic_overrides(name) if exists else {},
+            broker.logs.manager.default_config,
+            incremental=incremental,
+        )
+    except ConfigChangeRefused as refused:
+        return refused.code, refused.message
     if not validate_only:
-        broker.logs.set_topic_overrides(name, new_overrides)
-        log.info("topic %s configs are now %s", name, new_overrides)
+        broker.logs.set_topic_overrides(name, updated)
+        log.info("topic %s configs are now %s", name, updated)
     return ErrorCode.NONE, None
 
 
@@ -318,7 +378,7 @@ def _alter_broker(
             current = level_values(broker.config, per_broker)
             known = [c.name for c in res.configs if c.name in BROKER_KEYS]
             defaults = {name: render(broker.config.get(name)) or "" for name in known}
-            values = _incremental(current, res.configs, defaults, BROKER_KEYS.get)
+            values = edit_incrementally(current, res.configs, defaults, BROKER_KEYS.get)
         else:
             if any(c.value is None for c in res.configs):
                 return ErrorCode.INVALID_REQUEST, "Null value not supported for broker configs"
@@ -339,11 +399,7 @@ def alter_configs(
     message: str | None
     for res in request.resources:
         if res.resource_type == TOPIC:
-            if any(c.value is None for c in res.configs):
-                code, message = ErrorCode.INVALID_REQUEST, "Null value not supported for topic configs"
-            else:
-                values = {c.name: c.value for c in res.configs if c.value is not None}  # none is, see above
-                code, message = _apply_topic(broker, res.resource_name, values, request.validate_only)
+            code, message = _apply_topic(broker, res, request.validate_only, incremental=False)
         elif res.resource_type in (BROKER, BROKER_LOGGER):
             code, message = _alter_broker(broker, res, request.validate_only, incremental=False)
         else:
@@ -363,7 +419,7 @@ def _topic_key_spec(name: str) -> Any:
     return BROKER_KEYS.get(TOPIC_TO_BROKER_KEY.get(name, ""))
 
 
-def _incremental(
+def edit_incrementally(
     current: dict[str, str], configs: list[Any], defaults: dict[str, str], spec_of: Any = _topic_key_spec
 ) -> dict[str, str]:
     """Apply SET/DELETE/APPEND/SUBTRACT to a copy of ``current``; ValueError names a bad op.
@@ -401,24 +457,11 @@ def incremental_alter_configs(
     code: int
     message: str | None
     for res in request.resources:
-        duplicates = [k for k, n in Counter(c.name for c in res.configs).items() if n > 1]
+        duplicates = duplicate_keys_problem(res)
         if duplicates:
-            code, message = ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {duplicates}"
+            code, message = ErrorCode.INVALID_REQUEST, duplicates
         elif res.resource_type == TOPIC:
-            if broker.logs.topic(res.resource_name) is None:
-                code, message = (
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"Topic {res.resource_name} does not exist.",
-                )
-            else:
-                current = broker.logs.topic_overrides(res.resource_name)
-                defaults = broker.logs.topic_config(res.resource_name).to_properties()
-                try:
-                    updated = _incremental(current, res.configs, defaults)
-                except ValueError as exc:
-                    code, message = ErrorCode.INVALID_CONFIG, str(exc)
-                else:
-                    code, message = _apply_topic(broker, res.resource_name, updated, request.validate_only)
+            code, message = _apply_topic(broker, res, request.validate_only, incremental=True)
         elif res.resource_type in (BROKER, BROKER_LOGGER):
             code, message = _alter_broker(broker, res, request.validate_only, incremental=True)
         else:
@@ -448,11 +491,78 @@ def _alter_error(response_cls: Any) -> Any:
     return build
 
 
+#: Resource types whose changes a broker of a cluster forwards to the active controller.
+FORWARDED_TYPES = frozenset({TOPIC, BROKER})
+#: Pause between asking again while no controller is active (NOT_CONTROLLER).
+_CONTROLLER_RETRY_S = 0.1
+
+
+async def _from_controller(broker: Any, request: Any, deadline_s: float) -> Any | None:
+    """``request``'s answer from the active controller, asked again while every resource is
+    answered NOT_CONTROLLER (leadership moving); None when no controller answered in time."""
+    import asyncio
+
+    from reference_broker.cluster.broker_lifecycle import ControllerUnavailableError
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + deadline_s
+    response = None
+    while True:
+        try:
+            response = await broker.controller_channel.send(
+                request, timeout_s=max(0.1, deadline - loop.time())
+            )
+        except ControllerUnavailableError:
+            pass
+        else:
+            if not all(r.error_code == ErrorCode.NOT_CONTROLLER for r in response.responses):
+                return response
+        if loop.time() + _CONTROLLER_RETRY_S >= deadline:
+            return response
+        await asyncio.sleep(_CONTROLLER_RETRY_S)
+
+
+def _forwarding(local: Any, response_cls: Any) -> Any:
+    """Serve an alter call on a broker of a cluster (Kafka's ForwardingManager and
+    ConfigAdminManager): the resources of ``FORWARDED_TYPES`` go to the active controller, which
+    writes their changes to the metadata log; the others (this broker's own dynamic configs and
+    loggers) are handled here by ``local``. The answers keep the request's order."""
+
+    async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+        forwarded = [r for r in request.resources if r.resource_type in FORWARDED_TYPES]
+        kept = [r for r in request.resources if r.resource_type not in FORWARDED_TYPES]
+        local_answers = iter(
+            local(broker, ctx, type(request)(resources=kept, validate_only=request.validate_only)).responses
+            if kept
+            else []
+        )
+        controller_answers: Any = iter([])
+        if forwarded:
+            sub = type(request)(resources=forwarded, validate_only=request.validate_only)
+            answer = await _from_controller(broker, sub, deadline_s=30.0)
+            if answer is None:
+                answer = _alter_error(response_cls)(sub, ctx.api_version, ErrorCode.REQUEST_TIMED_OUT)
+            controller_answers = iter(answer.responses)
+        return response_cls(
+            responses=[
+                next(controller_answers if r.resource_type in FORWARDED_TYPES else local_answers)
+                for r in request.resources
+            ]
+        )
+
+    return handle
+
+
 def install(registry: HandlerRegistry) -> None:
     registry.register(DESCRIBE_CONFIGS, describe_configs, error_response=describe_configs_error)
-    registry.register(ALTER_CONFIGS, alter_configs, error_response=_alter_error(AlterConfigsResponse))
+    alter: Any = alter_configs
+    incremental: Any = incremental_alter_configs
+    if registry.broker is not None and registry.broker.config.settings.get("controller.quorum.voters"):
+        alter = _forwarding(alter_configs, AlterConfigsResponse)
+        incremental = _forwarding(incremental_alter_configs, IncrementalAlterConfigsResponse)
+    registry.register(ALTER_CONFIGS, alter, error_response=_alter_error(AlterConfigsResponse))
     registry.register(
         INCREMENTAL_ALTER_CONFIGS,
-        incremental_alter_configs,
+        incremental,
         error_response=_alter_error(IncrementalAlterConfigsResponse),
     )

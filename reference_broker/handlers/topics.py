@@ -45,7 +45,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from reference_broker.handlers.common import error_code_of, error_message_of, find_topic, topic_name_problem
-from reference_broker.handlers.configs import describe_topic_configs
+from reference_broker.handlers.configs import check_topic_overrides, describe_topic_configs
 from reference_broker.log.log_manager import TopicCreation, TopicMetadata
 from reference_broker.quotas import ControllerMutationQuota, quota_identity
 from reference_broker.storage import is_internal
@@ -218,7 +218,7 @@ async def create_topics(
             partitions = _partition_count(broker, topic)
             overrides = {c.name: c.value for c in topic.configs}
             try:
-                broker.logs.check_topic_config(overrides)
+                check_topic_overrides(overrides, broker.logs.manager.default_config)
             except ValueError as exc:
                 raise _Refused(ErrorCode.INVALID_CONFIG, str(exc)) from None
             if quota is not None and not quota.admit(partitions):

@@ -90,6 +90,8 @@ MAX_TOPIC_NAME_LENGTH = 249
 MAX_FILE_NAME_BYTES = 255
 DELETE_DIR_SUFFIX = "-delete"
 STRAY_DIR_SUFFIX = "-stray"
+#: The cluster's metadata log (its raft client's, in the data dir by default): never a topic's.
+METADATA_PARTITION_DIR = "__cluster_metadata-0"
 #: Kafka's suffix for a partition moving between log directories; never made here, left alone.
 FUTURE_DIR_SUFFIX = "-future"
 _TOPIC_FILE_SUFFIX = ".json"
@@ -284,7 +286,7 @@ class LogManager:
                 log.info("leaving %s alone: a partition directory put aside, not served", path.name)
                 continue
             match = _PARTITION_DIR.match(path.name)
-            if match is None:
+            if match is None or path.name == METADATA_PARTITION_DIR:
                 continue
             topic, partition = match.group(1), int(match.group(2))
             meta = self._topics.get(topic)

@@ -146,11 +146,6 @@ def describe_topic_config_on(bootstrap: str, topic: str, key: str) -> str | None
     return next((c.value for c in result.configs if c.name == key), None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="topic configs are altered only on the node that gets the request: no ConfigRecord "
-    "through the controller yet",
-)
 def test_a_topic_config_altered_through_one_node_is_in_effect_on_every_node(cluster: ClusterProcess) -> None:
     topic = f"configured-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
