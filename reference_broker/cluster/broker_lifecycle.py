@@ -48,7 +48,20 @@ class ControllerUnavailableError(Exception):
 
 
 def _not_controller(response: Message) -> bool:
-    return getattr(response, "error_code", ErrorCode.NONE) == ErrorCode.NOT_CONTROLLER
+    """Whether the controller that answered is not the active one: NOT_CONTROLLER at the top, or
+    in every entry of the response's per-resource results (CreateTopics, DeleteTopics,
+    CreatePartitions and the config APIs answer per topic or resource), so the request is sent
+    again to the active controller instead of reaching a client that may not retry it."""
+    if getattr(response, "error_code", ErrorCode.NONE) == ErrorCode.NOT_CONTROLLER:
+        return True
+    for field in type(response).FIELDS:
+        if not field.array or field.struct is None:
+            continue
+        entries = getattr(response, field.name, None) or []
+        codes = [getattr(entry, "error_code", None) for entry in entries]
+        if codes and all(code == ErrorCode.NOT_CONTROLLER for code in codes):
+            return True
+    return False
 
 
 class ControllerChannel:

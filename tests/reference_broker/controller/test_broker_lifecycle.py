@@ -18,15 +18,17 @@ from reference_broker.cluster.broker_lifecycle import (
     ControllerProducerIds,
 )
 from reference_broker.controller.handlers import brokers as broker_apis
+from reference_broker.controller.handlers import topics as topic_apis
 from reference_broker.controller.service import ControllerService
 from reference_broker.controller.settings import ControllerSettings
 from reference_broker.metadata.loader import MetadataLoader
 from reference_broker.network.peer import PeerChannels
-from sdk.protocol.errors import CoordinatorLoadInProgressError
+from sdk.protocol.errors import CoordinatorLoadInProgressError, ErrorCode
 from sdk.protocol.messages import (
     AllocateProducerIdsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
+    CreateTopicsRequest,
 )
 from tests.reference_broker.controller.test_controller_service import OneVoterLog, wait_for
 
@@ -118,3 +120,41 @@ async def test_a_broker_registers_is_unfenced_when_caught_up_and_registers_again
     finally:
         await lifecycle.stop()
         await controller_node.controller.stop()
+
+
+class TopicsConnection:
+    """Hands CreateTopics to a controller node's handler in this process."""
+
+    def __init__(self, node: Any):
+        self.node = node
+
+    async def send(self, request: Any, *, version: int | None = None, timeout_s: float | None = None) -> Any:
+        return await topic_apis.create_topics(self.node, SimpleNamespace(api_version=7), request)
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_per_topic_not_controller_answer_is_sent_again_to_the_active_controller() -> None:
+    """An inactive voter answers CreateTopics with NOT_CONTROLLER in each topic's result, not at
+    the top: the channel must still look further, as librdkafka's admin does not retry it."""
+    log = OneVoterLog()
+    active = SimpleNamespace(controller=ControllerService(log, ControllerSettings(node_id=1, cluster_id="c")))
+    inactive = SimpleNamespace(controller=None)
+    log.elect(1)
+    await wait_for(lambda: active.controller.is_active)
+    nodes = {("127.0.0.1", 1): active, ("127.0.0.1", 2): inactive}
+    channels = PeerChannels("test", factory=lambda host, port, **_: TopicsConnection(nodes[(host, port)]))
+    # no leader known: the first guess is voter 2, the inactive one
+    channel = ControllerChannel({1: ("127.0.0.1", 1), 2: ("127.0.0.1", 2)}, lambda: None, channels)
+    request = CreateTopicsRequest(
+        topics=[CreateTopicsRequest.CreatableTopic(name="t", num_partitions=1, replication_factor=1)],
+        timeout_ms=5000,
+    )
+    try:
+        response = await channel.send(request, timeout_s=5)
+        [topic] = response.topics
+        # no broker is registered, so the active controller refuses the placement itself
+        assert topic.error_code == ErrorCode.INVALID_REPLICATION_FACTOR, topic
+    finally:
+        await active.controller.stop()
