@@ -172,3 +172,29 @@ def order_modules_slowest_first(items: list[pytest.Item]) -> None:
 
 def _module_of(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
+
+
+# -- byte code for the processes the tests start -------------------------------------------------
+
+#: What the brokers, clients, copiers, Spark drivers and Spark's Python workers the tests start
+#: import, beside the standard library and the installed packages.
+PROJECT_PACKAGES = ("sdk", "reference_broker", "spark_integration", "tools", "benchmarks", "tests")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Byte-compile the project's packages once (only what changed), before any test starts a
+    process: where ``PYTHONDONTWRITEBYTECODE`` is set, as on the CI machine, no process writes a
+    ``.pyc``, and every broker, client and Spark Python worker would compile what it imports anew
+    (about 0.3 s of a broker's start, more for a Spark worker). On an xdist worker the controller
+    has done it."""
+    import sys
+
+    if hasattr(session.config, "workerinput") or not sys.dont_write_bytecode:
+        return
+    import compileall
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for package in PROJECT_PACKAGES:
+        if (root / package).is_dir():
+            compileall.compile_dir(root / package, quiet=1)
