@@ -160,12 +160,13 @@ class RoundTrips(threading.Thread):
         return sum(1 for began, seconds in self.timings if start <= began and began + seconds <= end)
 
 
-def test_clients_are_served_while_a_large_partition_is_cleaned(broker_factory: Any) -> None:
-    broker = broker_factory(BROKER_CONFIG)
+def _clean_beside_a_probe(broker: Any) -> tuple[str, dict[bytes, bytes], float, float, int]:
+    """Fills a new compacted topic, cleans it while a probe client does round trips: (topic, each
+    key's latest value, seconds the pass took, the worst round trip meanwhile, round trips done
+    within the pass)."""
     topic = f"big-compacted-{uuid.uuid4().hex[:8]}"
     latest = _fill(broker.bootstrap, topic)
-    directory = broker.data_dir / f"{topic}-0"
-    assert len(_segment_files(directory)) >= 4
+    assert len(_segment_files(broker.data_dir / f"{topic}-0")) >= 4
     probe = RoundTrips(broker.bootstrap)
     probe.start()
     try:
@@ -182,13 +183,25 @@ def test_clients_are_served_while_a_large_partition_is_cleaned(broker_factory: A
         probe.stopping.set()
         probe.join(60)
     assert not probe.errors, probe.errors
-    clean_s = cleaned - asked
-    worst_s = probe.worst_between(asked, cleaned)
+    worst_s, during = probe.worst_between(asked, cleaned), probe.count_between(asked, cleaned)
+    return topic, latest, cleaned - asked, worst_s, during
+
+
+def test_clients_are_served_while_a_large_partition_is_cleaned(broker_factory: Any) -> None:
+    broker = broker_factory(BROKER_CONFIG)
     # Served meanwhile: the worst round trip is a small part of the pass, and round trips went on.
-    assert worst_s < clean_s / 4, (
-        f"worst round trip {worst_s:.3f} s during a clean of {clean_s:.3f} s"
-        f" ({probe.count_between(asked, cleaned)} round trips meanwhile)")
-    assert probe.count_between(asked, cleaned) >= 5
+    # A pass that holds the clients' loop does so on every attempt; the probe is one client doing
+    # one round trip at a time, so a stall of the machine's scheduler (a loaded 2-core runner)
+    # lengthens one round trip of one attempt: up to three passes, each on a new topic.
+    measured: list[tuple[float, float, int]] = []
+    while len(measured) < 3:
+        topic, latest, clean_s, worst_s, during = _clean_beside_a_probe(broker)
+        measured.append((clean_s, worst_s, during))
+        if worst_s < clean_s / 4 and during >= 5:
+            break
+    assert worst_s < clean_s / 4 and during >= 5, (
+        f"every pass stalled the probe (clean s, worst round trip s, round trips meanwhile): {measured}")
+    directory = broker.data_dir / f"{topic}-0"
     rows = _read_all(broker.bootstrap, topic)
     offsets = [offset for offset, _, _ in rows]
     assert offsets == sorted(set(offsets))
