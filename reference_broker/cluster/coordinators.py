@@ -14,9 +14,10 @@ The transaction coordinator of transactional id T is likewise the leader of
 ``TransactionStateManager.partitionFor``), a compacted topic the controller creates with
 ``transaction.state.log.num.partitions`` partitions, ``transaction.state.log.replication.factor``
 replicas and ``min.insync.replicas`` = ``transaction.state.log.min.isr``. Its leader loads the
-partition's transactions on election (completing the prepared ones) and drops them on
-resignation (``TransactionCoordinatorService.on_leadership``); its writes are answered once the
-ISR holds them (``install_replicated_transaction_log``). A transactional produce to a partition
+partition's transactions on election (completing the prepared ones), with the partition's leader
+epoch as the coordinator epoch of its markers, and drops them on resignation
+(``TransactionCoordinatorService.on_leadership``); a change is applied, and answered, once the ISR
+holds its record (``install_replicated_transaction_log``). A transactional produce to a partition
 led elsewhere, and a TxnOffsetCommit at the group's coordinator, are checked with the
 transaction's coordinator over the network (``attach_transaction_coordinator``).
 """
@@ -89,7 +90,10 @@ def attach_transaction_coordinator(broker: Any) -> None:
         if topic == TRANSACTION_STATE:
             found = broker.metadata_publisher.image.topic(TRANSACTION_STATE)
             count = len(found.partitions) if found is not None and found.partitions else None
-            service.on_leadership(partition, leads, count or service.coordinator.config.num_partitions)
+            registration = found.partitions.get(partition) if found is not None else None
+            # Kafka's coordinator epoch: the partition's leader epoch at this node's election
+            epoch = registration.leader_epoch if registration is not None else 0
+            service.on_leadership(partition, leads, count or service.coordinator.config.num_partitions, epoch)
 
     def coordinator_of(transactional_id: str) -> int | None:
         image: MetadataImage = broker.metadata_publisher.image

@@ -69,13 +69,27 @@ TopicPartition = tuple[str, int]
 class TxnStore(Protocol):
     """Where the coordinator's records go: one ``__transaction_state`` partition per id."""
 
-    def write(self, partition: int, key: bytes, value: bytes | None) -> None:
-        """Append one record durably; raises on failure (nothing is then applied)."""
+    def write(self, partition: int, key: bytes, value: bytes | None) -> int | None:
+        """Append one record; raises on failure (nothing is then applied). None when the record
+        is durable at once (single node); else the offset the partition's high watermark must
+        reach for it to be replicated (cluster mode: ``replication_done`` follows)."""
 
 
 class MarkerWriter(Protocol):
-    def __call__(self, tp: TopicPartition, commit: bool, producer_id: int, producer_epoch: int) -> None:
+    def __call__(
+        self, tp: TopicPartition, commit: bool, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> None:
         """Write a COMMIT/ABORT marker to ``tp``; raises ``KafkaError`` on failure."""
+
+
+@dataclasses.dataclass
+class Unreplicated:
+    """A transactional id's change written to the leader's log but not yet to its ISR (cluster
+    mode): ``previous`` is the metadata before it (None: the id was new), restored if the write
+    never replicates; ``offset`` is where the high watermark must get."""
+
+    previous: TransactionMetadata | None
+    offset: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +162,20 @@ class TransactionCoordinator:
         #: Called once a PrepareCommit/PrepareAbort is written, before any marker (a fault point
         #: for crash tests; the service sets it from the environment).
         self.after_prepare: Callable[[TransactionMetadata], None] = lambda meta: None
+        #: Called before the markers of a prepared transaction are written (a fault point for
+        #: tests that stop the coordinator there; the service sets it from the environment).
+        self.before_markers: Callable[[TransactionMetadata], None] = lambda meta: None
+        #: Cluster mode: the leader epoch of each owned ``__transaction_state`` partition when this
+        #: node was elected its leader (Kafka's coordinator epoch, carried by every marker so a
+        #: deposed coordinator's markers are fenced); 0 where unknown (a single node).
+        self.coordinator_epochs: dict[int, int] = {}
+        #: Cluster mode: changes applied in memory whose records the ISR does not hold yet. The id
+        #: answers CONCURRENT_TRANSACTIONS meanwhile (Kafka's pending state) and a prepared
+        #: transaction's markers wait for it; ``replication_done`` keeps or undoes the change.
+        self.unreplicated: dict[str, Unreplicated] = {}
+        #: Cluster mode: told (transactional id, partition, offset) after each write that must
+        #: replicate; it calls ``replication_done`` once the ISR holds it or it failed.
+        self.await_replication: Callable[[str, int, int], None] = lambda tid, partition, offset: None
         #: a round of ``expire_transactional_ids`` still has steps to run
         self._expiry_running = False
 
@@ -172,15 +200,25 @@ class TransactionCoordinator:
             return E.NOT_COORDINATOR
         return E.COORDINATOR_LOAD_IN_PROGRESS if partition in self.loading_partitions else 0
 
+    def coordinator_epoch(self, transactional_id: str) -> int:
+        """The coordinator epoch this node's markers for ``transactional_id`` carry."""
+        return self.coordinator_epochs.get(self.partition_for(transactional_id), 0)
+
+    def busy(self, transactional_id: str) -> int:
+        """CONCURRENT_TRANSACTIONS while the id's last change is not replicated yet, else 0."""
+        return E.CONCURRENT_TRANSACTIONS if transactional_id in self.unreplicated else 0
+
     def _persist(self, meta: TransactionMetadata, **changes: object) -> int:
-        """Write ``meta`` with ``changes`` applied, then apply them; an error code (0 if stored)."""
+        """Write ``meta`` with ``changes`` applied, then apply them; an error code (0 if stored).
+        In cluster mode the change stays ``unreplicated`` until the ISR holds its record."""
         target = dataclasses.replace(meta, **changes)  # type: ignore[arg-type]  # field names as keywords
         if "state" in changes:
             check_txn_transition(meta.transactional_id, meta.state, target.state)
         target.last_update_ms = self.clock.now_ms()
+        offset = None
         if self.store is not None:
             try:
-                self.store.write(
+                offset = self.store.write(
                     self.partition_for(meta.transactional_id),
                     records.key(meta.transactional_id),
                     records.value(target, target.state, target.partitions),
@@ -190,13 +228,60 @@ class TransactionCoordinator:
                 log.warning("writing transaction %s to __transaction_state failed (answered %s): %s",
                             meta.transactional_id, E(code).name, exc)
                 return code
+        if offset is not None and meta.transactional_id not in self.unreplicated:
+            previous = None
+            if self.txns.get(meta.transactional_id) is meta:
+                previous = dataclasses.replace(meta, partitions=set(meta.partitions))
+            self.unreplicated[meta.transactional_id] = Unreplicated(previous, offset)
+        elif offset is not None:
+            self.unreplicated[meta.transactional_id].offset = offset
         if target.producer_id != meta.producer_id:
             self.by_producer_id.pop(meta.producer_id, None)
         for f in dataclasses.fields(meta):
             setattr(meta, f.name, getattr(target, f.name))
         self.txns[meta.transactional_id] = meta
         self.by_producer_id[meta.producer_id] = meta.transactional_id
+        if offset is not None:
+            self.await_replication(meta.transactional_id, self.partition_for(meta.transactional_id), offset)
         return 0
+
+    def replication_done(self, transactional_id: str, offset: int, error: int) -> None:
+        """Cluster mode: the write of ``transactional_id`` ending at ``offset`` is replicated
+        (``error`` 0): a prepared transaction's markers go out now. Or it failed (the partition
+        moved, the ISR fell below ``min.insync.replicas``, time ran out): the change is undone in
+        memory, as Kafka drops the pending state, and the client was answered the error."""
+        entry = self.unreplicated.get(transactional_id)
+        if entry is None or offset < entry.offset:
+            return  # unloaded meanwhile, or a later write is awaited
+        del self.unreplicated[transactional_id]
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            return
+        if not error:
+            if meta.markers_pending or meta.is_(*PREPARED):
+                self._finish_prepared(meta)
+            return
+        log.warning("transaction %s: its write to __transaction_state was not replicated (%s); undone",
+                    transactional_id, E(error).name)
+        self._restore(meta, entry.previous)
+
+    def _restore(self, meta: TransactionMetadata, previous: TransactionMetadata | None) -> None:
+        for pid in (meta.producer_id, meta.client_producer_id):
+            if self.by_producer_id.get(pid) == meta.transactional_id:
+                del self.by_producer_id[pid]
+        if previous is None:
+            self.txns.pop(meta.transactional_id, None)
+            return
+        completing = previous.is_(*PREPARED) and meta.is_(*COMPLETE)
+        for f in dataclasses.fields(meta):
+            setattr(meta, f.name, getattr(previous, f.name))
+        if meta.is_(TxnState.PREPARE_EPOCH_FENCE):
+            meta.state = TxnState.ONGOING  # the fence never happened
+        if completing:  # its markers are written: only the completion is to be written again
+            meta.partitions = set()
+            meta.markers_pending = True
+        self.by_producer_id[meta.producer_id] = meta.transactional_id
+        self.by_producer_id[meta.client_producer_id] = meta.transactional_id
 
     # -- InitProducerId ------------------------------------------------------------------
 
@@ -218,7 +303,7 @@ class TransactionCoordinator:
             timeout_ms = TWO_PHASE_COMMIT_TIMEOUT_MS  # Kafka's resolvedTxnTimeoutMs: any request timeout
         elif not 0 < timeout_ms <= self.config.max_timeout_ms:
             return InitResult(E.INVALID_TRANSACTION_TIMEOUT)
-        if not_ready := self.not_ready(transactional_id):
+        if not_ready := self.not_ready(transactional_id) or self.busy(transactional_id):
             return InitResult(not_ready)
         meta = self.txns.get(transactional_id)
         if meta is None or meta.is_(TxnState.DEAD):
@@ -352,7 +437,7 @@ class TransactionCoordinator:
         with exactly the current producer id and epoch."""
         if not transactional_id:
             return E.INVALID_REQUEST
-        if not_ready := self.not_ready(transactional_id):
+        if not_ready := self.not_ready(transactional_id) or self.busy(transactional_id):
             return not_ready
         meta = self.txns.get(transactional_id)
         error = self._check_producer(meta, producer_id, epoch)
@@ -433,7 +518,7 @@ class TransactionCoordinator:
     ) -> EndResult:
         if not transactional_id:
             return EndResult(E.INVALID_REQUEST)
-        if not_ready := self.not_ready(transactional_id):
+        if not_ready := self.not_ready(transactional_id) or self.busy(transactional_id):
             return EndResult(not_ready)
         meta = self.txns.get(transactional_id)
         if meta is not None and (meta.markers_pending or meta.is_(*PREPARED)):
@@ -584,11 +669,15 @@ class TransactionCoordinator:
         if not meta.is_(*PREPARED):
             meta.markers_pending = False
             return
+        if meta.transactional_id in self.unreplicated:
+            return  # markers only for a decision the ISR holds (``replication_done`` sends them)
+        self.before_markers(meta)
         commit = meta.is_(TxnState.PREPARE_COMMIT)
+        coordinator_epoch = self.coordinator_epoch(meta.transactional_id)
         remaining = set(meta.partitions)
         for tp in sorted(meta.partitions):
             try:
-                self.write_marker(tp, commit, meta.producer_id, meta.producer_epoch)
+                self.write_marker(tp, commit, meta.producer_id, meta.producer_epoch, coordinator_epoch)
             except KafkaError as exc:
                 if exc.code not in _MARKER_DONE_ERRORS:
                     log.warning("marker for %s on %s-%d failed: %s", meta.transactional_id, *tp, exc)
@@ -670,6 +759,8 @@ class TransactionCoordinator:
         now = self.clock.now_ms()
         aborted = 0
         for meta in list(self.txns.values()):
+            if meta.transactional_id in self.unreplicated:
+                continue  # its change is still replicating
             if meta.markers_pending or meta.is_(*PREPARED):
                 self._finish_prepared(meta)
             elif meta.is_two_phase_commit:
@@ -721,6 +812,8 @@ class TransactionCoordinator:
         for meta in candidates:
             if self.txns.get(meta.transactional_id) is not meta:
                 continue  # replaced or removed since the round started
+            if meta.transactional_id in self.unreplicated:
+                continue
             if meta.is_(*COMPLETE) and now - meta.last_update_ms >= self.config.id_expiration_ms:
                 if self.store is not None:
                     try:
@@ -791,6 +884,9 @@ class TransactionCoordinator:
     def unload_partition(self, partition: int) -> None:
         """Cluster mode: forget the ids of a partition another node leads now (Kafka's
         ``removeTransactionsForTxnTopicPartition``)."""
+        self.coordinator_epochs.pop(partition, None)
+        for transactional_id in [t for t in self.unreplicated if self.partition_for(t) == partition]:
+            del self.unreplicated[transactional_id]
         for transactional_id, meta in list(self.txns.items()):
             if self.partition_for(transactional_id) == partition:
                 del self.txns[transactional_id]

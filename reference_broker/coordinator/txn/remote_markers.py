@@ -90,6 +90,9 @@ class RemoteMarkers:
             log.info("marker for producer %d on %s-%d: %s", producer_id, topic, partition, exc)
         finally:
             self._in_flight.pop(key, None)
+        if code == E.TRANSACTION_COORDINATOR_FENCED:
+            log.warning("marker for producer %d on %s-%d refused: TRANSACTION_COORDINATOR_FENCED"
+                        " (a newer coordinator ended the transaction)", producer_id, topic, partition)
         if code in _DONE:
             self._written.add(key)
             self.retry_markers(producer_id)

@@ -20,7 +20,9 @@ from reference_broker.coordinator.txn import records
 from reference_broker.coordinator.txn.coordinator import TopicPartition, TransactionCoordinator, TxnConfig
 from reference_broker.coordinator.txn.remote_markers import RemoteMarkers
 from reference_broker.coordinator.txn.state import TransactionMetadata
+from reference_broker.coordinator.write_errors import write_error_code
 from reference_broker.log.config import segment_size_configs
+from reference_broker.replication.produce import min_insync_replicas
 from reference_broker.services import PeriodicTask
 from reference_broker.storage import CONSUMER_OFFSETS, TRANSACTION_STATE
 from sdk.protocol.errors import ErrorCode as E
@@ -44,8 +46,16 @@ LOAD_STEP_RECORDS = 2000
 #: id's PrepareCommit/PrepareAbort, before any marker (a restart must then roll it forward/back).
 KILL_AFTER_PREPARE_ENV = "REFERENCE_BROKER_TXN_KILL_AFTER_PREPARE"
 
-#: Kafka's coordinator epoch is the leader epoch of the ``__transaction_state`` partition; a
-#: single node never changes leader.
+#: Fault tests name a transactional id here: the coordinator SIGSTOPs itself just before it writes
+#: the markers of that id's transaction, if it wrote its PrepareCommit/PrepareAbort itself (a
+#: coordinator paused mid-commit, deposed meanwhile, then resumed), and only the node that first
+#: creates the file PAUSE_TOKEN_ENV names (so one node of a cluster pauses, once).
+PAUSE_BEFORE_MARKERS_ENV = "REFERENCE_BROKER_TXN_PAUSE_BEFORE_MARKERS"
+PAUSE_TOKEN_ENV = "REFERENCE_BROKER_TXN_PAUSE_TOKEN"
+
+#: Kafka's coordinator epoch is the leader epoch of the ``__transaction_state`` partition when
+#: this node became its leader (``TransactionCoordinator.coordinator_epochs`` in cluster mode); a
+#: single node never changes leader, its partitions stay in their first epoch, 0.
 COORDINATOR_EPOCH = 0
 
 
@@ -62,6 +72,32 @@ def _kill_after_prepare(transactional_id: str, meta: TransactionMetadata) -> Non
     if meta.transactional_id == transactional_id:
         log.warning("%s set: killing the broker after %s's prepare", KILL_AFTER_PREPARE_ENV, transactional_id)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _PauseBeforeMarkers:
+    """SIGSTOPs this process before the markers of ``transactional_id``'s transaction this process
+    prepared, if it is the first to create ``token`` (the fault point of PAUSE_BEFORE_MARKERS_ENV)."""
+
+    def __init__(self, transactional_id: str, token: str) -> None:
+        self.transactional_id = transactional_id
+        self.token = token
+        self.prepared_here = False
+
+    def after_prepare(self, meta: TransactionMetadata) -> None:
+        if meta.transactional_id == self.transactional_id:
+            self.prepared_here = True
+
+    def before_markers(self, meta: TransactionMetadata) -> None:
+        if not self.prepared_here or meta.transactional_id != self.transactional_id:
+            return
+        self.prepared_here = False
+        try:
+            os.close(os.open(self.token, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return  # another node paused already
+        log.warning("%s set: pausing the broker before %s's markers", PAUSE_BEFORE_MARKERS_ENV,
+                    self.transactional_id)
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,13 +139,20 @@ class StorageTxnStore:
                 },
             )
 
-    def write(self, partition: int, key: bytes, value: bytes | None) -> None:
+    def write(self, partition: int, key: bytes, value: bytes | None) -> int | None:
+        """Append one record. Cluster mode, as Kafka's acks=all append: refused with
+        NOT_ENOUGH_REPLICAS (nothing written) while the ISR is below ``min.insync.replicas``;
+        returns the offset the high watermark must reach for the record to be replicated."""
         self.ensure_topic()
-        if self.replica_manager is not None:
-            replica = self.replica_manager.partition(TRANSACTION_STATE, partition)
-            if replica is None or not replica.is_leader:
-                raise NotLeaderOrFollowerError(f"{TRANSACTION_STATE}-{partition} is not led here")
+        if self.replica_manager is None:
+            self.storage.append_as_coordinator(TRANSACTION_STATE, partition, [(key, value)])
+            return None
+        replica = self.replica_manager.partition(TRANSACTION_STATE, partition)
+        if replica is None or not replica.is_leader:
+            raise NotLeaderOrFollowerError(f"{TRANSACTION_STATE}-{partition} is not led here")
+        replica.check_enough_replicas(min_insync_replicas(self.replica_manager, replica))
         self.storage.append_as_coordinator(TRANSACTION_STATE, partition, [(key, value)])
+        return int(replica.log.log_end_offset)
 
 
 class TransactionCoordinatorService:
@@ -142,9 +185,18 @@ class TransactionCoordinatorService:
         #: Cluster mode: asks the node coordinating a transactional id (produce, TxnOffsetCommit).
         self.remote_verifier: RemoteTxnVerifier | None = None
         self._partition_loaders: dict[int, asyncio.Task[None]] = {}
+        #: Cluster mode: per transactional id, the outcome (an error code, 0) of its change the ISR
+        #: does not hold yet; requests that made it are answered with it.
+        self._replications: dict[str, asyncio.Future[int]] = {}
+        self._replication_tasks: set[asyncio.Task[None]] = set()
         crash_id = os.environ.get(KILL_AFTER_PREPARE_ENV)
         if crash_id:
             self.coordinator.after_prepare = partial(_kill_after_prepare, crash_id)
+        pause_id = os.environ.get(PAUSE_BEFORE_MARKERS_ENV)
+        if pause_id:
+            pause = _PauseBeforeMarkers(pause_id, os.environ[PAUSE_TOKEN_ENV])
+            self.coordinator.after_prepare = pause.after_prepare
+            self.coordinator.before_markers = pause.before_markers
 
     def write_marker(
         self,
@@ -180,15 +232,21 @@ class TransactionCoordinatorService:
         leader (``on_leadership``), and answers NOT_COORDINATOR for the others."""
         self.store.replica_manager = replica_manager
         self.coordinator.owned = set()
+        self.coordinator.await_replication = self._await_replication
 
-    def on_leadership(self, partition: int, leads: bool, num_partitions: int) -> None:
+    def on_leadership(self, partition: int, leads: bool, num_partitions: int, leader_epoch: int = 0) -> None:
         """The metadata moved ``__transaction_state`` partition ``partition``'s leadership: when it
-        comes here its ids load from the local replica in the background (COORDINATOR_LOAD_IN_PROGRESS
-        meanwhile) and its prepared transactions are completed (Kafka's ``onElection``); when it
-        goes away they are dropped (``onResignation``)."""
+        comes here (or comes back in a newer leader epoch) its ids load from the local replica in
+        the background (COORDINATOR_LOAD_IN_PROGRESS meanwhile) and its prepared transactions are
+        completed, with ``leader_epoch`` as the coordinator epoch of its markers (Kafka's
+        ``onElection``); when it goes away they are dropped (``onResignation``)."""
         coordinator = self.coordinator
         owned = coordinator.owned
-        if owned is None or leads == (partition in owned):
+        if owned is None:
+            return
+        epoch_now = coordinator.coordinator_epochs.get(partition)
+        reelected = leads and partition in owned and epoch_now != leader_epoch
+        if not reelected and leads == (partition in owned):
             return
         if num_partitions != coordinator.config.num_partitions:
             coordinator.config = dataclasses.replace(coordinator.config, num_partitions=num_partitions)
@@ -197,7 +255,12 @@ class TransactionCoordinatorService:
         if loader is not None:
             loader.cancel()
         if leads:
+            if reelected:  # whatever was in memory may predate the epochs in between
+                coordinator.unload_partition(partition)
             owned.add(partition)
+            coordinator.coordinator_epochs[partition] = leader_epoch
+            log.info("elected the transaction coordinator of %s-%d at epoch %d",
+                     TRANSACTION_STATE, partition, leader_epoch)
             coordinator.loading_partitions.add(partition)
             self._partition_loaders[partition] = asyncio.get_running_loop().create_task(
                 self._load_elected(partition), name=f"load {TRANSACTION_STATE}-{partition}")
@@ -224,21 +287,54 @@ class TransactionCoordinatorService:
             if self._partition_loaders.get(partition) is asyncio.current_task():
                 del self._partition_loaders[partition]
 
-    async def wait_replicated(self, transactional_id: str, timeout_s: float) -> int:
-        """Cluster mode: wait until the high watermark of ``transactional_id``'s partition covers
-        what was written to it (Kafka appends transaction records with acks=all); an error code
-        as Kafka's ``appendTransactionToLog`` maps it, 0 once committed (at once on a single node)."""
+    def _await_replication(self, transactional_id: str, partition: int, offset: int) -> None:
+        """Cluster mode: wait in the background until the ISR holds ``transactional_id``'s write
+        ending at ``offset`` (Kafka's acks=all append, which waits up to the transaction's
+        timeout), then tell the coordinator, which keeps or undoes the change."""
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._replications[transactional_id] = future
+        meta = self.coordinator.txns.get(transactional_id)
+        timeout_ms = min(meta.timeout_ms if meta is not None else 0, self.coordinator.config.max_timeout_ms)
+        task = asyncio.get_running_loop().create_task(
+            self._replicate(transactional_id, partition, offset, max(timeout_ms, 1000) / 1000, future),
+            name=f"replicate {transactional_id}")
+        self._replication_tasks.add(task)
+        task.add_done_callback(self._replication_tasks.discard)
+
+    async def _replicate(
+        self, transactional_id: str, index: int, offset: int, timeout_s: float, future: asyncio.Future[int]
+    ) -> None:
+        code = 0
         replicas = self.store.replica_manager
-        if replicas is None:
-            return 0
-        partition = replicas.partition(TRANSACTION_STATE, self.coordinator.partition_for(transactional_id))
-        if partition is None or not partition.is_leader:
-            return E.NOT_COORDINATOR
+        partition = replicas.partition(TRANSACTION_STATE, index) if replicas is not None else None
         try:
-            await partition.wait_for_high_watermark(partition.log.log_end_offset, 1, timeout_s)
+            if replicas is None or partition is None or not partition.is_leader:
+                raise NotLeaderOrFollowerError(f"{TRANSACTION_STATE}-{index} is not led here")
+            min_isr = min_insync_replicas(replicas, partition)
+            await partition.wait_for_high_watermark(offset, min_isr, timeout_s)
         except KafkaError as exc:
-            return E.NOT_COORDINATOR if exc.code == E.NOT_LEADER_OR_FOLLOWER else E.COORDINATOR_NOT_AVAILABLE
-        return 0
+            code = write_error_code(exc)
+        except asyncio.CancelledError:
+            code = E.NOT_COORDINATOR
+            raise
+        finally:
+            try:
+                self.coordinator.replication_done(transactional_id, offset, code)
+            finally:
+                if not future.done():
+                    future.set_result(code)
+                if self._replications.get(transactional_id) is future:
+                    del self._replications[transactional_id]
+
+    async def wait_replicated(self, transactional_id: str, timeout_s: float | None = None) -> int:
+        """Cluster mode: the outcome of ``transactional_id``'s change still replicating (0 once
+        the ISR holds it, else the error Kafka's ``appendTransactionToLog`` maps the failure to);
+        0 when none is (at once on a single node). ``timeout_s`` is unused: the write's own
+        timeout applies."""
+        future = self._replications.get(transactional_id)
+        if future is None:
+            return 0
+        return await asyncio.shield(future)
 
     async def check_transaction(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: list[TopicPartition],
@@ -250,8 +346,11 @@ class TransactionCoordinatorService:
         coordinator = self.coordinator
         if self.remote_verifier is None or coordinator.owns(transactional_id):
             if add:
-                return {tp: coordinator.add_partition_implicitly(transactional_id, producer_id, epoch, tp)
-                        for tp in partitions}
+                added = {tp: coordinator.add_partition_implicitly(transactional_id, producer_id, epoch, tp)
+                         for tp in partitions}
+                if code := await self.wait_replicated(transactional_id):  # joined once the ISR holds it
+                    added = {tp: c or code for tp, c in added.items()}
+                return added
             return coordinator.verify_partitions(transactional_id, producer_id, epoch, partitions)
         return await self.remote_verifier.check(transactional_id, producer_id, epoch, partitions, add=add)
 
@@ -306,6 +405,8 @@ class TransactionCoordinatorService:
         pending, answered once the ISR holds them."""
         if not commit.group_id or self.coordinator.owns(commit.transactional_id):
             result = self.commit_offsets(commit, add_partition=add_partition)
+            if add_partition and (code := await self.wait_replicated(commit.transactional_id)):
+                result = {tp: code if c == E.NONE else c for tp, c in result.items()}
         else:
             groups = self._group_service()
             tp = (CONSUMER_OFFSETS, groups.coordinator.partition_for(commit.group_id))
@@ -409,6 +510,8 @@ class TransactionCoordinatorService:
         ]
 
     async def stop(self) -> None:
+        for task in list(self._replication_tasks):
+            task.cancel()
         for loader in self._partition_loaders.values():
             loader.cancel()
         self._partition_loaders.clear()

@@ -299,10 +299,10 @@ async def test_a_prepared_transaction_is_finished_after_a_crash(
     node.produce("data", 1, pid, 0, 0, [b"y"])
     real_writer = c.write_marker
 
-    def storage_down(tp: tuple[str, int], commit: bool, pid: int, epoch: int) -> None:
+    def storage_down(tp: tuple[str, int], commit: bool, pid: int, epoch: int, coordinator_epoch: int) -> None:
         if tp == ("data", 1):
             raise KafkaStorageError("disk gone")
-        real_writer(tp, commit, pid, epoch)
+        real_writer(tp, commit, pid, epoch, coordinator_epoch)
 
     c.write_marker = storage_down
     assert c.end_transaction("tx", pid, 0, commit=commit) == 0  # decided, one marker written
@@ -333,10 +333,10 @@ async def test_failed_marker_is_retried_by_the_periodic_task(node: Node) -> None
     real_writer = c.write_marker
     failures = [KafkaStorageError("disk busy")]
 
-    def flaky(tp: tuple[str, int], commit: bool, pid: int, epoch: int) -> None:
+    def flaky(tp: tuple[str, int], commit: bool, pid: int, epoch: int, coordinator_epoch: int) -> None:
         if failures:
             raise failures.pop()
-        real_writer(tp, commit, pid, epoch)
+        real_writer(tp, commit, pid, epoch, coordinator_epoch)
 
     c.write_marker = flaky
     assert c.end_transaction("tx", pid, 0, commit=True) == 0
