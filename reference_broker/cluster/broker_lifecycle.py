@@ -490,6 +490,15 @@ class ClusterMember:
             broker.controller = ControllerService(raft, settings)
             if controller_registry is not None:
                 install_controller_apis(controller_registry)
+        if getattr(broker, "authorizer", None) is not None:
+            from reference_broker.cluster.cluster_action import (
+                install_broker_checks,
+                install_controller_checks,
+            )
+
+            install_broker_checks(broker.registry)
+            if controller_registry is not None:
+                install_controller_checks(controller_registry)
 
     def _setting(self, key: str) -> Any:
         try:

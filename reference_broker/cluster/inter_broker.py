@@ -45,7 +45,9 @@ from reference_broker.network.peer import (
     PeerConnectionError,
     PeerUnsupportedError,
 )
+from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
+    FetchResponse,
     Message,
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -157,7 +159,7 @@ class SecuredPeerConnection(PeerConnection):
     async def send(self, request: Message, *, version: int | None = None,
                    timeout_s: float | None = None) -> Message:
         try:
-            return await super().send(request, version=version, timeout_s=timeout_s)
+            response = await super().send(request, version=version, timeout_s=timeout_s)
         except PeerConnectionError as exc:
             if isinstance(exc.__cause__, ssl.SSLError):
                 self.security.log_failure(
@@ -165,6 +167,25 @@ class SecuredPeerConnection(PeerConnection):
                     f" failed: {exc.__cause__}"
                 )
             raise
+        if _refused_cluster_action(response):
+            who = f"as {self.security.sasl.username} " if self.security.sasl is not None else ""
+            self.security.log_failure(
+                f"{self.host}:{self.port} refused {type(request).__name__} from this node {who}on listener"
+                f" {self.security.listener}: its principal needs CLUSTER_ACTION on the cluster"
+                " (super.users or an ACL)"
+            )
+        return response
+
+
+def _refused_cluster_action(response: Message) -> bool:
+    """A peer's authorizer refused this node: CLUSTER_AUTHORIZATION_FAILED, or a follower fetch
+    answered TOPIC_AUTHORIZATION_FAILED."""
+    if getattr(response, "error_code", 0) == ErrorCode.CLUSTER_AUTHORIZATION_FAILED:
+        return True
+    if isinstance(response, FetchResponse):
+        return any(p.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                   for t in response.responses for p in t.partitions)
+    return False
 
 
 class _ScramError(Exception):

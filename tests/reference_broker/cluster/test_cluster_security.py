@@ -122,6 +122,21 @@ def sasl_ssl_cluster_config(ca: Path, keystore: Path, password: str = BROKER_PAS
     }
 
 
+def with_authorizer(config: dict[str, Any], super_users: str) -> dict[str, Any]:
+    """``config`` with Kafka's StandardAuthorizer and no access without an ACL but for
+    ``super_users`` (clients come in on the PLAINTEXT listener as User:ANONYMOUS)."""
+    return {
+        **config,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": False,
+        "super.users": super_users,
+    }
+
+
+def node_logs(data_dir: Path) -> str:
+    return "".join(path.read_text() for path in sorted(data_dir.glob("node-*.log")))
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, NODES)])[topic].result(timeout=30)
@@ -183,9 +198,11 @@ def test_ssl_between_nodes_carries_acks_all_produce(tmp_path: Path) -> None:
 def test_sasl_ssl_between_nodes_carries_transactions(tmp_path: Path) -> None:
     """SASL/PLAIN over TLS on the inter-broker and controller listeners: a transactional
     producer's committed records reach a read_committed consumer, the aborted ones do not (the
-    markers and the transaction log are replicated over the SASL_SSL listener)."""
+    markers and the transaction log are replicated over the SASL_SSL listener). An authorizer is
+    on: the nodes' principal, User:broker, is a super user, so it has CLUSTER_ACTION."""
     ca, keystore = node_certificate(tmp_path / "certs", addresses=NODE_ADDRESSES)
-    with ClusterProcess(NODES, sasl_ssl_cluster_config(ca, keystore),
+    config = with_authorizer(sasl_ssl_cluster_config(ca, keystore), "User:broker;User:ANONYMOUS")
+    with ClusterProcess(NODES, config,
                         extra_listeners={"INTERNAL": "SASL_SSL"}, data_dir=tmp_path / "data") as cluster:
         topic = "over-sasl-ssl"
         create_topic(cluster.bootstrap, topic)
@@ -241,8 +258,21 @@ def test_host_name_verification_refuses_a_certificate_for_other_addresses(tmp_pa
                              data_dir=tmp_path / "data", start_timeout=20)
     with pytest.raises(ClusterStartError):
         cluster.start()
-    logs = "".join(path.read_text() for path in sorted((tmp_path / "data").glob("node-*.log")))
-    assert "certificate verify failed: IP address mismatch" in logs
+    assert "certificate verify failed: IP address mismatch" in node_logs(tmp_path / "data")
+
+
+def test_inter_broker_principal_without_cluster_action_is_refused(tmp_path: Path) -> None:
+    """With an authorizer and the nodes' principal (User:broker) neither a super user nor granted
+    CLUSTER_ACTION, the controllers refuse the nodes' Vote and registration requests as Kafka's
+    ControllerApis does: the cluster never forms, and the nodes' logs say which permission the
+    principal lacks."""
+    ca, keystore = node_certificate(tmp_path / "certs", addresses=NODE_ADDRESSES)
+    config = with_authorizer(sasl_ssl_cluster_config(ca, keystore), "User:ANONYMOUS")
+    cluster = ClusterProcess(NODES, config, extra_listeners={"INTERNAL": "SASL_SSL"},
+                             data_dir=tmp_path / "data", start_timeout=20)
+    with pytest.raises(ClusterStartError):
+        cluster.start()
+    assert "needs CLUSTER_ACTION on the cluster" in node_logs(tmp_path / "data")
 
 
 @pytest.mark.parametrize(
