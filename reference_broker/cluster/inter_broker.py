@@ -380,11 +380,20 @@ def check_peer_settings(config: BrokerConfig) -> None:
     """Kafka's start-time checks of the inter-broker and controller connection settings.
 
     Everywhere: ``inter.broker.listener.name`` and ``security.inter.broker.protocol`` are
-    exclusive and must resolve to a mapped listener. On a cluster node (``controller.quorum.voters``
+    exclusive and must resolve to a mapped listener, and ``ssl.endpoint.identification.algorithm``
+    is ``https`` or empty (a per-listener value is checked when that listener's peers are). On a cluster node (``controller.quorum.voters``
     set), what the node will use towards its peers is built now, so missing credentials, a
     mechanism the listener does not enable or an unloadable truststore stop it at start; a broker's
     inter-broker listener must be one of its advertised (non-controller) listeners."""
+    from reference_broker.security.tls import ENDPOINT_IDENTIFICATION
+
     listener, _ = inter_broker_listener(config)
+    algorithm = str(config.get("ssl.endpoint.identification.algorithm") or "").strip().lower()
+    if algorithm not in ENDPOINT_IDENTIFICATION:
+        raise ConfigError(
+            f"ssl.endpoint.identification.algorithm: {algorithm!r} is not supported (https, or empty"
+            " for no host name verification)"
+        )
     if not config.get("controller.quorum.voters"):
         return
     roles = config.get("process.roles") or []
