@@ -381,10 +381,11 @@ def check_peer_settings(config: BrokerConfig) -> None:
 
     Everywhere: ``inter.broker.listener.name`` and ``security.inter.broker.protocol`` are
     exclusive and must resolve to a mapped listener, and ``ssl.endpoint.identification.algorithm``
-    is ``https`` or empty (a per-listener value is checked when that listener's peers are). On a cluster node (``controller.quorum.voters``
-    set), what the node will use towards its peers is built now, so missing credentials, a
-    mechanism the listener does not enable or an unloadable truststore stop it at start; a broker's
-    inter-broker listener must be one of its advertised (non-controller) listeners."""
+    is ``https`` or empty (a per-listener value is checked when that listener's peers are). On a
+    cluster node (``controller.quorum.voters`` set), what the node will use towards its peers is
+    built now, so missing credentials, a mechanism the listener does not enable or an unloadable
+    truststore stop it at start; a broker's inter-broker listener must be one of its advertised
+    (non-controller) listeners."""
     from reference_broker.security.tls import ENDPOINT_IDENTIFICATION
 
     listener, _ = inter_broker_listener(config)
