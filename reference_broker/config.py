@@ -294,8 +294,8 @@ SECURITY_KEYS = [
         "ssl.endpoint.identification.algorithm",
         _B.STRING,
         "https",
-        "Host name verification of the peer's certificate. Accepted; it concerns clients, the broker "
-        "does not verify client host names.",
+        "Host name verification of the peer's certificate when this node connects to other nodes "
+        "(https, or empty for none); the broker does not verify its clients' host names.",
     ),
     ConfigKey(
         "ssl.principal.mapping.rules",
@@ -315,7 +315,8 @@ SECURITY_KEYS = [
         "sasl.mechanism.inter.broker.protocol",
         _B.STRING,
         "GSSAPI",
-        "SASL mechanism brokers use among themselves. Accepted; a single node has no peers.",
+        "SASL mechanism brokers use among themselves on a SASL inter-broker listener; must be one of "
+        "that listener's sasl.enabled.mechanisms (reference_broker.cluster.inter_broker).",
     ),
     ConfigKey(
         "connections.max.reauth.ms",
@@ -395,14 +396,16 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "inter.broker.listener.name",
             _B.STRING,
             None,
-            "The listener brokers use among themselves. A single node has no peers: the value is only "
-            "checked to name one of the listeners.",
+            "The listener brokers use among themselves (its security protocol, ssl.* and JAAS "
+            "credentials secure the connections between nodes); exclusive with "
+            "security.inter.broker.protocol.",
         ),
         ConfigKey(
             "security.inter.broker.protocol",
             _B.STRING,
             "PLAINTEXT",
-            "Security protocol brokers use among themselves. Accepted; a single node has no peers.",
+            "Security protocol brokers use among themselves, when inter.broker.listener.name is not "
+            "set: the listener named after it is the inter-broker listener.",
         ),
         ConfigKey(
             "advertised.host",
@@ -1224,7 +1227,15 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             "controller.listener.names",
             _B.LIST,
             None,
-            "The listeners that serve the controller APIs (raft and the quorum controller's).",
+            "The listeners that serve the controller APIs (raft and the quorum controller's); nodes "
+            "connect to controllers over the first one, with its security protocol.",
+        ),
+        ConfigKey(
+            "sasl.mechanism.controller.protocol",
+            _B.STRING,
+            "GSSAPI",
+            "SASL mechanism nodes use towards controllers on a SASL controller listener; must be one "
+            "of that listener's sasl.enabled.mechanisms.",
         ),
         ConfigKey(
             "controller.quorum.election.timeout.ms",
@@ -1525,6 +1536,9 @@ class BrokerConfig:
         from reference_broker.security.config import check_security_settings
 
         check_security_settings(config)
+        from reference_broker.cluster.inter_broker import check_peer_settings
+
+        check_peer_settings(config)
         load_dynamic_configs(config)
         return config
 

@@ -500,6 +500,16 @@ def _free_pair(host: str) -> tuple[int, int]:
         return int(first.getsockname()[1]), int(second.getsockname()[1])
 
 
+def _free_port_except(host: str, taken: set[int]) -> int:
+    """A free port on ``host`` that is none of ``taken`` (ports chosen for other listeners)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if port not in taken:
+            return port
+
+
 def request_metadata(
     bootstrap: str, topics: list[str] | None = None, timeout: float = 5.0
 ) -> MetadataResponse:
@@ -543,7 +553,9 @@ class ClusterProcess:
     cluster defaults (fast heartbeats and session timeout). ``data_dir=None`` uses a temporary
     directory removed by ``close()``; node N keeps its data in ``data_dir/node-N``. Ports are free
     loopback ports (or ``base_port + N - 1`` for clients and ``base_port + 100 + N - 1`` for
-    controllers) and stay the same across restarts.
+    controllers) and stay the same across restarts. ``extra_listeners`` (name -> security
+    protocol) gives every node more listeners on free ports (behind the proxy too), e.g. an
+    ``INTERNAL`` SASL_SSL listener that ``config``'s ``inter.broker.listener.name`` names.
 
     ``start()`` returns once every broker is registered and unfenced; ``close()`` stops every node
     by its PID (SIGCONT first for a paused one, SIGTERM, SIGKILL after a deadline). A context
@@ -561,6 +573,7 @@ class ClusterProcess:
         log_level: str = "INFO",
         start_timeout: float = CLUSTER_START_TIMEOUT_S,
         cluster_id: str | None = None,
+        extra_listeners: Mapping[str, str] | None = None,
     ) -> None:
         from reference_broker.cluster.launcher import node_host, stored_cluster_id, voters_setting
         from reference_broker.config import new_cluster_id
@@ -574,6 +587,8 @@ class ClusterProcess:
         self.start_timeout = start_timeout
         self.proxy: ClusterProxy | None = None
         self.nodes: list[ClusterNode] = []
+        #: node id -> listener name -> (security protocol, bound port, advertised port)
+        self._extra_listeners: dict[int, dict[str, tuple[str, int, int]]] = {}
         ids = list(range(1, nodes + 1))
         hosts = {n: node_host(n) for n in ids}
         try:
@@ -596,6 +611,17 @@ class ClusterProcess:
                     bound[n] = _free_pair(hosts[n])
                     self.proxy.set_target(n, "PLAINTEXT", hosts[n], bound[n][0])
                     self.proxy.set_target(n, "CONTROLLER", hosts[n], bound[n][1])
+            for n in ids:
+                self._extra_listeners[n] = {}
+                for name, protocol in (extra_listeners or {}).items():
+                    front = 0
+                    if self.proxy is not None:
+                        front = self.proxy.add_route(n, name, hosts[n], 0, hosts[n], 0).listen_port
+                    taken = {*bound[n], front, *(e[1] for e in self._extra_listeners[n].values())}
+                    port = _free_port_except(hosts[n], taken)
+                    if self.proxy is not None:
+                        self.proxy.set_target(n, name, hosts[n], port)
+                    self._extra_listeners[n][name] = (protocol, port, front or port)
             voters = voters_setting({n: advertised[n][1] for n in ids})
             for n in ids:
                 self.nodes.append(self._make_node(n, hosts[n], bound[n], advertised[n], voters, log_level))
@@ -617,6 +643,7 @@ class ClusterProcess:
             advertised_client_port=advertised[0],
             advertised_controller_port=advertised[1],
             extra=self.config,
+            extra_listeners=self._extra_listeners.get(node_id),
         )
         process = BrokerProcess(self.data_dir / f"node-{node_id}", config, bound[0], host=host,
                                 log_level=log_level, start_timeout=self.start_timeout)

@@ -413,6 +413,11 @@ class ClusterMember:
         return self.raft.leader_and_epoch.leader_id if self.raft is not None else None
 
     def _create_broker_parts(self) -> None:
+        from reference_broker.cluster.inter_broker import (
+            controller_security,
+            inter_broker_listener,
+            inter_broker_security,
+        )
         from reference_broker.cluster.metadata_publisher import BrokerMetadataPublisher
         from reference_broker.replication.config import ReplicationConfig
         from reference_broker.replication.replica_manager import ReplicaManager
@@ -424,7 +429,8 @@ class ClusterMember:
         broker.controller_channel = ControllerChannel(
             self.voters,
             self._leader,
-            PeerChannels(f"broker-{broker.node_id}-to-controller", local_host=local_host),
+            controller_security(config).channels(f"broker-{broker.node_id}-to-controller",
+                                                 local_host=local_host),
         )
         controller_listeners = self._controller_listener_names()
         listeners = [lst for lst in broker.listeners if lst.name not in controller_listeners]
@@ -453,7 +459,8 @@ class ClusterMember:
         broker.replica_manager = ReplicaManager(
             broker.node_id,
             get_log=lambda tp: broker.logs.manager.get_log(*tp),
-            channels=PeerChannels(f"broker-{broker.node_id}-replica", local_host=local_host),
+            channels=inter_broker_security(config).channels(f"broker-{broker.node_id}-replica",
+                                                            local_host=local_host),
             config=ReplicationConfig.from_broker_config(config),
             alter_partition=AlterPartitionSender(broker.controller_channel, lifecycle, topic_id),
             topic_id=topic_id,
@@ -462,9 +469,7 @@ class ClusterMember:
             known_partition=lambda topic, index: loader.image.partition(topic, index) is not None,
             rack_of=rack_of,
         )
-        inter_broker = self._setting("inter.broker.listener.name") or (
-            listeners[0].name if listeners else None
-        )
+        inter_broker, _ = inter_broker_listener(config)
         self.publisher = BrokerMetadataPublisher(
             broker.node_id,
             storage=None,
@@ -474,12 +479,15 @@ class ClusterMember:
 
     def attach(self, raft: Any, controller_registry: Any | None = None) -> None:
         """Listen to ``raft`` (before it starts); the broker's storage must be open."""
+        from reference_broker.cluster.inter_broker import controller_security
         from reference_broker.controller.handlers import install as install_controller_apis
         from reference_broker.controller.service import ControllerService
         from reference_broker.controller.settings import ControllerSettings
+        from reference_broker.handlers.sasl import install as install_sasl_apis
 
         broker = self.broker
         self.raft = raft
+        raft.use_connection_factory(controller_security(broker.config).connection_factory())
         raft.register(self.loader)
         if self.lifecycle is not None:
             self.lifecycle.cluster_id = broker.cluster_id
@@ -489,11 +497,22 @@ class ClusterMember:
             self.publisher.broker_config = broker.config
             self.loader.install(self.publisher)
             broker.metadata_publisher = self.publisher
+        if controller_registry is not None:  # nodes authenticate there on a SASL controller listener
+            install_sasl_apis(controller_registry)
         if "controller" in self.roles:
             settings = ControllerSettings.from_config(broker.config, broker.cluster_id)
             broker.controller = ControllerService(raft, settings)
             if controller_registry is not None:
                 install_controller_apis(controller_registry)
+        if getattr(broker, "authorizer", None) is not None:
+            from reference_broker.cluster.cluster_action import (
+                install_broker_checks,
+                install_controller_checks,
+            )
+
+            install_broker_checks(broker.registry)
+            if controller_registry is not None:
+                install_controller_checks(controller_registry)
 
     def _setting(self, key: str) -> Any:
         try:

@@ -103,12 +103,13 @@ def attach_transaction_coordinator(broker: Any) -> None:
         partition = topic.partitions.get(txn_partition_for(transactional_id, len(topic.partitions)))
         return partition.leader if partition is not None and partition.leader >= 0 else None
 
-    from reference_broker.network.peer import PeerChannels
+    from reference_broker.cluster.inter_broker import inter_broker_security
 
     broker.metadata_publisher.coordinator_listeners.append(on_leadership)
     service.remote_verifier = RemoteTxnVerifier(
         coordinator_of=coordinator_of,
-        channels=PeerChannels(f"broker-{broker.node_id}-txn-verify", local_host=broker.host or None),
+        channels=inter_broker_security(broker.config).channels(f"broker-{broker.node_id}-txn-verify",
+                                                               local_host=broker.host or None),
         address_of=broker.replica_manager.channels.address,
     )
 

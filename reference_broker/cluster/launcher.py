@@ -57,9 +57,14 @@ def node_config(
     advertised_client_port: int | None = None,
     advertised_controller_port: int | None = None,
     extra: Mapping[str, Any] | None = None,
+    extra_listeners: Mapping[str, tuple[str, int, int]] | None = None,
 ) -> dict[str, Any]:
     """The settings of one combined-mode node. ``advertised_*`` differ from the bound ports when a
-    proxy listens on the advertised ones; ``extra`` (Kafka property names) wins over the rest."""
+    proxy listens on the advertised ones; ``extra`` (Kafka property names) wins over the rest.
+    ``extra_listeners`` (name -> (security protocol, bound port, advertised port)) are more
+    listeners of this node, e.g. a TLS inter-broker listener named by ``inter.broker.listener.name``
+    in ``extra``. The default inter-broker listener, PLAINTEXT, is only named when ``extra`` does not
+    choose it by ``security.inter.broker.protocol`` (Kafka refuses both set)."""
     host = node_host(node_id)
     advertised_client = advertised_client_port or client_port
     advertised_controller = advertised_controller_port or controller_port
@@ -76,6 +81,12 @@ def node_config(
         "inter.broker.listener.name": "PLAINTEXT",
         "cluster.id": cluster_id,
     }
+    for name, (protocol, bound, advertised) in (extra_listeners or {}).items():
+        config["listeners"] += f",{name}://{host}:{bound}"
+        config["advertised.listeners"] += f",{name}://{host}:{advertised or bound}"
+        config["listener.security.protocol.map"] += f",{name}:{protocol}"
+    if "security.inter.broker.protocol" in (extra or {}):
+        del config["inter.broker.listener.name"]
     config.update(extra or {})
     return config
 

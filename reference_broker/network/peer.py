@@ -15,6 +15,10 @@ Invariants:
   every request in flight with ``PeerConnectionError`` and closes the connection; the next
   ``send`` reconnects. Callers decide about retrying: raft and replication retry on their own
   schedule, never here.
+- Security is the caller's (``reference_broker.cluster.inter_broker`` owns it): ``ssl_context``
+  wraps the connection in TLS (the host name checked as the context says), and ``authenticate``
+  runs the SASL exchange after ApiVersions, before any request is sent; its failure fails the
+  connection like any other.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from sdk.protocol.codec import decode_response, encode_request, supported_versions
@@ -59,8 +64,12 @@ class PeerConnection:
         connect_timeout_s: float = 5.0,
         request_timeout_s: float = 30.0,
         local_host: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        authenticate: Callable[[PeerConnection], Awaitable[None]] | None = None,
     ) -> None:
         self.host = host
+        self.ssl_context = ssl_context
+        self.authenticate = authenticate
         #: The address outbound connections are bound to (the node's own listener host): on a
         #: loopback cluster each node has its own 127.0.0.x, so a proxy in front of a node can
         #: tell which node a connection comes from (``reference_broker.testing``'s partitions).
@@ -77,10 +86,12 @@ class PeerConnection:
         self._read_task: asyncio.Task[None] | None = None
         self._connecting: asyncio.Lock = asyncio.Lock()
         self._closed = False
+        #: ApiVersions (and the SASL exchange) done: requests may go out
+        self._ready = False
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and not self._writer.is_closing()
+        return self._ready and self._writer is not None and not self._writer.is_closing()
 
     async def send(self, request: M | Message, *, version: int | None = None,
                    timeout_s: float | None = None) -> Message:
@@ -114,6 +125,7 @@ class PeerConnection:
                     asyncio.open_connection(
                         self.host, self.port,
                         local_addr=(self.local_host, 0) if self.local_host else None,
+                        ssl=self.ssl_context,
                     ),
                     self.connect_timeout_s,
                 )
@@ -134,6 +146,21 @@ class PeerConnection:
                 self._fail(error)
                 raise error
             self._versions = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+            if self.authenticate is not None:
+                try:
+                    await self.authenticate(self)
+                except Exception as exc:
+                    error = exc if isinstance(exc, PeerConnectionError) else PeerConnectionError(
+                        f"authentication to {self.host}:{self.port} failed: {exc}"
+                    )
+                    self._fail(error)
+                    raise error from exc
+            self._ready = True
+
+    async def exchange(self, request: Message, version: int) -> Message:
+        """One request on the connection being opened (the SASL exchange of ``authenticate``),
+        bounded by the connect timeout."""
+        return await self._roundtrip(request, version, self.connect_timeout_s)
 
     async def _roundtrip(self, request: Message, version: int, timeout_s: float) -> Message:
         writer = self._writer
@@ -192,6 +219,7 @@ class PeerConnection:
             if not future.done():
                 future.set_exception(error)
         self._pending.clear()
+        self._ready = False
         if self._writer is not None:
             self._writer.close()
         self._writer = None

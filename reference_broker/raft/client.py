@@ -14,10 +14,16 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from reference_broker.network.peer import PeerChannels, PeerConnectionError, PeerUnsupportedError
+from reference_broker.network.peer import (
+    PeerChannels,
+    PeerConnection,
+    PeerConnectionError,
+    PeerUnsupportedError,
+)
 from reference_broker.raft import wire
 from reference_broker.raft.core import LEADER, NotLeaderError, RaftCore, RaftTimeouts
 from reference_broker.raft.log import MetadataLogSettings, ReplicatedLog
@@ -79,6 +85,7 @@ class RaftClient:
         self.cluster_id = cluster_id
         self.timeouts = timeouts or RaftTimeouts()
         self.log_settings = log_settings or MetadataLogSettings()
+        self._local_host = local_host
         self.channels = PeerChannels(f"raft-{node_id}", local_host=local_host,
                                      request_timeout_s=self.timeouts.request_timeout_ms / 1000,
                                      connect_timeout_s=self.timeouts.request_timeout_ms / 1000)
@@ -92,6 +99,18 @@ class RaftClient:
         self._task: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
         self._commit_waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    def use_connection_factory(self, factory: Callable[..., PeerConnection]) -> None:
+        """Open the connections to the other voters with ``factory`` (the controller listener's
+        security, ``reference_broker.cluster.inter_broker``); before ``start`` only."""
+        if self._task is not None:
+            raise RuntimeError("the raft client's connections are chosen before it starts")
+        timeout_s = self.timeouts.request_timeout_ms / 1000
+        self.channels = PeerChannels(self.channels.client_id, local_host=self._local_host,
+                                     request_timeout_s=timeout_s, connect_timeout_s=timeout_s,
+                                     factory=factory)
+        for voter, (host, port) in self.voters.items():
+            self.channels.update(voter, host, port)
 
     # -- the interface of the design ------------------------------------------------------------
 

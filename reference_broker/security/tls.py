@@ -54,6 +54,33 @@ def server_context(listener: str, lookup: Lookup) -> ssl.SSLContext:
     return context
 
 
+#: ``ssl.endpoint.identification.algorithm`` values: ``https`` checks the peer's host name
+#: against its certificate, empty does not (Kafka's only two choices).
+ENDPOINT_IDENTIFICATION = ("https", "")
+
+
+def client_context(listener: str, lookup: Lookup) -> ssl.SSLContext:
+    """The client-side context this node uses towards peers on ``listener`` (Kafka uses the
+    listener's own ``ssl.*`` settings for inter-broker connections): the peer's certificate is
+    verified against the truststore (the system's CAs without one), the node's keystore is its
+    client certificate, and the host name is checked unless
+    ``ssl.endpoint.identification.algorithm`` is empty."""
+    algorithm = str(lookup("ssl.endpoint.identification.algorithm") or "").strip().lower()
+    if algorithm not in ENDPOINT_IDENTIFICATION:
+        raise ListenerError(
+            f"ssl.endpoint.identification.algorithm: {algorithm!r} is not supported (https, or empty"
+            " for no host name verification)"
+        )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = algorithm == "https"
+    context.verify_mode = ssl.CERT_REQUIRED
+    _set_protocols(context, lookup)
+    _load_keystore(context, listener, lookup)
+    if not _load_truststore(context, lookup):
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    return context
+
+
 def _set_protocols(context: ssl.SSLContext, lookup: Lookup) -> None:
     enabled = lookup("ssl.enabled.protocols") or ["TLSv1.2", "TLSv1.3"]
     unknown = [p for p in enabled if p not in _TLS_VERSIONS]
