@@ -19,20 +19,22 @@ topic. Per run and broker:
    ``--latency-seconds`` after ``--latency-warm-up`` seconds left out of the figures; p50 and
    p99 from the send call to the consumer's hands (``bench_latency.py``'s confluent-kafka
    worker, reused as is).
-3. failover: an idempotent acks=all confluent-kafka producer sends ``--failover-rate`` records a
-   second to a one-partition topic; after ``--failover-warm-up`` seconds the partition's leader
-   (asked with a Metadata request) is killed with SIGKILL, and the producer goes on for
-   ``--failover-window`` seconds more. Measured from the kill: *first ack*, the first record
-   acknowledged by the new leader (a record whose stored batch carries a leader epoch above the
-   one of the records acknowledged before the kill; responses the old leader sent before it died
-   do not count), and *rate back*, the first moment from then on at which every record sent more
-   than ``CAUGHT_UP_LAG_S`` earlier is acknowledged (the backlog of the outage is cleared and the
+3. failover: an idempotent acks=all confluent-kafka producer sends ``--failover-rate`` records
+   a second to a one-partition topic; after ``--failover-warm-up`` seconds the partition's
+   leader (asked with a Metadata request) is killed with SIGKILL, and the producer goes on
+   until it has kept up with its schedule for a second, or for ``--failover-window`` seconds
+   at most. Measured from the kill: *first ack*, the first record acknowledged by the new
+   leader (a record whose stored batch carries a leader epoch above the one of the records
+   acknowledged before the kill; responses the old leader sent before it died do not count),
+   and *rate back*, the first moment from then on at which every record sent more than
+   ``CAUGHT_UP_LAG_S`` earlier is acknowledged (the backlog of the outage is cleared and the
    producer keeps pace with its schedule again). The topic is then read back from its start:
    every acknowledged record must be stored exactly once, at the offset it was acknowledged
    with; the counts are printed and any loss, duplicate or moved offset fails the run (exit
    status 1, after the table). The killed node is started again before the next run.
 
-The table gives per measure the median over ``--runs`` runs on each broker, the runs' spread
+Both clusters are up for the whole measurement and take turns run by run (``measure_all``). The
+table gives per measure the median over ``--runs`` runs on each broker, the runs' spread
 (``_common.spread``) and the ratio reference/kafka of the medians; for records/s and MB/s a ratio
 above 1 means the reference cluster is faster, for latencies and failover times that it is
 slower. Each broker first gets an untimed throughput run of each client (``--warm-up-messages``;
@@ -92,15 +94,17 @@ CLUSTER_CONFIG: dict[str, Any] = {
 }
 #: "Rate back" once every record sent longer ago than this is acknowledged.
 CAUGHT_UP_LAG_S = 0.2
+#: How long the failover producer goes on after the kill once it keeps up with its schedule.
+SETTLED_S = 1.0
 #: How long a worker may take to hand in what it found.
 WORKER_TIMEOUT_S = 300.0
 SMALL = {
     "messages": 2000, "warm_up_messages": 0, "rate": 200.0, "latency_seconds": 1.0, "latency_warm_up": 0.2,
-    "failover_rate": 300.0, "failover_warm_up": 0.5, "failover_window": 6.0,
+    "failover_rate": 300.0, "failover_warm_up": 0.5, "failover_window": 30.0,
 }
 DEFAULTS = {
     "messages": 200_000, "warm_up_messages": 50_000, "rate": 1000.0, "latency_seconds": 5.0,
-    "latency_warm_up": 1.0, "failover_rate": 2000.0, "failover_warm_up": 3.0, "failover_window": 10.0,
+    "latency_warm_up": 1.0, "failover_rate": 2000.0, "failover_warm_up": 3.0, "failover_window": 30.0,
 }
 
 
@@ -159,9 +163,10 @@ async def _produce_sdk(bootstrap: str, topic: str, messages: int, partitions: in
 
 
 def _failover_producer(bootstrap: str, topic: str, rate: float, window: float) -> dict[str, Any]:
-    """Sends numbered records on a schedule (``i / rate`` seconds after the start) until
-    ``window`` seconds after the kill the driver reports on stdin (``killed <monotonic>``),
-    noting when each was sent and when and at which offset it was acknowledged. Prints
+    """Sends numbered records on a schedule (``i / rate`` seconds after the start), noting when
+    each was sent and when and at which offset it was acknowledged, until it has kept up with
+    its schedule (see ``caught_up``) for ``SETTLED_S`` after the kill the driver reports on
+    stdin (``killed <monotonic>``), or ``window`` seconds after it at the latest. Prints
     ``ready`` once the first record is acknowledged. ``time.monotonic`` is one clock for every
     process of the machine, the driver's included."""
     import confluent_kafka as ck
@@ -203,9 +208,20 @@ def _failover_producer(bootstrap: str, topic: str, rate: float, window: float) -
     threading.Thread(target=read_kill, daemon=True).start()
     start = time.monotonic()
     index = 1
-    while not killed_at or time.monotonic() < killed_at[0] + window:
+    def caught_up(now: float) -> bool:
+        """Every record sent up to ``CAUGHT_UP_LAG_S`` ago is acknowledged: right after the
+        kill never true, as the records sent after it wait for the new leader."""
+        return len(acked) >= bisect.bisect_right(sent, now - CAUGHT_UP_LAG_S)
+
+    settled_from = None
+    while True:
         due = start + index / rate
         now = time.monotonic()
+        if killed_at and now >= killed_at[0] + SETTLED_S:
+            settled_from = (settled_from or now) if caught_up(now) else None
+            settled = settled_from is not None and now - settled_from >= SETTLED_S
+            if settled or now >= killed_at[0] + window:
+                break
         if now >= due:
             send(index)
             index += 1
@@ -245,6 +261,8 @@ class ThreeNodes(Protocol):
 
     def bring_back(self, node_id: int) -> None: ...
 
+    def log_tails(self) -> str: ...
+
 
 class ReferenceNodes:
     def __init__(self) -> None:
@@ -263,6 +281,9 @@ class ReferenceNodes:
         self.cluster.start_node(node_id)
         self.cluster.wait_until_registered()
 
+    def log_tails(self) -> str:
+        return "".join(f"--- node {n.node_id}:\n{n.log_tail(30)}\n" for n in self.cluster.nodes)
+
 
 class KafkaNodes:
     def __init__(self, data_dir: Path, *, client_compiler: bool) -> None:
@@ -279,6 +300,9 @@ class KafkaNodes:
 
     def bring_back(self, node_id: int) -> None:
         self.cluster.node(node_id).start()  # returns once it lists every node as registered
+
+    def log_tails(self) -> str:
+        return "".join(f"--- node {n.node_id}:\n{n.tail(30)}" for n in self.cluster.nodes)
 
 
 @contextlib.contextmanager
@@ -520,15 +544,29 @@ def one_run(cluster: ThreeNodes, broker: str, run: int, args: argparse.Namespace
           f" {failover.rate_back_s:.2f} s", file=sys.stderr, flush=True)
 
 
-def measure_broker(broker: str, args: argparse.Namespace) -> tuple[dict[str, list[float]], list[FailoverRun]]:
-    figures: dict[str, list[float]] = {label: [] for label, _ in MEASURES}
-    checks: list[FailoverRun] = []
-    with three_nodes(broker, small=args.small) as cluster:
-        if args.warm_up_messages:
-            for client in THROUGHPUT_CLIENTS:
+def measure_all(
+    brokers: list[str], args: argparse.Namespace
+) -> tuple[dict[str, dict[str, list[float]]], dict[str, list[FailoverRun]]]:
+    """Every measure ``--runs`` times on every broker: all clusters are up for the whole
+    measurement and each run measures every broker once, in an order that alternates between
+    runs, so a slow spell of the shared machine hits both brokers rather than one's runs."""
+    figures: dict[str, dict[str, list[float]]] = {
+        broker: {label: [] for label, _ in MEASURES} for broker in brokers
+    }
+    checks: dict[str, list[FailoverRun]] = {broker: [] for broker in brokers}
+    with contextlib.ExitStack() as stack:
+        clusters = {broker: stack.enter_context(three_nodes(broker, small=args.small)) for broker in brokers}
+        for cluster in clusters.values():
+            for client in THROUGHPUT_CLIENTS if args.warm_up_messages else []:
                 measure_throughput(client, cluster, args.warm_up_messages, args.partitions)
         for run in range(args.runs):
-            one_run(cluster, broker, run, args, figures, checks)
+            for broker in brokers if run % 2 == 0 else list(reversed(brokers)):
+                try:
+                    one_run(clusters[broker], broker, run, args, figures[broker], checks[broker])
+                except (RuntimeError, TimeoutError):
+                    print(f"{broker} run {run + 1} failed; the nodes' logs end:\n"
+                          f"{clusters[broker].log_tails()}", file=sys.stderr, flush=True)
+                    raise
     return figures, checks
 
 
@@ -584,7 +622,7 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser.add_argument("--latency-warm-up", type=float, help="unmeasured seconds at its start")
     parser.add_argument("--failover-rate", type=float, help="records a second of the failover producer")
     parser.add_argument("--failover-warm-up", type=float, help="seconds of producing before the kill")
-    parser.add_argument("--failover-window", type=float, help="seconds of producing after the kill")
+    parser.add_argument("--failover-window", type=float, help="most seconds of producing after the kill")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
@@ -625,10 +663,7 @@ def main() -> None:
         f" {args.latency_seconds:g} s; failover at {args.failover_rate:,.0f}/s, leader killed after"
         f" {args.failover_warm_up:g} s; median of {args.runs} runs"
     )
-    figures: dict[str, dict[str, list[float]]] = {}
-    checks: dict[str, list[FailoverRun]] = {}
-    for broker in brokers:
-        figures[broker], checks[broker] = measure_broker(broker, args)
+    figures, checks = measure_all(brokers, args)
     print_table(brokers, figures, args.runs)
     print("ref/kafka above 1: the reference cluster is faster in records/s and MB/s, slower in ms and s")
     if not print_checks(checks):
