@@ -111,10 +111,18 @@ def test_a_node_behind_the_log_start_catches_up_through_the_leaders_snapshot(
     assert "downloaded from the leader" in restarted_log, restarted_log[-3000:]
     assert snapshots(lagging) and log_start(lagging) > end_before
     assert all(topics_of(n) == expected for n in nodes)
-    _, _, described = until(lambda: leader_seen_by_all(controllers, [0, 1, 2]),
-                                 "the three nodes agree on a leader")
-    ends = {v.replica_id: v.log_end_offset for v in described.current_voters}
-    assert set(ends) == {1, 2, 3} and ends[3] >= int(snapshots(lagging)[-1].name[:20])
+
+    def leader_sees_the_restarted_node_past_its_snapshot() -> bool:
+        # the leader learns node 3's end offset from its next Fetch, and node 3 may have written
+        # a newer snapshot of its own meanwhile: compare once the leader's view has caught up
+        view = leader_seen_by_all(controllers, [0, 1, 2])
+        if not view:
+            return False
+        ends = {v.replica_id: v.log_end_offset for v in view[2].current_voters}
+        return set(ends) == {1, 2, 3} and ends[3] >= int(snapshots(lagging)[-1].name[:20])
+
+    until(leader_sees_the_restarted_node_past_its_snapshot,
+          "the leader sees the restarted node fetching past the snapshot it installed")
 
     if unavailable_reason() is not None:
         return
