@@ -183,7 +183,7 @@ PROJECT_PACKAGES = ("sdk", "reference_broker", "spark_integration", "tools", "be
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Byte-compile the project's packages once (only what changed), before any test starts a
-    process: where ``PYTHONDONTWRITEBYTECODE`` is set, as on the CI machine, no process writes a
+    process: where ``PYTHONDONTWRITEBYTECODE`` is set, as in some CI images, no process writes a
     ``.pyc``, and every broker, client and Spark Python worker would compile what it imports anew
     (about 0.3 s of a broker's start, more for a Spark worker). On an xdist worker the controller
     has done it."""
