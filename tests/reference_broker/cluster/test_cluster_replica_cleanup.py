@@ -1,0 +1,190 @@
+"""What a replicated cluster removes from its followers' disks, seen from outside: real node
+processes, real kills, peer clients (confluent-kafka, kafka-python).
+
+- DeleteRecords on an RF=3 partition is answered only once every live replica has moved its log
+  start offset (Kafka's DelayedDeleteRecords), so killing the leader right after the answer
+  leaves a new leader whose earliest offset is the deleted low watermark, a consumer from the
+  beginning starts there, and the surviving replicas' directories hold no segment wholly below it.
+- A reassignment that drops a broker from a partition's replicas removes that broker's partition
+  directory (Kafka's ReplicaManager.applyDelta -> stopPartitions with delete), and the broker
+  keeps serving its other partitions; assigned back, it copies the partition anew from its leader.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from reference_broker.testing import ClusterProcess
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+kafka = pytest.importorskip("kafka")
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+pytestmark = [pytest.mark.interop, pytest.mark.slow]
+
+DEADLINE_S = 30.0
+RECORDS = 60
+DELETED_BEFORE = 30
+#: every batch (one record of 100 bytes) gets its own segment
+SMALL_SEGMENTS = {"internal.segment.bytes": "200"}
+
+
+def until(condition: Callable[[], bool], what: str, deadline_s: float = DEADLINE_S) -> None:
+    end = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"not within {deadline_s} s: {what}")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def cluster() -> Iterator[ClusterProcess]:
+    # A follower's fetch parks at the leader for up to replica.fetch.wait.max.ms: long enough that
+    # a leader killed right after answering DeleteRecords dies before a parked fetch returns,
+    # unless the answer itself waited for the followers.
+    config = {
+        "log.segment.delete.delay.ms": 100,
+        "replica.fetch.wait.max.ms": 2000,
+    }
+    with ClusterProcess(3, config, proxy=False) as c:
+        yield c
+
+
+def segment_bases(cluster: ClusterProcess, node_id: int, topic: str) -> list[int]:
+    directory = cluster.data_dir / f"node-{node_id}" / f"{topic}-0"
+    return sorted(int(path.stem) for path in directory.glob("*.log"))
+
+
+def produce_one_batch_each(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(count):
+        producer.produce(topic, value=b"%03d" % i + b"x" * 97)
+        assert producer.flush(30) == 0
+
+
+def create_topic(cluster: ClusterProcess, topic: str, assignment: list[int],
+                 config: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[assignment], config=config or {})])[
+        topic].result(30)
+    until(lambda: cluster.partition(topic, 0) is not None
+          and sorted(cluster.partition(topic, 0).isr_nodes) == sorted(assignment),
+          f"{topic}-0 led with the full ISR {assignment}")
+
+
+def earliest_via(bootstrap: str, topic: str) -> int:
+    """The partition's earliest offset (ListOffsets to its leader), asked again while the
+    cluster is still electing."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}"})
+    end = time.monotonic() + DEADLINE_S
+    try:
+        while True:
+            try:
+                return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[0])
+            except KafkaException:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.2)
+    finally:
+        consumer.close()
+
+
+def consume_all(bootstrap: str, topic: str, end_offset: int) -> list[int]:
+    """Offsets a consumer starting at the beginning reads up to ``end_offset``."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+    offsets: list[int] = []
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while (not offsets or offsets[-1] < end_offset - 1) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                offset = message.offset()
+                assert offset is not None
+                offsets.append(offset)
+    finally:
+        consumer.close()
+    return offsets
+
+
+def test_deleted_records_stay_deleted_after_the_leader_is_killed(cluster: ClusterProcess) -> None:
+    topic = f"purged-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster, topic, [1, 2, 3], SMALL_SEGMENTS)
+    produce_one_batch_each(cluster.bootstrap, topic, RECORDS)
+    leader = cluster.leader_of(topic, 0)
+
+    admin = AdminClient({"bootstrap.servers": cluster.node(leader).bootstrap})
+    futures = admin.delete_records([TopicPartition(topic, 0, DELETED_BEFORE)], request_timeout=30)
+    (deleted,) = [future.result(30) for future in futures.values()]
+    cluster.kill(leader)
+
+    assert deleted.low_watermark == DELETED_BEFORE
+    survivors = [n for n in (1, 2, 3) if n != leader]
+    until(lambda: cluster.leader_of(topic, 0) in survivors, "a surviving replica leading")
+    bootstrap = ",".join(cluster.node(n).bootstrap for n in survivors)
+    assert earliest_via(bootstrap, topic) == DELETED_BEFORE
+    offsets = consume_all(bootstrap, topic, RECORDS)
+    assert offsets == list(range(DELETED_BEFORE, RECORDS))
+    for node in survivors:
+        bases = segment_bases(cluster, node, topic)
+        # the first segment may start below the low watermark only if it also holds it
+        below = [base for base, nxt in itertools.pairwise(bases) if nxt <= DELETED_BEFORE]
+        assert below == [], f"node {node} still holds segments {below} wholly below {DELETED_BEFORE}"
+
+
+def partition_dir(cluster: ClusterProcess, node_id: int, topic: str) -> Path:
+    return cluster.data_dir / f"node-{node_id}" / f"{topic}-0"
+
+
+def reassign(cluster: ClusterProcess, topic: str, replicas: list[int]) -> None:
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    try:
+        result = admin.alter_partition_reassignments({KafkaTopicPartition(topic, 0): replicas})
+    finally:
+        admin.close()
+    assert result == {KafkaTopicPartition(topic, 0): None}
+
+
+def test_a_replica_reassigned_away_leaves_the_dropped_broker(cluster: ClusterProcess) -> None:
+    moved = f"moved-{uuid.uuid4().hex[:8]}"
+    stays = f"stays-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster, moved, [1, 2])
+    create_topic(cluster, stays, [1, 3])
+    produce_one_batch_each(cluster.bootstrap, moved, 10)
+    assert partition_dir(cluster, 1, moved).is_dir()
+
+    reassign(cluster, moved, [2, 3])
+
+    until(lambda: sorted(cluster.partition(moved, 0).replica_nodes) == [2, 3]
+          and sorted(cluster.partition(moved, 0).isr_nodes) == [2, 3],
+          "the reassignment completed")
+    until(lambda: not partition_dir(cluster, 1, moved).exists(),
+          "node 1's directory of the partition it no longer replicates removed")
+    until(lambda: not list((cluster.data_dir / "node-1").glob(f"{moved}-0.*-delete")),
+          "the renamed -delete directory removed after log.segment.delete.delay.ms")
+    assert segment_bases(cluster, 3, moved), "the new replica holds the partition"
+    produce_one_batch_each(cluster.node(1).bootstrap, stays, 5)
+    produce_one_batch_each(cluster.bootstrap, moved, 5)
+    assert consume_all(cluster.bootstrap, moved, 15) == list(range(15))
+    assert consume_all(cluster.node(1).bootstrap, stays, 5) == list(range(5))
+
+    # assigned back: the broker starts an empty log and copies the partition from its leader
+    reassign(cluster, moved, [1, 2])
+    until(lambda: sorted(cluster.partition(moved, 0).replica_nodes) == [1, 2]
+          and sorted(cluster.partition(moved, 0).isr_nodes) == [1, 2],
+          "the partition reassigned back to node 1 with node 1 in sync")
+    assert segment_bases(cluster, 1, moved), "node 1 holds the partition again"
+    cluster.kill(2)
+    until(lambda: cluster.leader_of(moved, 0) == 1, "node 1 leading the partition")
+    assert consume_all(cluster.node(1).bootstrap, moved, 15) == list(range(15))
