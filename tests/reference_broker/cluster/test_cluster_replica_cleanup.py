@@ -13,6 +13,8 @@ processes, real kills, peer clients (confluent-kafka, kafka-python).
 from __future__ import annotations
 
 import itertools
+import socket
+import struct
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -188,3 +190,81 @@ def test_a_replica_reassigned_away_leaves_the_dropped_broker(cluster: ClusterPro
     cluster.kill(2)
     until(lambda: cluster.leader_of(moved, 0) == 1, "node 1 leading the partition")
     assert consume_all(cluster.node(1).bootstrap, moved, 15) == list(range(15))
+
+
+@pytest.fixture
+def fast_retention_cluster() -> Iterator[ClusterProcess]:
+    config = {"log.retention.check.interval.ms": 100, "log.segment.delete.delay.ms": 100}
+    with ClusterProcess(3, config, proxy=False) as c:
+        yield c
+
+
+def produce_dated(bootstrap: str, topic: str, count: int, *, acks: str, timestamp_ms: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0})
+    for i in range(count):
+        producer.produce(topic, value=b"%03d" % i + b"x" * 97, timestamp=timestamp_ms)
+        assert producer.flush(30) == 0
+
+
+def list_offset(bootstrap: str, topic: str, timestamp: int) -> int:
+    """ListOffsets (v7) of ``topic``-0 for ``timestamp`` (-2 earliest, -1 latest) asked of the
+    node at ``bootstrap`` itself, over a plain socket: a client library would also ask other
+    nodes for metadata, and one is stopped here."""
+    from sdk.protocol.codec import decode_response, encode_request
+    from sdk.protocol.messages import ListOffsetsRequest
+
+    version = 7
+    request = ListOffsetsRequest(
+        replica_id=-1, isolation_level=0,
+        topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+            ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=timestamp,
+                                                    current_leader_epoch=-1)])])
+    payload = encode_request(request, version, 1, "replica-cleanup-test")
+    host, _, port = bootstrap.rpartition(":")
+    frame = struct.Struct(">i")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(frame.pack(len(payload)) + payload)
+        size = frame.unpack(sock.recv(4, socket.MSG_WAITALL))[0]
+        body = sock.recv(size, socket.MSG_WAITALL)
+    _, response = decode_response(ListOffsetsRequest.API_KEY, version, body)
+    (answer,) = response.topics[0].partitions  # type: ignore[attr-defined]
+    assert answer.error_code == 0, answer
+    return int(answer.offset)
+
+
+def watermarks_via(bootstrap: str, topic: str) -> tuple[int, int]:
+    """(earliest offset, high watermark) as the node at ``bootstrap`` answers them."""
+    return list_offset(bootstrap, topic, -2), list_offset(bootstrap, topic, -1)
+
+
+def test_retention_never_moves_the_log_start_past_the_high_watermark(
+    fast_retention_cluster: ClusterProcess,
+) -> None:
+    """Retention deletes only segments wholly below the high watermark (Kafka's
+    ``deletableSegments``): records a lagging follower has not copied yet stay, so the earliest
+    offset never passes the high watermark and every record stays readable until committed."""
+    cluster = fast_retention_cluster
+    topic = f"expiring-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster, topic, [1, 2], {**SMALL_SEGMENTS, "retention.ms": "3600000"})
+    leader = cluster.leader_of(topic, 0)
+    follower = 3 - leader
+    bootstrap = cluster.node(leader).bootstrap
+    long_ago = int(time.time() * 1000) - 2 * 3_600_000
+    produce_dated(bootstrap, topic, 10, acks="all", timestamp_ms=long_ago)
+    until(lambda: watermarks_via(bootstrap, topic) == (10, 10), "the expired committed records deleted")
+
+    cluster.pause(follower)
+    try:
+        produce_dated(bootstrap, topic, 10, acks="1", timestamp_ms=long_ago)
+        # Retention runs every 100 ms; the high watermark stays at 10 until the stopped follower
+        # is fenced (broker.session.timeout.ms) and leaves the ISR, and nothing above it may go.
+        end = time.monotonic() + DEADLINE_S
+        high = 10
+        while high < 20:
+            assert time.monotonic() < end, "the stopped follower never left the ISR"
+            low, high = watermarks_via(bootstrap, topic)
+            assert low <= high, f"earliest offset {low} is past the high watermark {high}"
+    finally:
+        cluster.resume(follower)
+    until(lambda: watermarks_via(bootstrap, topic) == (20, 20),
+          "the expired records deleted once the follower has them")
