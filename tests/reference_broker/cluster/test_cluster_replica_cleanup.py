@@ -5,9 +5,13 @@ processes, real kills, peer clients (confluent-kafka, kafka-python).
   start offset (Kafka's DelayedDeleteRecords), so killing the leader right after the answer
   leaves a new leader whose earliest offset is the deleted low watermark, a consumer from the
   beginning starts there, and the surviving replicas' directories hold no segment wholly below it.
+  Only the leader deletes: a follower answers NOT_LEADER_OR_FOLLOWER.
 - A reassignment that drops a broker from a partition's replicas removes that broker's partition
   directory (Kafka's ReplicaManager.applyDelta -> stopPartitions with delete), and the broker
   keeps serving its other partitions; assigned back, it copies the partition anew from its leader.
+  A broker that was down while the partition moved deletes its old log when it comes back (it
+  replays the metadata log it has, then learns of the move).
+- Retention never moves a log start offset past the high watermark.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +37,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 DEADLINE_S = 30.0
+NOT_LEADER_OR_FOLLOWER = 6
 RECORDS = 60
 DELETED_BEFORE = 30
 #: every batch (one record of 100 bytes) gets its own segment
@@ -122,6 +128,9 @@ def test_deleted_records_stay_deleted_after_the_leader_is_killed(cluster: Cluste
     create_topic(cluster, topic, [1, 2, 3], SMALL_SEGMENTS)
     produce_one_batch_each(cluster.bootstrap, topic, RECORDS)
     leader = cluster.leader_of(topic, 0)
+    follower = next(n for n in (1, 2, 3) if n != leader)
+    assert delete_records_error(cluster.node(follower).bootstrap, topic, 10) == NOT_LEADER_OR_FOLLOWER
+    assert list_offset(cluster.node(leader).bootstrap, topic, -2) == 0
 
     admin = AdminClient({"bootstrap.servers": cluster.node(leader).bootstrap})
     futures = admin.delete_records([TopicPartition(topic, 0, DELETED_BEFORE)], request_timeout=30)
@@ -146,11 +155,14 @@ def partition_dir(cluster: ClusterProcess, node_id: int, topic: str) -> Path:
     return cluster.data_dir / f"node-{node_id}" / f"{topic}-0"
 
 
-def reassign(cluster: ClusterProcess, topic: str, replicas: list[int]) -> None:
+def reassign(cluster: ClusterProcess, topic: str, replicas: list[int],
+             via: tuple[int, ...] = (1, 2, 3)) -> None:
+    """AlterPartitionReassignments of ``topic``-0 by kafka-python, bootstrapped from ``via``."""
     from kafka import KafkaAdminClient
     from kafka import TopicPartition as KafkaTopicPartition
 
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    bootstrap = [cluster.node(n).bootstrap for n in via]
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
     try:
         result = admin.alter_partition_reassignments({KafkaTopicPartition(topic, 0): replicas})
     finally:
@@ -206,30 +218,46 @@ def produce_dated(bootstrap: str, topic: str, count: int, *, acks: str, timestam
         assert producer.flush(30) == 0
 
 
-def list_offset(bootstrap: str, topic: str, timestamp: int) -> int:
-    """ListOffsets (v7) of ``topic``-0 for ``timestamp`` (-2 earliest, -1 latest) asked of the
-    node at ``bootstrap`` itself, over a plain socket: a client library would also ask other
-    nodes for metadata, and one is stopped here."""
+def ask(bootstrap: str, request: Any, version: int) -> Any:
+    """Send ``request`` to the node at ``bootstrap`` itself over a plain socket and decode the
+    answer: a client library would route it (or its metadata requests) to other nodes."""
     from sdk.protocol.codec import decode_response, encode_request
+
+    payload = encode_request(request, version, 1, "replica-cleanup-test")
+    host, _, port = bootstrap.rpartition(":")
+    frame = struct.Struct(">i")
+    with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as sock:
+        sock.sendall(frame.pack(len(payload)) + payload)
+        size = frame.unpack(sock.recv(4, socket.MSG_WAITALL))[0]
+        body = sock.recv(size, socket.MSG_WAITALL)
+    return decode_response(request.API_KEY, version, body)[1]
+
+
+def list_offset(bootstrap: str, topic: str, timestamp: int) -> int:
+    """ListOffsets (v7) of ``topic``-0 for ``timestamp`` (-2 earliest, -1 latest) answered by
+    the node at ``bootstrap``."""
     from sdk.protocol.messages import ListOffsetsRequest
 
-    version = 7
     request = ListOffsetsRequest(
         replica_id=-1, isolation_level=0,
         topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
             ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=timestamp,
                                                     current_leader_epoch=-1)])])
-    payload = encode_request(request, version, 1, "replica-cleanup-test")
-    host, _, port = bootstrap.rpartition(":")
-    frame = struct.Struct(">i")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(frame.pack(len(payload)) + payload)
-        size = frame.unpack(sock.recv(4, socket.MSG_WAITALL))[0]
-        body = sock.recv(size, socket.MSG_WAITALL)
-    _, response = decode_response(ListOffsetsRequest.API_KEY, version, body)
-    (answer,) = response.topics[0].partitions  # type: ignore[attr-defined]
+    (answer,) = ask(bootstrap, request, 7).topics[0].partitions
     assert answer.error_code == 0, answer
     return int(answer.offset)
+
+
+def delete_records_error(bootstrap: str, topic: str, offset: int) -> int:
+    """The error code of a DeleteRecords (v2) of ``topic``-0 answered by the node at
+    ``bootstrap``."""
+    from sdk.protocol.messages import DeleteRecordsRequest
+
+    request = DeleteRecordsRequest(timeout_ms=10_000, topics=[DeleteRecordsRequest.DeleteRecordsTopic(
+        name=topic, partitions=[DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition(
+            partition_index=0, offset=offset)])])
+    (answer,) = ask(bootstrap, request, 2).topics[0].partitions
+    return int(answer.error_code)
 
 
 def watermarks_via(bootstrap: str, topic: str) -> tuple[int, int]:
@@ -268,3 +296,26 @@ def test_retention_never_moves_the_log_start_past_the_high_watermark(
         cluster.resume(follower)
     until(lambda: watermarks_via(bootstrap, topic) == (20, 20),
           "the expired records deleted once the follower has them")
+
+
+def test_a_broker_down_during_a_reassignment_deletes_its_old_log_on_return(
+    cluster: ClusterProcess,
+) -> None:
+    topic = f"strayed-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster, topic, [1, 2])
+    produce_one_batch_each(cluster.bootstrap, topic, 10)
+    assert segment_bases(cluster, 1, topic)
+    cluster.kill(1)
+    # clients send AlterPartitionReassignments to the controller Metadata names: a live broker
+    # once node 1 is fenced
+    until(lambda: all(b.node_id != 1 for b in cluster.metadata(via=2).brokers), "node 1 fenced")
+
+    reassign(cluster, topic, [2, 3], via=(2, 3))
+    until(lambda: sorted(cluster.partition(topic, 0).replica_nodes) == [2, 3]
+          and sorted(cluster.partition(topic, 0).isr_nodes) == [2, 3],
+          "the reassignment completed without node 1")
+    assert segment_bases(cluster, 1, topic), "node 1, stopped, still holds its old replica"
+
+    cluster.start_node(1)
+    until(lambda: not segment_bases(cluster, 1, topic), "node 1's old log deleted after its return")
+    assert consume_all(cluster.node(1).bootstrap, topic, 10) == list(range(10))
