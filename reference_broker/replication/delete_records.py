@@ -7,8 +7,8 @@ segments wholly below it, and reports its log start offset in the following Fetc
 partition's answer is ready once the partition's low watermark (the smallest log start offset over
 the leader and the followers on alive brokers, :meth:`Partition.low_watermark`) reaches the
 requested offset: error NONE with that low watermark. Until then the partition's answer is
-REQUEST_TIMED_OUT with the low watermark of the deletion (what the client gets if ``timeout_ms``
-runs out); if the leadership moves meanwhile, NOT_LEADER_OR_FOLLOWER with -1.
+REQUEST_TIMED_OUT with the low watermark right after the leader's deletion (what the client gets
+if ``timeout_ms`` runs out); if the leadership moves meanwhile, NOT_LEADER_OR_FOLLOWER with -1.
 
 Hence a replica that can be elected after the answer has already dropped the records, and the new
 leader's earliest offset is never below an acknowledged deletion.
@@ -61,6 +61,7 @@ async def wait_for_low_watermarks(pending: list[PendingDeletion], timeout_ms: in
     """Complete every entry of ``pending`` (see the module docstring) within ``timeout_ms``."""
     for entry in pending:
         entry.result.error_code = ErrorCode.REQUEST_TIMED_OUT
+        entry.result.low_watermark = entry.partition.low_watermark(alive)
     deadline = time.monotonic() + max(0, timeout_ms) / 1000
     waiting = [entry for entry in pending if not _settle(entry, alive)]
     while waiting:

@@ -38,6 +38,7 @@ pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 DEADLINE_S = 30.0
 NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
 RECORDS = 60
 DELETED_BEFORE = 30
 #: every batch (one record of 100 bytes) gets its own segment
@@ -151,6 +152,29 @@ def test_deleted_records_stay_deleted_after_the_leader_is_killed(cluster: Cluste
         assert below == [], f"node {node} still holds segments {below} wholly below {DELETED_BEFORE}"
 
 
+def test_delete_records_waits_for_a_live_follower_and_not_for_a_fenced_one(cluster: ClusterProcess) -> None:
+    """Kafka's DelayedDeleteRecords: the answer waits for the replicas on alive brokers only;
+    one that cannot fetch makes it time out until the controller fences its broker."""
+    topic = f"stalled-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster, topic, [1, 2], SMALL_SEGMENTS)
+    produce_one_batch_each(cluster.bootstrap, topic, 10)
+    leader = cluster.leader_of(topic, 0)
+    follower = 3 - leader
+    bootstrap = cluster.node(leader).bootstrap
+
+    cluster.pause(follower)
+    try:
+        assert delete_records(bootstrap, topic, 5, timeout_ms=500) == (REQUEST_TIMED_OUT, 0)
+        assert list_offset(bootstrap, topic, -2) == 5, "the leader's own deletion is done"
+        until(lambda: all(b.node_id != follower for b in cluster.metadata(via=leader).brokers),
+              "the stopped follower fenced")
+        assert delete_records(bootstrap, topic, 7) == (0, 7)
+    finally:
+        cluster.resume(follower)
+    until(lambda: segment_bases(cluster, follower, topic)[:1] == [7],
+          "the resumed follower drops the deleted records too")
+
+
 def partition_dir(cluster: ClusterProcess, node_id: int, topic: str) -> Path:
     return cluster.data_dir / f"node-{node_id}" / f"{topic}-0"
 
@@ -248,16 +272,20 @@ def list_offset(bootstrap: str, topic: str, timestamp: int) -> int:
     return int(answer.offset)
 
 
-def delete_records_error(bootstrap: str, topic: str, offset: int) -> int:
-    """The error code of a DeleteRecords (v2) of ``topic``-0 answered by the node at
-    ``bootstrap``."""
+def delete_records(bootstrap: str, topic: str, offset: int, timeout_ms: int = 10_000) -> tuple[int, int]:
+    """(error code, low watermark) of a DeleteRecords (v2) of ``topic``-0 answered by the node
+    at ``bootstrap``."""
     from sdk.protocol.messages import DeleteRecordsRequest
 
-    request = DeleteRecordsRequest(timeout_ms=10_000, topics=[DeleteRecordsRequest.DeleteRecordsTopic(
+    request = DeleteRecordsRequest(timeout_ms=timeout_ms, topics=[DeleteRecordsRequest.DeleteRecordsTopic(
         name=topic, partitions=[DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition(
             partition_index=0, offset=offset)])])
     (answer,) = ask(bootstrap, request, 2).topics[0].partitions
-    return int(answer.error_code)
+    return int(answer.error_code), int(answer.low_watermark)
+
+
+def delete_records_error(bootstrap: str, topic: str, offset: int) -> int:
+    return delete_records(bootstrap, topic, offset)[0]
 
 
 def watermarks_via(bootstrap: str, topic: str) -> tuple[int, int]:
