@@ -113,6 +113,7 @@ class BrokerMetadataPublisher:
         tp = (topic.name, partition)
         manager = self.replica_manager
         if self.node_id in reg.replicas:
+            self.storage.manager.ensure_partition_log(topic.name, partition)
             if reg.leader == self.node_id:
                 manager.become_leader(
                     tp, reg.leader_epoch, reg.partition_epoch, list(reg.replicas), list(reg.isr)
@@ -127,8 +128,16 @@ class BrokerMetadataPublisher:
         before = previous.topics_by_id.get(topic.id)
         old = before.partitions.get(partition) if before is not None else None
         if old is not None and self.node_id in old.replicas:
-            log.info("%s-%d: no longer a replica here, deleting it", topic.name, partition)
-            manager.stop_replica(tp, True)
+            self._remove_replica(tp)
+
+    def _remove_replica(self, tp: tuple[str, int]) -> None:
+        """This broker left ``tp``'s replicas (a reassignment moved it away): stop fetching and
+        delete the local log, its directory renamed ``-delete`` at once and removed after
+        ``log.segment.delete.delay.ms`` (Kafka's ``applyDelta`` -> ``stopPartitions`` with
+        delete, ``LogManager.asyncDelete``). A later assignment here starts from an empty log."""
+        log.info("%s-%d: no longer a replica here, deleting it", tp[0], tp[1])
+        self.replica_manager.stop_replica(tp, True)
+        self.storage.manager.delete_partition_log(*tp)  # the replica manager has no log deleter here
 
 
 def alive_brokers(image: MetadataImage, listener: str) -> list[tuple[int, str, int, str | None]]:

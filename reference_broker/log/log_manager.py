@@ -443,6 +443,31 @@ class LogManager:
             self._remove_partition_dir(name, partition, self._logs.pop((name, partition), None))
         return meta
 
+    def delete_partition_log(self, topic: str, partition: int) -> bool:
+        """Drop one partition's log from this broker while its topic lives on (a replica moved to
+        other brokers): its directory is renamed ``-delete`` now and removed after
+        ``log.segment.delete.delay.ms``, as a deleted topic's. False if it was not here."""
+        self._check_open()
+        plog = self._logs.pop((topic, partition), None)
+        if plog is None:
+            return False
+        self._remove_partition_dir(topic, partition, plog)
+        return True
+
+    def ensure_partition_log(self, topic: str, partition: int) -> PartitionLog:
+        """The partition's log, created empty if :meth:`delete_partition_log` dropped it (a
+        replica assigned here again starts from nothing and fetches from its leader)."""
+        self._check_open()
+        plog = self._logs.get((topic, partition))
+        if plog is not None:
+            return plog
+        meta = self._require_topic(topic)
+        if not 0 <= partition < meta.num_partitions:
+            raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
+        self._clear_leftovers(topic, range(partition, partition + 1))
+        plog = self._logs[(topic, partition)] = self._open_partition(meta, partition, _now_ms())
+        return plog
+
     def _undo_partitions(self, name: str, partitions: range, opened: list[PartitionLog]) -> None:
         """Remove the directories a failed creation made (``opened`` are the logs it opened, in
         the order of ``partitions``; the rest may have a directory without an open log)."""

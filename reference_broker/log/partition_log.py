@@ -808,10 +808,16 @@ class PartitionLog:
     def _deletable(
         self, predicate: Callable[[LogSegment, LogSegment | None], bool]
     ) -> list[LogSegment]:
+        """The leading segments ``predicate`` accepts, stopping at the first segment not wholly
+        below the high watermark (Kafka's ``deletableSegments``): the log start offset never
+        passes the high watermark, so a replica never drops records its followers lack."""
         out = []
+        high_watermark = self.high_watermark
         for i, segment in enumerate(self.segments):
             nxt = self.segments[i + 1] if i + 1 < len(self.segments) else None
             if nxt is None and segment.size == 0:
+                break
+            if (nxt.base_offset if nxt is not None else self.log_end_offset) > high_watermark:
                 break
             if not predicate(segment, nxt):
                 break

@@ -137,6 +137,8 @@ class Partition:
     #: where the leader's current epoch began in its log
     leader_epoch_start_offset: int = -1
     _waiters: list[_Waiter] = field(default_factory=list)
+    #: woken when a follower reports a higher log start offset or the leadership ends
+    _log_start_watchers: list[asyncio.Future[None]] = field(default_factory=list)
 
     @property
     def tp(self) -> TopicPartition:
@@ -214,6 +216,7 @@ class Partition:
         return True
 
     def fail_waiters(self, error: KafkaError) -> None:
+        self._wake_log_start_watchers()
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.future.done():
@@ -229,9 +232,44 @@ class Partition:
         if state is None:
             raise NotLeaderOrFollowerError(
                 f"{self.topic}-{self.index}: replica {replica_id} is not assigned to the partition")
+        old_log_start = state.log_start_offset
         state.update(fetch_offset, log_start_offset, now_ms, self.log.log_end_offset)
+        if state.log_start_offset > old_log_start:
+            self._wake_log_start_watchers()
         self._maybe_expand_isr(state)
         return self.maybe_increment_high_watermark()
+
+    # -- leader: DeleteRecords' low watermark --------------------------------------------------
+
+    def low_watermark(self, alive: Callable[[int], bool]) -> int:
+        """Kafka's ``lowWatermarkIfLeader``: the smallest log start offset over this leader and
+        its followers on alive brokers (a follower not heard from in this leadership counts as
+        -1). DeleteRecords answers once it reaches the requested offset, so every live replica
+        has dropped the deleted records before the client is told they are gone."""
+        low = self.log.log_start_offset
+        for state in self.followers.values():
+            if alive(state.replica_id) and state.log_start_offset < low:
+                low = state.log_start_offset
+        return low
+
+    async def log_start_moved(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` until a follower reports a higher log start offset or the
+        leadership ends (returns either way; the caller checks what changed)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._log_start_watchers.append(future)
+        try:
+            await asyncio.wait_for(asyncio.shield(future), max(0.0, timeout_s))
+        except TimeoutError:
+            pass
+        finally:
+            if future in self._log_start_watchers:
+                self._log_start_watchers.remove(future)
+
+    def _wake_log_start_watchers(self) -> None:
+        watchers, self._log_start_watchers = self._log_start_watchers, []
+        for future in watchers:
+            if not future.done():
+                future.set_result(None)
 
     def _follower_in_sync(self, state: FollowerState) -> bool:
         end = state.log_end_offset
