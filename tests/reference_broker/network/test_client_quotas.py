@@ -246,7 +246,15 @@ def test_a_quotad_producer_is_held_to_its_rate_as_on_kafka(
         assert code == 0, out
         topic = f"quota-{tag}"
         slow_rate, slow_throttles = _produce_for(bootstrap, topic, slow, 12)
-        fast_rate, fast_throttles = _produce_for(bootstrap, topic, f"fast-{tag}", 4)
+        # The unquota'd producer is measured again, up to three times in all, while it is not 3x
+        # the quota'd one: one held to the quota is slow on every attempt, one starved of CPU by
+        # a loaded runner (Kafka JVMs and Spark beside the suite) on one.
+        fast_rate, fast_throttles = 0.0, list[int]()
+        for _ in range(3):
+            rate, throttles = _produce_for(bootstrap, topic, f"fast-{tag}", 4)
+            fast_rate, fast_throttles = max(fast_rate, rate), fast_throttles + throttles
+            if fast_rate > 3 * slow_rate:
+                break
         measured[name] = (
             slow_rate,
             fast_rate,
@@ -318,7 +326,13 @@ def test_a_quotad_consumer_is_held_to_its_rate_as_on_kafka(
         )
         assert code == 0, out
         slow_rate, slow_throttles = _consume_for(bootstrap, topic, slow, 12)
-        fast_rate, _ = _consume_for(bootstrap, topic, f"fast-reader-{tag}", 4)
+        # Measured again, up to three times in all, while not 3x the quota'd reader: held to the
+        # quota it is slow every time, starved by a loaded runner once.
+        fast_rate = 0.0
+        for _ in range(3):
+            fast_rate = max(fast_rate, _consume_for(bootstrap, topic, f"fast-reader-{tag}", 4)[0])
+            if fast_rate > 3 * slow_rate:
+                break
         measured[name] = (slow_rate, fast_rate, max(slow_throttles, default=0))
     for name, (slow_rate, fast_rate, slow_throttle) in measured.items():
         assert slow_rate < 3 * QUOTA, (name, measured)
