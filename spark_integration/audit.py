@@ -9,9 +9,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sdk.client.cluster import TopicPartition
-from sdk.sync import Consumer
-
 Record = tuple[bytes | None, bytes | None]
 
 
@@ -35,6 +32,11 @@ class AuditReport:
 def read_all(bootstrap_servers: str, topic: str, isolation_level: str = "read_committed",
              timeout_s: float = 60) -> list[Any]:
     """Every record of ``topic`` visible at ``isolation_level`` now, by partition then offset."""
+    # Imported here: the package imports this module, and most processes that import the
+    # package (Spark's Python workers) never audit.
+    from sdk.client.cluster import TopicPartition
+    from sdk.sync import Consumer
+
     with Consumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
                   isolation_level=isolation_level, auto_offset_reset="earliest") as consumer:
         partitions = None
