@@ -3,22 +3,60 @@
 Nothing here touches a socket; the SDK's connection layer and the reference broker both build on
 it. ``sdk.protocol.messages`` holds the classes, ``sdk.protocol.codec`` turns them into bytes and
 back, ``sdk.protocol.errors`` maps error codes to exceptions.
+
+Names are resolved lazily (PEP 562): the error modules (``sdk.errors`` builds on
+``sdk.protocol.errors``) load without building every message class.
 """
 
-from sdk.protocol import messages
-from sdk.protocol.codec import (
-    decode,
-    decode_request,
-    decode_request_header,
-    decode_response,
-    encode,
-    encode_request,
-    encode_response,
-    request_class,
-    response_class,
-    supported_versions,
-)
-from sdk.protocol.errors import DecodeError, EncodeError, KafkaError, UnsupportedVersionError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sdk.protocol import messages
+    from sdk.protocol.codec import (
+        decode,
+        decode_request,
+        decode_request_header,
+        decode_response,
+        encode,
+        encode_request,
+        encode_response,
+        request_class,
+        response_class,
+        supported_versions,
+    )
+    from sdk.protocol.errors import DecodeError, EncodeError, KafkaError, UnsupportedVersionError
+
+#: Public name -> (module, attribute in it; empty: the module itself).
+_LAZY: dict[str, tuple[str, str]] = {
+    "messages": ("sdk.protocol.messages", ""),
+    **{
+        name: ("sdk.protocol.codec", name)
+        for name in (
+            "decode",
+            "decode_request",
+            "decode_request_header",
+            "decode_response",
+            "encode",
+            "encode_request",
+            "encode_response",
+            "request_class",
+            "response_class",
+            "supported_versions",
+        )
+    },
+    **{
+        name: ("sdk.protocol.errors", name)
+        for name in (
+            "DecodeError",
+            "EncodeError",
+            "KafkaError",
+            "UnsupportedVersionError",
+        )
+    },
+}
 
 __all__ = [
     "DecodeError",
@@ -37,3 +75,18 @@ __all__ = [
     "response_class",
     "supported_versions",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'sdk.protocol' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name)
+    value = getattr(module, attribute) if attribute else module
+    globals()[name] = value  # resolved once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

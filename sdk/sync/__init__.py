@@ -9,11 +9,43 @@ Thread safety: every method may be called from any thread, concurrently. Records
 thread keep their order; records from different threads interleave in no defined order. Methods
 must not be called from the shared loop's own thread (for example from an interceptor or a
 delivery callback), because they would wait for that thread.
+
+The facades are resolved lazily (PEP 562): a process that needs one of them (a Spark worker
+reading with ``Consumer``) does not load the others' async clients.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from sdk.sync._loop import LoopThread, shared_loop
-from sdk.sync.admin import AdminClient
-from sdk.sync.consumer import Consumer
-from sdk.sync.producer import DeliveryFuture, Producer
+
+if TYPE_CHECKING:
+    from sdk.sync.admin import AdminClient
+    from sdk.sync.consumer import Consumer
+    from sdk.sync.producer import DeliveryFuture, Producer
+
+#: Public name -> the module defining it.
+_LAZY: dict[str, str] = {
+    "AdminClient": "sdk.sync.admin",
+    "Consumer": "sdk.sync.consumer",
+    "DeliveryFuture": "sdk.sync.producer",
+    "Producer": "sdk.sync.producer",
+}
 
 __all__ = ["AdminClient", "Consumer", "DeliveryFuture", "LoopThread", "Producer", "shared_loop"]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'sdk.sync' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value  # resolved once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
