@@ -28,13 +28,6 @@ from spark_integration.options import EARLIEST, LATEST, OffsetSpec, ReadOptions,
 
 T = TypeVar("T")
 
-#: The columns of Spark's Kafka source; ``headers`` only with includeHeaders=true, as in Spark.
-SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int"
-)
-SCHEMA_WITH_HEADERS = SCHEMA + ", headers array<struct<key:string,value:binary>>"
-
 
 log = logging.getLogger(__name__)
 
@@ -184,8 +177,8 @@ ARROW_BATCH_ROWS = 8192
 
 
 def arrow_schema(include_headers: bool) -> Any:
-    """The Arrow schema of the source's columns (``SCHEMA``), as PySpark converts it: binary,
-    utf8, int32, int64, and microsecond UTC timestamps."""
+    """The Arrow schema of the source's columns (``spark_integration.source.SCHEMA``), as PySpark
+    converts it: binary, utf8, int32, int64, and microsecond UTC timestamps."""
     import pyarrow as pa
 
     fields = [pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("topic", pa.string()),

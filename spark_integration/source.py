@@ -11,11 +11,19 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_integration.kafka_ranges import SCHEMA, SCHEMA_WITH_HEADERS
 from spark_integration.options import OptionError
 
 #: The short name the data source is registered under.
 FORMAT = "topicwright"
+
+#: The columns of Spark's Kafka source; ``headers`` only with includeHeaders=true, as in Spark.
+#: Here rather than beside the reading code: the Python workers that look the source up and make
+#: it ask only for these, and need not load the SDK's consumer.
+SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+    "timestampType int"
+)
+SCHEMA_WITH_HEADERS = SCHEMA + ", headers array<struct<key:string,value:binary>>"
 
 
 class KafkaDataSource(DataSource):
