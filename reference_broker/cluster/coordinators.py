@@ -7,7 +7,8 @@ The coordinator of group G is the leader of ``__consumer_offsets`` partition
 looks a group up, with ``offsets.topic.num.partitions`` partitions and
 ``offsets.topic.replication.factor`` replicas. Until it exists and that partition has an alive
 leader the answer is COORDINATOR_NOT_AVAILABLE (the client asks again). The leader loads the
-partition's groups when it becomes leader (``GroupCoordinatorService.on_leadership``).
+partition's groups when it becomes leader (``GroupCoordinatorService.on_leadership``); the group
+requests are answered once the ISR holds what they wrote (``install_replicated_offset_commit``).
 
 The transaction coordinator of transactional id T is likewise the leader of
 ``__transaction_state`` partition ``abs(hash(T)) % partitions`` (Kafka's
@@ -203,32 +204,79 @@ def _create_internal_topic(broker: Any, topic_name: str) -> None:
 
 
 def install_replicated_offset_commit(registry: Any) -> None:
-    """OffsetCommit in cluster mode answers once the ISR holds the commit (Kafka appends the
-    coordinator's records with acks=all, waiting up to ``offsets.commit.timeout.ms``, 5 s by
-    default), so a committed offset survives the loss of the coordinator's node."""
+    """The group coordinator's requests in cluster mode are answered once the ISR holds what they
+    wrote and whatever was written to the group's ``__consumer_offsets`` partition before
+    (Kafka's CoordinatorRuntime completes a write, even one without records, when the high
+    watermark passes the partition's last written offset, waiting up to
+    ``offsets.commit.timeout.ms``, 5 s by default), so an answered commit or assignment
+    survives the loss of the coordinator's node. A write not committed in time is answered
+    COORDINATOR_NOT_AVAILABLE, one whose partition moved NOT_COORDINATOR (the client finds the
+    coordinator again); OffsetCommit's partitions that were refused keep their own error."""
     import dataclasses
     import inspect
 
-    from sdk.protocol.messages import OffsetCommitRequest
+    from sdk.protocol.messages import (
+        ConsumerGroupHeartbeatRequest,
+        HeartbeatRequest,
+        JoinGroupRequest,
+        LeaveGroupRequest,
+        OffsetCommitRequest,
+        OffsetDeleteRequest,
+        SyncGroupRequest,
+    )
 
-    handlers = registry._handlers
-    handler = handlers[OffsetCommitRequest.API_KEY]
-    inner = handler.handle
-
-    async def commit_replicated(broker: Any, ctx: Any, request: Any) -> Any:
-        response = inner(broker, ctx, request)
-        if inspect.isawaitable(response):
-            response = await response
-        stored = [p for t in response.topics for p in t.partitions if p.error_code == E.NONE]
-        if stored:
-            code = await broker.group_service.wait_replicated(request.group_id, COMMIT_TIMEOUT_S)
-            for p in stored:
-                p.error_code = code
+    def commit_failed(handler: Any, request: Any, response: Any, version: int, code: int) -> Any:
+        for topic in response.topics:
+            for p in topic.partitions:
+                if p.error_code == E.NONE:
+                    p.error_code = code
         return response
 
-    handlers[OffsetCommitRequest.API_KEY] = dataclasses.replace(
-        handler, handle=commit_replicated, synchronous=False
-    )
+    def answer_failed(handler: Any, request: Any, response: Any, version: int, code: int) -> Any:
+        if handler.error_response is None:
+            response.error_code = code
+            return response
+        return handler.error_response(request, version, code)
+
+    def commit_succeeded(response: Any) -> bool:
+        return any(p.error_code == E.NONE for t in response.topics for p in t.partitions)
+
+    def succeeded(response: Any) -> bool:
+        return bool(response.error_code == E.NONE)
+
+    wrapped = {
+        OffsetCommitRequest.API_KEY: (commit_succeeded, commit_failed),
+        OffsetDeleteRequest.API_KEY: (succeeded, answer_failed),
+        JoinGroupRequest.API_KEY: (succeeded, answer_failed),
+        SyncGroupRequest.API_KEY: (succeeded, answer_failed),
+        HeartbeatRequest.API_KEY: (succeeded, answer_failed),
+        LeaveGroupRequest.API_KEY: (succeeded, answer_failed),
+        ConsumerGroupHeartbeatRequest.API_KEY: (succeeded, answer_failed),
+    }
+    handlers = registry._handlers
+    for api_key, (ok, failed) in wrapped.items():
+        handler = handlers.get(api_key)
+        if handler is None:
+            continue
+
+        def make(handler: Any, ok: Any, failed: Any) -> Any:
+            inner = handler.handle
+
+            async def answered_once_replicated(broker: Any, ctx: Any, request: Any) -> Any:
+                response = inner(broker, ctx, request)
+                if inspect.isawaitable(response):
+                    response = await response
+                if ok(response):
+                    code = await broker.group_service.wait_replicated(request.group_id, COMMIT_TIMEOUT_S)
+                    if code:
+                        return failed(handler, request, response, ctx.api_version, code)
+                return response
+
+            return answered_once_replicated
+
+        handlers[api_key] = dataclasses.replace(
+            handler, handle=make(handler, ok, failed), synchronous=False
+        )
 
 
 def install_replicated_transaction_log(registry: Any) -> None:

@@ -108,6 +108,9 @@ class GroupCoordinator:
         #: Cluster mode: the ``__consumer_offsets`` partitions this node leads, so coordinates;
         #: None on a single node, which coordinates every group.
         self.owned: set[int] | None = None
+        #: Cluster mode: ``(partition, apply)`` runs a change of the offsets once its records are
+        #: committed to the ISR, in log order (``CommittedWrites.after_commit``); None applies at once.
+        self.apply_when_committed: Callable[[int, Callable[[], None]], None] | None = None
         self.offsets = GroupOffsets(self)
         #: The KIP-848 consumer groups; their offsets stay in ``groups`` (a ``Group`` without members).
         self.consumer = ConsumerGroupCoordinator(self)
@@ -144,6 +147,15 @@ class GroupCoordinator:
             )
             return code
         return 0
+
+    def on_committed(self, partition: int, apply: Callable[[], None]) -> None:
+        """Apply a change of the offsets of ``__consumer_offsets`` partition ``partition`` once
+        what was written for it is committed (at once on a single node), so OffsetFetch never
+        shows an offset the partition's next leader could lack."""
+        if self.apply_when_committed is None:
+            apply()
+        else:
+            self.apply_when_committed(partition, apply)
 
     def _group_record(self, group: Group) -> Record:
         value = records.GroupMetadataValue(

@@ -4,11 +4,13 @@ offsets pending until the transaction's marker, OffsetFetch, OffsetDelete and of
 
 The groups themselves, their members and generations belong to the coordinator; this side reads
 them to validate a commit, creates a group that only commits offsets, and writes its records
-through the coordinator's store (``write_records``), so a commit takes effect only once written.
+through the coordinator's store (``write_records``), so a commit takes effect only once written
+(in cluster mode, once the ISR holds it: ``GroupCoordinator.on_committed``).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING
 
@@ -81,10 +83,11 @@ class GroupOffsets:
             self.membership.schedule_heartbeat(group, member)
         result, accepted, batch = self._offset_records(group_id, offsets, transactional=False)
         error = self.membership.write_records(group_id, batch)
-        for tp, committed in accepted.items():
-            if not error:
-                group.offsets[tp] = committed
+        for tp in accepted:
             result[tp] = error
+        if not error and accepted:
+            self.membership.on_committed(self.membership.partition_for(group_id),
+                                         lambda: group.offsets.update(accepted))
         return result
 
     def _offset_records(
@@ -157,7 +160,10 @@ class GroupOffsets:
                 log.info("transactional offset commit of group %s refused: %s", group_id, exc)
                 error = write_error_code(exc)
         if not error and accepted:
-            group.pending_transactional_offsets.setdefault(producer_id, {}).update(accepted)
+            self.membership.on_committed(
+                self.membership.partition_for(group_id),
+                lambda: group.pending_transactional_offsets.setdefault(producer_id, {}).update(accepted),
+            )
         for tp in accepted:
             result[tp] = error
         return result
@@ -182,7 +188,11 @@ class GroupOffsets:
 
     def complete_transactional_offsets(self, partition: int, producer_id: int, commit: bool) -> None:
         """A transaction marker on ``__consumer_offsets`` partition ``partition``: the producer's
-        pending offsets of the groups there become committed (or are dropped)."""
+        pending offsets of the groups there become committed (or are dropped), after the changes
+        written before the marker."""
+        self.membership.on_committed(partition, lambda: self._complete(partition, producer_id, commit))
+
+    def _complete(self, partition: int, producer_id: int, commit: bool) -> None:
         for group in self.membership.groups.values():
             if self.membership.partition_for(group.group_id) != partition:
                 continue
@@ -268,9 +278,15 @@ class GroupOffsets:
         error = self.membership.write_records(group_id, tombstones)
         if error:
             return error, {}
-        for tp in doomed:
-            del group.offsets[tp]
+        if doomed:
+            self.membership.on_committed(self.membership.partition_for(group_id),
+                                         lambda: self._forget_offsets(group, doomed))
         return E.NONE, result
+
+    @staticmethod
+    def _forget_offsets(group: Group, partitions: list[tuple[str, int]]) -> None:
+        for tp in partitions:
+            group.offsets.pop(tp, None)
 
     def expire_offsets(self) -> int:
         """Offset retention (KIP-211): an empty group's offsets expire ``offsets.retention.minutes``
@@ -311,8 +327,8 @@ class GroupOffsets:
                 ]
                 if self.membership.write_records(group.group_id, batch):
                     continue
-                for tp in expired:
-                    del group.offsets[tp]
+                self.membership.on_committed(self.membership.partition_for(group.group_id),
+                                             functools.partial(self._forget_offsets, group, expired))
                 expired_total += len(expired)
             if (
                 group.is_(GroupState.EMPTY)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from reference_broker.clock import Clock
 from reference_broker.config import ConfigError
 from reference_broker.coordinator.group.classic_members import MigrationPolicy
+from reference_broker.coordinator.group.committed_writes import CommittedWrites
 from reference_broker.coordinator.group.consumer_coordinator import ConsumerGroupConfig
 from reference_broker.coordinator.group.consumer_group import TopicInfo
 from reference_broker.coordinator.group.coordinator import (
@@ -24,8 +25,6 @@ from reference_broker.coordinator.group.server_assignors import ASSIGNORS
 from reference_broker.log.config import segment_size_configs
 from reference_broker.services import PeriodicTask
 from reference_broker.storage import CONSUMER_OFFSETS, is_internal
-from sdk.protocol.errors import ErrorCode as E
-from sdk.protocol.errors import KafkaError
 from sdk.records import ControlType
 
 if TYPE_CHECKING:
@@ -95,6 +94,9 @@ class StorageGroupStore:
         self.num_partitions = num_partitions
         #: Cluster mode: the controller creates the topic (replicated), never this node alone.
         self.replicated = False
+        #: Cluster mode: refuses a write this node could not get committed (not the leader in
+        #: the loaded epoch, or the ISR below ``min.insync.replicas``) before appending it.
+        self.writes: CommittedWrites | None = None
 
     def ensure_topic(self) -> None:
         if not self.replicated and self.storage.topic(CONSUMER_OFFSETS) is None:
@@ -109,6 +111,8 @@ class StorageGroupStore:
 
     def write(self, partition: int, batch: list[Record]) -> None:
         self.ensure_topic()
+        if self.writes is not None:
+            self.writes.check_writable(partition)
         self.storage.append_as_coordinator(CONSUMER_OFFSETS, partition, batch)
 
     def write_transactional(
@@ -116,6 +120,8 @@ class StorageGroupStore:
     ) -> None:
         """A TxnOffsetCommit's records: one transactional batch of the producer."""
         self.ensure_topic()
+        if self.writes is not None:
+            self.writes.check_writable(partition)
         self.storage.append_as_coordinator(
             CONSUMER_OFFSETS, partition, batch, producer_id=producer_id, producer_epoch=producer_epoch
         )
@@ -145,6 +151,8 @@ class GroupCoordinatorService:
         self._partition_loaders: dict[int, asyncio.Task[None]] = {}
         #: Cluster mode: the replicas of this node, whose high watermark acknowledges a write.
         self.replica_manager: ReplicaManager | None = None
+        #: Cluster mode: the writes of the led partitions until the ISR holds them.
+        self.writes: CommittedWrites | None = None
 
     def use_replicated_topic(self, replica_manager: ReplicaManager) -> None:
         """Cluster mode: ``__consumer_offsets`` is a replicated topic the controller creates; this
@@ -153,28 +161,53 @@ class GroupCoordinatorService:
         self.replica_manager = replica_manager
         self.store.replicated = True
         self.coordinator.owned = set()
+        self.writes = self.store.writes = CommittedWrites(replica_manager)
+        self.coordinator.apply_when_committed = self.writes.after_commit
 
     def on_leadership(self, partition: int, leads: bool) -> None:
         """The metadata moved ``__consumer_offsets`` partition ``partition``'s leadership: when it
         comes here the partition's groups load from the local replica in the background
         (COORDINATOR_LOAD_IN_PROGRESS meanwhile, Kafka's ``onElection``); when it goes away they
-        are dropped (``onResignation``)."""
+        are dropped (``onResignation``).
+
+        The groups are loaded in the partition's leader epoch (Kafka's coordinator epoch): writes
+        are refused once the partition is led in another epoch, and a leadership that comes back
+        in a newer epoch than the loaded one (lost and regained between two metadata updates
+        this node saw, the log possibly truncated meanwhile) drops the groups and loads them
+        again; the same or an older epoch changes nothing."""
         owned = self.coordinator.owned
-        if owned is None or leads == (partition in owned):
+        writes = self.writes
+        if owned is None or writes is None:
+            return
+        epoch = writes.leader_epoch(partition)
+        if leads and partition in owned:
+            if epoch <= writes.epochs.get(partition, -1):
+                return
+            log.info("%s-%d is led here again in epoch %d: its groups load again",
+                     CONSUMER_OFFSETS, partition, epoch)
+            self._resign(partition)
+        if not leads and partition not in owned:
             return
         if leads:
+            writes.elected(partition, epoch)
             owned.add(partition)
             self.coordinator.loading.add(partition)
             self._partition_loaders[partition] = asyncio.get_running_loop().create_task(
                 self._load_elected(partition), name=f"load {CONSUMER_OFFSETS}-{partition}")
             return
-        owned.discard(partition)
+        self._resign(partition)
+        log.info("no longer the group coordinator of %s-%d", CONSUMER_OFFSETS, partition)
+
+    def _resign(self, partition: int) -> None:
+        """Drop partition ``partition``'s groups and the changes still waiting for the ISR."""
+        assert self.coordinator.owned is not None and self.writes is not None
+        self.coordinator.owned.discard(partition)
+        self.writes.forget(partition)
         self.coordinator.loading.discard(partition)
         loader = self._partition_loaders.pop(partition, None)
         if loader is not None:
             loader.cancel()
         self.coordinator.unload_partition(partition)
-        log.info("no longer the group coordinator of %s-%d", CONSUMER_OFFSETS, partition)
 
     async def _load_elected(self, partition: int) -> None:
         try:
@@ -190,19 +223,14 @@ class GroupCoordinatorService:
                 del self._partition_loaders[partition]
 
     async def wait_replicated(self, group_id: str, timeout_s: float) -> int:
-        """Cluster mode: wait until the high watermark of ``group_id``'s partition covers what was
-        written to it (Kafka appends coordinator records with acks=all); an error code, 0 once
-        committed (always at once on a single node)."""
-        if self.replica_manager is None:
+        """Cluster mode: wait until everything written to ``group_id``'s partition is committed
+        (``CommittedWrites.wait``: Kafka answers a coordinator write once the high watermark
+        passes it); 0 then (always at once on a single node), else the client's error code:
+        NOT_COORDINATOR (the leadership moved), COORDINATOR_NOT_AVAILABLE (not committed in
+        ``timeout_s``)."""
+        if self.writes is None:
             return 0
-        partition = self.replica_manager.partition(CONSUMER_OFFSETS, self.coordinator.partition_for(group_id))
-        if partition is None or not partition.is_leader:
-            return E.NOT_COORDINATOR
-        try:
-            await partition.wait_for_high_watermark(partition.log.log_end_offset, 1, timeout_s)
-        except KafkaError as exc:
-            return E.NOT_COORDINATOR if exc.code == E.NOT_LEADER_OR_FOLLOWER else E.REQUEST_TIMED_OUT
-        return 0
+        return await self.writes.wait(self.coordinator.partition_for(group_id), timeout_s)
 
     def _topic_info(self, name: str) -> TopicInfo | None:
         meta = self.storage.topic(name)
@@ -309,6 +337,8 @@ class GroupCoordinatorService:
 
     async def stop(self) -> None:
         self.coordinator.shutdown()
+        if self.writes is not None:
+            await self.writes.close()
         for loader in self._partition_loaders.values():
             loader.cancel()
         self._partition_loaders.clear()
