@@ -125,12 +125,12 @@ class Broker:
                 attach_group_coordinator,
                 attach_remote_markers,
                 attach_transaction_coordinator,
-                install_replicated_offset_commit,
+                install_replicated_group_writes,
                 install_replicated_transaction_log,
             )
 
             attach_group_coordinator(self)
-            install_replicated_offset_commit(self.registry)
+            install_replicated_group_writes(self.registry)
             if self.txn_service is not None:
                 attach_remote_markers(self)
                 attach_transaction_coordinator(self)

@@ -8,7 +8,7 @@ looks a group up, with ``offsets.topic.num.partitions`` partitions and
 ``offsets.topic.replication.factor`` replicas. Until it exists and that partition has an alive
 leader the answer is COORDINATOR_NOT_AVAILABLE (the client asks again). The leader loads the
 partition's groups when it becomes leader (``GroupCoordinatorService.on_leadership``); the group
-requests are answered once the ISR holds what they wrote (``install_replicated_offset_commit``).
+requests are answered once the ISR holds what they wrote (``install_replicated_group_writes``).
 
 The transaction coordinator of transactional id T is likewise the leader of
 ``__transaction_state`` partition ``abs(hash(T)) % partitions`` (Kafka's
@@ -203,7 +203,7 @@ def _create_internal_topic(broker: Any, topic_name: str) -> None:
     asyncio.get_running_loop().create_task(create())
 
 
-def install_replicated_offset_commit(registry: Any) -> None:
+def install_replicated_group_writes(registry: Any) -> None:
     """The group coordinator's requests in cluster mode are answered once the ISR holds what they
     wrote and whatever was written to the group's ``__consumer_offsets`` partition before
     (Kafka's CoordinatorRuntime completes a write, even one without records, when the high
