@@ -71,7 +71,6 @@ from spark_integration.ownership import (
     already_committed,
     claim_prefix,
 )
-from spark_integration.recovery import resolve_lingering
 from spark_integration.two_phase import (
     DEFAULT_INTENT_TOPIC,
     PER_TASK,
@@ -671,6 +670,10 @@ def commit_two_phase(options: SinkOptions, messages: Sequence[WriterCommitMessag
 
 
 def _resolve_lingering(options: SinkOptions, prefix: str, first_partition: int = 0) -> None:
+    # Imported here: it needs the admin client, which the workers that only write a partition
+    # never use.
+    from spark_integration.recovery import resolve_lingering
+
     resolve_lingering(options.producer_settings, options.consumer_settings, options.intent_topic, prefix,
                       options.commit_mode == TWO_PHASE, first_partition)
 
