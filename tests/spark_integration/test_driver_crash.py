@@ -31,7 +31,8 @@ from spark_integration import audit
 from tests.spark_integration.cluster import finish_driver, speculative_successes, task_attempts
 from tests.spark_integration.helpers import produce, read_topic
 
-pytestmark = pytest.mark.slow
+# Two Spark driver starts of 60-140 s on a 2-core runner: room beyond the default 300 s timeout.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 DRIVER = Path(__file__).with_name("stream_driver.py")
 RECORDS = 100_000
@@ -65,7 +66,7 @@ def test_100k_stream_copy_exactly_once_with_driver_kill_task_failure_speculation
     first = _start_driver(broker.bootstrap, source, sink, checkpoint, "--cluster", str(tmp_path),
                           "--fail-before-commit", "1:1", "--slow-task", f"0:2:{STALL}",
                           "--kill-at-commit", "3")
-    output = finish_driver(first, 150)
+    output = finish_driver(first, 240)
     assert first.returncode == -signal.SIGKILL, output[-3000:]
     assert (checkpoint / "offsets" / "3").exists() and not (checkpoint / "commits" / "3").exists()
     assert len(read_topic(broker.bootstrap, sink)) == 4 * PER_BATCH  # batches 0-3
@@ -81,7 +82,7 @@ def test_100k_stream_copy_exactly_once_with_driver_kill_task_failure_speculation
         assert second.poll() is None and time.monotonic() < deadline, finish_driver(second, 1)[-3000:]
         time.sleep(0.05)
     broker.restart(kill=True)
-    output = finish_driver(second, 150)
+    output = finish_driver(second, 240)
     assert second.returncode == 0, output[-3000:]
     second_attempts = [a for a in task_attempts(events) if a not in first_attempts]
     assert speculative_successes(second_attempts), second_attempts
