@@ -489,6 +489,9 @@ class ClusterMember:
         self.raft = raft
         raft.use_connection_factory(controller_security(broker.config).connection_factory())
         raft.register(self.loader)
+        from reference_broker.cluster.metadata_publisher import SecurityPublisher
+
+        self.loader.install(SecurityPublisher(broker.authorizer, broker.scram_credentials))
         if self.lifecycle is not None:
             self.lifecycle.cluster_id = broker.cluster_id
         if self.publisher is not None:
