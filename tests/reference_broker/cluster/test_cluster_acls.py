@@ -200,6 +200,11 @@ def scram_login(cluster: ClusterProcess, node_id: int, user: str, password: str)
         return bool(final.error_code == ErrorCode.NONE)
 
 
+def snapshots(cluster: ClusterProcess, node_id: int) -> set[str]:
+    """The metadata snapshot files node ``node_id`` has written (``<offset>-<epoch>.checkpoint``)."""
+    return {path.name for path in cluster.node(node_id).process.data_dir.glob("**/*.checkpoint")}
+
+
 def scram_users_on(cluster: ClusterProcess, node_id: int) -> set[str]:
     answer = admin_request(cluster, node_id, DescribeUserScramCredentialsRequest(users=None), 0)
     assert answer.error_code == ErrorCode.NONE, answer
@@ -286,6 +291,23 @@ def test_acls_and_credentials_survive_a_restart_of_every_node(cluster: ClusterPr
     assert [r.error_code for r in answer.results] == [ErrorCode.NONE]
     every = range(1, NODES + 1)
     wait_alice(cluster, topic, ErrorCode.NONE, every)
+    for node_id in every:
+        wait_until(partial(scram_login, cluster, node_id, user, "erin-pw"),
+                   f"{user} logs in on node {node_id}", DEADLINE_S)
+    # Every node's image holds both now: a snapshot any node writes from here on states them, and
+    # a restarted node loads its latest snapshot before the rest of the log.
+    before = {n: snapshots(cluster, n) for n in every}
+    padding = 0
+
+    def every_node_snapshotted_again() -> bool:
+        nonlocal padding
+        if all(snapshots(cluster, n) - before[n] for n in every):
+            return True
+        padding += 1
+        create_topic(cluster, f"{topic}-padding-{padding}")
+        return False
+
+    wait_until(every_node_snapshotted_again, "a metadata snapshot on every node", 60)
 
     for node_id in every:
         cluster.stop(node_id)
