@@ -13,6 +13,11 @@ replica transitions, and the answers Metadata and DescribeCluster give in cluste
 - a topic's changed dynamic configs replace its local overrides; the changed dynamic broker
   configs of the cluster default ("") and of this broker become its config's dynamic layers.
 
+``SecurityPublisher`` (Kafka's AclPublisher and ScramPublisher), installed on every node of a
+cluster, broker or controller: the node's authorizer holds the image's ACLs and its SCRAM store
+the image's credentials, replaced whenever an image changes them (the metadata log, replayed at
+start or loaded from a snapshot, is their durable copy; the single-node files are not used).
+
 ``metadata_response`` (and ``describe_partition_view``, DescribeTopicPartitions') builds Metadata's
 brokers and partitions from the image as Kafka's
 KRaftMetadataCache does: unfenced brokers only, their endpoint for the client's listener, a
@@ -138,6 +143,44 @@ class BrokerMetadataPublisher:
         log.info("%s-%d: no longer a replica here, deleting it", tp[0], tp[1])
         self.replica_manager.stop_replica(tp, True)
         self.storage.manager.delete_partition_log(*tp)  # the replica manager has no log deleter here
+
+
+class SecurityPublisher:
+    """Keeps a node's ACL store and SCRAM credential store equal to its metadata image's. The
+    authorizer allows super users only (``ready`` False) until ``caught_up(image)`` first holds
+    for a published image: before that its ACLs may be a stale prefix of the log."""
+
+    def __init__(
+        self,
+        authorizer: Any,
+        scram_credentials: Any,
+        caught_up: Callable[[MetadataImage], bool] = lambda _image: True,
+    ):
+        self.authorizer = authorizer
+        self.scram_credentials = scram_credentials
+        self.caught_up = caught_up
+        if authorizer is not None:
+            authorizer.ready = False
+            authorizer.store.use_metadata_log()
+        if scram_credentials is not None:
+            scram_credentials.use_metadata_log()
+        empty = MetadataImage()
+        self._acls: Any = empty.acls
+        self._scram: Any = empty.scram_credentials
+
+    def publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        # Images share an unchanged map with their predecessor: identity says what changed.
+        if image.acls is not self._acls:
+            self._acls = image.acls
+            if self.authorizer is not None:
+                self.authorizer.store.replace(list(image.acls.values()))
+        if image.scram_credentials is not self._scram:
+            self._scram = image.scram_credentials
+            if self.scram_credentials is not None:
+                self.scram_credentials.replace(image.scram_credentials)
+        if self.authorizer is not None and not self.authorizer.ready and self.caught_up(image):
+            self.authorizer.ready = True
+            log.info("ACLs loaded from the metadata log up to offset %d", image.offset)
 
 
 def alive_brokers(image: MetadataImage, listener: str) -> list[tuple[int, str, int, str | None]]:

@@ -14,11 +14,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from reference_broker import internal_records as rec
+from reference_broker.controller.acl_control import AclControl
 from reference_broker.controller.cluster_control import METADATA_VERSION, ClusterControl
 from reference_broker.controller.config_control import ConfigurationControl
 from reference_broker.controller.placement import StripedReplicaPlacer
 from reference_broker.controller.replication_control import ReplicationControl
 from reference_broker.controller.result import ControllerResult
+from reference_broker.controller.scram_control import ScramControl
 from reference_broker.controller.settings import METADATA_VERSION_LEVEL, ControllerSettings
 from reference_broker.metadata.delta import MetadataDelta
 from reference_broker.metadata.image import MetadataImage
@@ -33,6 +35,8 @@ class QuorumController:
         self.cluster = ClusterControl(self)
         self.replication = ReplicationControl(self)
         self.configs = ConfigurationControl(self)
+        self.acls = AclControl(self)
+        self.scram = ScramControl(self)
         self._inflight: list[Any] | None = None
         self._inflight_last: int | None = None
         #: Set when the in-flight records have been seen committed.

@@ -4,12 +4,19 @@ Without an authorizer Kafka answers SECURITY_DISABLED; with one, each needs ALTE
 delete) or DESCRIBE (describe) on the cluster, else CLUSTER_AUTHORIZATION_FAILED. Bindings are
 checked as Kafka's AclControlManager checks them (INVALID_REQUEST with its message) and kept
 durably (``reference_broker.security.acl.AclStore``).
+
+In cluster mode (``controller.quorum.voters`` set) a broker checks the caller as above and
+forwards CreateAcls and DeleteAcls to the active controller (``controller/acl_control.py``), which
+decides them with ``decide_creations`` / ``decide_deletions`` against the committed ACLs and
+writes AccessControlEntryRecord / RemoveAccessControlEntryRecord; every node's authorizer holds
+its metadata image's ACLs, which DescribeAcls and every authorization read.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from reference_broker.handlers.auth import Operation, authorize_cluster
 from reference_broker.security.acl import (
@@ -37,6 +44,8 @@ if TYPE_CHECKING:
     from reference_broker.network.server import RequestContext
 
 _DISABLED = "No Authorizer is configured."
+#: How long a broker of a cluster waits for the active controller's answer.
+FORWARD_TIMEOUT_S = 30.0
 
 
 def _enum(
@@ -68,29 +77,58 @@ def _filter(
     )
 
 
-def create_acls(broker: Broker, ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
+def binding_of(creation: Any) -> AclBinding:
+    """The binding a CreateAcls creation asks for (unknown codes become UNKNOWN)."""
+    return AclBinding(
+        _enum(ResourceType, creation.resource_type),  # type: ignore[arg-type]
+        creation.resource_name,
+        _enum(PatternType, creation.resource_pattern_type),  # type: ignore[arg-type]
+        creation.principal,
+        creation.host,
+        _enum(AclOperation, creation.operation),  # type: ignore[arg-type]
+        _enum(Permission, creation.permission_type),  # type: ignore[arg-type]
+    )
+
+
+def decide_creations(
+    creations: Iterable[Any], existing: Iterable[AclBinding]
+) -> tuple[list[CreateAclsResponse.AclCreationResult], list[AclBinding]]:
+    """CreateAcls' answer per creation and the bindings to add: an invalid binding is refused
+    with INVALID_REQUEST (``binding_problem``), one that exists already (or is asked for twice)
+    succeeds without being added again. A single node and a cluster's controller both decide
+    here (Kafka's AclControlManager.createAcls)."""
     Result = CreateAclsResponse.AclCreationResult
-    if broker.authorizer is None:
-        return create_error(request, ctx.api_version, ErrorCode.SECURITY_DISABLED)
-    if not authorize_cluster(broker, ctx, Operation.ALTER):
-        return create_error(request, ctx.api_version, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    known = set(existing)
     results, accepted = [], []
-    for c in request.creations:
-        acl = AclBinding(
-            _enum(ResourceType, c.resource_type),  # type: ignore[arg-type]
-            c.resource_name,
-            _enum(PatternType, c.resource_pattern_type),  # type: ignore[arg-type]
-            c.principal,
-            c.host,
-            _enum(AclOperation, c.operation),  # type: ignore[arg-type]
-            _enum(Permission, c.permission_type),  # type: ignore[arg-type]
-        )
+    for creation in creations:
+        acl = binding_of(creation)
         problem = binding_problem(acl)
         if problem:
             results.append(Result(error_code=ErrorCode.INVALID_REQUEST, error_message=problem))
-        else:
+            continue
+        if acl not in known:
+            known.add(acl)
             accepted.append(acl)
-            results.append(Result(error_code=ErrorCode.NONE, error_message=None))
+        results.append(Result(error_code=ErrorCode.NONE, error_message=None))
+    return results, accepted
+
+
+def _acls_refusal(broker: Broker, ctx: RequestContext) -> int | None:
+    """SECURITY_DISABLED without an authorizer, CLUSTER_AUTHORIZATION_FAILED without ALTER on
+    the cluster, else None."""
+    if broker.authorizer is None:
+        return ErrorCode.SECURITY_DISABLED
+    if not authorize_cluster(broker, ctx, Operation.ALTER):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    return None
+
+
+def create_acls(broker: Broker, ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsResponse:
+    refused = _acls_refusal(broker, ctx)
+    if refused is not None:
+        return create_error(request, ctx.api_version, refused)
+    assert broker.authorizer is not None
+    results, accepted = decide_creations(request.creations, broker.authorizer.store.acls)
     if accepted:
         broker.authorizer.add(accepted)
     return CreateAclsResponse(results=results)
@@ -135,14 +173,25 @@ def describe_acls(broker: Broker, ctx: RequestContext, request: DescribeAclsRequ
     return DescribeAclsResponse(error_code=ErrorCode.NONE, resources=resources)
 
 
-def delete_acls(broker: Broker, ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
-    if broker.authorizer is None:
-        return delete_error(request, ctx.api_version, ErrorCode.SECURITY_DISABLED)
-    if not authorize_cluster(broker, ctx, Operation.ALTER):
-        return delete_error(request, ctx.api_version, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+def filter_problem(flt: AclFilter) -> str | None:
+    """Why a DeleteAcls filter is refused (Kafka's AclControlManager.validateFilter), or None."""
+    if flt.resource_type == ResourceType.UNKNOWN or flt.pattern_type == PatternType.UNKNOWN:
+        return "Unknown patternFilter."
+    if flt.operation == AclOperation.UNKNOWN or flt.permission == Permission.UNKNOWN:
+        return "Unknown entryFilter."
+    return None
+
+
+def decide_deletions(
+    filters: Iterable[Any], existing: Iterable[AclBinding]
+) -> tuple[list[DeleteAclsResponse.DeleteAclsFilterResult], list[AclBinding]]:
+    """DeleteAcls' answer per filter (the existing bindings it matches, or INVALID_REQUEST for a
+    filter with unknown values) and the bindings to remove. A single node and a cluster's
+    controller both decide here (Kafka's AclControlManager.deleteAcls)."""
     FR = DeleteAclsResponse.DeleteAclsFilterResult
+    current = list(existing)
     results, removed = [], []
-    for f in request.filters:
+    for f in filters:
         flt = _filter(
             f.resource_type_filter,
             f.resource_name_filter,
@@ -152,8 +201,12 @@ def delete_acls(broker: Broker, ctx: RequestContext, request: DeleteAclsRequest)
             f.operation,
             f.permission_type,
         )
-        matching = [acl for acl in broker.authorizer.store.acls if flt.matches(acl)]
-        removed += matching
+        problem = filter_problem(flt)
+        if problem:
+            results.append(FR(error_code=ErrorCode.INVALID_REQUEST, error_message=problem))
+            continue
+        matching = [acl for acl in current if flt.matches(acl)]
+        removed += [acl for acl in matching if acl not in removed]
         results.append(
             FR(
                 error_code=ErrorCode.NONE,
@@ -172,6 +225,15 @@ def delete_acls(broker: Broker, ctx: RequestContext, request: DeleteAclsRequest)
                 ],
             )
         )
+    return results, removed
+
+
+def delete_acls(broker: Broker, ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsResponse:
+    refused = _acls_refusal(broker, ctx)
+    if refused is not None:
+        return delete_error(request, ctx.api_version, refused)
+    assert broker.authorizer is not None
+    results, removed = decide_deletions(request.filters, broker.authorizer.store.acls)
     if removed:
         broker.authorizer.store.remove(removed)
     return DeleteAclsResponse(filter_results=results)
@@ -201,7 +263,44 @@ def delete_error(request: DeleteAclsRequest, version: int, code: int) -> DeleteA
     )
 
 
+async def _forward_create(broker: Broker, ctx: RequestContext, request: CreateAclsRequest) -> Any:
+    refused = _acls_refusal(broker, ctx)
+    if refused is not None:
+        return create_error(request, ctx.api_version, refused)
+    if not request.creations:
+        return CreateAclsResponse(results=[])
+    return await forward_to_controller(
+        broker, request, lambda code: create_error(request, ctx.api_version, code)
+    )
+
+
+async def _forward_delete(broker: Broker, ctx: RequestContext, request: DeleteAclsRequest) -> Any:
+    refused = _acls_refusal(broker, ctx)
+    if refused is not None:
+        return delete_error(request, ctx.api_version, refused)
+    if not request.filters:
+        return DeleteAclsResponse(filter_results=[])
+    return await forward_to_controller(
+        broker, request, lambda code: delete_error(request, ctx.api_version, code)
+    )
+
+
+async def forward_to_controller(broker: Any, request: Any, error: Callable[[int], Any]) -> Any:
+    """``request``'s answer from the active controller, or ``error(REQUEST_TIMED_OUT)`` when none
+    answered in 30 s (Kafka's ForwardingManager)."""
+    from reference_broker.cluster.broker_lifecycle import ControllerUnavailableError
+
+    try:
+        return await broker.controller_channel.send(request, timeout_s=FORWARD_TIMEOUT_S)
+    except ControllerUnavailableError:
+        return error(ErrorCode.REQUEST_TIMED_OUT)
+
+
 def install(registry: HandlerRegistry) -> None:
-    registry.register(CreateAclsRequest.API_KEY, create_acls, error_response=create_error)
+    create: Any = create_acls
+    delete: Any = delete_acls
+    if registry.broker is not None and registry.broker.config.settings.get("controller.quorum.voters"):
+        create, delete = _forward_create, _forward_delete
+    registry.register(CreateAclsRequest.API_KEY, create, error_response=create_error)
     registry.register(DescribeAclsRequest.API_KEY, describe_acls, error_response=describe_error)
-    registry.register(DeleteAclsRequest.API_KEY, delete_acls, error_response=delete_error)
+    registry.register(DeleteAclsRequest.API_KEY, delete, error_response=delete_error)

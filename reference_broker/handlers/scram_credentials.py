@@ -3,12 +3,19 @@ store (``reference_broker.security.scram``), with Kafka's per-user errors: DESCR
 cluster (CLUSTER_AUTHORIZATION_FAILED), a user named twice (DUPLICATE_RESOURCE), an unknown user
 (RESOURCE_NOT_FOUND), an unknown mechanism (UNSUPPORTED_SASL_MECHANISM), an empty name or too few
 or too many iterations (UNACCEPTABLE_CREDENTIAL).
+
+In cluster mode (``controller.quorum.voters`` set) a broker checks ALTER and forwards
+AlterUserScramCredentials to the active controller (``controller/scram_control.py``), which
+decides it with ``decide_alterations`` against the committed credentials and writes
+UserScramCredentialRecord / RemoveUserScramCredentialRecord; every node's credential store holds
+its metadata image's credentials, which DescribeUserScramCredentials and SASL/SCRAM logins read.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from reference_broker.handlers.auth import Operation, authorize_cluster
 from reference_broker.security.scram import (
@@ -80,17 +87,24 @@ def describe(
     return DescribeUserScramCredentialsResponse(error_code=ErrorCode.NONE, results=results)
 
 
-def alter(
-    broker: Broker, ctx: RequestContext, request: AlterUserScramCredentialsRequest
-) -> AlterUserScramCredentialsResponse:
-    if not authorize_cluster(broker, ctx, Operation.ALTER):
-        return alter_error(request, ctx.api_version, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-    store = broker.scram_credentials
-    assert store is not None, "broker not started"
+#: (user, mechanism name, credential) to set and (user, mechanism name) to delete
+Upserts = list[tuple[str, str, ScramCredential]]
+Deletions = list[tuple[str, str]]
+
+
+def decide_alterations(
+    request: AlterUserScramCredentialsRequest,
+    current: Callable[[str, str], ScramCredential | None],
+) -> tuple[list[Any], Upserts, Deletions]:
+    """AlterUserScramCredentials' answer per user and the changes to make, given ``current``
+    (user, mechanism name) -> the credential held. A user with any refused alteration changes
+    nothing. A single node and a cluster's controller both decide here (Kafka's
+    ScramControlManager.alterCredentials)."""
     names = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
     counts = collections.Counter(names)
     errors: dict[str, tuple[int, str]] = {}
-    deletions, upserts = [], []
+    deletions: Deletions = []
+    upserts: Upserts = []
     for d in request.deletions:
         mechanism = MECHANISMS.get(d.mechanism)
         if counts[d.name] > 1:
@@ -102,7 +116,7 @@ def alter(
             errors[d.name] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
         elif mechanism is None:
             errors[d.name] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
-        elif store.get(d.name, mechanism[0]) is None:
+        elif current(d.name, mechanism[0]) is None:
             errors[d.name] = (
                 ErrorCode.RESOURCE_NOT_FOUND,
                 "Attempt to delete a user credential that does not exist",
@@ -131,15 +145,40 @@ def alter(
             upserts.append((u.name, mechanism[0], credential))
     deletions = [d for d in deletions if d[0] not in errors]
     upserts = [u for u in upserts if u[0] not in errors]
-    if deletions or upserts:
-        store.apply(upserts, deletions)
     results = [
         AlterResult(
             user=name, error_code=errors.get(name, (0, None))[0], error_message=errors.get(name, (0, None))[1]
         )
         for name in dict.fromkeys(names)
     ]
+    return results, upserts, deletions
+
+
+def alter(
+    broker: Broker, ctx: RequestContext, request: AlterUserScramCredentialsRequest
+) -> AlterUserScramCredentialsResponse:
+    if not authorize_cluster(broker, ctx, Operation.ALTER):
+        return alter_error(request, ctx.api_version, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    store = broker.scram_credentials
+    assert store is not None, "broker not started"
+    results, upserts, deletions = decide_alterations(request, store.get)
+    if deletions or upserts:
+        store.apply(upserts, deletions)
     return AlterUserScramCredentialsResponse(results=results)
+
+
+async def _forward_alter(
+    broker: Broker, ctx: RequestContext, request: AlterUserScramCredentialsRequest
+) -> Any:
+    from reference_broker.handlers.acls import forward_to_controller
+
+    if not authorize_cluster(broker, ctx, Operation.ALTER):
+        return alter_error(request, ctx.api_version, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    if not request.deletions and not request.upsertions:
+        return AlterUserScramCredentialsResponse(results=[])
+    return await forward_to_controller(
+        broker, request, lambda code: alter_error(request, ctx.api_version, code)
+    )
 
 
 def describe_error(
@@ -159,4 +198,7 @@ def alter_error(
 
 def install(registry: HandlerRegistry) -> None:
     registry.register(DescribeUserScramCredentialsRequest.API_KEY, describe, error_response=describe_error)
-    registry.register(AlterUserScramCredentialsRequest.API_KEY, alter, error_response=alter_error)
+    handle: Any = alter
+    if registry.broker is not None and registry.broker.config.settings.get("controller.quorum.voters"):
+        handle = _forward_alter
+    registry.register(AlterUserScramCredentialsRequest.API_KEY, handle, error_response=alter_error)

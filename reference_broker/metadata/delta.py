@@ -1,5 +1,5 @@
 """Replaying metadata records onto an image: ``MetadataDelta`` (Kafka's MetadataDelta and the
-Cluster/Topics/Configs/Features/ProducerIds/ClientQuotas deltas behind it).
+Cluster/Topics/Configs/Features/ProducerIds/ClientQuotas/Acls/Scram deltas behind it).
 
 A delta is started from an image, records are replayed into it in log order, and ``apply()``
 builds the next image. It also says what changed (``changed_brokers``, ``changed_partitions``,
@@ -10,7 +10,8 @@ leader and its epoch, any other value sets it and bumps the leader epoch; null l
 replicas, adding/removing replicas, ELR, last known ELR) leave the field as it was; a
 leader_recovery_state of -1 keeps it; every change bumps the partition epoch. A record that
 contradicts the image (a change of an unknown partition, a fence of a broker epoch that is not the
-registered one) raises ``MetadataReplayError``: the log and the image disagree, which is a bug,
+registered one, the removal of an ACL id or a SCRAM credential the image does not hold)
+raises ``MetadataReplayError``: the log and the image disagree, which is a bug,
 never something to skip.
 """
 
@@ -32,6 +33,8 @@ from reference_broker.metadata.image import (
     PartitionRegistration,
     TopicImage,
 )
+from reference_broker.security.acl import AclBinding, Operation, PatternType, Permission, ResourceType
+from reference_broker.security.scram import MECHANISMS, ScramCredential
 
 # BrokerRegistrationChangeRecord.fenced (BrokerRegistrationFencingChange)
 FENCING_UNFENCE = -1
@@ -100,6 +103,9 @@ class MetadataDelta:
         self._features: dict[str, int | None] = {}
         self._next_producer_id: int | None = None
         self._quotas: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = {}
+        self._acls: dict[uuid.UUID, AclBinding | None] = {}
+        # (user, mechanism name) -> credential, None: removed
+        self._scram: dict[tuple[str, str], ScramCredential | None] = {}
         self.changed_partitions: dict[uuid.UUID, set[int]] = {}
         self.offset = image.offset
         self.epoch = image.epoch
@@ -140,6 +146,24 @@ class MetadataDelta:
     @property
     def created_topics(self) -> set[uuid.UUID]:
         return set(self._created_topics)
+
+    @property
+    def acls_changed(self) -> bool:
+        return bool(self._acls)
+
+    @property
+    def scram_changed(self) -> bool:
+        return bool(self._scram)
+
+    def acl(self, acl_id: uuid.UUID) -> AclBinding | None:
+        if acl_id in self._acls:
+            return self._acls[acl_id]
+        return self.image.acls.get(acl_id)
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        if (user, mechanism) in self._scram:
+            return self._scram[(user, mechanism)]
+        return self.image.scram_credentials.get(user, {}).get(mechanism)
 
     # -- replay --------------------------------------------------------------------------------
     def replay(self, record: Any, offset: int | None = None, epoch: int | None = None) -> None:
@@ -274,9 +298,50 @@ class MetadataDelta:
         else:
             values[r.key] = r.value
 
+    def _access_control_entry(self, r: Any) -> None:
+        try:
+            binding = AclBinding(
+                ResourceType(r.resource_type),
+                r.resource_name,
+                PatternType(r.pattern_type),
+                r.principal,
+                r.host,
+                Operation(r.operation),
+                Permission(r.permission_type),
+            )
+        except ValueError as exc:
+            raise MetadataReplayError(f"ACL {r.id}: {exc}") from None
+        self._acls[r.id] = binding
+
+    def _remove_access_control_entry(self, r: Any) -> None:
+        if self.acl(r.id) is None:
+            raise MetadataReplayError(f"no ACL with id {r.id} to remove")
+        self._acls[r.id] = None
+
+    @staticmethod
+    def _mechanism_name(code: int) -> str:
+        mechanism = MECHANISMS.get(code)
+        if mechanism is None:
+            raise MetadataReplayError(f"unknown SCRAM mechanism {code}")
+        return mechanism[0]
+
+    def _scram_credential(self, r: Any) -> None:
+        self._scram[(r.name, self._mechanism_name(r.mechanism))] = ScramCredential(
+            salt=bytes(r.salt),
+            stored_key=bytes(r.stored_key),
+            server_key=bytes(r.server_key),
+            iterations=r.iterations,
+        )
+
+    def _remove_scram_credential(self, r: Any) -> None:
+        mechanism = self._mechanism_name(r.mechanism)
+        if self.scram_credential(r.name, mechanism) is None:
+            raise MetadataReplayError(f"no {mechanism} credential of user {r.name} to remove")
+        self._scram[(r.name, mechanism)] = None
+
     def _ignore(self, r: Any) -> None:
         """Records that change nothing in this image (NoOp, transaction markers of the metadata
-        log, ACL and SCRAM records kept elsewhere)."""
+        log, delegation tokens, controller registrations)."""
 
     def finish_snapshot(self) -> None:
         """After replaying a whole snapshot onto the previous image: whatever the snapshot did not
@@ -292,6 +357,11 @@ class MetadataDelta:
             self._features.setdefault(name, None)
         for entity in self.image.client_quotas:
             self._quotas.setdefault(entity, {})
+        for acl_id in self.image.acls:
+            self._acls.setdefault(acl_id, None)
+        for user, credentials in self.image.scram_credentials.items():
+            for mechanism in credentials:
+                self._scram.setdefault((user, mechanism), None)
 
     # -- building the next image -----------------------------------------------------------------
     def apply(self) -> MetadataImage:
@@ -339,6 +409,32 @@ class MetadataDelta:
             features=MappingProxyType(features),
             next_producer_id=self.next_producer_id,
             client_quotas=MappingProxyType(quotas),
+            acls=self._applied_acls(),
+            scram_credentials=self._applied_scram(),
+        )
+
+    def _applied_acls(self) -> Any:
+        if not self._acls:
+            return self.image.acls
+        acls = dict(self.image.acls)
+        for acl_id, binding in self._acls.items():
+            if binding is None:
+                acls.pop(acl_id, None)
+            else:
+                acls[acl_id] = binding
+        return MappingProxyType(acls)
+
+    def _applied_scram(self) -> Any:
+        if not self._scram:
+            return self.image.scram_credentials
+        users = {user: dict(creds) for user, creds in self.image.scram_credentials.items()}
+        for (user, mechanism), credential in self._scram.items():
+            if credential is None:
+                users.get(user, {}).pop(mechanism, None)
+            else:
+                users.setdefault(user, {})[mechanism] = credential
+        return MappingProxyType(
+            {user: MappingProxyType(creds) for user, creds in users.items() if creds}
         )
 
 
@@ -361,10 +457,10 @@ _REPLAY = {
     rec.EndTransactionRecord.__name__: MetadataDelta._ignore,
     rec.AbortTransactionRecord.__name__: MetadataDelta._ignore,
     rec.RegisterControllerRecord.__name__: MetadataDelta._ignore,
-    rec.AccessControlEntryRecord.__name__: MetadataDelta._ignore,
-    rec.RemoveAccessControlEntryRecord.__name__: MetadataDelta._ignore,
-    rec.UserScramCredentialRecord.__name__: MetadataDelta._ignore,
-    rec.RemoveUserScramCredentialRecord.__name__: MetadataDelta._ignore,
+    rec.AccessControlEntryRecord.__name__: MetadataDelta._access_control_entry,
+    rec.RemoveAccessControlEntryRecord.__name__: MetadataDelta._remove_access_control_entry,
+    rec.UserScramCredentialRecord.__name__: MetadataDelta._scram_credential,
+    rec.RemoveUserScramCredentialRecord.__name__: MetadataDelta._remove_scram_credential,
     rec.DelegationTokenRecord.__name__: MetadataDelta._ignore,
     # KRaft control records share the log; they carry no cluster metadata.
     "LeaderChangeMessage": MetadataDelta._ignore,

@@ -2,9 +2,10 @@
 
 An image is what every node derives from replaying ``__cluster_metadata`` (Kafka's
 ``MetadataImage``): the registered brokers, the topics and their partitions' replicas, ISR,
-leader and epochs, the dynamic configs, the finalized features, the next producer id and the
-client quotas. Images are never changed in place: ``MetadataDelta`` builds the next one, sharing
-every unchanged topic and broker with the previous image, so readers holding an image see a
+leader and epochs, the dynamic configs, the finalized features, the next producer id, the
+client quotas, the ACLs and the SCRAM credentials. Images are never changed in place:
+``MetadataDelta`` builds the next one, sharing every unchanged topic and broker (and the ACL and
+credential maps when unchanged) with the previous image, so readers holding an image see a
 consistent cluster while the next one is built.
 """
 
@@ -14,6 +15,9 @@ import dataclasses
 import uuid
 from collections.abc import Mapping
 from types import MappingProxyType
+
+from reference_broker.security.acl import AclBinding
+from reference_broker.security.scram import ScramCredential
 
 NO_LEADER = -1
 #: PartitionChangeRecord.leader's default: the leader (and so the leader epoch) stays.
@@ -118,6 +122,12 @@ class MetadataImage:
     next_producer_id: int = 0
     #: entity (tuple of (entity_type, name or None)) -> {quota key: value}
     client_quotas: Mapping[tuple[tuple[str, str | None], ...], Mapping[str, float]] = dataclasses.field(
+        default_factory=lambda: _EMPTY
+    )
+    #: ACL id (AccessControlEntryRecord.id) -> binding; no two ids hold the same binding.
+    acls: Mapping[uuid.UUID, AclBinding] = dataclasses.field(default_factory=lambda: _EMPTY)
+    #: user -> SCRAM mechanism name (``SCRAM-SHA-256``) -> credential; no user maps to nothing.
+    scram_credentials: Mapping[str, Mapping[str, ScramCredential]] = dataclasses.field(
         default_factory=lambda: _EMPTY
     )
 

@@ -3,7 +3,7 @@
 ``image_records(image)`` lists the records that, replayed onto an empty image (with
 ``finish_snapshot``), give ``image`` again: features first (metadata.version before anything
 that depends on it), then brokers, topics with their configs and partitions, other configs,
-the producer id block and the client quotas.
+the producer id block, the client quotas, the ACLs (with their ids) and the SCRAM credentials.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 from reference_broker import internal_records as rec
 from reference_broker.metadata.image import MetadataImage
+from reference_broker.security.scram import MECHANISM_TYPES
 
 METADATA_VERSION = "metadata.version"
 
@@ -82,6 +83,31 @@ def image_records(image: MetadataImage) -> list[Any]:
                     ],
                     key=key,
                     value=quota,
+                )
+            )
+    for acl_id, acl in sorted(image.acls.items()):
+        records.append(
+            rec.AccessControlEntryRecord(
+                id=acl_id,
+                resource_type=acl.resource_type,
+                resource_name=acl.resource_name,
+                pattern_type=acl.pattern_type,
+                principal=acl.principal,
+                host=acl.host,
+                operation=acl.operation,
+                permission_type=acl.permission,
+            )
+        )
+    for user, credentials in sorted(image.scram_credentials.items()):
+        for mechanism, credential in sorted(credentials.items()):
+            records.append(
+                rec.UserScramCredentialRecord(
+                    name=user,
+                    mechanism=MECHANISM_TYPES[mechanism],
+                    salt=credential.salt,
+                    stored_key=credential.stored_key,
+                    server_key=credential.server_key,
+                    iterations=credential.iterations,
                 )
             )
     return records

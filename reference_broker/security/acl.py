@@ -4,8 +4,9 @@ durable ACL store.
 The enums are the wire protocol's (``sdk.protocol.acl``), named here ``ResourceType``,
 ``PatternType``, ``Operation`` and ``Permission``. ``AclFilter`` is the filter of DescribeAcls and
 DeleteAcls: ANY and null match everything, MATCH matches the bindings that would apply to the
-named resource (literal with the same name or ``*``, prefixes of it). The store is one JSON file
-in the data directory, replaced atomically on every change.
+named resource (literal with the same name or ``*``, prefixes of it). A single broker's store is
+one JSON file in the data directory, replaced atomically on every change; a cluster node's store
+follows the metadata log instead (``use_metadata_log``), which is then its durable copy.
 """
 
 from __future__ import annotations
@@ -132,12 +133,13 @@ def binding_problem(acl: AclBinding) -> str | None:
 
 
 class AclStore:
-    """The ACLs, kept in ``<data dir>/.security/acls.json``."""
+    """The ACLs, kept in ``<data dir>/.security/acls.json`` (``path`` None: kept in memory only,
+    as a cluster node's copy of the metadata image's ACLs)."""
 
-    def __init__(self, data_dir: Path):
-        self.path = data_dir / ".security" / "acls.json"
+    def __init__(self, data_dir: Path | None):
+        self.path: Path | None = None if data_dir is None else data_dir / ".security" / "acls.json"
         self.acls: list[AclBinding] = []
-        if self.path.exists():
+        if self.path is not None and self.path.exists():
             raw = json.loads(self.path.read_text(encoding="utf-8"))
             self.acls = [AclBinding.from_json(item) for item in raw]
 
@@ -152,7 +154,20 @@ class AclStore:
         self.acls = [acl for acl in self.acls if acl not in gone]
         self._save()
 
+    def use_metadata_log(self) -> None:
+        """From now on the ACLs are the metadata image's (``replace``): the data dir's file, a
+        single node's store, is neither read nor written."""
+        self.path = None
+        self.acls = []
+
+    def replace(self, bindings: list[AclBinding]) -> None:
+        """Every ACL at once (a cluster node publishing its metadata image's ACLs)."""
+        self.acls = list(bindings)
+        self._save()
+
     def _save(self) -> None:
+        if self.path is None:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w", encoding="utf-8") as out:

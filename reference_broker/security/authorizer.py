@@ -10,6 +10,10 @@ For a principal, client host, operation and resource:
 4. with no binding at all on the resource, ``allow.everyone.if.no.acl.found`` decides (false by
    default, as in Kafka); otherwise the request is denied.
 
+A cluster node's authorizer holds its metadata image's ACLs; until that image has caught up at
+start (``ready`` False) it allows super users only, so a restarted node never answers from a
+partial set of ACLs (Kafka's StandardAuthorizer before its initial load completes).
+
 A broker without ``authorizer.class.name`` has no ``Authorizer`` (``broker.authorizer`` is None)
 and allows everything; handlers translate each API's needs into ``authorize`` calls (see
 ``reference_broker.handlers.auth``).
@@ -75,6 +79,8 @@ class Authorizer:
         self.store = store
         self.super_users = super_users
         self.allow_if_no_acl = allow_if_no_acl
+        #: False while the ACLs are still being loaded: only super users are allowed.
+        self.ready = True
 
     @classmethod
     def open(cls, data_dir: Path, *, super_users: frozenset[str], allow_if_no_acl: bool) -> Authorizer:
@@ -85,6 +91,8 @@ class Authorizer:
     ) -> bool:
         if principal in self.super_users:
             return True
+        if not self.ready:
+            return False
         allowing = _IMPLIED_BY.get(operation, frozenset({operation}))
         found = False
         allowed = False
@@ -110,6 +118,8 @@ class Authorizer:
         an allow binding for it with no deny binding covering every such resource)."""
         if principal in self.super_users:
             return True
+        if not self.ready:
+            return False
         allowing = _IMPLIED_BY.get(operation, frozenset({operation}))
         relevant = [
             acl

@@ -2,9 +2,10 @@
 
 A credential is what Kafka keeps per user and mechanism: salt, StoredKey = H(HMAC(SaltedPassword,
 "Client Key")), ServerKey = HMAC(SaltedPassword, "Server Key") and the iteration count; the
-password and the salted password are never stored. The store is one JSON file in the broker's
-data directory, replaced atomically on every change (AlterUserScramCredentials), so credentials
-survive restarts as they do in Kafka's metadata log.
+password and the salted password are never stored. A single broker's store is one JSON file in
+its data directory, replaced atomically on every change (AlterUserScramCredentials), so
+credentials survive restarts; a cluster node's store follows the metadata log instead
+(``use_metadata_log``), as Kafka's ScramPublisher feeds its CredentialProvider.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import hmac
 import json
 import os
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 
 from reference_broker.security.errors import SaslAuthenticationFailed
@@ -73,12 +75,15 @@ class ScramCredential:
 
 
 class ScramCredentialStore:
-    """user -> mechanism name -> credential, kept in ``<data dir>/.security/scram-credentials.json``."""
+    """user -> mechanism name -> credential, kept in ``<data dir>/.security/scram-credentials.json``
+    (``path`` None: in memory only, a cluster node's copy of the metadata image's credentials)."""
 
-    def __init__(self, data_dir: Path):
-        self.path = data_dir / ".security" / "scram-credentials.json"
+    def __init__(self, data_dir: Path | None):
+        self.path: Path | None = (
+            None if data_dir is None else data_dir / ".security" / "scram-credentials.json"
+        )
         self._users: dict[str, dict[str, ScramCredential]] = {}
-        if self.path.exists():
+        if self.path is not None and self.path.exists():
             raw = json.loads(self.path.read_text(encoding="utf-8"))
             self._users = {
                 user: {mech: ScramCredential.from_json(c) for mech, c in creds.items()}
@@ -103,7 +108,20 @@ class ScramCredentialStore:
             self._users.setdefault(user, {})[mechanism] = credential
         self._save()
 
+    def use_metadata_log(self) -> None:
+        """From now on the credentials are the metadata image's (``replace``): the data dir's
+        file, a single node's store, is neither read nor written."""
+        self.path = None
+        self._users = {}
+
+    def replace(self, users: Mapping[str, Mapping[str, ScramCredential]]) -> None:
+        """Every credential at once (a cluster node publishing its metadata image's)."""
+        self._users = {user: dict(creds) for user, creds in users.items() if creds}
+        self._save()
+
     def _save(self) -> None:
+        if self.path is None:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = {u: {m: c.to_json() for m, c in creds.items()} for u, creds in self._users.items()}
         tmp = self.path.with_suffix(".tmp")

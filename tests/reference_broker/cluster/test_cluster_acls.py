@@ -1,0 +1,324 @@
+"""ACLs and SCRAM credentials on a replicated cluster: written once through any broker, enforced
+and served by every broker, as Kafka's KRaft brokers forward CreateAcls, DeleteAcls and
+AlterUserScramCredentials to the controller and follow the metadata log (AclPublisher,
+ScramPublisher).
+
+A real three-node cluster with Kafka's StandardAuthorizer (no access without an ACL) and a
+SASL_PLAINTEXT listener ``SASL`` on every node next to the PLAINTEXT one. The PLAINTEXT principal,
+User:ANONYMOUS, is a super user (the nodes talk to each other on PLAINTEXT) and does the
+administration through one chosen node; the principals under test log in on a chosen node's SASL
+listener over raw connections, so every check is answered by exactly the node it names. What must
+hold: an ACL created through node 1 allows (and its deletion through node 3 denies again) on every
+node; a SCRAM user created through node 2 logs in on every node; both survive a restart of every
+node (replayed from the metadata log and its snapshots); a bad request gets Kafka's error from any
+node and changes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+import pytest
+
+from reference_broker.testing import ClusterProcess, wait_until
+from sdk.protocol.errors import ErrorCode
+from sdk.protocol.messages import (
+    AlterUserScramCredentialsRequest,
+    CreateAclsRequest,
+    CreateTopicsRequest,
+    DeleteAclsRequest,
+    DescribeAclsRequest,
+    DescribeUserScramCredentialsRequest,
+    MetadataRequest,
+    SaslAuthenticateRequest,
+    SaslHandshakeRequest,
+)
+from tests.reference_broker.wire import WireClient
+
+pytestmark = [pytest.mark.interop, pytest.mark.slow]
+
+NODES = 3
+ALICE_PASSWORD = "alice-pw"
+PLAIN_JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required"
+    f' username="admin" password="admin-pw" user_alice="{ALICE_PASSWORD}";'
+)
+CONFIG: dict[str, Any] = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "allow.everyone.if.no.acl.found": False,
+    "super.users": "User:ANONYMOUS",
+    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+    "listener.name.sasl.plain.sasl.jaas.config": PLAIN_JAAS,
+    # Snapshots every few records, so a restarted node loads the ACLs and credentials from one.
+    "metadata.log.max.record.bytes.between.snapshots": 2048,
+    "default.replication.factor": NODES,
+}
+# Kafka's wire codes (AclResourceType, PatternType, AclOperation, AclPermissionType, ScramMechanism)
+TOPIC, LITERAL, MATCH, DESCRIBE, ALLOW, ANY = 2, 3, 2, 8, 3, 1
+SCRAM_SHA_256 = 1
+DEADLINE_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess]:
+    data = tmp_path_factory.mktemp("acl-cluster") / "data"
+    with ClusterProcess(NODES, CONFIG, extra_listeners={"SASL": "SASL_PLAINTEXT"}, data_dir=data) as running:
+        yield running
+
+
+def sasl_address(cluster: ClusterProcess, node_id: int) -> str:
+    """Node ``node_id``'s advertised SASL listener address (host:port)."""
+    for entry in cluster.node(node_id).process.config["advertised.listeners"].split(","):
+        name, _, address = entry.partition("://")
+        if name == "SASL":
+            return address
+    raise AssertionError(f"node {node_id} has no SASL listener")
+
+
+def admin_request(cluster: ClusterProcess, node_id: int, request: Any, version: int) -> Any:
+    """``request`` answered by node ``node_id`` for the super user (its PLAINTEXT listener)."""
+    with WireClient(cluster.node(node_id).bootstrap, timeout=DEADLINE_S + 10) as client:
+        return client.request(request, version)
+
+
+def create_topic(cluster: ClusterProcess, topic: str) -> None:
+    request = CreateTopicsRequest(
+        topics=[CreateTopicsRequest.CreatableTopic(name=topic, num_partitions=1, replication_factor=-1)],
+        timeout_ms=30_000,
+    )
+    answer = admin_request(cluster, 1, request, 7)
+    assert answer.topics[0].error_code == ErrorCode.NONE, answer
+    wait_until(lambda: all(cluster.partition(topic, 0, via=n) is not None for n in range(1, NODES + 1)),
+               f"every node knows {topic}", DEADLINE_S)
+
+
+def describe_grant(topic: str, principal: str = "User:alice", pattern: int = LITERAL) -> Any:
+    return CreateAclsRequest.AclCreation(
+        resource_type=TOPIC,
+        resource_name=topic,
+        resource_pattern_type=pattern,
+        principal=principal,
+        host="*",
+        operation=DESCRIBE,
+        permission_type=ALLOW,
+    )
+
+
+def topic_filter(topic: str | None, pattern: int = LITERAL) -> Any:
+    return DeleteAclsRequest.DeleteAclsFilter(
+        resource_type_filter=TOPIC,
+        resource_name_filter=topic,
+        pattern_type_filter=pattern,
+        principal_filter=None,
+        host_filter=None,
+        operation=ANY,
+        permission_type=ANY,
+    )
+
+
+def acls_on(cluster: ClusterProcess, node_id: int, topic: str) -> list[tuple[str, str, int]]:
+    """(resource name, principal, operation) of the ACLs node ``node_id`` describes for ``topic``."""
+    request = DescribeAclsRequest(
+        resource_type_filter=TOPIC,
+        resource_name_filter=topic,
+        pattern_type_filter=ANY,
+        principal_filter=None,
+        host_filter=None,
+        operation=ANY,
+        permission_type=ANY,
+    )
+    answer = admin_request(cluster, node_id, request, 3)
+    assert answer.error_code == ErrorCode.NONE, answer
+    return sorted(
+        (res.resource_name, acl.principal, acl.operation) for res in answer.resources for acl in res.acls
+    )
+
+
+def plain_login(client: WireClient, user: str, password: str) -> None:
+    assert client.request(SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
+    answer = client.request(SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{password}".encode()), 2)
+    assert answer.error_code == 0, answer
+
+
+def alice_topic_error(cluster: ClusterProcess, node_id: int, topic: str) -> int:
+    """The error node ``node_id`` answers User:alice's Metadata for ``topic`` with."""
+    with WireClient(sasl_address(cluster, node_id)) as client:
+        plain_login(client, "alice", ALICE_PASSWORD)
+        answer = client.request(
+            MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                            allow_auto_topic_creation=False),
+            12,
+        )
+    return int(answer.topics[0].error_code)
+
+
+def _equals(expected: Any, function: Callable[..., Any], *args: Any) -> bool:
+    return bool(function(*args) == expected)
+
+
+def wait_alice(cluster: ClusterProcess, topic: str, expected: int, nodes: range) -> None:
+    for node_id in nodes:
+        wait_until(partial(_equals, expected, alice_topic_error, cluster, node_id, topic),
+                   f"node {node_id} answers alice's Metadata of {topic} with error {expected}", DEADLINE_S)
+
+
+def upsert(user: str, password: str, *, iterations: int = 4096) -> AlterUserScramCredentialsRequest:
+    """AlterUserScramCredentials setting ``user``'s SCRAM-SHA-256 credential for ``password``."""
+    salt = os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    upsertion = AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+        name=user, mechanism=SCRAM_SHA_256, iterations=iterations, salt=salt, salted_password=salted
+    )
+    return AlterUserScramCredentialsRequest(deletions=[], upsertions=[upsertion])
+
+
+def scram_login(cluster: ClusterProcess, node_id: int, user: str, password: str) -> bool:
+    """Whether ``user`` completes SCRAM-SHA-256 with ``password`` on node ``node_id``."""
+    with WireClient(sasl_address(cluster, node_id)) as client:
+        assert client.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-256"), 1).error_code == 0
+        first_bare = f"n={user},r=clientnonce"
+        server_first = client.request(SaslAuthenticateRequest(auth_bytes=f"n,,{first_bare}".encode()), 2)
+        if server_first.error_code != ErrorCode.NONE:
+            return False
+        attrs = dict(kv.split("=", 1) for kv in server_first.auth_bytes.decode().split(","))
+        final_bare = f"c=biws,r={attrs['r']}"
+        auth_message = f"{first_bare},{server_first.auth_bytes.decode()},{final_bare}".encode()
+        salt, iterations = base64.b64decode(attrs["s"]), int(attrs["i"])
+        salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+        client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+        signature = hmac.new(hashlib.sha256(client_key).digest(), auth_message, "sha256").digest()
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        client_final = f"{final_bare},p={base64.b64encode(proof).decode()}".encode()
+        final = client.request(SaslAuthenticateRequest(auth_bytes=client_final), 2)
+        return bool(final.error_code == ErrorCode.NONE)
+
+
+def snapshots(cluster: ClusterProcess, node_id: int) -> set[str]:
+    """The metadata snapshot files node ``node_id`` has written (``<offset>-<epoch>.checkpoint``)."""
+    return {path.name for path in cluster.node(node_id).process.data_dir.glob("**/*.checkpoint")}
+
+
+def scram_users_on(cluster: ClusterProcess, node_id: int) -> set[str]:
+    answer = admin_request(cluster, node_id, DescribeUserScramCredentialsRequest(users=None), 0)
+    assert answer.error_code == ErrorCode.NONE, answer
+    return {result.user for result in answer.results if result.error_code == ErrorCode.NONE}
+
+
+def test_acl_created_through_one_node_is_enforced_by_every_node(cluster: ClusterProcess) -> None:
+    topic = f"guarded-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic)
+    every = range(1, NODES + 1)
+    for node_id in every:  # no ACL: alice may not even see the topic
+        assert alice_topic_error(cluster, node_id, topic) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    created = admin_request(cluster, 1, CreateAclsRequest(creations=[describe_grant(topic)]), 3)
+    assert [r.error_code for r in created.results] == [ErrorCode.NONE]
+    wait_alice(cluster, topic, ErrorCode.NONE, every)
+    for node_id in every:
+        assert acls_on(cluster, node_id, topic) == [(topic, "User:alice", DESCRIBE)]
+
+    deleted = admin_request(cluster, 3, DeleteAclsRequest(filters=[topic_filter(topic)]), 3)
+    assert [len(r.matching_acls) for r in deleted.filter_results] == [1]
+    wait_alice(cluster, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED, every)
+    for node_id in every:
+        assert acls_on(cluster, node_id, topic) == []
+
+
+def test_scram_user_created_through_one_node_logs_in_on_every_node(cluster: ClusterProcess) -> None:
+    user = f"carol-{uuid.uuid4().hex[:6]}"
+    assert not scram_login(cluster, 1, user, "carol-pw")
+    answer = admin_request(cluster, 2, upsert(user, "carol-pw"), 0)
+    assert [(r.user, r.error_code) for r in answer.results] == [(user, ErrorCode.NONE)]
+    for node_id in (1, 3, 2):
+        wait_until(partial(scram_login, cluster, node_id, user, "carol-pw"),
+                   f"{user} logs in on node {node_id}", DEADLINE_S)
+        assert not scram_login(cluster, node_id, user, "wrong-pw")
+        assert user in scram_users_on(cluster, node_id)
+
+
+def test_bad_requests_get_kafkas_errors_from_any_node_and_change_nothing(cluster: ClusterProcess) -> None:
+    topic = f"kept-{uuid.uuid4().hex[:6]}"
+    created = admin_request(cluster, 1, CreateAclsRequest(creations=[describe_grant(topic)]), 3)
+    assert [r.error_code for r in created.results] == [ErrorCode.NONE]
+    for node_id in range(1, NODES + 1):
+        wait_until(partial(_equals, [(topic, "User:alice", DESCRIBE)], acls_on, cluster, node_id, topic),
+                   f"node {node_id} describes the ACL of {topic}", DEADLINE_S)
+
+    # A MATCH pattern cannot be stored; a principal needs its type.
+    bad = CreateAclsRequest(creations=[describe_grant(topic, pattern=MATCH), describe_grant(topic, "alice")])
+    answer = admin_request(cluster, 2, bad, 3)
+    assert [(r.error_code, r.error_message) for r in answer.results] == [
+        (ErrorCode.INVALID_REQUEST, "Invalid pattern type MATCH"),
+        (ErrorCode.INVALID_REQUEST, "Could not parse principal from `alice` (no colon is found"
+                                    " separating the principal type from the principal name)"),
+    ]
+    # A filter with an unknown pattern type deletes nothing (Kafka's AclControlManager.validateFilter).
+    refused = admin_request(cluster, 3, DeleteAclsRequest(filters=[topic_filter(topic, pattern=99)]), 3)
+    assert [(r.error_code, r.error_message) for r in refused.filter_results] == [
+        (ErrorCode.INVALID_REQUEST, "Unknown patternFilter.")
+    ]
+    user = f"dave-{uuid.uuid4().hex[:6]}"
+    answer = admin_request(cluster, 1, upsert(user, "pw", iterations=100), 0)
+    assert [(r.error_code, r.error_message) for r in answer.results] == [
+        (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations")
+    ]
+    missing = AlterUserScramCredentialsRequest(
+        deletions=[
+            AlterUserScramCredentialsRequest.ScramCredentialDeletion(name=user, mechanism=SCRAM_SHA_256)
+        ],
+        upsertions=[],
+    )
+    answer = admin_request(cluster, 3, missing, 0)
+    assert [r.error_code for r in answer.results] == [ErrorCode.RESOURCE_NOT_FOUND]
+    for node_id in range(1, NODES + 1):
+        assert acls_on(cluster, node_id, topic) == [(topic, "User:alice", DESCRIBE)]
+        assert user not in scram_users_on(cluster, node_id)
+
+
+def test_acls_and_credentials_survive_a_restart_of_every_node(cluster: ClusterProcess) -> None:
+    topic = f"durable-{uuid.uuid4().hex[:6]}"
+    user = f"erin-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster, topic)
+    created = admin_request(cluster, 2, CreateAclsRequest(creations=[describe_grant(topic)]), 3)
+    assert [r.error_code for r in created.results] == [ErrorCode.NONE]
+    answer = admin_request(cluster, 3, upsert(user, "erin-pw"), 0)
+    assert [r.error_code for r in answer.results] == [ErrorCode.NONE]
+    every = range(1, NODES + 1)
+    wait_alice(cluster, topic, ErrorCode.NONE, every)
+    for node_id in every:
+        wait_until(partial(scram_login, cluster, node_id, user, "erin-pw"),
+                   f"{user} logs in on node {node_id}", DEADLINE_S)
+    # Every node's image holds both now: a snapshot any node writes from here on states them, and
+    # a restarted node loads its latest snapshot before the rest of the log.
+    before = {n: snapshots(cluster, n) for n in every}
+    padding = 0
+
+    def every_node_snapshotted_again() -> bool:
+        nonlocal padding
+        if all(snapshots(cluster, n) - before[n] for n in every):
+            return True
+        padding += 1
+        create_topic(cluster, f"{topic}-padding-{padding}")
+        return False
+
+    wait_until(every_node_snapshotted_again, "a metadata snapshot on every node", 60)
+
+    for node_id in every:
+        cluster.stop(node_id)
+    for node_id in every:
+        cluster.node(node_id).process.launch()
+    for node_id in every:
+        cluster.node(node_id).process.wait_listening()
+    cluster.wait_until_registered()
+
+    wait_alice(cluster, topic, ErrorCode.NONE, every)
+    for node_id in every:
+        wait_until(partial(scram_login, cluster, node_id, user, "erin-pw"),
+                   f"{user} logs in on node {node_id} after the restart", DEADLINE_S)
+        assert acls_on(cluster, node_id, topic) == [(topic, "User:alice", DESCRIBE)]
