@@ -35,7 +35,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -125,31 +125,43 @@ def check_value(entity: Entity, key: str, value: float) -> None:
         raise QuotaError(f"{key} cannot be a fractional value.")
 
 
+def checked_changes(entity: Entity, ops: Iterable[tuple[str, float, bool]]) -> dict[str, float | None]:
+    """One entity's (key, value, remove) operations as key -> new value (None: removed), checked
+    as Kafka's ClientQuotaControlManager checks them (QuotaError says why not). A single node and
+    a cluster's controller both decide here."""
+    changes: dict[str, float | None] = {}
+    for key, value, remove in ops:
+        if key in changes:
+            raise QuotaError(f"Duplicate quota key {key} not updating quota for this entity")
+        changes[key] = None if remove else value
+    _valid_keys(entity)
+    for key, new_value in changes.items():
+        if new_value is not None:
+            check_value(entity, key, new_value)
+    return changes
+
+
 class QuotaStore:
     """The configured quotas, by entity; durable in ``client-quotas.json``."""
 
     def __init__(self, data_dir: Path | str):
-        self.path = Path(data_dir) / FILE_NAME
+        path = Path(data_dir) / FILE_NAME
+        self.path: Path | None = path  # None: the metadata log keeps them (cluster mode)
         self.entries: dict[Entity, dict[str, float]] = {}
         self.version = 0  # bumped by every change (the enforcement's cache key)
-        if self.path.exists():
-            for item in json.loads(self.path.read_text()):
+        if path.exists():
+            for item in json.loads(path.read_text()):
                 entity = tuple((str(t), n) for t, n in item["entity"])
                 self.entries[entity] = {str(k): float(v) for k, v in item["quotas"].items()}
 
     def alter(self, entity: Entity, ops: Iterable[tuple[str, float, bool]], *, validate_only: bool) -> None:
         """Apply (key, value, remove) operations to one entity; all or none (QuotaError)."""
-        changes: dict[str, float | None] = {}
-        for key, value, remove in ops:
-            if key in changes:
-                raise QuotaError(f"Duplicate quota key {key} not updating quota for this entity")
-            changes[key] = None if remove else value
-        _valid_keys(entity)
-        for key, new_value in changes.items():
-            if new_value is not None:
-                check_value(entity, key, new_value)
-        if validate_only:
-            return
+        changes = checked_changes(entity, ops)
+        if not validate_only:
+            self.apply(entity, changes)
+
+    def apply(self, entity: Entity, changes: Mapping[str, float | None]) -> None:
+        """Set each key to its value (None: remove it) for ``entity``; ``changes`` is checked."""
         current = dict(self.entries.get(entity, {}))
         for key, new_value in changes.items():
             if new_value is None:
@@ -163,7 +175,22 @@ class QuotaStore:
         self.version += 1
         self._save()
 
+    def use_metadata_log(self) -> None:
+        """From now on the quotas are the metadata image's (``replace``): a cluster node neither
+        reads nor writes the single node's file."""
+        self.path = None
+        self.entries = {}
+        self.version += 1
+
+    def replace(self, entries: Mapping[Entity, Mapping[str, float]]) -> None:
+        """Every quota at once (a cluster node publishing its metadata image's quotas)."""
+        self.entries = {entity: dict(values) for entity, values in entries.items() if values}
+        self.version += 1
+        self._save()
+
     def _save(self) -> None:
+        if self.path is None:
+            return
         data = [
             {"entity": [list(pair) for pair in entity], "quotas": values}
             for entity, values in sorted(self.entries.items(), key=lambda e: repr(e[0]))

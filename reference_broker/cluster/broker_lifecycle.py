@@ -489,13 +489,14 @@ class ClusterMember:
         self.raft = raft
         raft.use_connection_factory(controller_security(broker.config).connection_factory())
         raft.register(self.loader)
-        from reference_broker.cluster.metadata_publisher import SecurityPublisher
+        from reference_broker.cluster.metadata_publisher import ClientQuotaPublisher, SecurityPublisher
 
         lifecycle = self.lifecycle  # a broker has caught up once its image holds its registration
         self.loader.install(SecurityPublisher(
             broker.authorizer, broker.scram_credentials,
             lambda image: lifecycle is None or 0 <= lifecycle.broker_epoch <= image.offset,
         ))
+        self.loader.install(ClientQuotaPublisher(broker.quotas.store))
         if self.lifecycle is not None:
             self.lifecycle.cluster_id = broker.cluster_id
         if self.publisher is not None:

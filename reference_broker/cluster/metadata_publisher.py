@@ -17,6 +17,7 @@ replica transitions, and the answers Metadata and DescribeCluster give in cluste
 cluster, broker or controller: the node's authorizer holds the image's ACLs and its SCRAM store
 the image's credentials, replaced whenever an image changes them (the metadata log, replayed at
 start or loaded from a snapshot, is their durable copy; the single-node files are not used).
+``ClientQuotaPublisher`` does the same for the node's client quotas.
 
 ``metadata_response`` (and ``describe_partition_view``, DescribeTopicPartitions') builds Metadata's
 brokers and partitions from the image as Kafka's
@@ -181,6 +182,22 @@ class SecurityPublisher:
         if self.authorizer is not None and not self.authorizer.ready and self.caught_up(image):
             self.authorizer.ready = True
             log.info("ACLs loaded from the metadata log up to offset %d", image.offset)
+
+
+class ClientQuotaPublisher:
+    """Keeps a node's quota store equal to its metadata image's client quotas (Kafka's
+    DynamicClientQuotaPublisher): DescribeClientQuotas answers from it and the node enforces it.
+    The metadata log is their durable copy; the single-node file is not used."""
+
+    def __init__(self, quota_store: Any):
+        self.quota_store = quota_store
+        quota_store.use_metadata_log()
+        self._quotas: Any = MetadataImage().client_quotas
+
+    def publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        if image.client_quotas is not self._quotas:  # an unchanged map is shared between images
+            self._quotas = image.client_quotas
+            self.quota_store.replace(image.client_quotas)
 
 
 def alive_brokers(image: MetadataImage, listener: str) -> list[tuple[int, str, int, str | None]]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from reference_broker import internal_records as rec
 from reference_broker.controller.acl_control import AclControl
+from reference_broker.controller.client_quota_control import ClientQuotaControl
 from reference_broker.controller.cluster_control import METADATA_VERSION, ClusterControl
 from reference_broker.controller.config_control import ConfigurationControl
 from reference_broker.controller.placement import StripedReplicaPlacer
@@ -36,6 +37,7 @@ class QuorumController:
         self.replication = ReplicationControl(self)
         self.configs = ConfigurationControl(self)
         self.acls = AclControl(self)
+        self.client_quotas = ClientQuotaControl(self)
         self.scram = ScramControl(self)
         self._inflight: list[Any] | None = None
         self._inflight_last: int | None = None

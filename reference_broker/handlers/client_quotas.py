@@ -5,13 +5,19 @@ changes them.
 Errors as Kafka's: a bad filter answers INVALID_REQUEST for the whole describe; each altered entity
 gets its own error (INVALID_REQUEST with Kafka's message for a bad entity, key or value), and
 ``validate_only`` checks without storing.
+
+In cluster mode (``controller.quorum.voters`` set) a broker forwards AlterClientQuotas to the
+active controller (``controller/client_quota_control.py``), which decides it with
+``decide_alterations`` against the committed quotas and writes ClientQuotaRecords; every node's
+quota store holds its metadata image's quotas, which DescribeClientQuotas and enforcement read.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from reference_broker.quotas import QuotaError, make_entity
+from reference_broker.quotas import Entity, QuotaError, checked_changes, make_entity
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
     AlterClientQuotasRequest,
@@ -52,12 +58,16 @@ def describe(
     )
 
 
-def alter(
-    broker: Broker, ctx: RequestContext, request: AlterClientQuotasRequest
-) -> AlterClientQuotasResponse:
-    results = []
-    seen: set[object] = set()
-    for entry in request.entries:
+def decide_alterations(
+    entries: Iterable[Any],
+) -> tuple[list[AlterEntry], list[tuple[Entity, dict[str, float | None]]]]:
+    """AlterClientQuotas' answer per entry and the accepted changes (entity, key -> new value or
+    None for removal): a bad entity, key or value, or an entity given twice, is refused with
+    INVALID_REQUEST and changes nothing. A single node and a cluster's controller both decide
+    here (Kafka's ClientQuotaControlManager.alterClientQuotas)."""
+    results, accepted = [], []
+    seen: set[Entity] = set()
+    for entry in entries:
         pairs = [(e.entity_type, e.entity_name) for e in entry.entity]
         code, message = ErrorCode.NONE, None
         try:
@@ -65,11 +75,8 @@ def alter(
             if entity in seen:
                 raise QuotaError(f"Ignoring duplicate entity {dict(entity)}")
             seen.add(entity)
-            broker.quotas.store.alter(
-                entity,
-                [(op.key, op.value, op.remove) for op in entry.ops],
-                validate_only=request.validate_only,
-            )
+            ops = [(op.key, op.value, op.remove) for op in entry.ops]
+            accepted.append((entity, checked_changes(entity, ops)))
         except QuotaError as exc:
             code, message = ErrorCode.INVALID_REQUEST, str(exc)
         results.append(
@@ -79,7 +86,30 @@ def alter(
                 entity=[AlterEntry.EntityData(entity_type=t, entity_name=n) for t, n in pairs],
             )
         )
+    return results, accepted
+
+
+def alter(
+    broker: Broker, ctx: RequestContext, request: AlterClientQuotasRequest
+) -> AlterClientQuotasResponse:
+    results, accepted = decide_alterations(request.entries)
+    if not request.validate_only:
+        for entity, changes in accepted:
+            broker.quotas.store.apply(entity, changes)
     return AlterClientQuotasResponse(entries=results)
+
+
+async def _forward_alter(
+    broker: Broker, ctx: RequestContext, request: AlterClientQuotasRequest
+) -> AlterClientQuotasResponse:
+    from reference_broker.handlers.acls import forward_to_controller
+
+    if not request.entries:
+        return AlterClientQuotasResponse(entries=[])
+    response: AlterClientQuotasResponse = await forward_to_controller(
+        broker, request, lambda code: alter_error(request, ctx.api_version, code)
+    )
+    return response
 
 
 def _describe_error(
@@ -88,7 +118,7 @@ def _describe_error(
     return DescribeClientQuotasResponse(error_code=code, error_message=None, entries=None)
 
 
-def _alter_error(request: AlterClientQuotasRequest, version: int, code: int) -> AlterClientQuotasResponse:
+def alter_error(request: AlterClientQuotasRequest, version: int, code: int) -> AlterClientQuotasResponse:
     return AlterClientQuotasResponse(
         entries=[
             AlterEntry(
@@ -106,4 +136,7 @@ def _alter_error(request: AlterClientQuotasRequest, version: int, code: int) -> 
 
 def install(registry: HandlerRegistry) -> None:
     registry.register(DescribeClientQuotasRequest.API_KEY, describe, error_response=_describe_error)
-    registry.register(AlterClientQuotasRequest.API_KEY, alter, error_response=_alter_error)
+    handle: Any = alter
+    if registry.broker is not None and registry.broker.config.settings.get("controller.quorum.voters"):
+        handle = _forward_alter
+    registry.register(AlterClientQuotasRequest.API_KEY, handle, error_response=alter_error)
