@@ -12,9 +12,9 @@ and no SDK client.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from sdk._lazy import lazy_attributes
 from spark_integration.requirements import check_pyspark, installed_pyspark
 
 check_pyspark(installed_pyspark())
@@ -53,15 +53,4 @@ def register(spark: Any) -> None:
     spark.dataSource.register(KafkaDataSource)
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module_name = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'spark_integration' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value  # resolved once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())

@@ -10,8 +10,9 @@ Names are resolved lazily (PEP 562): the error modules (``sdk.errors`` builds on
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sdk._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from sdk.protocol import messages
@@ -77,16 +78,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module_name, attribute = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'sdk.protocol' has no attribute {name!r}") from None
-    module = importlib.import_module(module_name)
-    value = getattr(module, attribute) if attribute else module
-    globals()[name] = value  # resolved once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())

@@ -16,9 +16,9 @@ reading with ``Consumer``) does not load the others' async clients.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from sdk._lazy import lazy_attributes
 from sdk.sync._loop import LoopThread, shared_loop
 
 if TYPE_CHECKING:
@@ -37,15 +37,4 @@ _LAZY: dict[str, str] = {
 __all__ = ["AdminClient", "Consumer", "DeliveryFuture", "LoopThread", "Producer", "shared_loop"]
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module_name = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'sdk.sync' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value  # resolved once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
