@@ -146,6 +146,7 @@ class RequestContext:
         "connection",
         "correlation_id",
         "handler_timer",
+        "quota_decided",
         "request_size",
     )
 
@@ -169,6 +170,9 @@ class RequestContext:
         # An async handler's running time, and how much of it the request quota counted already.
         self.handler_timer: _TimedHandler | None = None
         self.charged_s = 0.0
+        # Set once the handler decided the request's throttling (a fetch, before its response
+        # is built): the rest of its time is recorded without throttling this response.
+        self.quota_decided = False
 
 
 class Dispatcher(Protocol):
@@ -728,6 +732,7 @@ class Connection(asyncio.BufferedProtocol):
         throttle = quotas.record(user, client_id, CONSUMER_BYTE_RATE, response_size)
         # The handler's time so far, as Kafka records the request thread time at this point.
         ctx.charged_s = ctx.handler_timer.running_s() if ctx.handler_timer is not None else 0.0
+        ctx.quota_decided = True
         request_throttle = self._request_quota(user, client_id, ctx.charged_s)
         if max(throttle, request_throttle) <= 0:
             return 0
@@ -751,8 +756,15 @@ class Connection(asyncio.BufferedProtocol):
         time, which is returned (ms) for the response to carry (KIP-219)."""
         quotas = self.server.quotas
         assert quotas is not None
+        rest_s = max(0.0, handler_s - ctx.charged_s)
+        if ctx.quota_decided:
+            # Kafka records a fetch's request time once, where it decides the throttle (a
+            # throttled fetch is answered without records); what the handler spends after that
+            # counts against the next request, as the time of sending a response does.
+            self._network_s += rest_s
+            return 0
         user, client_id = quota_identity(self.session.principal, ctx.client_id)
-        throttle = self._request_quota(user, client_id, max(0.0, handler_s - ctx.charged_s))
+        throttle = self._request_quota(user, client_id, rest_s)
         if ctx.api_key == PRODUCE_KEY:
             throttle = max(throttle, quotas.record(user, client_id, PRODUCER_BYTE_RATE, ctx.request_size))
         if throttle <= 0:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from reference_broker.testing import BrokerFactory
+from reference_broker.testing import BrokerFactory, wait_until
 from sdk.protocol.messages import AlterClientQuotasRequest, DescribeClientQuotasRequest, MetadataRequest
 from tests.oracles.kafka_tools import run_tool
 from tests.reference_broker.wire import WireClient, fetch_request
@@ -152,10 +152,22 @@ def test_describe_filters_match_kafka(broker_factory: BrokerFactory, apache_kafk
         ([("user", 0, f"u-{tag}"), ("client-id", 0, f"a-{tag}")], True),
         ([("user", 0, f"u-{tag}"), ("user", 1, None)], False),
     ]
+    both = DescribeClientQuotasRequest(
+        components=[
+            DescribeClientQuotasRequest.ComponentData(entity_type="user", match_type=0, match=f"u-{tag}"),
+            DescribeClientQuotasRequest.ComponentData(
+                entity_type="client-id", match_type=0, match=f"a-{tag}"
+            ),
+        ],
+        strict=True,
+    )
     results = []
     for bootstrap in (ours.bootstrap, apache_kafka.bootstrap):
         with WireClient(bootstrap) as client:
             assert all(e.error_code == 0 for e in client.request(alter, 1).entries)
+            # Kafka forwards the alteration to its controller and describes from the broker's
+            # metadata cache, which follows a moment later: compare once all three are there.
+            wait_until(lambda: client.request(both, 1).entries, "the altered quotas are described")
             found = []
             for components, strict in filters:
                 request = DescribeClientQuotasRequest(
@@ -423,9 +435,7 @@ def test_a_fetch_over_the_consumer_quota_is_answered_without_records_as_on_kafka
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 response = client.request(fetch_request(topic, offset=offset, max_bytes=8 * 1024), 12)
-                records = b"".join(
-                    bytes(p.records or b"") for t in response.responses for p in t.partitions
-                )
+                records = b"".join(bytes(p.records or b"") for t in response.responses for p in t.partitions)
                 answers.append((response.throttle_time_ms, len(records)))
                 if response.throttle_time_ms > 0:
                     break
