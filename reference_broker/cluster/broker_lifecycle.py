@@ -324,6 +324,21 @@ def install_forwarding(
         registry.register(api_key, forwarder(error, (prepare or {}).get(api_key)), error_response=error)
 
 
+#: How long a broker forwarding a request waits for an active controller (Kafka's
+#: ForwardingManager answers REQUEST_TIMED_OUT after the request's timeout).
+FORWARD_TIMEOUT_S = 30.0
+
+
+async def forward_to_controller(broker: Any, request: Message, error: Callable[[int], Any]) -> Any:
+    """``request``'s answer from the active controller (NOT_CONTROLLER answers, at the top or per
+    resource, are sent again by the channel), or ``error(REQUEST_TIMED_OUT)`` when none answered
+    in ``FORWARD_TIMEOUT_S``."""
+    try:
+        return await broker.controller_channel.send(request, timeout_s=FORWARD_TIMEOUT_S)
+    except ControllerUnavailableError:
+        return error(ErrorCode.REQUEST_TIMED_OUT)
+
+
 class ControllerProducerIds:
     """Producer ids from blocks the active controller hands out (Kafka's RPCProducerIdManager), so
     no two brokers of a cluster ever give out the same id. One block is kept in reserve and the

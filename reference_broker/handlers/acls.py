@@ -15,7 +15,7 @@ its metadata image's ACLs, which DescribeAcls and every authorization read.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from reference_broker.handlers.auth import Operation, authorize_cluster
@@ -44,8 +44,6 @@ if TYPE_CHECKING:
     from reference_broker.network.server import RequestContext
 
 _DISABLED = "No Authorizer is configured."
-#: How long a broker of a cluster waits for the active controller's answer.
-FORWARD_TIMEOUT_S = 30.0
 
 
 def _enum(
@@ -264,6 +262,8 @@ def delete_error(request: DeleteAclsRequest, version: int, code: int) -> DeleteA
 
 
 async def _forward_create(broker: Broker, ctx: RequestContext, request: CreateAclsRequest) -> Any:
+    from reference_broker.cluster.broker_lifecycle import forward_to_controller
+
     refused = _acls_refusal(broker, ctx)
     if refused is not None:
         return create_error(request, ctx.api_version, refused)
@@ -275,6 +275,8 @@ async def _forward_create(broker: Broker, ctx: RequestContext, request: CreateAc
 
 
 async def _forward_delete(broker: Broker, ctx: RequestContext, request: DeleteAclsRequest) -> Any:
+    from reference_broker.cluster.broker_lifecycle import forward_to_controller
+
     refused = _acls_refusal(broker, ctx)
     if refused is not None:
         return delete_error(request, ctx.api_version, refused)
@@ -283,17 +285,6 @@ async def _forward_delete(broker: Broker, ctx: RequestContext, request: DeleteAc
     return await forward_to_controller(
         broker, request, lambda code: delete_error(request, ctx.api_version, code)
     )
-
-
-async def forward_to_controller(broker: Any, request: Any, error: Callable[[int], Any]) -> Any:
-    """``request``'s answer from the active controller, or ``error(REQUEST_TIMED_OUT)`` when none
-    answered in 30 s (Kafka's ForwardingManager)."""
-    from reference_broker.cluster.broker_lifecycle import ControllerUnavailableError
-
-    try:
-        return await broker.controller_channel.send(request, timeout_s=FORWARD_TIMEOUT_S)
-    except ControllerUnavailableError:
-        return error(ErrorCode.REQUEST_TIMED_OUT)
 
 
 def install(registry: HandlerRegistry) -> None:

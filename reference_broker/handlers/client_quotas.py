@@ -102,7 +102,7 @@ def alter(
 async def _forward_alter(
     broker: Broker, ctx: RequestContext, request: AlterClientQuotasRequest
 ) -> AlterClientQuotasResponse:
-    from reference_broker.handlers.acls import forward_to_controller
+    from reference_broker.cluster.broker_lifecycle import forward_to_controller
 
     if not request.entries:
         return AlterClientQuotasResponse(entries=[])

@@ -493,33 +493,6 @@ def _alter_error(response_cls: Any) -> Any:
 
 #: Resource types whose changes a broker of a cluster forwards to the active controller.
 FORWARDED_TYPES = frozenset({TOPIC, BROKER})
-#: Pause between asking again while no controller is active (NOT_CONTROLLER).
-_CONTROLLER_RETRY_S = 0.1
-
-
-async def _from_controller(broker: Any, request: Any, deadline_s: float) -> Any | None:
-    """``request``'s answer from the active controller, asked again while every resource is
-    answered NOT_CONTROLLER (leadership moving); None when no controller answered in time."""
-    import asyncio
-
-    from reference_broker.cluster.broker_lifecycle import ControllerUnavailableError
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + deadline_s
-    response = None
-    while True:
-        try:
-            response = await broker.controller_channel.send(
-                request, timeout_s=max(0.1, deadline - loop.time())
-            )
-        except ControllerUnavailableError:
-            pass
-        else:
-            if not all(r.error_code == ErrorCode.NOT_CONTROLLER for r in response.responses):
-                return response
-        if loop.time() + _CONTROLLER_RETRY_S >= deadline:
-            return response
-        await asyncio.sleep(_CONTROLLER_RETRY_S)
 
 
 def _forwarding(local: Any, response_cls: Any) -> Any:
@@ -529,6 +502,8 @@ def _forwarding(local: Any, response_cls: Any) -> Any:
     loggers) are handled here by ``local``. The answers keep the request's order."""
 
     async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+        from reference_broker.cluster.broker_lifecycle import forward_to_controller
+
         forwarded = [r for r in request.resources if r.resource_type in FORWARDED_TYPES]
         kept = [r for r in request.resources if r.resource_type not in FORWARDED_TYPES]
         local_answers = iter(
@@ -539,9 +514,9 @@ def _forwarding(local: Any, response_cls: Any) -> Any:
         controller_answers: Any = iter([])
         if forwarded:
             sub = type(request)(resources=forwarded, validate_only=request.validate_only)
-            answer = await _from_controller(broker, sub, deadline_s=30.0)
-            if answer is None:
-                answer = _alter_error(response_cls)(sub, ctx.api_version, ErrorCode.REQUEST_TIMED_OUT)
+            answer = await forward_to_controller(
+                broker, sub, lambda code: _alter_error(response_cls)(sub, ctx.api_version, code)
+            )
             controller_answers = iter(answer.responses)
         return response_cls(
             responses=[

@@ -170,7 +170,7 @@ def alter(
 async def _forward_alter(
     broker: Broker, ctx: RequestContext, request: AlterUserScramCredentialsRequest
 ) -> Any:
-    from reference_broker.handlers.acls import forward_to_controller
+    from reference_broker.cluster.broker_lifecycle import forward_to_controller
 
     if not authorize_cluster(broker, ctx, Operation.ALTER):
         return alter_error(request, ctx.api_version, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
