@@ -4,6 +4,7 @@ PySpark 4.0, and read limits and Trigger.AvailableNow for Python stream readers 
 from __future__ import annotations
 
 import re
+import sys
 from importlib import metadata
 
 #: The distribution extra that installs a suitable PySpark.
@@ -31,8 +32,15 @@ def check_pyspark(installed: str | None, needed: tuple[int, int] = MINIMUM,
     installed) is older than ``needed``."""
     wanted = ".".join(map(str, needed))
     if installed is None:
-        raise ImportError(f"{what} needs PySpark {wanted} or newer, which is not installed: "
-                          f"pip install '{EXTRA}'")
+        raise ImportError(f"{what} needs PySpark {wanted} or newer, which is not installed for "
+                          f"{sys.executable}: pip install '{EXTRA}'{_WORKER_HINT}")
     if version_tuple(installed) < needed:
-        raise ImportError(
-            f"{what} needs PySpark {wanted} or newer, not {installed}: pip install -U '{EXTRA}'")
+        raise ImportError(f"{what} needs PySpark {wanted} or newer, not {installed} "
+                          f"(in {sys.executable}): pip install -U '{EXTRA}'{_WORKER_HINT}")
+
+
+#: Spark starts its Python workers with ``PYSPARK_PYTHON`` (default ``python3`` on the PATH), not
+#: with the driver's interpreter, so a virtual environment the driver runs in is not the workers'
+#: unless it is activated or named.
+_WORKER_HINT = ("; in a Spark Python worker, point PYSPARK_PYTHON (or spark.pyspark.python) at "
+                "the interpreter that has the package")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import pickle
 import ssl
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +209,13 @@ def test_an_old_or_missing_pyspark_gets_an_error_naming_the_extra() -> None:
     with pytest.raises(ImportError, match=r"4\.2"):
         check_pyspark("4.1.0", (4, 2), "streaming")
     check_pyspark("4.3.0")
+
+
+def test_the_missing_pyspark_error_names_the_interpreter_and_how_workers_pick_theirs() -> None:
+    # Spark's Python workers run PYSPARK_PYTHON, not the driver's (virtual-environment) interpreter.
+    with pytest.raises(ImportError) as missing:
+        check_pyspark(None)
+    assert sys.executable in str(missing.value) and "PYSPARK_PYTHON" in str(missing.value)
 
 
 def test_the_sinks_marker_reads_use_the_same_security_settings() -> None:
