@@ -1,12 +1,17 @@
 """Anomaly soak: the long form of tests/tools/anomaly/test_workload.py.
 
 Runs the anomaly workload (idempotent and transactional producers, group consumers, every fault)
-for ``--minutes`` against a reference broker or an Apache Kafka node it starts, checks the whole
-history and prints the report. Exits 1 when the checker found an anomaly; the history stays in
-``--out`` (or the temporary directory printed) for ``python -m tools.anomaly check``.
+for ``--minutes`` against a reference broker, a 3-node reference cluster, an Apache Kafka node or
+a 3-node Kafka cluster it starts, checks the whole history and prints the report. On a cluster the
+topic has three replicas and ``min.insync.replicas=2``, and the nemesis hits one node at a time
+(on ours also cutting it off from the others and from clients through the cluster's proxy).
+Exits 1 when the checker found an anomaly; the history stays in ``--out`` (or the temporary
+directory printed) for ``python -m tools.anomaly check``.
 
     python benchmarks/anomaly_soak.py --minutes 10 --target reference
     python benchmarks/anomaly_soak.py --minutes 10 --target kafka    # needs Java and Maven
+    python benchmarks/anomaly_soak.py --minutes 10 --target reference-cluster
+    python benchmarks/anomaly_soak.py --minutes 10 --target kafka-cluster
     python benchmarks/anomaly_soak.py --minutes 5 --broker-property transaction.version=1
 """
 
@@ -20,10 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reference_broker.testing import BrokerProcess  # noqa: E402
+from reference_broker.testing import BrokerProcess, ClusterProcess  # noqa: E402
 from tools.anomaly.__main__ import REFERENCE_BROKER_CONFIG, parse_faults  # noqa: E402
 from tools.anomaly.checker import check  # noqa: E402
-from tools.anomaly.nemesis import FAULTS, ReferenceBrokerNode  # noqa: E402
+from tools.anomaly.nemesis import FAULTS, NETWORK_FAULTS, ReferenceBrokerNode, cluster_nodes  # noqa: E402
 from tools.anomaly.workload import RunResult, WorkloadConfig, run_workload  # noqa: E402
 
 KAFKA_PROPERTIES = {
@@ -66,11 +71,40 @@ def run_kafka(out: Path, config: WorkloadConfig, properties: dict[str, str]) -> 
         cluster.stop()
 
 
+def run_reference_cluster(out: Path, config: WorkloadConfig, properties: dict[str, str]) -> RunResult:
+    with ClusterProcess(3, {**REFERENCE_BROKER_CONFIG, **properties}, data_dir=out / "cluster") as cluster:
+        return run_workload(cluster.bootstrap, cluster_nodes(cluster), out / "history", config)
+
+
+def run_kafka_cluster(out: Path, config: WorkloadConfig, properties: dict[str, str]) -> RunResult:
+    from tests.apache_kafka import KafkaCluster
+
+    cluster = KafkaCluster(out / "kafka", 3, **{**KAFKA_PROPERTIES, **properties})
+    try:
+        cluster.start()
+        return run_workload(cluster.bootstrap, cluster.nodes, out / "history", config)
+    finally:
+        cluster.stop()
+
+
+TARGETS = {
+    "reference": run_reference,
+    "kafka": run_kafka,
+    "reference-cluster": run_reference_cluster,
+    "kafka-cluster": run_kafka_cluster,
+}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--target", choices=("reference", "kafka"), default="reference")
-    parser.add_argument("--faults", type=parse_faults, default=list(FAULTS), help="comma-separated, or none")
+    parser.add_argument("--target", choices=tuple(TARGETS), default="reference")
+    parser.add_argument(
+        "--faults",
+        type=parse_faults,
+        help="comma-separated, or none (default: every fault the target takes; partition-node only "
+        "on reference-cluster, whose nodes sit behind a proxy)",
+    )
     parser.add_argument("--txn-clients", type=int, default=2)
     parser.add_argument("--confluent-txn-clients", type=int, default=1)
     parser.add_argument("--producers", type=int, default=2)
@@ -95,6 +129,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="directory for the histories (default: a new temp dir)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="anomaly-soak-"))
+    cluster = args.target.endswith("-cluster")
+    if args.faults is None:
+        args.faults = list(FAULTS) + (list(NETWORK_FAULTS) if args.target == "reference-cluster" else [])
+    elif set(args.faults) & set(NETWORK_FAULTS) and args.target != "reference-cluster":
+        parser.error(f"{', '.join(NETWORK_FAULTS)}: only --target reference-cluster can cut a node off")
     config = WorkloadConfig(
         duration=args.minutes * 60,
         producers=args.producers,
@@ -105,9 +144,10 @@ def main() -> int:
         fault_interval=args.interval,
         fault_hold=args.hold,
         seed=args.seed,
+        replication_factor=3 if cluster else 1,
+        min_insync_replicas=2 if cluster else None,
     )
-    run = run_kafka if args.target == "kafka" else run_reference
-    result = run(out, config, dict(args.broker_property))
+    result = TARGETS[args.target](out, config, dict(args.broker_property))
     report = check(result.history)
     print(f"target: {args.target}, {args.minutes:g} min, faults: {', '.join(args.faults) or 'none'}")
     print(f"run: {result.seconds:.0f} s, {result.faults} faults, {result.client_restarts} client kills")

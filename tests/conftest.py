@@ -147,6 +147,7 @@ LONGEST_MODULES = (
     "tests/spark_integration/test_driver_crash.py",
     "tests/tools/anomaly/test_workload.py",
     "tests/tools/anomaly/test_workload_kafka.py",
+    "tests/tools/anomaly/test_workload_cluster.py",
     "tests/spark_integration/test_two_phase_stream.py",
     "tests/spark_integration/test_sink_apache_kafka.py",
     "tests/spark_integration/test_pipeline_crash.py",

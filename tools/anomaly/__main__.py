@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tools.anomaly.checker import check
 from tools.anomaly.history import load_history
-from tools.anomaly.nemesis import FAULTS, Node, ReferenceBrokerNode
+from tools.anomaly.nemesis import FAULTS, NETWORK_FAULTS, Node, ReferenceBrokerNode
 from tools.anomaly.workload import WorkloadConfig, run_workload
 
 #: The reference broker as the workload runs it: internal topics kept small, open transactions of
@@ -33,10 +33,10 @@ BROKER_FAULTS = ("kill-broker", "pause-broker")
 
 def parse_faults(text: str) -> list[str]:
     faults = [fault for fault in text.split(",") if fault] if text != "none" else []
-    unknown = set(faults) - set(FAULTS)
+    unknown = set(faults) - set(FAULTS) - set(NETWORK_FAULTS)
     if unknown:
         raise argparse.ArgumentTypeError(
-            f"unknown faults {sorted(unknown)}; known: {', '.join(FAULTS)}, none"
+            f"unknown faults {sorted(unknown)}; known: {', '.join(FAULTS + NETWORK_FAULTS)}, none"
         )
     return faults
 

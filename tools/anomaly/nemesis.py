@@ -1,13 +1,14 @@
 """Faults injected while the workload runs: broker kills and pauses, client kills and pauses,
 rebalances.
 
-The nemesis acts on ``Node``s (anything with ``kill``/``start``/``pause``/``resume``: one broker
-today, each node of a cluster tomorrow) and on a ``ClientPool`` (the workload's client processes).
-A cluster adds network faults by giving its nodes ``isolate``/``heal`` (``Isolatable``); the
-``partition-node`` fault is then offered for them. Every fault is recorded in the history as two
-``nemesis`` ops (``phase`` start and end) by the process ``nemesis``, and every fault is healed
-before the next one starts and when the nemesis stops (a stopped nemesis leaves every node
-running and no process paused).
+The nemesis acts on ``Node``s (anything with ``kill``/``start``/``pause``/``resume``: one broker,
+or each node of a cluster) and on a ``ClientPool`` (the workload's client processes). A cluster
+adds network faults by giving its nodes ``isolate``/``heal`` (``Isolatable``); the
+``partition-node`` fault is then offered for them. Any node may be hit: over a run the faults reach
+partition leaders, followers, coordinators and the active controller alike. Every fault is
+recorded in the history as two ``nemesis`` ops (``phase`` start and end) by the process
+``nemesis``, and every fault is healed before the next one starts and when the nemesis stops (a
+stopped nemesis leaves every node running and no process paused).
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
-from reference_broker.testing import BrokerProcess
+from reference_broker.testing import BrokerProcess, ClusterProcess
 from tools.anomaly.history import Recorder
 
 FAULTS = ("kill-broker", "pause-broker", "kill-client", "pause-client", "rebalance")
+#: Faults only nodes that are ``Isolatable`` take (a cluster behind its proxy).
+NETWORK_FAULTS = ("partition-node",)
 
 
 class Node(Protocol):
@@ -75,6 +78,39 @@ class ReferenceBrokerNode:
             os.kill(self.broker.pid, signal.SIGCONT)
 
 
+class ReferenceClusterNode:
+    """Node ``node_id`` of a ``ClusterProcess`` as a ``Node`` and ``Isolatable``: SIGKILL and a
+    restart on the same data and ports, SIGSTOP/SIGCONT, and cut off from the other nodes and from
+    clients (both ways, connections reset) through the cluster's proxy."""
+
+    def __init__(self, cluster: ClusterProcess, node_id: int) -> None:
+        self.cluster = cluster
+        self.node_id = node_id
+
+    def kill(self) -> None:
+        self.cluster.kill(self.node_id)
+
+    def start(self) -> object:
+        return self.cluster.start_node(self.node_id)
+
+    def pause(self) -> None:
+        self.cluster.pause(self.node_id)
+
+    def resume(self) -> None:
+        self.cluster.resume(self.node_id)
+
+    def isolate(self) -> None:
+        self.cluster.isolate(self.node_id)
+
+    def heal(self) -> None:
+        self.cluster.heal(self.node_id)
+
+
+def cluster_nodes(cluster: ClusterProcess) -> list[ReferenceClusterNode]:
+    """Every node of ``cluster`` as the nemesis's target."""
+    return [ReferenceClusterNode(cluster, node.node_id) for node in cluster.nodes]
+
+
 class Nemesis:
     """Runs faults from ``faults`` one after the other, ``interval`` seconds apart, in a thread:
     rounds of every fault once, each round in a random order (so ``len(faults)`` faults cover them
@@ -94,9 +130,9 @@ class Nemesis:
         hold: tuple[float, float] = (0.5, 3.0),
         seed: int | None = None,
     ) -> None:
-        unknown = set(faults) - set(FAULTS) - {"partition-node"}
+        unknown = set(faults) - set(FAULTS) - set(NETWORK_FAULTS)
         if unknown:
-            raise ValueError(f"unknown faults {sorted(unknown)}; known: {', '.join(FAULTS)}")
+            raise ValueError(f"unknown faults {sorted(unknown)}; known: {', '.join(FAULTS + NETWORK_FAULTS)}")
         if "partition-node" in faults and not all(isinstance(node, Isolatable) for node in nodes):
             raise ValueError("partition-node needs nodes that can isolate() and heal()")
         self.nodes = list(nodes)

@@ -54,6 +54,10 @@ class WorkloadConfig:
     #: Keep going past ``duration`` until the nemesis injected this many faults (at most
     #: ``MIN_FAULTS_GRACE_S`` longer): with slow restarts a short run could miss a fault kind.
     min_faults: int = 0
+    #: The topic's replicas; on a cluster, with ``min_insync_replicas`` below it, one node may be
+    #: down, paused or cut off while acks=all writes still succeed.
+    replication_factor: int = 1
+    min_insync_replicas: int | None = None
 
     @property
     def partitions(self) -> int:
@@ -193,8 +197,20 @@ def _terminate(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-async def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> None:
+async def create_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    timeout: float = 60.0,
+    replication_factor: int = 1,
+    min_insync_replicas: int | None = None,
+) -> None:
     """CreateTopics, retried until the broker answers and every partition has a leader."""
+    configs = [] if min_insync_replicas is None else [
+        messages.CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(
+            name="min.insync.replicas", value=str(min_insync_replicas)
+        )
+    ]
     deadline = time.monotonic() + timeout
     while True:
         client = KafkaClient(bootstrap)
@@ -203,7 +219,10 @@ async def create_topic(bootstrap: str, topic: str, partitions: int, timeout: flo
             request = messages.CreateTopicsRequest(
                 topics=[
                     messages.CreateTopicsRequest.CreatableTopic(
-                        name=topic, num_partitions=partitions, replication_factor=1
+                        name=topic,
+                        num_partitions=partitions,
+                        replication_factor=replication_factor,
+                        configs=configs,
                     )
                 ],
                 timeout_ms=10_000,
@@ -297,7 +316,10 @@ def run_workload(bootstrap: str, nodes: Sequence[Node], run_dir: Path, config: W
     started = time.monotonic()
     topic = f"anomaly-{uuid.uuid4().hex[:8]}"
     partitions = config.partitions
-    asyncio.run(create_topic(bootstrap, topic, partitions))
+    asyncio.run(create_topic(
+        bootstrap, topic, partitions,
+        replication_factor=config.replication_factor, min_insync_replicas=config.min_insync_replicas,
+    ))
     clients = ClientProcesses(bootstrap, topic, partitions, run_dir)
     for i in range(config.producers):
         clients.launch(f"producer-{i}", "producer")

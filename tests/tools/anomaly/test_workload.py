@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,13 +25,21 @@ from tools.anomaly.workload import RunResult, WorkloadConfig, run_workload
 pytestmark = pytest.mark.slow
 
 
-def run_and_check(bootstrap: str, nodes: Sequence[Node], run_dir: Path, seconds: float) -> RunResult:
+def run_and_check(
+    bootstrap: str,
+    nodes: Sequence[Node],
+    run_dir: Path,
+    seconds: float,
+    faults: Sequence[str] = FAULTS,
+    **config_fields: Any,
+) -> RunResult:
     config = WorkloadConfig(
         duration=seconds,
-        faults=FAULTS,
+        faults=faults,
         fault_interval=(1.0, 3.0),
         fault_hold=(0.5, 2.0),
-        min_faults=len(FAULTS),  # every fault kind at least once, however slow restarts are
+        min_faults=len(faults),  # every fault kind at least once, however slow restarts are
+        **config_fields,
     )
     result = run_workload(bootstrap, nodes, run_dir, config)
     report = check(result.history)
@@ -42,7 +51,7 @@ def run_and_check(bootstrap: str, nodes: Sequence[Node], run_dir: Path, seconds:
     assert report.valid, summary
     assert not result.crashed, summary  # a client that died by itself: its log in run_dir says why
     injected = {op.fields["fault"] for op in result.history if op.f == "nemesis"}
-    assert injected == set(FAULTS), summary
+    assert injected == set(faults), summary
     assert report.stats["txns-committed"] > 20 and report.stats["final-read"] > 1000, summary
     return result
 
