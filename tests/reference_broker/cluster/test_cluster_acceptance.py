@@ -19,181 +19,34 @@ own three-node cluster as the oracle, with the same scenario code.
 from __future__ import annotations
 
 import asyncio
-import functools
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 
 from reference_broker.coordinator.group.records import partition_for
-from reference_broker.testing import ClusterFactory, ClusterProcess
 from sdk import Consumer, Producer, TopicPartition
-from tests.apache_kafka import KafkaCluster, require_apache_kafka
+from tests.apache_kafka import require_apache_kafka
 from tests.oracles.kafka_tools import run_tool
+from tests.reference_broker.cluster.three_nodes import (
+    INTERNAL_PARTITIONS,
+    PARTITIONS,
+    ThreeNodes,
+    create_topic,
+    partition_state,
+    until,
+)
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 import eos_copy  # noqa: E402
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
-
-PARTITIONS = 2
-INTERNAL_PARTITIONS = 3
-CLUSTER_CONFIG: dict[str, Any] = {
-    "default.replication.factor": 3,
-    "offsets.topic.replication.factor": 3,
-    "transaction.state.log.replication.factor": 3,
-    "transaction.state.log.min.isr": 2,
-    "min.insync.replicas": 2,
-    "num.partitions": PARTITIONS,
-    "offsets.topic.num.partitions": INTERNAL_PARTITIONS,
-    "transaction.state.log.num.partitions": INTERNAL_PARTITIONS,
-    "unclean.leader.election.enable": False,
-    # A node that stops fetching leaves the ISR within seconds, so the tests see it happen.
-    "replica.lag.time.max.ms": 3000,
-    "group.initial.rebalance.delay.ms": 0,
-}
-
-
-class ThreeNodes(Protocol):
-    """What the scenarios need of a three-node cluster, ours or Kafka's."""
-
-    kind: str
-    bootstrap: str
-
-    def leader_of(self, topic: str, partition: int) -> int: ...
-
-    def crash_and_restart(self, node_id: int) -> None: ...
-
-    def cut_off(self, node_id: int) -> None: ...
-
-    def bring_back(self, node_id: int) -> None: ...
-
-    def bootstrap_without(self, node_id: int) -> str: ...
-
-
-class ReferenceNodes:
-    kind = "reference"
-
-    def __init__(self, cluster: ClusterProcess) -> None:
-        self.cluster = cluster
-        self.bootstrap = cluster.bootstrap
-
-    def leader_of(self, topic: str, partition: int) -> int:
-        return self.cluster.leader_of(topic, partition, timeout=60)
-
-    def crash_and_restart(self, node_id: int) -> None:
-        self.cluster.restart(node_id, kill=True)
-
-    def cut_off(self, node_id: int) -> None:
-        self.cluster.isolate(node_id)
-
-    def bring_back(self, node_id: int) -> None:
-        self.cluster.heal(node_id)
-
-    def bootstrap_without(self, node_id: int) -> str:
-        return ",".join(n.bootstrap for n in self.cluster.nodes if n.node_id != node_id)
-
-
-class KafkaNodes:
-    kind = "kafka"
-
-    def __init__(self, cluster: KafkaCluster) -> None:
-        self.cluster = cluster
-        self.bootstrap = cluster.bootstrap
-        self._starting: list[int] = []
-
-    def settle(self) -> None:
-        """Until every node restarted by ``crash_and_restart`` serves again."""
-        while self._starting:
-            self.cluster.node(self._starting.pop()).wait_ready()
-
-    def leader_of(self, topic: str, partition: int) -> int:
-        return until(lambda: partition_state(self.bootstrap, topic, partition, leader_needed=True),
-                     f"{topic}-{partition} has a leader", 60).leader
-
-    def crash_and_restart(self, node_id: int) -> None:
-        """SIGKILL and start again without waiting for the JVM to serve (it takes far longer than
-        our node, and the scenario must go on meanwhile); one node down at a time."""
-        self.settle()
-        node = self.cluster.node(node_id)
-        node.kill()
-        node.launch()
-        self._starting.append(node_id)
-
-    def cut_off(self, node_id: int) -> None:
-        self.cluster.node(node_id).kill()
-
-    def bring_back(self, node_id: int) -> None:
-        self.cluster.node(node_id).start()
-
-    def bootstrap_without(self, node_id: int) -> str:
-        return ",".join(n.bootstrap for n in self.cluster.nodes if n.node_id != node_id)
-
-
-@pytest.fixture(scope="module")
-def kafka_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaNodes]:
-    require_apache_kafka()
-    kafka = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster"), 3, **CLUSTER_CONFIG)
-    try:
-        yield KafkaNodes(kafka.start())
-    finally:
-        kafka.kill()
-
-
-@pytest.fixture(params=["reference", pytest.param("kafka", marks=pytest.mark.apache_kafka)])
-def nodes(request: pytest.FixtureRequest, reference_cluster: ClusterFactory) -> ThreeNodes:
-    if request.param == "kafka":
-        kafka: KafkaNodes = request.getfixturevalue("kafka_nodes")
-        kafka.settle()
-        return kafka
-    return ReferenceNodes(reference_cluster(3, CLUSTER_CONFIG))
-
-
-def until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting until {what}")
-        time.sleep(0.2)
-
-
-def partition_state(bootstrap: str, topic: str, partition: int, *, leader_needed: bool = False) -> Any:
-    """confluent-kafka's view of ``topic``/``partition`` (None while unknown or, with
-    ``leader_needed``, leaderless)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
-    try:
-        found = admin.list_topics(topic, timeout=5).topics.get(topic)
-    except confluent_kafka.KafkaException:
-        return None
-    if found is None or found.error is not None or partition not in found.partitions:
-        return None
-    state = found.partitions[partition]
-    return None if leader_needed and state.leader < 0 else state
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS, **config: Any) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    topic = NewTopic(name, num_partitions=partitions, replication_factor=3,
-                     config={k: str(v) for k, v in config.items()})
-    admin.create_topics([topic], operation_timeout=30)[name].result(60)
-
-    def in_sync(partition: int) -> bool:
-        state = partition_state(bootstrap, name, partition, leader_needed=True)
-        return state is not None and len(state.isrs) == 3
-
-    for p in range(partitions):
-        until(functools.partial(in_sync, p), f"{name}-{p} has its three replicas in sync", 60)
 
 
 # -- (a) idempotent acks=all producer across a leader crash --------------------------------------

@@ -24,13 +24,7 @@ import pytest
 
 from tests.apache_kafka import require_apache_kafka
 from tests.oracles.kafka_tools import run_tool
-from tests.reference_broker.cluster.test_cluster_acceptance import (  # noqa: F401  (fixtures)
-    KafkaNodes,
-    ThreeNodes,
-    kafka_nodes,
-    nodes,
-    until,
-)
+from tests.reference_broker.cluster.three_nodes import KafkaNodes, ThreeNodes, until
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
@@ -91,7 +85,7 @@ def read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list[byte
 
 
 def test_kafka_tools_reassign_a_partition_and_elect_its_preferred_leader(
-    nodes: ThreeNodes, tmp_path: Path  # noqa: F811  (the imported fixture)
+    nodes: ThreeNodes, tmp_path: Path
 ) -> None:
     bootstrap = nodes.bootstrap
     topic = f"moves-{uuid.uuid4().hex[:8]}"
@@ -118,9 +112,9 @@ def test_kafka_tools_reassign_a_partition_and_elect_its_preferred_leader(
     executed = tool("reassign.ReassignPartitionsCommand", "--bootstrap-server", bootstrap, "--execute",
                     "--reassignment-json-file", str(plan))
     assert "Successfully started partition reassignment" in executed, executed
-    until(lambda: "is completed" in tool("reassign.ReassignPartitionsCommand", "--bootstrap-server", bootstrap,
-                                         "--verify", "--reassignment-json-file", str(plan)),
-          "kafka-reassign-partitions --verify reports the move completed", 90)
+    verify = ("reassign.ReassignPartitionsCommand", "--bootstrap-server", bootstrap, "--verify",
+              "--reassignment-json-file", str(plan))
+    until(lambda: "is completed" in tool(*verify), "kafka-reassign-partitions --verify says done", 90)
     after = describe(bootstrap, topic)
     assert after[0]["Replicas"] == "3,1" and sorted(after[0]["Isr"].split(",")) == ["1", "3"], after
     assert after[0]["Leader"] == "1", after
@@ -146,7 +140,7 @@ def active_controller(bootstrap: str) -> tuple[int, int]:
 
 
 def test_killing_the_active_controller_while_topics_are_created_loses_no_metadata(
-    nodes: ThreeNodes,  # noqa: F811  (the imported fixture)
+    nodes: ThreeNodes,
 ) -> None:
     require_apache_kafka()
     leader, epoch = active_controller(nodes.bootstrap)
