@@ -57,7 +57,8 @@ def attach_group_coordinator(broker: Any) -> None:
 
 
 def attach_remote_markers(broker: Any) -> None:
-    """Cluster mode: transaction markers of partitions other nodes lead are sent to them."""
+    """Cluster mode: transaction markers go to their partitions' leaders (this node's own ones
+    in-process) and count once replicated."""
     from reference_broker.coordinator.txn.remote_markers import RemoteMarkers
 
     replicas = broker.replica_manager
@@ -71,10 +72,15 @@ def attach_remote_markers(broker: Any) -> None:
         part = replicas.partition(topic, partition)
         return part is not None and part.is_leader
 
+    from reference_broker.cluster.inter_broker import inter_broker_security
+
     broker.txn_service.remote_markers = RemoteMarkers(
         leader_of=leader_of,
         is_local_leader=is_local_leader,
-        send=replicas.channels.send,
+        channels=inter_broker_security(broker.config).channels(f"broker-{broker.node_id}-txn-markers",
+                                                               local_host=broker.host or None),
+        address_of=replicas.channels.address,
+        write_local=broker.txn_service.write_replicated_marker,
         retry_markers=broker.txn_service.coordinator.retry_markers,
     )
 

@@ -32,9 +32,11 @@ Versions served and per-version notes:
   for every partition otherwise; without an authorizer anyone may send it. Each partition answers
   on its own (UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH for an epoch older than the
   producer's, TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch); a marker for a
-  producer with no transaction open on the partition is written all the same, as in Kafka. This
-  node's own coordinator writes its markers in-process through the same
-  ``TransactionCoordinatorService.write_marker``.
+  producer with no transaction open on the partition is written all the same, as in Kafka. A
+  partition answers once its ISR holds the marker (Kafka's acks=-1 append): NOT_LEADER_OR_FOLLOWER
+  if the leadership moved meanwhile, NOT_ENOUGH_REPLICAS_AFTER_APPEND or REQUEST_TIMED_OUT; the
+  coordinator sends it again. In a cluster this node's own coordinator writes the markers of
+  partitions it leads through the same ``TransactionCoordinatorService.write_replicated_marker``.
 - ListTransactions (66) v0-2 (v1 duration filter, v2 transactional id regex),
   DescribeTransactions (65) v0, DescribeProducers (61) v0.
 """
@@ -292,34 +294,43 @@ def handle_end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) 
 # -- WriteTxnMarkers -----------------------------------------------------------------------
 
 
-def handle_write_markers(
+async def handle_write_markers(
     broker: Broker, ctx: RequestContext, request: WriteTxnMarkersRequest
 ) -> WriteTxnMarkersResponse:
     if not authorize_cluster(broker, ctx, Operation.CLUSTER_ACTION):
         return error_write_markers(request, ctx.api_version, E.CLUSTER_AUTHORIZATION_FAILED)
     service = _service(broker)
     R = WriteTxnMarkersResponse
-    results = []
-    for marker in request.markers:
-        topics = []
-        for topic in marker.topics:
-            partitions = []
-            for index in topic.partition_indexes:
-                code: int = E.NONE
-                try:
-                    service.write_marker(
-                        (topic.name, index),
-                        marker.transaction_result,
-                        marker.producer_id,
-                        marker.producer_epoch,
-                        marker.coordinator_epoch,
-                    )
-                except KafkaError as exc:
-                    code = error_code_of(exc)
-                partitions.append(R.WritableTxnMarkerPartitionResult(partition_index=index, error_code=code))
-            topics.append(R.WritableTxnMarkerTopicResult(name=topic.name, partitions=partitions))
-        results.append(R.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=topics))
-    return R(markers=results)
+
+    async def one(marker: WriteTxnMarkersRequest.WritableTxnMarker, topic: str, index: int) -> int:
+        try:
+            await service.write_replicated_marker(
+                (topic, index),
+                marker.transaction_result,
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.coordinator_epoch,
+            )
+        except KafkaError as exc:
+            return error_code_of(exc)
+        return E.NONE
+
+    # Every partition's marker is appended before any waits for its ISR (all at once, as Kafka's
+    # one acks=-1 append of the request's markers).
+    codes = iter(await asyncio.gather(*(
+        one(marker, topic.name, index)
+        for marker in request.markers for topic in marker.topics for index in topic.partition_indexes
+    )))
+    return R(markers=[
+        R.WritableTxnMarkerResult(producer_id=marker.producer_id, topics=[
+            R.WritableTxnMarkerTopicResult(name=topic.name, partitions=[
+                R.WritableTxnMarkerPartitionResult(partition_index=index, error_code=next(codes))
+                for index in topic.partition_indexes
+            ])
+            for topic in marker.topics
+        ])
+        for marker in request.markers
+    ])
 
 
 def error_write_markers(request: WriteTxnMarkersRequest, version: int, code: int) -> WriteTxnMarkersResponse:

@@ -41,6 +41,7 @@ from typing import Protocol
 
 from reference_broker.clock import Clock
 from reference_broker.coordinator.txn import records
+from reference_broker.coordinator.txn.remote_markers import MarkerInFlightError
 from reference_broker.coordinator.txn.state import (
     COMPLETE,
     MAX_EPOCH,
@@ -678,6 +679,8 @@ class TransactionCoordinator:
         for tp in sorted(meta.partitions):
             try:
                 self.write_marker(tp, commit, meta.producer_id, meta.producer_epoch, coordinator_epoch)
+            except MarkerInFlightError:
+                continue  # being written: ``retry_markers`` comes back once it is
             except KafkaError as exc:
                 if exc.code not in _MARKER_DONE_ERRORS:
                     log.warning("marker for %s on %s-%d failed: %s", meta.transactional_id, *tp, exc)

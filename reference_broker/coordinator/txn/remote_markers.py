@@ -1,13 +1,25 @@
-"""Transaction markers for partitions led by other nodes (cluster mode; Kafka's
-``TransactionMarkerChannelManager``).
+"""Transaction markers in a cluster (Kafka's ``TransactionMarkerChannelManager``).
 
-The coordinator ends a transaction partition by partition (``write_marker``); a partition this
-node does not lead gets its marker from its leader, through a WriteTxnMarkers request sent in the
-background. Until the leader has written it, ``write`` raises (the coordinator keeps the partition
-pending, so the transaction stays prepared and its producer waits with CONCURRENT_TRANSACTIONS);
-once written, the next ``write`` for the same marker returns at once and the coordinator completes
-the transaction (``retry_markers`` asks it to at once, not at its next periodic retry). A failed
-send (the leader moved or died) is retried after ``RETRY_BACKOFF_S`` against the leader then.
+The coordinator ends a transaction partition by partition (``write_marker``); each partition gets
+its marker from its leader, written in the background: through a WriteTxnMarkers request to a
+partition led by another node, in-process (``write_local``) for one this node leads. Either way it
+counts as written only once the partition's ISR holds it (Kafka appends markers with acks=-1): a
+marker appended by a leader that then loses its leadership is gone, and a coordinator that had
+taken it as written would complete a transaction the partition never ends. Until then ``write``
+raises (the coordinator keeps the partition pending, so the transaction stays prepared and its
+producer waits with CONCURRENT_TRANSACTIONS); once written, the next ``write`` for the same marker
+returns at once and the coordinator completes the transaction (``retry_markers`` asks it to at
+once, not at its next periodic retry). A failed write (the leader moved or died, the ISR did not
+take it in time) is retried after ``RETRY_BACKOFF_S`` against the leader then.
+
+The requests go over connections of their own (``channels``), as Kafka's marker channel has its
+own network client: a marker waits on the leader until this node's replica fetcher has fetched
+it, and a node serves one connection's requests in order, so on the replica fetcher's connection
+the marker would hold up the very fetch it waits for.
+
+A marker is known by its partition, result, producer id and epoch and the coordinator epoch: a
+coordinator that loses and regains the ``__transaction_state`` partition does so in a newer
+epoch, so what a write of its previous term left behind is never taken for a later transaction's.
 """
 
 from __future__ import annotations
@@ -15,11 +27,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sdk.protocol.errors import ErrorCode as E
-from sdk.protocol.errors import NotLeaderOrFollowerError
+from sdk.protocol.errors import KafkaError, NotLeaderOrFollowerError
 
 log = logging.getLogger("reference_broker.txn_coordinator")
 
@@ -29,11 +41,11 @@ _DONE = frozenset(
     {E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.INVALID_PRODUCER_EPOCH, E.TRANSACTION_COORDINATOR_FENCED}
 )
 
-MarkerKey = tuple[tuple[str, int], bool, int, int]
+MarkerKey = tuple[tuple[str, int], bool, int, int, int]
 
 
 class MarkerInFlightError(NotLeaderOrFollowerError):
-    """The partition's leader is another node, which has not written the marker yet."""
+    """The partition's leader has not written the marker yet, or its ISR does not hold it yet."""
 
 
 class RemoteMarkers:
@@ -45,62 +57,81 @@ class RemoteMarkers:
         *,
         leader_of: Callable[[str, int], int | None],
         is_local_leader: Callable[[str, int], bool],
-        send: Callable[[int, Any], Any],
+        channels: Any,
+        address_of: Callable[[int], tuple[str, int] | None],
+        write_local: Callable[[tuple[str, int], bool, int, int, int], Awaitable[None]],
         retry_markers: Callable[[int], None],
     ) -> None:
         self.leader_of = leader_of
         self.is_local_leader = is_local_leader
-        self.send = send
+        #: a ``PeerChannels`` of the markers' own (see the module docstring)
+        self.channels = channels
+        self.address_of = address_of
+        self.write_local = write_local
         self.retry_markers = retry_markers
         self._written: set[MarkerKey] = set()
         self._in_flight: dict[MarkerKey, asyncio.Task[None]] = {}
 
-    def led_elsewhere(self, tp: tuple[str, int]) -> bool:
-        return not self.is_local_leader(*tp)
-
     def write(self, tp: tuple[str, int], commit: bool, producer_id: int, producer_epoch: int,
               coordinator_epoch: int) -> None:
-        """Returns once the leader wrote this marker; raises MarkerInFlightError until then."""
-        key: MarkerKey = (tp, commit, producer_id, producer_epoch)
+        """Returns once the partition's ISR holds this marker; raises MarkerInFlightError until
+        then."""
+        key: MarkerKey = (tp, commit, producer_id, producer_epoch, coordinator_epoch)
         if key in self._written:
             self._written.discard(key)
             return
         if key not in self._in_flight:
             self._in_flight[key] = asyncio.get_running_loop().create_task(
-                self._send(key, coordinator_epoch), name=f"txn marker {tp[0]}-{tp[1]}")
-        raise MarkerInFlightError(f"{tp[0]}-{tp[1]}: the marker is being written by its leader")
+                self._write(key), name=f"txn marker {tp[0]}-{tp[1]}")
+        raise MarkerInFlightError(f"{tp[0]}-{tp[1]}: the marker is not in the partition's ISR yet")
 
-    async def _send(self, key: MarkerKey, coordinator_epoch: int) -> None:
+    async def _write(self, key: MarkerKey) -> None:
+        """Write the marker; retry after a back-off (the key stays in flight meanwhile, so the
+        coordinator's own retries do not start another write)."""
+        tp, _commit, producer_id, _epoch, _coordinator_epoch = key
+        try:
+            code = await self._deliver(key)
+            if code == E.TRANSACTION_COORDINATOR_FENCED:
+                log.warning("marker for producer %d on %s-%d refused: TRANSACTION_COORDINATOR_FENCED"
+                            " (a newer coordinator ended the transaction)", producer_id, *tp)
+            done = code in _DONE
+            if not done:
+                log.info("marker for producer %d on %s-%d: %s, retrying", producer_id, *tp, E(code).name)
+                await asyncio.sleep(RETRY_BACKOFF_S)
+        finally:
+            self._in_flight.pop(key, None)
+        if done:
+            self._written.add(key)
+        self.retry_markers(producer_id)
+
+    async def _deliver(self, key: MarkerKey) -> int:
+        """One write of the marker by the partition's leader: its error code."""
         from sdk.protocol.messages import WriteTxnMarkersRequest as R
 
-        (topic, partition), commit, producer_id, producer_epoch = key
-        code: int = E.NOT_LEADER_OR_FOLLOWER
+        (topic, partition), commit, producer_id, producer_epoch, coordinator_epoch = key
         try:
+            if self.is_local_leader(topic, partition):
+                await self.write_local((topic, partition), commit, producer_id, producer_epoch,
+                                       coordinator_epoch)
+                return E.NONE
             leader = self.leader_of(topic, partition)
-            if leader is not None:
-                request = R(markers=[R.WritableTxnMarker(
-                    producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
-                    topics=[R.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])],
-                    coordinator_epoch=coordinator_epoch)])
-                response = await self.send(leader, request)
-                code = response.markers[0].topics[0].partitions[0].error_code
+            address = self.address_of(leader) if leader is not None else None
+            if leader is None or address is None:
+                return E.NOT_LEADER_OR_FOLLOWER
+            self.channels.update(leader, *address)
+            request = R(markers=[R.WritableTxnMarker(
+                producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
+                topics=[R.WritableTxnMarkerTopic(name=topic, partition_indexes=[partition])],
+                coordinator_epoch=coordinator_epoch)])
+            response = await self.channels.send(leader, request)
+            return int(response.markers[0].topics[0].partitions[0].error_code)
+        except KafkaError as exc:
+            return int(exc.code)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.info("marker for producer %d on %s-%d: %s", producer_id, topic, partition, exc)
-        finally:
-            self._in_flight.pop(key, None)
-        if code == E.TRANSACTION_COORDINATOR_FENCED:
-            log.warning("marker for producer %d on %s-%d refused: TRANSACTION_COORDINATOR_FENCED"
-                        " (a newer coordinator ended the transaction)", producer_id, topic, partition)
-        if code in _DONE:
-            self._written.add(key)
-            self.retry_markers(producer_id)
-            return
-        log.info("marker for producer %d on %s-%d: %s, retrying", producer_id, topic, partition,
-                 E(code).name)
-        await asyncio.sleep(RETRY_BACKOFF_S)
-        self.retry_markers(producer_id)
+            return E.NOT_LEADER_OR_FOLLOWER
 
     async def stop(self) -> None:
         for task in list(self._in_flight.values()):
@@ -108,3 +139,4 @@ class RemoteMarkers:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._in_flight.clear()
+        await self.channels.close()

@@ -57,6 +57,8 @@ PAUSE_TOKEN_ENV = "REFERENCE_BROKER_TXN_PAUSE_TOKEN"
 #: this node became its leader (``TransactionCoordinator.coordinator_epochs`` in cluster mode); a
 #: single node never changes leader, its partitions stay in their first epoch, 0.
 COORDINATOR_EPOCH = 0
+#: How long a marker's append waits for the ISR (Kafka: ``request.timeout.ms``, default 30 s).
+MARKER_TIMEOUT_S = 30.0
 
 
 def txn_config(config: BrokerConfig, num_partitions: int | None = None) -> TxnConfig:
@@ -206,23 +208,64 @@ class TransactionCoordinatorService:
         producer_epoch: int,
         coordinator_epoch: int = COORDINATOR_EPOCH,
     ) -> None:
-        """End ``producer_id``'s transaction on ``tp`` with a COMMIT or ABORT marker; a commit on
-        ``__consumer_offsets`` makes the transaction's offsets the group's. Raises
-        UnknownTopicOrPartitionError, InvalidProducerEpochError (an older epoch) or
-        TransactionCoordinatorFencedError (an older coordinator epoch)."""
+        """The coordinator's marker: end ``producer_id``'s transaction on ``tp`` with a COMMIT or
+        ABORT marker. On a single node it is appended here and done on return. In a cluster every
+        marker (also for a partition this node leads) goes through ``remote_markers``, as Kafka's
+        coordinator sends each through its marker channel: done only once the partition's ISR
+        holds it (MarkerInFlightError until then), since an unreplicated marker dies with a
+        leader that loses its leadership. Raises UnknownTopicOrPartitionError,
+        InvalidProducerEpochError (an older epoch) or TransactionCoordinatorFencedError (an older
+        coordinator epoch)."""
+        if self.remote_markers is not None:
+            self.remote_markers.write(tp, commit, producer_id, producer_epoch, coordinator_epoch)
+            return
+        self.append_marker(tp, commit, producer_id, producer_epoch, coordinator_epoch)
+
+    def append_marker(
+        self, tp: TopicPartition, commit: bool, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> int:
+        """Append the marker to this node's log of ``tp`` (a commit on ``__consumer_offsets`` makes
+        the transaction's offsets the group's); the offset one past it. In a cluster only the
+        partition's leader appends (NotLeaderOrFollowerError elsewhere)."""
         topic, partition = tp
         meta = self.storage.topic(topic)
         if meta is None or not 0 <= partition < meta.num_partitions:
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} no longer exists")
-        if self.remote_markers is not None and self.remote_markers.led_elsewhere(tp):
-            self.remote_markers.write(tp, commit, producer_id, producer_epoch, coordinator_epoch)
-            return
+        replicas = self.store.replica_manager
+        if replicas is not None:
+            led = replicas.partition(topic, partition)
+            if led is None or not led.is_leader:
+                raise NotLeaderOrFollowerError(f"{topic}-{partition} is not led by this node")
         control = ControlType.COMMIT if commit else ControlType.ABORT
-        self.storage.append_control_batch(
+        appended = self.storage.append_control_batch(
             topic, partition, control, producer_id, producer_epoch, coordinator_epoch
         )
         if topic == CONSUMER_OFFSETS and self.groups is not None:
             self.groups.complete_transaction(partition, producer_id, commit)
+        return appended.last_offset + 1
+
+    async def write_replicated_marker(
+        self,
+        tp: TopicPartition,
+        commit: bool,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        timeout_s: float = MARKER_TIMEOUT_S,
+    ) -> None:
+        """WriteTxnMarkers for one partition, as Kafka appends it (acks=-1): appended by the
+        partition's leader and returned once the ISR holds it. Raises what ``append_marker``
+        raises, and NotLeaderOrFollowerError (leadership lost meanwhile),
+        NotEnoughReplicasAfterAppendError or RequestTimedOutError, after which the coordinator
+        sends the marker again (a second marker for a transaction already ended is harmless)."""
+        end = self.append_marker(tp, commit, producer_id, producer_epoch, coordinator_epoch)
+        replicas = self.store.replica_manager
+        if replicas is None:
+            return
+        partition = replicas.partition(*tp)
+        if partition is None:
+            raise NotLeaderOrFollowerError(f"{tp[0]}-{tp[1]} is not led by this node")
+        await partition.wait_for_high_watermark(end, min_insync_replicas(replicas, partition), timeout_s)
 
     # -- cluster mode ----------------------------------------------------------------------
 
