@@ -30,12 +30,13 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from reference_broker.testing import ClusterProcess, wait_until
-from sdk.protocol.codec import encode_request
+from sdk.protocol.codec import encode, encode_request
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
     AlterClientQuotasRequest,
@@ -44,6 +45,7 @@ from sdk.protocol.messages import (
     CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DefaultPrincipalData,
     DeleteAclsRequest,
     DeleteTopicsRequest,
     DescribeAclsRequest,
@@ -496,13 +498,12 @@ def test_client_without_rights_is_refused_on_the_controller_listener_and_nothing
 def test_forged_envelope_from_a_client_is_refused(cluster: ClusterProcess) -> None:
     """Only nodes may forward (CLUSTER_ACTION): an Envelope User:alice sends naming the super
     user User:ANONYMOUS is refused as a whole, and the request inside is not run."""
-    from reference_broker.cluster.envelope import principal_bytes
-
     new_topic = f"forged-{uuid.uuid4().hex[:6]}"
     inner = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
         name=new_topic, num_partitions=1, replication_factor=-1)], timeout_ms=30_000)
     envelope = EnvelopeRequest(request_data=encode_request(inner, 7, 9, "forger"),
-                               request_principal=principal_bytes("User:ANONYMOUS"),
+                               request_principal=b"\x00\x00" + encode(  # version 0, Kafka's serde
+                                   DefaultPrincipalData(type="User", name="ANONYMOUS"), 0),
                                client_host_address=bytes([127, 0, 0, 1]))
     answer = as_user(controller_address(cluster, active_controller(cluster)), "alice", ALICE_PASSWORD,
                      envelope, 0)
@@ -551,3 +552,39 @@ def test_granted_principal_and_super_user_get_through_both_paths(cluster: Cluste
     assert described.error_code == ErrorCode.NONE and len(described.brokers) == NODES, described
     quorum = as_user(controller, "admin", "admin-pw", quorum_request(), 1)
     assert quorum.error_code == ErrorCode.NONE and quorum.topics[0].partitions[0].leader_id > 0, quorum
+
+
+def command_config(directory: Path, user: str, password: str) -> Path:
+    """A Kafka tool's ``--command-config`` logging in as ``user`` with PLAIN."""
+    path = directory / f"{user}.properties"
+    path.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required"
+        f' username="{user}" password="{password}";\n'
+    )
+    return path
+
+
+@pytest.mark.apache_kafka
+def test_kafka_metadata_quorum_with_bootstrap_controller_needs_rights(
+    cluster: ClusterProcess, tmp_path: Path
+) -> None:
+    """Kafka's own kafka-metadata-quorum, bootstrapped to the controllers: User:alice is refused
+    with Kafka's ClusterAuthorizationException, the nodes' super user gets the quorum's status."""
+    from tests.apache_kafka import kafka_tool, require_apache_kafka
+
+    require_apache_kafka()
+    controllers = ",".join(controller_address(cluster, n) for n in range(1, NODES + 1))
+
+    def describe(user: str, password: str) -> Any:
+        return kafka_tool("org.apache.kafka.tools.MetadataQuorumCommand",
+                          "--bootstrap-controller", controllers,
+                          "--command-config", str(command_config(tmp_path, user, password)),
+                          "describe", "--status")
+
+    refused = describe("alice", ALICE_PASSWORD)
+    assert refused.returncode != 0
+    assert "ClusterAuthorizationException" in refused.stdout + refused.stderr, refused
+    allowed = describe("admin", "admin-pw")
+    assert allowed.returncode == 0, allowed
+    assert f"LeaderId:               {active_controller(cluster)}" in allowed.stdout, allowed.stdout
