@@ -93,11 +93,8 @@ def sealed(ctx: Any, request: Message) -> EnvelopeRequest:
 def opened(response: Any, api_key: int, version: int, error: Callable[[int], Any]) -> Any:
     """The client's answer inside the controller's EnvelopeResponse."""
     if response.error_code != E.NONE or response.response_data is None:
-        log.warning(
-            "the controller refused a forwarded request (api key %d v%d): %s",
-            api_key, version, E(response.error_code).name if response.error_code in E._value2member_map_
-            else response.error_code,
-        )
+        log.warning("the controller refused a forwarded request (api key %d v%d): error %d",
+                    api_key, version, response.error_code)
         return error(E.UNKNOWN_SERVER_ERROR)
     _, answer = decode_response(api_key, version, bytes(response.response_data))
     return answer

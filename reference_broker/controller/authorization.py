@@ -14,6 +14,10 @@ the controller through a broker or directly (``--bootstrap-controller``).
 - ALTER on the cluster: DescribeCluster (on a controller it needs more than on a broker),
   ElectLeaders, AlterPartitionReassignments, CreateAcls, DeleteAcls, AlterUserScramCredentials.
 - ALTER_CONFIGS on the cluster: AlterClientQuotas.
+- Served by newer nodes and checked when registered: DescribeAcls (DESCRIBE on the cluster),
+  UpdateFeatures, UnregisterBroker, AddRaftVoter, RemoveRaftVoter (ALTER), ControllerRegistration,
+  AssignReplicasToDirs, UpdateRaftVoter (CLUSTER_ACTION), DescribeConfigs (DESCRIBE_CONFIGS per
+  resource).
 - Per topic or resource: CreateTopics (CREATE on the cluster, or else on each topic; a created
   topic's configs are shown only with DESCRIBE_CONFIGS on it), DeleteTopics (DELETE on the
   cluster, or else on each topic; a topic given by id is named in a refusal only to a principal
@@ -34,7 +38,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from reference_broker.handlers.auth import Operation, ResourceType, authorize, authorize_cluster
+from reference_broker.handlers.auth import CLUSTER_NAME, Operation, ResourceType, authorize, authorize_cluster
 from reference_broker.handlers.authorization import PerItem, Plan, guarded
 from sdk.protocol.codec import response_class
 from sdk.protocol.errors import ErrorCode as E
@@ -44,6 +48,7 @@ from sdk.protocol.messages import (
     CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
+    DescribeConfigsResponse,
     ElectLeadersResponse,
     IncrementalAlterConfigsResponse,
     ListPartitionReassignmentsResponse,
@@ -231,6 +236,13 @@ def _config_resource(broker: Broker, resource: Any) -> tuple[ResourceType, str] 
     return None if kind is None else (kind, resource.resource_name)
 
 
+def _described_config_resource(broker: Broker, resource: Any) -> tuple[ResourceType, str] | None:
+    """DescribeConfigs: a BROKER_LOGGER resource is the cluster's too (Kafka's ConfigHelper)."""
+    if resource.resource_type == 8:
+        return CLUSTER, CLUSTER_NAME
+    return _config_resource(broker, resource)
+
+
 def _config_refused(result_type: Any) -> Callable[[Any, int], Any]:
     def entry(resource: Any, code: int) -> Any:
         return result_type(error_code=code, error_message=_REFUSED, resource_type=resource.resource_type,
@@ -247,8 +259,9 @@ def _configs(response_type: Any) -> PerItem:
 # -- the table --------------------------------------------------------------------------------
 
 #: controller-listener APIs only nodes send: raft's, registration, heartbeats, ISR changes, ids,
-#: and the Envelope brokers forward client requests in
-CLUSTER_ACTIONS = (52, 53, 54, 1, 59, 62, 63, 56, 67, 58)
+#: the Envelope brokers forward client requests in, and (when served) ControllerRegistration,
+#: AssignReplicasToDirs and UpdateRaftVoter
+CLUSTER_ACTIONS = (52, 53, 54, 1, 59, 62, 63, 56, 67, 58, 70, 73, 82)
 #: (api key, operation on the cluster, refusal builder or None for the registry's own)
 _WHOLE_REQUEST: tuple[tuple[int, Operation, Refusal | None], ...] = (
     *((key, Operation.CLUSTER_ACTION, _top_level(key)) for key in CLUSTER_ACTIONS),
@@ -261,6 +274,12 @@ _WHOLE_REQUEST: tuple[tuple[int, Operation, Refusal | None], ...] = (
     (31, Operation.ALTER, None),  # DeleteAcls
     (51, Operation.ALTER, None),  # AlterUserScramCredentials
     (49, Operation.ALTER_CONFIGS, None),  # AlterClientQuotas
+    # Checked when served (a node that does not serve them answers them as unsupported):
+    (29, Operation.DESCRIBE, _top_level(29)),  # DescribeAcls
+    (57, Operation.ALTER, _top_level_with_message(57)),  # UpdateFeatures
+    (64, Operation.ALTER, _top_level(64)),  # UnregisterBroker
+    (80, Operation.ALTER, _top_level_with_message(80)),  # AddRaftVoter
+    (81, Operation.ALTER, _top_level_with_message(81)),  # RemoveRaftVoter
 )
 _PER_ITEM: dict[int, Callable[..., Plan]] = {
     19: _create_topics,
@@ -269,6 +288,9 @@ _PER_ITEM: dict[int, Callable[..., Plan]] = {
                 "results", CreatePartitionsResponse),
     33: _configs(AlterConfigsResponse),
     44: _configs(IncrementalAlterConfigsResponse),
+    32: PerItem(Operation.DESCRIBE_CONFIGS, "resources", _described_config_resource,
+                _config_refused(DescribeConfigsResponse.DescribeConfigsResult), "results",
+                DescribeConfigsResponse),
 }
 #: answered to anyone: ApiVersions, SaslHandshake, SaslAuthenticate
 OPEN = frozenset({18, 17, 36})
