@@ -177,6 +177,10 @@ class Broker:
     async def start(self) -> None:
         data_dir = self.config.data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
+        if self.cluster_member is not None:
+            from reference_broker.cluster.single_node_stores import refuse_single_node_stores
+
+            refuse_single_node_stores(data_dir)
         self.storage = Storage.open(self.config, on_data=self._data_arrived)
         self.cluster_id = self.storage.cluster_id
         try:

@@ -88,8 +88,16 @@ class ControllerChannel:
         self._next_guess = (self._next_guess + 1) % len(ids)
         return ids[self._next_guess]
 
-    async def send(self, request: Message, *, timeout_s: float = 30.0) -> Message:
-        """``request``'s answer from the active controller (any answer but NOT_CONTROLLER)."""
+    async def send(
+        self,
+        request: Message,
+        *,
+        timeout_s: float = 30.0,
+        unwrap: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """``request``'s answer from the active controller (any answer but NOT_CONTROLLER);
+        ``unwrap`` turns each answer into the one looked at and returned (an Envelope's
+        content: NOT_CONTROLLER is the forwarded request's answer, not the envelope's)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
@@ -97,6 +105,8 @@ class ControllerChannel:
             remaining = deadline - loop.time()
             try:
                 response = await self.channels.send(node, request, timeout_s=max(0.1, remaining))
+                if unwrap is not None:
+                    response = unwrap(response)
                 if not _not_controller(response):
                     return response
             except (PeerConnectionError, PeerUnsupportedError) as exc:
@@ -295,33 +305,23 @@ class AlterPartitionSender:
         )
 
 
-def install_forwarding(
-    registry: Any,
-    apis: dict[int, Callable[[Any, int, int], Message | None]],
-    prepare: dict[int, Callable[[Any, int], Any]] | None = None,
-) -> None:
+def install_forwarding(registry: Any, apis: dict[int, Callable[[Any, int, int], Message | None]]) -> None:
     """Serve ``apis`` on a broker by forwarding each request to the active controller (Kafka
     brokers forward CreateTopics, DeleteTopics, CreatePartitions, ...); ``apis`` maps each key to
-    its error-response builder, used when no controller answers in the request's time.
-    ``prepare`` maps a key to ``(request, client's version) -> request`` that moves fields of the
-    client's version into those of the version the controller channel sends."""
+    its error-response builder, used when no controller answers in the request's time."""
 
-    def forwarder(
-        error: Callable[[Any, int, int], Message | None], adapt: Callable[[Any, int], Any] | None
-    ) -> Callable[..., Any]:
+    def forwarder(error: Callable[[Any, int, int], Message | None]) -> Callable[..., Any]:
         async def forward(broker: Any, ctx: Any, request: Any) -> Message | None:
-            if adapt is not None:
-                request = adapt(request, ctx.api_version)
             timeout_ms = getattr(request, "timeout_ms", 30_000) or 30_000
-            try:
-                return await broker.controller_channel.send(request, timeout_s=max(1.0, timeout_ms / 1000))
-            except ControllerUnavailableError:
-                return error(request, ctx.api_version, ErrorCode.REQUEST_TIMED_OUT)
+            return await forward_to_controller(
+                broker, ctx, request, lambda code: error(request, ctx.api_version, code),
+                timeout_s=max(1.0, timeout_ms / 1000),
+            )
 
         return forward
 
     for api_key, error in apis.items():
-        registry.register(api_key, forwarder(error, (prepare or {}).get(api_key)), error_response=error)
+        registry.register(api_key, forwarder(error), error_response=error)
 
 
 #: How long a broker forwarding a request waits for an active controller (Kafka's
@@ -329,12 +329,24 @@ def install_forwarding(
 FORWARD_TIMEOUT_S = 30.0
 
 
-async def forward_to_controller(broker: Any, request: Message, error: Callable[[int], Any]) -> Any:
-    """``request``'s answer from the active controller (NOT_CONTROLLER answers, at the top or per
-    resource, are sent again by the channel), or ``error(REQUEST_TIMED_OUT)`` when none answered
-    in ``FORWARD_TIMEOUT_S``."""
+async def forward_to_controller(
+    broker: Any, ctx: Any, request: Message, error: Callable[[int], Any], *,
+    timeout_s: float = FORWARD_TIMEOUT_S,
+) -> Any:
+    """``request``'s answer from the active controller, sent in an Envelope naming the client of
+    ``ctx`` (``reference_broker.cluster.envelope``: the controller authorizes it as that client,
+    not as this broker), at the client's version. NOT_CONTROLLER answers, at the top or per
+    resource, are sent again by the channel; ``error(REQUEST_TIMED_OUT)`` when no controller
+    answered in ``timeout_s``."""
+    from reference_broker.cluster.envelope import opened, sealed
+
+    api_key, version = type(request).API_KEY, ctx.api_version
+    assert api_key is not None
     try:
-        return await broker.controller_channel.send(request, timeout_s=FORWARD_TIMEOUT_S)
+        return await broker.controller_channel.send(
+            sealed(ctx, request), timeout_s=timeout_s,
+            unwrap=lambda answer: opened(answer, api_key, version, error),
+        )
     except ControllerUnavailableError:
         return error(ErrorCode.REQUEST_TIMED_OUT)
 
@@ -494,6 +506,7 @@ class ClusterMember:
 
     def attach(self, raft: Any, controller_registry: Any | None = None) -> None:
         """Listen to ``raft`` (before it starts); the broker's storage must be open."""
+        from reference_broker.cluster.envelope import install as install_envelope
         from reference_broker.cluster.inter_broker import controller_security
         from reference_broker.controller.handlers import install as install_controller_apis
         from reference_broker.controller.service import ControllerService
@@ -527,11 +540,10 @@ class ClusterMember:
             broker.controller = ControllerService(raft, settings)
             if controller_registry is not None:
                 install_controller_apis(controller_registry)
+                install_envelope(controller_registry)
         if getattr(broker, "authorizer", None) is not None:
-            from reference_broker.cluster.cluster_action import (
-                install_broker_checks,
-                install_controller_checks,
-            )
+            from reference_broker.cluster.cluster_action import install_broker_checks
+            from reference_broker.controller.authorization import install as install_controller_checks
 
             install_broker_checks(broker.registry)
             if controller_registry is not None:

@@ -1,13 +1,11 @@
-"""CLUSTER_ACTION on the requests nodes send each other, checked as Kafka's KafkaApis and
-ControllerApis check it when an authorizer is configured.
+"""CLUSTER_ACTION on the requests brokers send each other, checked as Kafka's KafkaApis checks
+it when an authorizer is configured.
 
-- On broker listeners, a follower's Fetch (``replica_id`` >= 0) from a principal without
-  CLUSTER_ACTION on the cluster gets TOPIC_AUTHORIZATION_FAILED for every partition it asked for
-  (KafkaApis.handleFetchRequest), so the follower never replicates.
-- On the controller listener, raft's Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch and
-  FetchSnapshot, and a broker's BrokerRegistration, BrokerHeartbeat, AlterPartition and
-  AllocateProducerIds are answered CLUSTER_AUTHORIZATION_FAILED (ControllerApis'
-  ``authorizeClusterOperation(request, CLUSTER_ACTION)``).
+On broker listeners, a follower's Fetch (``replica_id`` >= 0) from a principal without
+CLUSTER_ACTION on the cluster gets TOPIC_AUTHORIZATION_FAILED for every partition it asked for
+(KafkaApis.handleFetchRequest), so the follower never replicates. The controller listener's
+checks, CLUSTER_ACTION on what only nodes send among them, are
+``reference_broker.controller.authorization``'s.
 
 WriteTxnMarkers and AddPartitionsToTxn v4+ are checked by their own handlers. The nodes'
 principals (their certificate's DN, their SASL user) are expected in ``super.users``, as in
@@ -17,28 +15,17 @@ missing there is visible in the node's log, not only as a cluster that never for
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
 
-from sdk.protocol.codec import response_class
 from sdk.protocol.errors import ErrorCode as E
 from sdk.protocol.messages import FetchRequest, FetchResponse
-
-#: controller-listener APIs only nodes send: raft's, registration, heartbeats, ISR changes, ids
-CONTROLLER_CLUSTER_ACTIONS = (52, 53, 54, 1, 59, 62, 63, 56, 67)
 
 
 def install_broker_checks(registry: Any) -> None:
     """Follower fetches on a broker listener need CLUSTER_ACTION."""
     registry.guard(FetchRequest.API_KEY, _follower_fetch_guard)
-
-
-def install_controller_checks(registry: Any) -> None:
-    """The inter-node APIs of the controller listener need CLUSTER_ACTION."""
-    for api_key in CONTROLLER_CLUSTER_ACTIONS:
-        registry.guard(api_key, functools.partial(_cluster_action_guard, api_key))
 
 
 def _allowed(broker: Any, ctx: Any) -> bool:
@@ -98,12 +85,3 @@ def _follower_fetch_refusal(broker: Any, ctx: Any, request: FetchRequest) -> Fet
             for topic in request.topics
         ],
     )
-
-
-def _cluster_action_guard(api_key: int, handle: Callable[..., Any]) -> Callable[..., Any]:
-    def refusal(broker: Any, ctx: Any, request: Any) -> Any:
-        if _allowed(broker, ctx):
-            return None
-        return response_class(api_key)(error_code=E.CLUSTER_AUTHORIZATION_FAILED)
-
-    return _behind(refusal, handle)

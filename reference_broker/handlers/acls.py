@@ -270,7 +270,7 @@ async def _forward_create(broker: Broker, ctx: RequestContext, request: CreateAc
     if not request.creations:
         return CreateAclsResponse(results=[])
     return await forward_to_controller(
-        broker, request, lambda code: create_error(request, ctx.api_version, code)
+        broker, ctx, request, lambda code: create_error(request, ctx.api_version, code)
     )
 
 
@@ -283,7 +283,7 @@ async def _forward_delete(broker: Broker, ctx: RequestContext, request: DeleteAc
     if not request.filters:
         return DeleteAclsResponse(filter_results=[])
     return await forward_to_controller(
-        broker, request, lambda code: delete_error(request, ctx.api_version, code)
+        broker, ctx, request, lambda code: delete_error(request, ctx.api_version, code)
     )
 
 

@@ -107,7 +107,7 @@ async def _forward_alter(
     if not request.entries:
         return AlterClientQuotasResponse(entries=[])
     response: AlterClientQuotasResponse = await forward_to_controller(
-        broker, request, lambda code: alter_error(request, ctx.api_version, code)
+        broker, ctx, request, lambda code: alter_error(request, ctx.api_version, code)
     )
     return response
 

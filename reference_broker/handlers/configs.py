@@ -515,7 +515,7 @@ def _forwarding(local: Any, response_cls: Any) -> Any:
         if forwarded:
             sub = type(request)(resources=forwarded, validate_only=request.validate_only)
             answer = await forward_to_controller(
-                broker, sub, lambda code: _alter_error(response_cls)(sub, ctx.api_version, code)
+                broker, ctx, sub, lambda code: _alter_error(response_cls)(sub, ctx.api_version, code)
             )
             controller_answers = iter(answer.responses)
         return response_cls(

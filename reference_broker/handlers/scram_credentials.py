@@ -177,7 +177,7 @@ async def _forward_alter(
     if not request.deletions and not request.upsertions:
         return AlterUserScramCredentialsResponse(results=[])
     return await forward_to_controller(
-        broker, request, lambda code: alter_error(request, ctx.api_version, code)
+        broker, ctx, request, lambda code: alter_error(request, ctx.api_version, code)
     )
 
 

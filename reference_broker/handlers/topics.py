@@ -310,15 +310,6 @@ def delete_topics(
     return DeleteTopicsResponse(responses=results, throttle_time_ms=_mutation_throttle_ms(ctx, quota))
 
 
-def _delete_topics_by_state(request: DeleteTopicsRequest, version: int) -> DeleteTopicsRequest:
-    """``request`` as the controller reads it whatever version carries it: names that came in
-    ``topic_names`` (v0-5) are also listed in ``topics`` (the v6+ field), since the controller
-    channel sends at its own version and a v6 encoding drops ``topic_names``."""
-    if version < 6 and not request.topics:
-        request.topics = [DeleteTopicsRequest.DeleteTopicState(name=name) for name in request.topic_names]
-    return request
-
-
 def delete_topics_error(request: DeleteTopicsRequest, version: int, code: int) -> DeleteTopicsResponse:
     return DeleteTopicsResponse(
         responses=[
@@ -396,7 +387,7 @@ def install(registry: HandlerRegistry) -> None:
             CREATE_TOPICS: create_topics_error,
             DELETE_TOPICS: delete_topics_error,
             CREATE_PARTITIONS: create_partitions_error,
-        }, prepare={DELETE_TOPICS: _delete_topics_by_state})
+        })
         return
     registry.register(CREATE_TOPICS, create_topics, error_response=create_topics_error)
     registry.register(DELETE_TOPICS, delete_topics, error_response=delete_topics_error)

@@ -224,7 +224,14 @@ def install(registry: Any) -> None:
 
 async def _describe_quorum_forwarded(broker: Any, ctx: Any, request: Any) -> Any:
     """DescribeQuorum on a broker listener: answered by the raft leader (forwarded to its
-    controller listener when this node does not lead), so tools bootstrapped to brokers work."""
+    controller listener when this node does not lead), so tools bootstrapped to brokers work.
+    With an authorizer the client needs DESCRIBE on the cluster, as on a controller (Kafka's
+    broker forwards it and ControllerApis checks it); the forwarded request is the node's own."""
+    from reference_broker.handlers.auth import Operation, authorize_cluster
+
+    if broker.authorizer is not None and not authorize_cluster(broker, ctx, Operation.DESCRIBE):
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return m.DescribeQuorumResponse(error_code=code, error_message=ErrorCode(code).name)
     raft = getattr(broker, "raft", None)
     core = _core(broker)
     if raft is None or core is None or core.role == LEADER or core.leader_id is None:

@@ -1,6 +1,5 @@
-"""AlterClientQuotas (49) on the controller: what brokers forward to it in cluster mode. With an
-authorizer, the sender needs ALTER_CONFIGS on the cluster (Kafka's ControllerApis; the brokers'
-principals are super users)."""
+"""AlterClientQuotas (49) on the controller: what brokers forward to it in cluster mode (authorized
+by ``reference_broker.controller.authorization``: ALTER_CONFIGS on the cluster)."""
 
 from __future__ import annotations
 
@@ -8,18 +7,13 @@ from typing import Any
 
 from reference_broker.controller.handlers._common import run
 from reference_broker.handlers import client_quotas
-from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import AlterClientQuotasRequest
 
 
 async def alter_client_quotas(broker: Any, ctx: Any, request: AlterClientQuotasRequest) -> Any:
-    from reference_broker.handlers.auth import Operation, authorize_cluster
-
     def error(code: int) -> Any:
         return client_quotas.alter_error(request, ctx.api_version, code)
 
-    if broker.authorizer is not None and not authorize_cluster(broker, ctx, Operation.ALTER_CONFIGS):
-        return error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     return await run(broker, lambda core, _now: core.client_quotas.alter_client_quotas(request), error)
 
 

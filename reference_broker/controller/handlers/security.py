@@ -1,6 +1,6 @@
 """CreateAcls (30), DeleteAcls (31) and AlterUserScramCredentials (51) on the controller: what
-brokers forward to it in cluster mode. With an authorizer, the sender needs ALTER on the cluster
-(Kafka's ControllerApis; the brokers' principals are super users)."""
+brokers forward to it in cluster mode (authorized by ``reference_broker.controller.authorization``:
+ALTER on the cluster)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,7 @@ from typing import Any
 
 from reference_broker.controller.handlers._common import run
 from reference_broker.handlers import acls, scram_credentials
-from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import AlterUserScramCredentialsRequest, CreateAclsRequest, DeleteAclsRequest
-
-
-def _refused(broker: Any, ctx: Any) -> bool:
-    from reference_broker.handlers.auth import Operation, authorize_cluster
-
-    return broker.authorizer is not None and not authorize_cluster(broker, ctx, Operation.ALTER)
 
 
 def _error(build: Callable[[Any, int, int], Any], request: Any, version: int) -> Callable[[int], Any]:
@@ -25,22 +18,16 @@ def _error(build: Callable[[Any, int, int], Any], request: Any, version: int) ->
 
 async def create_acls(broker: Any, ctx: Any, request: CreateAclsRequest) -> Any:
     error = _error(acls.create_error, request, ctx.api_version)
-    if _refused(broker, ctx):
-        return error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     return await run(broker, lambda core, _now: core.acls.create_acls(request), error)
 
 
 async def delete_acls(broker: Any, ctx: Any, request: DeleteAclsRequest) -> Any:
     error = _error(acls.delete_error, request, ctx.api_version)
-    if _refused(broker, ctx):
-        return error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     return await run(broker, lambda core, _now: core.acls.delete_acls(request), error)
 
 
 async def alter_scram_credentials(broker: Any, ctx: Any, request: AlterUserScramCredentialsRequest) -> Any:
     error = _error(scram_credentials.alter_error, request, ctx.api_version)
-    if _refused(broker, ctx):
-        return error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     return await run(broker, lambda core, _now: core.scram.alter_credentials(request), error)
 
 

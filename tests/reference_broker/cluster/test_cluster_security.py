@@ -320,3 +320,54 @@ def test_contradictory_settings_stop_the_node_at_start(tmp_path: Path, settings:
     with pytest.raises(ClusterStartError) as failure:
         cluster.start()
     assert message in str(failure.value)
+
+
+def test_single_node_security_stores_stop_a_cluster_node_naming_the_file(tmp_path: Path) -> None:
+    """A single-node broker's ACLs, SCRAM credentials and client quotas (files in its data dir)
+    would be ignored by a cluster node, which keeps them in the metadata log: the node refuses to
+    start, naming each file in turn and the way forward, and starts once they are moved away."""
+    import hashlib
+    import os
+
+    from reference_broker.testing import BrokerProcess
+    from sdk.protocol.messages import (
+        AlterClientQuotasRequest,
+        AlterUserScramCredentialsRequest,
+        CreateAclsRequest,
+    )
+    from tests.reference_broker.wire import WireClient
+
+    node_dir = tmp_path / "data" / "node-1"
+    single = with_authorizer({}, "User:ANONYMOUS")
+    with BrokerProcess(node_dir, single) as broker, WireClient(broker.bootstrap) as client:
+        acl = CreateAclsRequest.AclCreation(resource_type=2, resource_name="orders", resource_pattern_type=3,
+                                            principal="User:alice", host="*", operation=3, permission_type=3)
+        assert [r.error_code for r in client.request(CreateAclsRequest(creations=[acl]), 3).results] == [0]
+        salt = os.urandom(16)
+        upsertion = AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+            name="alice", mechanism=1, iterations=4096, salt=salt,
+            salted_password=hashlib.pbkdf2_hmac("sha256", b"alice-pw", salt, 4096))
+        answer = client.request(AlterUserScramCredentialsRequest(deletions=[], upsertions=[upsertion]), 0)
+        assert [r.error_code for r in answer.results] == [0]
+        Entry = AlterClientQuotasRequest.EntryData
+        quota = Entry(entity=[Entry.EntityData(entity_type="user", entity_name="alice")],
+                      ops=[Entry.OpData(key="producer_byte_rate", value=1024.0, remove=False)])
+        answer = client.request(AlterClientQuotasRequest(entries=[quota]), 1)
+        assert [e.error_code for e in answer.entries] == [0]
+    stores = [node_dir / ".security" / "acls.json", node_dir / ".security" / "scram-credentials.json",
+              node_dir / "client-quotas.json"]
+    assert all(path.exists() for path in stores)
+
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for path in stores:
+        cluster = ClusterProcess(1, with_authorizer({}, "User:ANONYMOUS"), data_dir=tmp_path / "data",
+                                 start_timeout=30)
+        with pytest.raises(ClusterStartError) as failure:
+            cluster.start()
+        cluster.close()
+        assert f"{path} holds the" in str(failure.value)
+        assert "move the file out of" in str(failure.value)
+        path.rename(moved / path.name)
+    with ClusterProcess(1, with_authorizer({}, "User:ANONYMOUS"), data_dir=tmp_path / "data") as cluster:
+        assert cluster.registered_brokers(via=1) == {1}
