@@ -155,15 +155,15 @@ def test_killing_the_active_controller_while_topics_are_created_loses_no_metadat
         try:
             for i in range(16):
                 name = f"{prefix}-{i}"
-                deadline = time.monotonic() + 90
+                deadline = time.monotonic() + 120
                 while True:
                     admin = AdminClient({"bootstrap.servers": nodes.bootstrap_without(leader)})
                     try:
                         admin.create_topics([NewTopic(name, 3, 3)], operation_timeout=20)[name].result(30)
                         break
-                    except confluent_kafka.KafkaException as exc:
-                        code = exc.args[0].code()
-                        if code == confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS:
+                    except (confluent_kafka.KafkaException, TimeoutError) as exc:
+                        if isinstance(exc, confluent_kafka.KafkaException) and (
+                                exc.args[0].code() == confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS):
                             break
                         if time.monotonic() > deadline:
                             raise
@@ -180,10 +180,16 @@ def test_killing_the_active_controller_while_topics_are_created_loses_no_metadat
     creator = threading.Thread(target=create_topics, daemon=True)
     creator.start()
     assert halfway.wait(120)
-    nodes.cut_off(follower)  # an ISR change in flight: the follower leaves every ISR
+    # An ISR change in flight: the follower, cut off, leaves every ISR. Kafka's nodes cannot be
+    # cut off, only stopped, and a second JVM down loses its quorum for a whole restart: there
+    # the controller alone is killed.
+    cut = not isinstance(nodes, KafkaNodes)
+    if cut:
+        nodes.cut_off(follower)
     nodes.crash_and_restart(leader)
-    nodes.bring_back(follower)
-    creator.join(240)
+    if cut:
+        nodes.bring_back(follower)
+    creator.join(400)
     assert not creator.is_alive() and not errors, errors
     if isinstance(nodes, KafkaNodes):
         nodes.settle()
