@@ -52,6 +52,11 @@ CLUSTER_CONFIG = {
     # A killed node's replicas leave the ISR quickly, so acks=all writes go on with the other two.
     "replica.lag.time.max.ms": 5000,
     "group.initial.rebalance.delay.ms": 0,
+    # A node restarted after SIGKILL registers anew only once the controller has expired its old
+    # session (a duplicate registration is refused until then): each kill-and-restart waits out
+    # this timeout, not Kafka's 9 s. Three heartbeats fit in it, so a busy machine fences no node.
+    "broker.session.timeout.ms": 4500,
+    "broker.heartbeat.interval.ms": 1500,
 }
 
 
