@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
+import time
 import uuid
 from typing import Any
 
@@ -84,13 +85,11 @@ def read_all(bootstrap: str, topic: str, expected: set[int]) -> set[int]:
     seen: set[int] = set()
     try:
         consumer.subscribe([topic])
-        loop = asyncio.new_event_loop()
-        deadline = loop.time() + DEADLINE_S
-        while not expected <= seen and loop.time() < deadline:
+        deadline = time.monotonic() + DEADLINE_S
+        while not expected <= seen and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is not None and msg.error() is None:
-                seen.add(int(msg.value().split(b":")[0]))
-        loop.close()
+                seen.add(int((msg.value() or b"").split(b":")[0]))
     finally:
         consumer.close()
     return seen

@@ -219,7 +219,7 @@ def registrations(leader: Partition) -> Registrations:
 
 
 async def test_a_fetch_from_an_older_incarnation_changes_nothing(leader: Partition,
-                                                                 registrations: Registrations):
+                                                                 registrations: Registrations) -> None:
     """KIP-903: the broker re-registered (say after losing its disk); a late fetch of its previous
     incarnation must not make the leader believe the new one has the log."""
     registrations.set(2, 250)
@@ -237,7 +237,7 @@ async def test_a_fetch_from_an_older_incarnation_changes_nothing(leader: Partiti
 @pytest.mark.parametrize("state", ["fenced", "shutting down", "unregistered", "epoch changed"])
 async def test_a_caught_up_but_ineligible_follower_is_not_proposed(leader: Partition,
                                                                   registrations: Registrations,
-                                                                  state: str):
+                                                                  state: str) -> None:
     if state == "fenced":
         registrations.set(2, 250, fenced=True)
     elif state == "shutting down":
@@ -254,7 +254,7 @@ async def test_a_caught_up_but_ineligible_follower_is_not_proposed(leader: Parti
 
 
 async def test_proposals_carry_the_broker_epochs_the_leader_knows(leader: Partition,
-                                                                 registrations: Registrations):
+                                                                 registrations: Registrations) -> None:
     registrations.set(2, 250)
     registrations.set(3, 260)
     leader.make_leader(1, 0, [1, 2, 3], [1, 3], now_ms=0)
@@ -268,7 +268,7 @@ async def test_proposals_carry_the_broker_epochs_the_leader_knows(leader: Partit
     assert leader.isr == (1, 2, 3)
 
 
-async def test_a_refused_expansion_keeps_the_isr_and_is_proposed_again(tmp_path: Path):
+async def test_a_refused_expansion_keeps_the_isr_and_is_proposed_again(tmp_path: Path) -> None:
     """INELIGIBLE_REPLICA from the controller (its metadata is newer than the leader's): the
     leader keeps the committed ISR and proposes again on a later fetch."""
     plog = PartitionLog.open(tmp_path / "t-0", LogConfig(), now_ms=0)
