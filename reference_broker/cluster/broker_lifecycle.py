@@ -261,8 +261,9 @@ class BrokerLifecycle:
 
 
 class AlterPartitionSender:
-    """The replication layer's ISR proposals sent to the controller as AlterPartition (v3, with
-    broker epochs of -1: the controller checks only that the replicas are eligible)."""
+    """The replication layer's ISR proposals sent to the controller as AlterPartition (v3+:
+    ``new_isr_with_epochs`` carries each member's broker epoch as the leader knows it, so the
+    controller refuses a member whose registration has changed since with INELIGIBLE_REPLICA)."""
 
     def __init__(
         self, channel: ControllerChannel, lifecycle: BrokerLifecycle, topic_id: Callable[[str], uuid.UUID]
@@ -286,7 +287,8 @@ class AlterPartitionSender:
                             partition_epoch=proposal.partition_epoch,
                             new_isr=list(proposal.isr),
                             new_isr_with_epochs=[
-                                AlterPartitionRequest.BrokerState(broker_id=b, broker_epoch=-1)
+                                AlterPartitionRequest.BrokerState(
+                                    broker_id=b, broker_epoch=proposal.epoch_of(b))
                                 for b in proposal.isr
                             ],
                         )
@@ -495,6 +497,7 @@ class ClusterMember:
             broker_epoch=lambda: lifecycle.broker_epoch,
             known_partition=lambda topic, index: loader.image.partition(topic, index) is not None,
             rack_of=rack_of,
+            registration=lambda node: loader.image.brokers.get(node),
         )
         inter_broker, _ = inter_broker_listener(config)
         self.publisher = BrokerMetadataPublisher(

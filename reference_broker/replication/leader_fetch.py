@@ -10,7 +10,9 @@ Kafka's ``Partition.fetchRecords`` for a follower, per partition:
    ``diverging_epoch`` (the largest epoch at or below it and where it ends) with no records, and
    the follower truncates there before fetching again;
 3. otherwise the follower's fetch state is updated (its log end offset is ``fetch_offset``: it has
-   everything before), which may move the high watermark and expand the ISR, and the records
+   everything before; its broker epoch is ``replica_state.replica_epoch``, v15+, else -1), which
+   may move the high watermark and expand the ISR (a fetch from an older incarnation of the
+   broker than the registered one is NOT_LEADER_OR_FOLLOWER instead), and the records
    from ``fetch_offset`` up to the log end (not the high watermark) are returned with the high
    watermark, last stable offset and log start offset.
 
@@ -46,6 +48,13 @@ def follower_id(request: FetchRequest, version: int) -> int:
     return request.replica_id
 
 
+def follower_broker_epoch(request: FetchRequest, version: int) -> int:
+    """The fetching replica's broker epoch (v15+; -1 when the request cannot say it)."""
+    if version >= REPLICA_STATE_FROM:
+        return request.replica_state.replica_epoch
+    return -1
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -60,13 +69,14 @@ async def serve_follower_fetch(
 ) -> FetchResponse:
     """Answer a follower's Fetch (see the module docstring)."""
     replica_id = follower_id(request, version)
+    replica_epoch = follower_broker_epoch(request, version)
     by_id = version >= TOPIC_IDS_FROM
     wanted: list[tuple[FetchRequest.FetchTopic, str | None, FetchRequest.FetchPartition]] = []
     for topic in request.topics:
         name = topic_name(topic.topic_id) if by_id else topic.topic
         for p in topic.partitions:
             wanted.append((topic, name, p))
-    answers, total, stop = _read_all(manager, replica_id, wanted, max_bytes)
+    answers, total, stop = _read_all(manager, replica_id, replica_epoch, wanted, max_bytes)
     remaining = max(0, request.max_wait_ms) / 1000
     if total < request.min_bytes and not stop and remaining > 0 and wanted:
         keys: list[Hashable] = [(name, p.partition) for _, name, p in wanted if name is not None]
@@ -76,7 +86,7 @@ async def serve_follower_fetch(
                 left = deadline - time.monotonic()
                 if left <= 0 or not await watch.wait(left):
                     break
-                answers, total, stop = _read_all(manager, replica_id, wanted, max_bytes)
+                answers, total, stop = _read_all(manager, replica_id, replica_epoch, wanted, max_bytes)
     topics: dict[tuple[str, uuid.UUID], TopicResponse] = {}
     for (topic, _, _), data in zip(wanted, answers, strict=True):
         key = (topic.topic, topic.topic_id)
@@ -90,6 +100,7 @@ async def serve_follower_fetch(
 def _read_all(
     manager: ReplicaManager,
     replica_id: int,
+    replica_epoch: int,
     wanted: list[tuple[FetchRequest.FetchTopic, str | None, FetchRequest.FetchPartition]],
     max_bytes: int,
 ) -> tuple[list[FetchResponse.PartitionData], int, bool]:
@@ -101,7 +112,8 @@ def _read_all(
     now = _now_ms()
     answers = []
     for _, name, p in wanted:
-        data = _read_one(manager, replica_id, name, p, min(max(p.partition_max_bytes, 0), budget),
+        data = _read_one(manager, replica_id, replica_epoch, name, p,
+                         min(max(p.partition_max_bytes, 0), budget),
                          min_one=total == 0, now_ms=now)
         size = len(data.records or b"")
         total += size
@@ -112,7 +124,7 @@ def _read_all(
     return answers, total, stop
 
 
-def _read_one(manager: ReplicaManager, replica_id: int, name: str | None,
+def _read_one(manager: ReplicaManager, replica_id: int, replica_epoch: int, name: str | None,
               p: FetchRequest.FetchPartition, limit: int, *, min_one: bool,
               now_ms: int) -> FetchResponse.PartitionData:
     data = PartitionData(partition_index=p.partition, high_watermark=-1, last_stable_offset=-1,
@@ -143,7 +155,8 @@ def _read_one(manager: ReplicaManager, replica_id: int, name: str | None,
             raise OffsetOutOfRangeError(
                 f"fetch offset {p.fetch_offset} of replica {replica_id} is outside"
                 f" [{plog.log_start_offset}, {plog.log_end_offset}]")
-        state.update_follower_fetch_state(replica_id, p.fetch_offset, p.log_start_offset, now_ms)
+        state.update_follower_fetch_state(replica_id, p.fetch_offset, p.log_start_offset, now_ms,
+                                          replica_epoch)
         read = plog.read(p.fetch_offset, limit, max_offset=plog.log_end_offset, min_one_batch=min_one)
     except KafkaError as exc:
         data.error_code = exc.code if exc.code > 0 else ErrorCode.UNKNOWN_SERVER_ERROR

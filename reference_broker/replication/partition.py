@@ -10,10 +10,19 @@ Kafka's ``Partition`` (core/cluster/Partition.scala), leader side:
   plus a replica being added by an ISR change still in flight), never moving back; it moves on
   follower fetches and ISR changes, and appends waiting for it (acks=all) are answered then.
 - ISR expansion: a follower outside the ISR whose log end reached the high watermark and the
-  start of the leader's epoch is proposed for the ISR. Shrink: an ISR follower not caught up for
-  ``replica.lag.time.max.ms`` is proposed for removal (:meth:`Partition.maybe_shrink_isr`, called
-  periodically). Proposals go to the controller through ``alter_partition``; one is in flight at
-  a time and only the controller's answer (or new metadata) changes the ISR.
+  start of the leader's epoch is proposed for the ISR, if it is eligible (Kafka's
+  ``isReplicaIsrEligible``, KIP-903): its broker is registered, unfenced, not in controlled
+  shutdown, and the broker epoch its fetches carry is the one of its registration in the metadata
+  (or -1, a fetcher that does not say it). A fetch carrying an epoch older than the registration's
+  comes from a previous incarnation of the broker (one that may since have lost its disk): it is
+  answered NOT_LEADER_OR_FOLLOWER and changes nothing. Proposals carry each ISR member's broker
+  epoch (the leader's own, the followers' from their fetches, -1 when none is known) so the
+  controller refuses them (INELIGIBLE_REPLICA) when a member's registration changed; the leader
+  then keeps the ISR it has, and a later fetch proposes again.
+- Shrink: an ISR follower not caught up for ``replica.lag.time.max.ms`` is proposed for removal
+  (:meth:`Partition.maybe_shrink_isr`, called periodically). Proposals go to the controller
+  through ``alter_partition``; one is in flight at a time and only the controller's answer (or
+  new metadata) changes the ISR.
 - acks=all: refused with NOT_ENOUGH_REPLICAS before the append when the ISR is smaller than
   ``min.insync.replicas``; once the high watermark covers the append, NOT_ENOUGH_REPLICAS_AFTER_APPEND
   if the ISR shrank below it meanwhile.
@@ -30,7 +39,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sdk.protocol.errors import (
     KafkaError,
@@ -50,7 +59,8 @@ TopicPartition = tuple[str, int]
 
 @dataclass(frozen=True)
 class IsrProposal:
-    """An ISR change the leader asks the controller for (AlterPartition)."""
+    """An ISR change the leader asks the controller for (AlterPartition). ``broker_epochs`` is
+    each member's broker epoch in ``isr``'s order (-1: not known, the controller skips the check)."""
 
     topic: str
     partition: int
@@ -58,6 +68,30 @@ class IsrProposal:
     leader_epoch: int
     partition_epoch: int
     isr: tuple[int, ...]
+    broker_epochs: tuple[int, ...] = ()
+
+    def epoch_of(self, replica: int) -> int:
+        """``replica``'s broker epoch in the proposal (-1 when it carries none)."""
+        if len(self.broker_epochs) != len(self.isr):
+            return -1
+        return self.broker_epochs[self.isr.index(replica)]
+
+
+class BrokerRegistrationView(Protocol):
+    """What the leader reads of a broker's registration in the metadata image."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def fenced(self) -> bool: ...
+
+    @property
+    def in_controlled_shutdown(self) -> bool: ...
+
+
+#: A broker's registration in the latest metadata, or None when it is not registered.
+RegistrationLookup = Callable[[int], BrokerRegistrationView | None]
 
 
 @dataclass(frozen=True)
@@ -84,10 +118,13 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_leader_log_end_offset: int = -1
     last_fetch_ms: int = 0
+    #: the broker epoch of its last fetch in this leadership (None: no fetch yet; -1: not said)
+    broker_epoch: int | None = None
 
     def update(self, fetch_offset: int, log_start_offset: int, now_ms: int,
-               leader_log_end_offset: int) -> None:
-        """Kafka's ``updateFetchStateOrThrow``: a fetch from ``fetch_offset`` at ``now_ms``."""
+               leader_log_end_offset: int, broker_epoch: int = -1) -> None:
+        """Kafka's ``updateFetchStateOrThrow``: a fetch from ``fetch_offset`` at ``now_ms`` by
+        the broker in ``broker_epoch``."""
         if fetch_offset >= leader_log_end_offset:
             self.last_caught_up_ms = max(self.last_caught_up_ms, now_ms)
         elif fetch_offset >= self.last_fetch_leader_log_end_offset:
@@ -96,6 +133,7 @@ class FollowerState:
         self.log_start_offset = log_start_offset
         self.last_fetch_leader_log_end_offset = leader_log_end_offset
         self.last_fetch_ms = now_ms
+        self.broker_epoch = broker_epoch
 
     def reset(self, now_ms: int, leader_log_end_offset: int, in_sync: bool) -> None:
         """A new leadership: nothing is known of the follower yet; an ISR member counts as caught
@@ -105,6 +143,7 @@ class FollowerState:
         self.last_caught_up_ms = now_ms if in_sync else 0
         self.last_fetch_leader_log_end_offset = leader_log_end_offset
         self.last_fetch_ms = 0
+        self.broker_epoch = None
 
 
 @dataclass
@@ -126,6 +165,10 @@ class Partition:
     replica_lag_time_max_ms: int = 30_000
     #: told when the high watermark moves (wakes consumers' long polls on the partition)
     notify: Callable[[TopicPartition], None] | None = None
+    #: brokers' registrations in the latest metadata (None: no metadata, every follower eligible)
+    registration: RegistrationLookup | None = None
+    #: this broker's own epoch (-1 before it registered), sent with its ISR proposals
+    local_broker_epoch: Callable[[], int] = lambda: -1
     leader_id: int | None = None
     leader_epoch: int = -1
     partition_epoch: int = -1
@@ -225,15 +268,23 @@ class Partition:
     # -- leader: follower fetches --------------------------------------------------------------
 
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int,
-                                    log_start_offset: int, now_ms: int) -> bool:
-        """Record a follower's fetch; may propose an ISR expansion and move the high watermark
-        (True when it moved). Raises NotLeaderOrFollowerError for a replica not assigned here."""
+                                    log_start_offset: int, now_ms: int,
+                                    broker_epoch: int = -1) -> bool:
+        """Record a follower's fetch (its broker in ``broker_epoch``, -1 when the fetch does not
+        say); may propose an ISR expansion and move the high watermark (True when it moved).
+        Raises NotLeaderOrFollowerError for a replica not assigned here, or for a fetch from an
+        older incarnation of the broker than the registered one."""
         state = self.followers.get(replica_id)
         if state is None:
             raise NotLeaderOrFollowerError(
                 f"{self.topic}-{self.index}: replica {replica_id} is not assigned to the partition")
+        registered = self._alive_broker_epoch(replica_id)
+        if broker_epoch != -1 and registered is not None and registered > broker_epoch:
+            raise NotLeaderOrFollowerError(
+                f"{self.topic}-{self.index}: stale fetch from replica {replica_id}: broker epoch"
+                f" {broker_epoch}, registered {registered}")
         old_log_start = state.log_start_offset
-        state.update(fetch_offset, log_start_offset, now_ms, self.log.log_end_offset)
+        state.update(fetch_offset, log_start_offset, now_ms, self.log.log_end_offset, broker_epoch)
         if state.log_start_offset > old_log_start:
             self._wake_log_start_watchers()
         self._maybe_expand_isr(state)
@@ -275,10 +326,34 @@ class Partition:
         end = state.log_end_offset
         return end >= self.log.high_watermark and end >= self.leader_epoch_start_offset >= 0
 
+    def _alive_broker_epoch(self, replica_id: int) -> int | None:
+        """The epoch of ``replica_id``'s registration if it is registered and unfenced."""
+        if self.registration is None:
+            return None
+        registration = self.registration(replica_id)
+        if registration is None or registration.fenced:
+            return None
+        return registration.epoch
+
+    def replica_isr_eligible(self, replica_id: int) -> bool:
+        """Whether ``replica_id`` may join the ISR (Kafka's ``isReplicaIsrEligible``): it has
+        fetched in this leadership, its broker is registered, unfenced and not in controlled
+        shutdown, and its fetches carried the registered broker epoch (or -1). Without
+        metadata (no registrations known) every follower that fetched is eligible."""
+        state = self.followers.get(replica_id)
+        if state is None or state.broker_epoch is None:
+            return False
+        if self.registration is None:
+            return True
+        registration = self.registration(replica_id)
+        if registration is None or registration.fenced or registration.in_controlled_shutdown:
+            return False
+        return state.broker_epoch in (-1, registration.epoch)
+
     def _maybe_expand_isr(self, state: FollowerState) -> None:
         if state.replica_id in self.isr or self.pending_isr is not None:
             return
-        if self._follower_in_sync(state):
+        if self._follower_in_sync(state) and self.replica_isr_eligible(state.replica_id):
             self._propose(tuple(sorted({*self.isr, state.replica_id})))
 
     def out_of_sync_replicas(self, now_ms: int) -> list[int]:
@@ -314,9 +389,21 @@ class Partition:
         if sender is None:
             return
         proposal = IsrProposal(self.topic, self.index, self.local_id, self.leader_epoch,
-                               self.partition_epoch, new_isr)
+                               self.partition_epoch, new_isr,
+                               tuple(self._broker_epoch_of(r) for r in new_isr))
         self.pending_isr = new_isr
         asyncio.get_running_loop().create_task(self._send_proposal(sender, proposal))
+
+    def _broker_epoch_of(self, replica_id: int) -> int:
+        """The broker epoch a proposal carries for ``replica_id`` (Kafka's
+        ``addBrokerEpochToIsr``): this broker's own, a follower's from its last fetch, -1 for a
+        member not heard from in this leadership (it stays as the controller has it)."""
+        if replica_id == self.local_id:
+            return self.local_broker_epoch()
+        state = self.followers.get(replica_id)
+        if state is None or state.broker_epoch is None:
+            return -1
+        return state.broker_epoch
 
     async def _send_proposal(self, sender: AlterPartitionSender, proposal: IsrProposal) -> None:
         try:

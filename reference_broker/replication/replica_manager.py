@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING, cast
 
 from reference_broker.replication.config import ReplicationConfig
 from reference_broker.replication.fetcher import ReplicaFetcher
-from reference_broker.replication.partition import AlterPartitionSender, Partition, TopicPartition
+from reference_broker.replication.partition import (
+    AlterPartitionSender,
+    Partition,
+    RegistrationLookup,
+    TopicPartition,
+)
 from sdk.protocol.errors import ErrorCode, NotLeaderOrFollowerError
 
 if TYPE_CHECKING:
@@ -58,6 +63,7 @@ class ReplicaManager:
         broker_epoch: Callable[[], int] = lambda: -1,
         known_partition: Callable[[str, int], bool] | None = None,
         rack_of: Callable[[int], str | None] = lambda _node: None,
+        registration: RegistrationLookup | None = None,
     ) -> None:
         self.node_id = node_id
         self.get_log = get_log
@@ -71,6 +77,8 @@ class ReplicaManager:
         self.known_partition = known_partition
         #: a broker's ``broker.rack`` (None: none), for fetch from the closest replica
         self.rack_of = rack_of
+        #: brokers' registrations in the metadata, for the ISR eligibility of followers
+        self.registration = registration
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._isr_task: asyncio.Task[None] | None = None
@@ -92,7 +100,8 @@ class ReplicaManager:
             part = Partition(tp[0], tp[1], self.node_id, self.get_log(tp),
                              alter_partition=self.alter_partition,
                              replica_lag_time_max_ms=self.config.lag_time_max_ms,
-                             notify=self.notify)
+                             notify=self.notify, registration=self.registration,
+                             local_broker_epoch=self.broker_epoch)
             self.partitions[tp] = part
         return part
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,10 +17,12 @@ from reference_broker.replication.partition import (
     Partition,
 )
 from sdk.protocol.errors import (
+    ErrorCode,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
+    make_error,
 )
 from sdk.records import RecordBatchBuilder
 
@@ -189,3 +192,103 @@ async def test_min_insync_replicas_is_capped_at_the_replica_count(leader: Partit
     await settle()
     with pytest.raises(NotEnoughReplicasError, match=r"min\.isr requirement of 2"):
         leader.check_enough_replicas(3)
+
+
+class Registrations:
+    """Brokers' registrations as the leader's metadata image has them (broker id -> state)."""
+
+    def __init__(self) -> None:
+        self.brokers: dict[int, SimpleNamespace] = {}
+
+    def set(self, broker_id: int, epoch: int, *, fenced: bool = False,
+            shutting_down: bool = False) -> None:
+        self.brokers[broker_id] = SimpleNamespace(epoch=epoch, fenced=fenced,
+                                                  in_controlled_shutdown=shutting_down)
+
+    def __call__(self, broker_id: int) -> SimpleNamespace | None:
+        return self.brokers.get(broker_id)
+
+
+@pytest.fixture
+def registrations(leader: Partition) -> Registrations:
+    found = Registrations()
+    found.set(1, 100)
+    leader.registration = found
+    leader.local_broker_epoch = lambda: 100
+    return found
+
+
+async def test_a_fetch_from_an_older_incarnation_changes_nothing(leader: Partition,
+                                                                 registrations: Registrations) -> None:
+    """KIP-903: the broker re-registered (say after losing its disk); a late fetch of its previous
+    incarnation must not make the leader believe the new one has the log."""
+    registrations.set(2, 250)
+    leader.make_leader(1, 0, [1, 2], [1], now_ms=0)
+    leader.log.append(batch(5), now_ms=10)
+    leader.maybe_increment_high_watermark()  # the leader alone in the ISR: committed
+    leader.update_follower_fetch_state(2, 0, 0, now_ms=20, broker_epoch=250)
+    with pytest.raises(NotLeaderOrFollowerError, match="stale fetch"):
+        leader.update_follower_fetch_state(2, 5, 0, now_ms=30, broker_epoch=200)
+    await settle()
+    assert leader.followers[2].log_end_offset == 0
+    assert leader.controller.proposals == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("state", ["fenced", "shutting down", "unregistered", "epoch changed"])
+async def test_a_caught_up_but_ineligible_follower_is_not_proposed(leader: Partition,
+                                                                  registrations: Registrations,
+                                                                  state: str) -> None:
+    if state == "fenced":
+        registrations.set(2, 250, fenced=True)
+    elif state == "shutting down":
+        registrations.set(2, 250, shutting_down=True)
+    elif state == "epoch changed":
+        registrations.set(2, 200)  # the leader's metadata has not seen the registration yet
+    leader.make_leader(1, 0, [1, 2], [1], now_ms=0)
+    leader.log.append(batch(5), now_ms=10)
+    leader.update_follower_fetch_state(2, 5, 0, now_ms=20, broker_epoch=250)
+    await settle()
+    assert leader.controller.proposals == []  # type: ignore[attr-defined]
+    assert leader.isr == (1,)
+    assert not leader.replica_isr_eligible(2)
+
+
+async def test_proposals_carry_the_broker_epochs_the_leader_knows(leader: Partition,
+                                                                 registrations: Registrations) -> None:
+    registrations.set(2, 250)
+    registrations.set(3, 260)
+    leader.make_leader(1, 0, [1, 2, 3], [1, 3], now_ms=0)
+    leader.log.append(batch(5), now_ms=10)
+    leader.update_follower_fetch_state(2, 5, 0, now_ms=20, broker_epoch=250)
+    await settle()
+    [proposal] = leader.controller.proposals  # type: ignore[attr-defined]
+    assert proposal.isr == (1, 2, 3)
+    # follower 3 has not fetched in this leadership: -1 leaves its epoch unchecked
+    assert proposal.broker_epochs == (100, 250, -1)
+    assert leader.isr == (1, 2, 3)
+
+
+async def test_a_refused_expansion_keeps_the_isr_and_is_proposed_again(tmp_path: Path) -> None:
+    """INELIGIBLE_REPLICA from the controller (its metadata is newer than the leader's): the
+    leader keeps the committed ISR and proposes again on a later fetch."""
+    plog = PartitionLog.open(tmp_path / "t-0", LogConfig(), now_ms=0)
+    asked: list[IsrProposal] = []
+
+    async def refusing(proposal: IsrProposal) -> IsrCommitted:
+        asked.append(proposal)
+        if len(asked) == 1:
+            raise make_error(ErrorCode.INELIGIBLE_REPLICA)
+        return IsrCommitted(proposal.leader_epoch, proposal.partition_epoch + 1, proposal.isr)
+
+    partition = Partition("t", 0, 1, plog, alter_partition=refusing, replica_lag_time_max_ms=LAG_MS)
+    try:
+        partition.make_leader(1, 0, [1, 2], [1], now_ms=0)
+        plog.append(batch(5), now_ms=10)
+        partition.update_follower_fetch_state(2, 5, 0, now_ms=20)
+        await settle()
+        assert (partition.isr, partition.pending_isr) == ((1,), None)
+        partition.update_follower_fetch_state(2, 5, 0, now_ms=30)
+        await settle()
+        assert len(asked) == 2 and partition.isr == (1, 2)
+    finally:
+        plog.close()
