@@ -4,9 +4,9 @@ Kafka cluster is killed with SIGKILL and restarted.
 The copier (benchmarks/eos_copy.py: a read_committed consumer, a transactional producer and the
 consumer's offsets sent to each transaction) runs as a process of its own; a read_committed reader
 counts the committed output. After the leader of an output (or input) partition is killed, Kafka
-moves its partitions once the controller fences the dead broker (broker.session.timeout.ms, 9 s),
-and the restarted node rejoins as a follower: from then on the copier must go on without being
-restarted, and the output must stay exact.
+moves its partitions once the controller fences the dead broker (broker.session.timeout.ms, 4.5 s
+in CLUSTER_CONFIG), and the restarted node rejoins as a follower: from then on the copier must go
+on without being restarted, and the output must stay exact.
 """
 
 from __future__ import annotations
