@@ -18,6 +18,10 @@ Here the same guarantees come from three parts:
   OffsetDelete or expiry, a transaction marker's outcome) is applied to memory only once
   everything the partition's log holds up to the change is committed, in log order; so
   OffsetFetch never shows an offset a new coordinator could lack.
+- ``after_commit`` with ``failed``: a write whose outcome decides a state change (the leader's
+  SyncGroup assignment, Kafka's append future) is applied once committed, or told
+  NOT_COORDINATOR (leadership moved) / COORDINATOR_NOT_AVAILABLE (not committed within
+  ``WRITE_TIMEOUT_S``) instead.
 - ``wait``: a response waits until everything written to the partition so far is committed
   (Kafka completes even a write without records only after the pending ones), up to a timeout.
 
