@@ -23,6 +23,8 @@ from reference_broker.network.peer import PeerConnection
 from reference_broker.testing import ClusterFactory
 from sdk.protocol.errors import ErrorCode as E
 from sdk.protocol.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
     DescribeGroupsRequest,
     JoinGroupRequest,
     SyncGroupRequest,
@@ -178,3 +180,53 @@ def test_new_coordinator_shows_the_committed_assignment_not_the_pending_one(
 
     assert asyncio.run(asyncio.wait_for(read_back(), 90)) in (
         ("Stable", [(member, b"first")]), ("Stable", [(member, b"second")]))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "ConsumerGroupDescribe reads the consumer group's latest in-memory state; Kafka's reads it "
+    "at the last committed offset (ConsumerGroup is timeline-backed), which needs a committed "
+    "view of consumer groups this coordinator does not keep yet"))
+def test_consumer_group_member_joining_uncommitted_is_not_described(
+    reference_cluster: ClusterFactory,
+) -> None:
+    """KIP-848: a second member's join, written while both followers are paused, is not shown by
+    ConsumerGroupDescribe until committed (Kafka's ``scheduleReadOperation`` reads the timeline
+    at ``lastCommittedOffset``); its heartbeat is answered COORDINATOR_NOT_AVAILABLE."""
+    cluster = reference_cluster(3, cluster_config(2, 60_000))
+    topic, group, coordinator, followers = setup(cluster)
+
+    def join(member: str) -> ConsumerGroupHeartbeatRequest:
+        return ConsumerGroupHeartbeatRequest(
+            group_id=group, member_id=member, member_epoch=0, rebalance_timeout_ms=30_000,
+            subscribed_topic_names=[topic], topic_partitions=[])
+
+    async def members(conn: PeerConnection) -> list[str]:
+        answer: Any = await conn.send(ConsumerGroupDescribeRequest(group_ids=[group]), version=0)
+        return sorted(m.member_id for m in answer.groups[0].members)
+
+    async def scenario() -> dict[str, Any]:
+        conn, reader = connect(cluster, coordinator), connect(cluster, coordinator)
+        seen: dict[str, Any] = {}
+        try:
+            await until_answer(lambda: conn.send(join("first"), version=0),
+                               lambda r: r.error_code == E.NONE, "the first member joined")
+            for node in followers:
+                cluster.pause(node)
+            try:
+                pending = asyncio.ensure_future(conn.send(join("second"), version=0))
+                views: set[tuple[str, ...]] = set()
+                while not pending.done():
+                    views.add(tuple(await members(reader)))
+                    await asyncio.sleep(0.05)
+                seen["while pending"] = sorted(views)
+                seen["answer"] = E(int(pending.result().error_code)).name
+            finally:
+                for node in followers:
+                    cluster.resume(node)
+        finally:
+            await conn.close()
+            await reader.close()
+        return seen
+
+    seen = asyncio.run(asyncio.wait_for(scenario(), 90))
+    assert seen == {"while pending": [("first",)], "answer": "COORDINATOR_NOT_AVAILABLE"}, seen
