@@ -14,7 +14,7 @@ can be committed until ``offsets.commit.timeout.ms`` fails the write).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -82,7 +82,7 @@ def test_uncommitted_assignment_is_not_shown_and_its_failure_makes_the_member_re
                     views.add((state, tuple(members)))
                     await asyncio.sleep(0.05)
                 seen["while pending"] = sorted(views)
-                seen["sync answer"] = E(int(pending.result().error_code)).name
+                seen["sync answer"] = E(int(cast(Any, pending.result()).error_code)).name
                 seen["after the failure"] = await described(reader, group)
             finally:
                 for node in followers:
@@ -219,7 +219,7 @@ def test_consumer_group_member_joining_uncommitted_is_not_described(
                     views.add(tuple(await members(reader)))
                     await asyncio.sleep(0.05)
                 seen["while pending"] = sorted(views)
-                seen["answer"] = E(int(pending.result().error_code)).name
+                seen["answer"] = E(int(cast(Any, pending.result()).error_code)).name
             finally:
                 for node in followers:
                     cluster.resume(node)
