@@ -18,6 +18,10 @@ Here the same guarantees come from three parts:
   OffsetDelete or expiry, a transaction marker's outcome) is applied to memory only once
   everything the partition's log holds up to the change is committed, in log order; so
   OffsetFetch never shows an offset a new coordinator could lack.
+- ``after_commit`` with ``failed``: a write whose outcome decides a state change (the leader's
+  SyncGroup assignment, Kafka's append future) is applied once committed, or told
+  NOT_COORDINATOR (leadership moved) / COORDINATOR_NOT_AVAILABLE (not committed within
+  ``WRITE_TIMEOUT_S``) instead.
 - ``wait``: a response waits until everything written to the partition so far is committed
   (Kafka completes even a write without records only after the pending ones), up to a timeout.
 
@@ -53,6 +57,9 @@ log = logging.getLogger("reference_broker.group_coordinator")
 #: how often a write waiting for the ISR to grow back to ``min.insync.replicas`` looks again
 #: (the high watermark already covers it; nothing else signals an ISR change)
 ISR_RECHECK_S = 0.05
+#: how long a group write waits to be committed before it fails (Kafka's
+#: ``offsets.commit.timeout.ms`` default)
+WRITE_TIMEOUT_S = 5.0
 #: the longest a pending apply waits in one step before it looks at the leadership again
 WATCH_STEP_S = 1.0
 
@@ -62,6 +69,19 @@ class _PendingApply:
     end_offset: int
     leader_epoch: int
     apply: Callable[[], None]
+    #: told the client error code when the write is not committed: NOT_COORDINATOR when the
+    #: leadership moves, COORDINATOR_NOT_AVAILABLE at ``deadline`` (Kafka completes the write's
+    #: append future exceptionally; the write may still be committed later, and is not applied)
+    failed: Callable[[int], None] | None = None
+    deadline: float | None = None
+
+    def fail(self, code: int) -> None:
+        if self.failed is None:
+            return
+        try:
+            self.failed(code)
+        except Exception:
+            log.exception("handling a group write that was not committed failed")
 
 
 class CommittedWrites:
@@ -90,10 +110,16 @@ class CommittedWrites:
         """Partition ``index`` is no longer led here (or led in a new epoch): its pending applies
         are dropped, never run (the groups are dropped, or read again from the log)."""
         self.epochs.pop(index, None)
-        self._pending.pop(index, None)
+        self._fail_all(self._pending.pop(index, None))
         watcher = self._watchers.pop(index, None)
         if watcher is not None and watcher is not asyncio.current_task():
             watcher.cancel()
+
+    @staticmethod
+    def _fail_all(queue: deque[_PendingApply] | None) -> None:
+        """The leadership moved: every pending write fails NOT_COORDINATOR, in order."""
+        while queue:
+            queue.popleft().fail(E.NOT_COORDINATOR)
 
     async def close(self) -> None:
         watchers = list(self._watchers.values())
@@ -129,21 +155,34 @@ class CommittedWrites:
     def _committed(self, part: Partition, offset: int) -> bool:
         return part.log.high_watermark >= offset and len(part.isr) >= self._min_isr(part)
 
-    def after_commit(self, index: int, apply: Callable[[], None]) -> None:
+    def after_commit(
+        self,
+        index: int,
+        apply: Callable[[], None],
+        failed: Callable[[int], None] | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
         """Run ``apply`` once everything partition ``index`` holds now is committed, after the
         applies registered before it; at once when nothing waits and it is committed already.
-        Dropped when the partition is not led here in its loaded epoch (nothing to apply to)."""
+        Dropped when the partition is not led here in its loaded epoch (nothing to apply to).
+
+        With ``failed`` the write is Kafka's append future: instead of ``apply``, ``failed`` is
+        told NOT_COORDINATOR when the partition is (or stops being) led here in its loaded
+        epoch, COORDINATOR_NOT_AVAILABLE when it is not committed within ``timeout_s``."""
         try:
             part = self._led(index)
         except NotLeaderOrFollowerError:
             log.info("%s-%d is not led here: a change of its groups is dropped", CONSUMER_OFFSETS, index)
+            if failed is not None:
+                failed(E.NOT_COORDINATOR)
             return
         end = part.log.log_end_offset
         queue = self._pending.setdefault(index, deque())
         if not queue and self._committed(part, end):
             apply()
             return
-        queue.append(_PendingApply(end, part.leader_epoch, apply))
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        queue.append(_PendingApply(end, part.leader_epoch, apply, failed, deadline))
         watcher = self._watchers.get(index)
         if watcher is None or watcher.done():
             self._watchers[index] = asyncio.get_running_loop().create_task(
@@ -156,7 +195,7 @@ class CommittedWrites:
         while queue:
             head = queue[0]
             if part is None or not part.is_leader or part.leader_epoch != head.leader_epoch:
-                queue.clear()  # registered in an earlier leadership: the groups are loaded again
+                self._fail_all(queue)  # an earlier leadership's: the groups are loaded again
                 return
             if not self._committed(part, head.end_offset):
                 return
@@ -173,17 +212,43 @@ class CommittedWrites:
                 head = queue[0]
                 part = self.replica_manager.partition(CONSUMER_OFFSETS, index)
                 if part is None or not part.is_leader or part.leader_epoch != head.leader_epoch:
-                    queue.clear()
+                    self._fail_all(queue)
                     return
+                step = self._expire(queue, part)
+                if not queue:
+                    return
+                head = queue[0]
                 if part.log.high_watermark < head.end_offset:
                     with contextlib.suppress(KafkaError):
-                        await part.wait_for_high_watermark(head.end_offset, 1, WATCH_STEP_S)
+                        await part.wait_for_high_watermark(head.end_offset, 1, step)
                 elif not self._committed(part, head.end_offset):
-                    await asyncio.sleep(ISR_RECHECK_S)
+                    await asyncio.sleep(min(ISR_RECHECK_S, step))
                 self.drain(index)
         finally:
             if self._watchers.get(index) is asyncio.current_task():
                 del self._watchers[index]
+
+    def _expire(self, queue: deque[_PendingApply], part: Partition) -> float:
+        """Fail the pending writes past their deadline and not committed; how long until the
+        next deadline (at most ``WATCH_STEP_S``)."""
+        now = time.monotonic()
+        step = WATCH_STEP_S
+        kept: list[_PendingApply] = []
+        expired: list[_PendingApply] = []
+        for pending in queue:
+            if pending.deadline is None or self._committed(part, pending.end_offset):
+                kept.append(pending)
+            elif pending.deadline <= now:
+                expired.append(pending)
+            else:
+                kept.append(pending)
+                step = min(step, pending.deadline - now)
+        if expired:
+            queue.clear()
+            queue.extend(kept)
+            for pending in expired:
+                pending.fail(E.COORDINATOR_NOT_AVAILABLE)
+        return max(step, 0.001)
 
     async def wait(self, index: int, timeout_s: float) -> int:
         """Until everything partition ``index`` holds now is committed (its pending applies run

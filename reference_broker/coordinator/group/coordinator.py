@@ -111,6 +111,12 @@ class GroupCoordinator:
         #: Cluster mode: ``(partition, apply)`` runs a change of the offsets once its records are
         #: committed to the ISR, in log order (``CommittedWrites.after_commit``); None applies at once.
         self.apply_when_committed: Callable[[int, Callable[[], None]], None] | None = None
+        #: Cluster mode: ``(partition, committed, failed)`` calls ``committed`` once the records
+        #: just written are committed, else ``failed`` with the client's error code (Kafka's
+        #: append future of a write); None: a write that was stored is committed at once.
+        self.outcome_when_committed: (
+            Callable[[int, Callable[[], None], Callable[[int], None]], None] | None
+        ) = None
         self.offsets = GroupOffsets(self)
         #: The KIP-848 consumer groups; their offsets stay in ``groups`` (a ``Group`` without members).
         self.consumer = ConsumerGroupCoordinator(self)
@@ -157,7 +163,20 @@ class GroupCoordinator:
         else:
             self.apply_when_committed(partition, apply)
 
-    def _group_record(self, group: Group) -> Record:
+    def after_write(
+        self, group_id: str, committed: Callable[[], None], failed: Callable[[int], None]
+    ) -> None:
+        """``committed`` once what was just written for ``group_id`` is committed (at once on a
+        single node), else ``failed`` with the client's error code: the committed-write path
+        alone decides what a write's outcome changes."""
+        if self.outcome_when_committed is None:
+            committed()
+        else:
+            self.outcome_when_committed(self.partition_for(group_id), committed, failed)
+
+    def _group_record(self, group: Group, assignments: dict[str, bytes] | None = None) -> Record:
+        """The group's metadata record; with ``assignments``, those instead of the members' own
+        (a SyncGroup's assignment is written before the members hold it)."""
         value = records.GroupMetadataValue(
             protocol_type=group.protocol_type or "",
             generation=group.generation,
@@ -173,7 +192,7 @@ class GroupCoordinator:
                     rebalance_timeout=m.rebalance_timeout_ms,
                     session_timeout=m.session_timeout_ms,
                     subscription=m.metadata_for(group.protocol_name) if group.protocol_name else b"",
-                    assignment=m.assignment,
+                    assignment=m.assignment if assignments is None else assignments.get(m.member_id, b""),
                 )
                 for m in group.members.values()
             ],
@@ -629,19 +648,44 @@ class GroupCoordinator:
         # CompletingRebalance: wait for the leader's assignment.
         member.sync_callback = respond
         if member_id == group.leader_id:
-            for m in group.members.values():
-                m.assignment = assignments.get(m.member_id, b"")
-            error = self._store_group(group)
+            assignment = {m: assignments.get(m, b"") for m in group.members}
+            error = self.write_records(group_id, [self._group_record(group, assignment)])
             if error:
-                self._reset_and_propagate_sync(group, error)
-                self._prepare_rebalance(group, "storing the assignment failed")
+                self._assignment_not_stored(group, error)
                 return None
-            group.transition(GroupState.STABLE, self.clock.now_ms())
-            for m in group.members.values():
-                if m.sync_callback is not None:
-                    callback, m.sync_callback = m.sync_callback, None
-                    callback(self._sync_result(group, m))
+            self.after_write(
+                group_id,
+                lambda: self._assignment_stored(group, generation, assignment),
+                lambda code: self._assignment_stored(group, generation, assignment, code),
+            )
         return None
+
+    def _assignment_stored(
+        self, group: Group, generation: int, assignment: dict[str, bytes], error: int = 0
+    ) -> None:
+        """The leader's assignment record is committed (``error`` 0) or failed: only then do the
+        members get it and the group become Stable, or the members get ``error`` and rejoin
+        (Kafka's SyncGroup append future); nothing when the group moved on meanwhile (a new
+        generation, another state, or dropped from this node)."""
+        if self.groups.get(group.group_id) is not group or not group.is_(GroupState.COMPLETING_REBALANCE):
+            return
+        if group.generation != generation:
+            return
+        if error:
+            self._assignment_not_stored(group, error)
+            return
+        for m in group.members.values():
+            m.assignment = assignment.get(m.member_id, b"")
+        group.transition(GroupState.STABLE, self.clock.now_ms())
+        for m in group.members.values():
+            if m.sync_callback is not None:
+                callback, m.sync_callback = m.sync_callback, None
+                callback(self._sync_result(group, m))
+
+    def _assignment_not_stored(self, group: Group, error: int) -> None:
+        log.info("storing the assignment of group %s failed: %s", group.group_id, E(error).name)
+        self._reset_and_propagate_sync(group, error)
+        self._prepare_rebalance(group, "storing the assignment failed")
 
     @staticmethod
     def _sync_result(group: Group, member: Member) -> SyncResult:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from reference_broker.clock import Clock
 from reference_broker.config import ConfigError
 from reference_broker.coordinator.group.classic_members import MigrationPolicy
-from reference_broker.coordinator.group.committed_writes import CommittedWrites
+from reference_broker.coordinator.group.committed_writes import WRITE_TIMEOUT_S, CommittedWrites
 from reference_broker.coordinator.group.consumer_coordinator import ConsumerGroupConfig
 from reference_broker.coordinator.group.consumer_group import TopicInfo
 from reference_broker.coordinator.group.coordinator import (
@@ -163,6 +163,12 @@ class GroupCoordinatorService:
         self.coordinator.owned = set()
         self.writes = self.store.writes = CommittedWrites(replica_manager)
         self.coordinator.apply_when_committed = self.writes.after_commit
+        writes = self.writes
+
+        def outcome(partition: int, committed: Callable[[], None], failed: Callable[[int], None]) -> None:
+            writes.after_commit(partition, committed, failed, WRITE_TIMEOUT_S)
+
+        self.coordinator.outcome_when_committed = outcome
 
     def on_leadership(self, partition: int, leads: bool) -> None:
         """The metadata moved ``__consumer_offsets`` partition ``partition``'s leadership: when it
