@@ -536,7 +536,8 @@ def one_run(cluster: ThreeNodes, broker: str, run: int, args: argparse.Namespace
         p50, p99 = measure_latency(cluster, args.rate, args.latency_seconds, args.latency_warm_up)
         figures["e2e latency p50 ms"].append(p50)
         figures["e2e latency p99 ms"].append(p99)
-        print(f"  {broker} run {run + 1}: latency p50 {p50:.2f} ms p99 {p99:.2f} ms", file=sys.stderr, flush=True)
+        print(f"  {broker} run {run + 1}: latency p50 {p50:.2f} ms p99 {p99:.2f} ms",
+              file=sys.stderr, flush=True)
     failover = measure_failover(cluster, args, bring_back=run + 1 < args.runs)
     figures["failover first ack s"].append(failover.first_ack_s)
     figures["failover rate back s"].append(failover.rate_back_s)
