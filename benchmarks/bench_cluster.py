@@ -527,15 +527,17 @@ def one_run(cluster: ThreeNodes, broker: str, run: int, args: argparse.Namespace
             figures: dict[str, list[float]], checks: list[FailoverRun]) -> None:
     """Every measure once on ``broker``; figures appended per measure, progress on stderr."""
     clients = THROUGHPUT_CLIENTS if run % 2 == 0 else list(reversed(THROUGHPUT_CLIENTS))
-    for client in clients:
+    for client in [] if args.failover_only else clients:
         rate = measure_throughput(client, cluster, args.messages, args.partitions)
         figures[f"produce {client} records/s"].append(rate)
         figures[f"produce {client} MB/s"].append(rate * RECORD_BYTES / 1e6)
         print(f"  {broker} run {run + 1}: {client} {rate:,.0f} records/s", file=sys.stderr, flush=True)
-    p50, p99 = measure_latency(cluster, args.rate, args.latency_seconds, args.latency_warm_up)
-    figures["e2e latency p50 ms"].append(p50)
-    figures["e2e latency p99 ms"].append(p99)
-    print(f"  {broker} run {run + 1}: latency p50 {p50:.2f} ms p99 {p99:.2f} ms", file=sys.stderr, flush=True)
+    if not args.failover_only:
+        p50, p99 = measure_latency(cluster, args.rate, args.latency_seconds, args.latency_warm_up)
+        figures["e2e latency p50 ms"].append(p50)
+        figures["e2e latency p99 ms"].append(p99)
+        print(f"  {broker} run {run + 1}: latency p50 {p50:.2f} ms p99 {p99:.2f} ms",
+              file=sys.stderr, flush=True)
     failover = measure_failover(cluster, args, bring_back=run + 1 < args.runs)
     figures["failover first ack s"].append(failover.first_ack_s)
     figures["failover rate back s"].append(failover.rate_back_s)
@@ -557,7 +559,7 @@ def measure_all(
     with contextlib.ExitStack() as stack:
         clusters = {broker: stack.enter_context(three_nodes(broker, small=args.small)) for broker in brokers}
         for cluster in clusters.values():
-            for client in THROUGHPUT_CLIENTS if args.warm_up_messages else []:
+            for client in THROUGHPUT_CLIENTS if args.warm_up_messages and not args.failover_only else []:
                 measure_throughput(client, cluster, args.warm_up_messages, args.partitions)
         for run in range(args.runs):
             for broker in brokers if run % 2 == 0 else list(reversed(brokers)):
@@ -581,6 +583,8 @@ def print_table(brokers: list[str], figures: dict[str, dict[str, list[float]]], 
     print(f"| {'measure':<34} |{head} {'ref/kafka':>9} |")
     print("|" + "-" * 36 + "|" + "|".join(["-" * 12, "-" * 23] * len(brokers)) + "|" + "-" * 11 + "|")
     for label, unit in MEASURES:
+        if not all(figures[broker][label] for broker in brokers):
+            continue  # not taken (--failover-only)
         cells, medians = [], {}
         for broker in brokers:
             values = figures[broker][label]
@@ -623,6 +627,8 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser.add_argument("--failover-rate", type=float, help="records a second of the failover producer")
     parser.add_argument("--failover-warm-up", type=float, help="seconds of producing before the kill")
     parser.add_argument("--failover-window", type=float, help="most seconds of producing after the kill")
+    parser.add_argument("--failover-only", action="store_true",
+                        help="take only the failover measure (no throughput or latency runs)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)

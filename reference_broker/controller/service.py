@@ -9,7 +9,7 @@ controller, or loses leadership while an operation waits, the caller gets ``NotC
 (answered NOT_CONTROLLER, so brokers look for the new active controller).
 
 While active it also runs the controller's timers: fencing brokers whose session expired (every
-``session_timeout/8``, at most one second apart) and, with ``auto.leader.rebalance.enable``,
+``session_timeout/8``, as Kafka's periodic fencing task) and, with ``auto.leader.rebalance.enable``,
 preferred leader elections every ``leader.imbalance.check.interval.seconds``.
 """
 
@@ -146,7 +146,7 @@ class ControllerService:
         self._timers = self._activation = None
 
     async def _run_timers(self) -> None:
-        interval = min(1.0, self.settings.session_timeout_ms / 8000)
+        interval = self.settings.stale_broker_check_interval_s
         next_rebalance = self._clock() + self.settings.leader_imbalance_check_interval_s
         while True:
             await asyncio.sleep(interval)

@@ -31,6 +31,13 @@ class ControllerSettings:
     #: checked against (a ``BrokerConfig``; None: Kafka's defaults).
     static_config: Any = None
 
+    @property
+    def stale_broker_check_interval_s(self) -> float:
+        """How often the active controller looks for expired broker sessions: Kafka's periodic
+        fencing task runs eight times per session timeout (at least every millisecond apart), so a
+        dead broker is fenced within 112.5% of ``broker.session.timeout.ms``."""
+        return max(1, self.session_timeout_ms / 8) / 1000
+
     @classmethod
     def from_config(cls, config: Any, cluster_id: str) -> ControllerSettings:
         """Read from a ``BrokerConfig``; keys another part has not declared yet keep Kafka's default."""

@@ -77,3 +77,13 @@ async def test_activation_bootstraps_then_serves_and_steps_down() -> None:
     with pytest.raises(NotControllerError):
         await service.submit(lambda now: service.core.cluster.register(request, now))
     await service.stop()
+
+
+@pytest.mark.parametrize(("session_timeout_ms", "interval_s"), [(3000, 0.375), (9000, 1.125), (16000, 2.0)])
+def test_stale_brokers_are_checked_eight_times_per_session_timeout(
+    session_timeout_ms: int, interval_s: float
+) -> None:
+    """Kafka's periodic fencing task runs every ``max(1 ms, broker.session.timeout.ms / 8)``, so a
+    dead broker is fenced within 112.5% of its session timeout; no one-second cap."""
+    settings = ControllerSettings(node_id=1, session_timeout_ms=session_timeout_ms)
+    assert settings.stale_broker_check_interval_s == pytest.approx(interval_s)
