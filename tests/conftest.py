@@ -76,13 +76,16 @@ _INTEROP_FIXTURES = frozenset(
     {
         "broker", "broker_factory", "mock_cluster", "kafka", "proxy_factory", "consume",
         "consume_sync", "group_broker", "bootstrap", "spark", "apache_kafka", "apache_kafka_factory",
+        "reference_cluster", "nodes",
     }
 )
 # Modules and names whose presence in a test module means it drives real processes or peers.
 _INTEROP_MODULES = frozenset(
     {"confluent_kafka", "aiokafka", "kafka", "pyspark", "subprocess", "reference_broker.testing"}
 )
-_INTEROP_NAMES = frozenset({"BrokerProcess", "InProcessBroker", "run_in_process", "MockCluster"})
+_INTEROP_NAMES = frozenset(
+    {"BrokerProcess", "InProcessBroker", "run_in_process", "MockCluster", "ClusterProcess", "ClusterFactory"}
+)
 
 
 def _is_interop(item: pytest.Item) -> bool:
@@ -109,7 +112,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixtures = getattr(item, "fixturenames", ())
         if "apache_kafka" in fixtures or "apache_kafka_factory" in fixtures:
             item.add_marker(pytest.mark.apache_kafka)
-        if item.get_closest_marker("apache_kafka") or _is_interop(item):
+        if any(item.get_closest_marker(m) for m in ("apache_kafka", "interop")) or _is_interop(item):
             item.add_marker(pytest.mark.interop)
         else:
             item.add_marker(pytest.mark.unit)
