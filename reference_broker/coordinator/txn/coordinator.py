@@ -41,7 +41,7 @@ from typing import Protocol
 
 from reference_broker.clock import Clock
 from reference_broker.coordinator.txn import records
-from reference_broker.coordinator.txn.remote_markers import MarkerInFlightError
+from reference_broker.coordinator.txn.remote_markers import MarkerInFlightError, MarkersCancelledError
 from reference_broker.coordinator.txn.state import (
     COMPLETE,
     MAX_EPOCH,
@@ -672,6 +672,8 @@ class TransactionCoordinator:
             return
         if meta.transactional_id in self.unreplicated:
             return  # markers only for a decision the ISR holds (``replication_done`` sends them)
+        if meta.markers_cancelled:
+            return
         self.before_markers(meta)
         commit = meta.is_(TxnState.PREPARE_COMMIT)
         coordinator_epoch = self.coordinator_epoch(meta.transactional_id)
@@ -681,6 +683,12 @@ class TransactionCoordinator:
                 self.write_marker(tp, commit, meta.producer_id, meta.producer_epoch, coordinator_epoch)
             except MarkerInFlightError:
                 continue  # being written: ``retry_markers`` comes back once it is
+            except MarkersCancelledError as exc:
+                log.info("transaction %s: %s; a newer coordinator completes it, this one stops"
+                         " sending its markers", meta.transactional_id, exc)
+                meta.markers_cancelled = True
+                meta.markers_pending = False
+                return
             except KafkaError as exc:
                 if exc.code not in _MARKER_DONE_ERRORS:
                     log.warning("marker for %s on %s-%d failed: %s", meta.transactional_id, *tp, exc)

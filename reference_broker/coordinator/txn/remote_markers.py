@@ -31,21 +31,26 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sdk.protocol.errors import ErrorCode as E
-from sdk.protocol.errors import KafkaError, NotLeaderOrFollowerError
+from sdk.protocol.errors import KafkaError, NotLeaderOrFollowerError, TransactionCoordinatorFencedError
 
 log = logging.getLogger("reference_broker.txn_coordinator")
 
 RETRY_BACKOFF_S = 0.2
-#: a partition's answers that end its marker: written, or not needed any more
-_DONE = frozenset(
-    {E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION, E.INVALID_PRODUCER_EPOCH, E.TRANSACTION_COORDINATOR_FENCED}
-)
+#: a partition's answers that end its marker: written, or not needed any more (the topic is gone)
+_DONE = frozenset({E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION})
+#: answers that end the whole transaction's markers here: a newer coordinator (or producer epoch)
+#: owns it (Kafka's TransactionMarkerRequestCompletionHandler cancels the rest and completes nothing)
+_CANCELLED = frozenset({E.INVALID_PRODUCER_EPOCH, E.TRANSACTION_COORDINATOR_FENCED})
 
 MarkerKey = tuple[tuple[str, int], bool, int, int, int]
 
 
 class MarkerInFlightError(NotLeaderOrFollowerError):
     """The partition's leader has not written the marker yet, or its ISR does not hold it yet."""
+
+
+class MarkersCancelledError(TransactionCoordinatorFencedError):
+    """The partition's leader fenced the marker: a newer coordinator owns the transaction."""
 
 
 class RemoteMarkers:
@@ -70,16 +75,21 @@ class RemoteMarkers:
         self.write_local = write_local
         self.retry_markers = retry_markers
         self._written: set[MarkerKey] = set()
+        self._cancelled: set[MarkerKey] = set()
         self._in_flight: dict[MarkerKey, asyncio.Task[None]] = {}
 
     def write(self, tp: tuple[str, int], commit: bool, producer_id: int, producer_epoch: int,
               coordinator_epoch: int) -> None:
         """Returns once the partition's ISR holds this marker; raises MarkerInFlightError until
-        then."""
+        then, MarkersCancelledError once the leader fenced it."""
         key: MarkerKey = (tp, commit, producer_id, producer_epoch, coordinator_epoch)
         if key in self._written:
             self._written.discard(key)
             return
+        if key in self._cancelled:
+            self._cancelled.discard(key)
+            raise MarkersCancelledError(f"{tp[0]}-{tp[1]}: the leader fenced the marker of producer"
+                                        f" {producer_id} (coordinator epoch {coordinator_epoch})")
         if key not in self._in_flight:
             self._in_flight[key] = asyncio.get_running_loop().create_task(
                 self._write(key), name=f"txn marker {tp[0]}-{tp[1]}")
@@ -91,17 +101,17 @@ class RemoteMarkers:
         tp, _commit, producer_id, _epoch, _coordinator_epoch = key
         try:
             code = await self._deliver(key)
-            if code == E.TRANSACTION_COORDINATOR_FENCED:
-                log.warning("marker for producer %d on %s-%d refused: TRANSACTION_COORDINATOR_FENCED"
-                            " (a newer coordinator ended the transaction)", producer_id, *tp)
-            done = code in _DONE
+            if code in _CANCELLED:
+                log.info("marker for producer %d on %s-%d refused: %s (a newer coordinator owns the"
+                         " transaction)", producer_id, *tp, E(code).name)
+            done = code in _DONE or code in _CANCELLED
             if not done:
                 log.info("marker for producer %d on %s-%d: %s, retrying", producer_id, *tp, E(code).name)
                 await asyncio.sleep(RETRY_BACKOFF_S)
         finally:
             self._in_flight.pop(key, None)
         if done:
-            self._written.add(key)
+            (self._cancelled if code in _CANCELLED else self._written).add(key)
         self.retry_markers(producer_id)
 
     async def _deliver(self, key: MarkerKey) -> int:

@@ -104,6 +104,10 @@ class TransactionMetadata:
     last_update_ms: int = -1
     #: Markers of a prepared transaction not all written yet (a failed append is retried).
     markers_pending: bool = False
+    #: A partition leader fenced this coordinator's marker (TRANSACTION_COORDINATOR_FENCED or an
+    #: older producer epoch): a newer coordinator owns the transaction, so this one sends no more
+    #: of its markers and writes no completion (Kafka's ``removeMarkersForTxn``), until reloaded.
+    markers_cancelled: bool = False
     #: Kafka's ``clientTransactionVersion``: TV_2 when the transaction is driven by a v2 client
     #: (EndTxn v5, implicit adds); decides whether ending it bumps the epoch.
     client_txn_version: int = TV_0

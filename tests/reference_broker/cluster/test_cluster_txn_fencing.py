@@ -240,6 +240,10 @@ def test_a_resumed_deposed_coordinator_cannot_commit_the_next_transaction(
             return fenced or b"second" in read_committed(to_leader, topic, partition)
 
         until(stale_markers_answered, "the resumed coordinator's markers are answered")
+        # Fenced, the deposed coordinator stops sending markers and completes nothing (Kafka's
+        # removeMarkersForTxn); the new coordinator owns the transaction.
+        until(lambda: "stops sending its markers" in old.log_path.read_text(errors="replace"),
+              "the deposed coordinator cancels the transaction's markers")
         until(lambda: end_at_new(False) == E.NONE, "the next transaction is aborted")
         until(lambda: not [p for p in producer_state(to_leader, topic, partition)
                            if p.current_txn_start_offset >= 0], "the abort marker is written")
