@@ -18,6 +18,7 @@ import pytest
 from reference_broker.coordinator.group.records import partition_for
 from reference_broker.coordinator.txn.records import partition_for as txn_partition_for
 from reference_broker.testing import ClusterFactory, ClusterProcess
+from reference_broker.testing import wait_until as until
 from sdk import Consumer, Producer
 from sdk import errors as sdk_errors
 
@@ -36,17 +37,6 @@ CONFIG: dict[str, Any] = {
     "group.initial.rebalance.delay.ms": 0,
     "replica.lag.time.max.ms": 3000,
 }
-
-
-def until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.1)
 
 
 async def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:

@@ -5,14 +5,13 @@ fixture (``conftest.py``) gives each scenario both clusters in turn."""
 from __future__ import annotations
 
 import functools
-import time
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from reference_broker.testing import ClusterProcess
+from reference_broker.testing import wait_until as until
 from tests.apache_kafka import KafkaCluster
 
 PARTITIONS = 2
@@ -107,17 +106,6 @@ class KafkaNodes:
 
     def bootstrap_without(self, node_id: int) -> str:
         return ",".join(n.bootstrap for n in self.cluster.nodes if n.node_id != node_id)
-
-
-def until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting until {what}")
-        time.sleep(0.2)
 
 
 def partition_state(bootstrap: str, topic: str, partition: int, *, leader_needed: bool = False) -> Any:
