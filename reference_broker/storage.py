@@ -80,7 +80,8 @@ class Storage:
             raise ConfigError(str(exc)) from None
         try:
             manager = LogManager(
-                config.data_dir, defaults, node_id=config.node_id, cluster_id=config.get("cluster.id")
+                config.data_dir, defaults, node_id=config.node_id, cluster_id=config.get("cluster.id"),
+                replica_logs_on_demand=bool(config.get("controller.quorum.voters")),  # cluster mode
             )
         except ValueError as exc:  # meta.properties of another node or cluster
             raise ConfigError(str(exc)) from None

@@ -505,6 +505,7 @@ class ClusterMember:
             storage=None,
             replica_manager=broker.replica_manager,
             inter_broker_listener=inter_broker,
+            caught_up=lambda image: lifecycle is None or 0 <= lifecycle.broker_epoch <= image.offset,
         )
 
     def attach(self, raft: Any, controller_registry: Any | None = None) -> None:

@@ -4,8 +4,12 @@ replica transitions, and the answers Metadata and DescribeCluster give in cluste
 ``publish(delta, image)`` (Kafka's BrokerMetadataPublisher and ReplicaManager.applyDelta):
 - brokers that changed have their inter-broker endpoint given to the peer channels first, so a
   follower can reach its leader;
-- a topic of the image exists locally with the same id and partition count (its partitions'
-  logs are created when the topic appears, as every node keeps the cluster's topic list);
+- nothing is applied before the node has caught up (its image holds its own registration); the
+  first image applied is the whole image, after the logs it does not assign here were moved
+  aside as ``-stray`` (``_first_publish``, Kafka's stray detection at start);
+- a topic of the image exists locally with the same id and partition count (its metadata only:
+  a partition's log is created when this node becomes one of its replicas, as Kafka's
+  ``getOrCreateLog`` in makeLeader/makeFollower);
 - for each changed partition this broker is a replica of: ``become_leader`` when the image names
   it leader, ``become_follower`` of the named leader otherwise, ``stop_replica`` while there is no
   leader; a partition it stopped being a replica of is stopped and its log deleted;
@@ -49,8 +53,13 @@ class BrokerMetadataPublisher:
         storage: Any,
         replica_manager: Any,
         inter_broker_listener: str | None,
+        caught_up: Callable[[MetadataImage], bool] | None = None,
     ):
         self.node_id = node_id
+        #: True once an image holds everything committed before this node started (its own
+        #: registration); None: every image is. Nothing is applied to the node before then.
+        self.caught_up = caught_up
+        self.started = False
         self.storage = storage
         self.replica_manager = replica_manager
         self.inter_broker_listener = inter_broker_listener
@@ -63,6 +72,46 @@ class BrokerMetadataPublisher:
         self.broker_config: Any = None
 
     def publish(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        if not self.started:
+            self.image = image
+            if self.caught_up is not None and not self.caught_up(image):
+                return
+            self.started = True
+            self._first_publish(image)
+            return
+        self._apply(delta, image)
+
+    def _first_publish(self, image: MetadataImage) -> None:
+        """Kafka's first publish after start (BrokerMetadataPublisher): the logs this node holds
+        that the image does not assign to it are stray (``LogManager.isStrayKraftReplica``: the
+        log's topic id is not in the image, or the image's partition of that id does not list
+        this node) and are moved aside as ``-stray`` directories, never served nor deleted;
+        then the whole image is applied as one delta from empty."""
+        from reference_broker.metadata.loader import full_delta
+
+        manager = self.storage.manager
+        for topic, partition, _ in list(manager.logs()):
+            local = manager.topic(topic)
+            current = image.topics_by_id.get(local.topic_id) if local is not None else None
+            reg = current.partitions.get(partition) if current is not None else None
+            if reg is None or self.node_id not in reg.replicas:
+                log.warning("%s-%d: stray replica (not assigned here by the metadata), moving it aside",
+                            topic, partition)
+                self.replica_manager.stop_replica((topic, partition), False)
+                manager.quarantine_partition_log(topic, partition)
+        for meta in list(manager.topics().values()):
+            if meta.topic_id not in image.topics_by_id:
+                self.storage.delete_topic(meta.name)  # its logs are gone: only its metadata file
+        for (resource_type, name), values in image.configs.items():
+            if resource_type == CONFIG_BROKER and name in ("", str(self.node_id)):
+                self._install_broker_configs(name != "", values)
+        for topic in image.topics_by_id.values():
+            local = manager.topic(topic.name)
+            if local is not None and local.topic_id == topic.id:
+                self.storage.set_topic_overrides(topic.name, dict(image.topic_config(topic.name)))
+        self._apply(full_delta(image), image)
+
+    def _apply(self, delta: MetadataDelta, image: MetadataImage) -> None:
         previous = delta.image
         self.image = image
         for broker_id in delta.changed_brokers:

@@ -213,8 +213,13 @@ class LogManager:
         node_id: int = 0,
         cluster_id: str | None = None,
         now_ms: int | None = None,
+        replica_logs_on_demand: bool = False,
     ):
         self.data_dir = Path(data_dir)
+        #: Cluster mode: a topic's partitions get a log only when asked for one
+        #: (:meth:`ensure_partition_log`, this node becoming a replica), never at topic creation
+        #: nor for a directory missing at start; the metadata decides what is stray.
+        self.replica_logs_on_demand = replica_logs_on_demand
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / TOPICS_DIR).mkdir(exist_ok=True)
         self.default_config = default_config or LogConfig()
@@ -297,7 +302,7 @@ class LogManager:
                 self._quarantine(path, topic, partition)
                 continue
             self._logs[(topic, partition)] = self._open_partition(meta, partition, now_ms)
-        for meta in self._topics.values():
+        for meta in self._topics.values() if not self.replica_logs_on_demand else ():
             for partition in range(meta.num_partitions):
                 if (meta.name, partition) not in self._logs:
                     log.warning("partition directory %s-%d is missing; creating it empty",
@@ -454,6 +459,22 @@ class LogManager:
         self._remove_partition_dir(topic, partition, plog)
         return True
 
+    def quarantine_partition_log(self, topic: str, partition: int) -> bool:
+        """Close one partition's log and move its directory aside as ``-stray`` (a replica the
+        metadata no longer assigns here, found at start): never served, never deleted. False if
+        it was not here or could not be moved (logged; it is no longer served either way)."""
+        self._check_open()
+        plog = self._logs.pop((topic, partition), None)
+        if plog is None:
+            return False
+        if (cleaning := self._cleaning.get(id(plog))) is not None:
+            cleaning.abort(f"{plog.name} is stray")
+        try:
+            plog.close()
+        except OSError as exc:
+            log.error("closing the stray log %s failed: %s", plog.name, exc)
+        return self._quarantine(self.data_dir / f"{topic}-{partition}", topic, partition)
+
     def ensure_partition_log(self, topic: str, partition: int) -> PartitionLog:
         """The partition's log, created empty if :meth:`delete_partition_log` dropped it (a
         replica assigned here again starts from nothing and fetches from its leader)."""
@@ -531,7 +552,8 @@ class LogManager:
         self._topics[name] = updated
         self._configs[name] = config
         for partition in range(meta.num_partitions):
-            self._logs[(name, partition)].update_config(config)
+            if (plog := self._logs.get((name, partition))) is not None:  # hosted here
+                plog.update_config(config)
         return updated
 
     def reconfigure_defaults(self, default_config: LogConfig) -> None:
@@ -796,7 +818,9 @@ class TopicCreation:
         self.config = config
         self.now_ms = now_ms
         first = previous.num_partitions if previous is not None else 0
-        self.partitions = range(first, meta.num_partitions)
+        # on demand: the topic's metadata only, each replica's log made when it is assigned
+        last = first if manager.replica_logs_on_demand else meta.num_partitions
+        self.partitions = range(first, last)
         self.opened: list[PartitionLog] = []
         self._finished = False
 

@@ -37,7 +37,7 @@ class MetadataLoader:
         """Add ``publisher``; it is first called with the whole current image as a delta from empty."""
         self.publishers.append(publisher)
         if self.image.offset >= 0:
-            catch_up = _full_delta(self.image)
+            catch_up = full_delta(self.image)
             publisher.publish(catch_up, self.image)
 
     def replay(self, records: Iterable[Any], last_offset: int, epoch: int) -> MetadataImage:
@@ -77,7 +77,7 @@ class MetadataLoader:
         return image
 
 
-def _full_delta(image: MetadataImage) -> MetadataDelta:
+def full_delta(image: MetadataImage) -> MetadataDelta:
     """A delta from the empty image to ``image``: every broker and partition changed."""
     delta = MetadataDelta(MetadataImage())
     for broker_id, reg in image.brokers.items():

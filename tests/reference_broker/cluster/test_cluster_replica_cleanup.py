@@ -9,8 +9,10 @@ processes, real kills, peer clients (confluent-kafka, kafka-python).
 - A reassignment that drops a broker from a partition's replicas removes that broker's partition
   directory (Kafka's ReplicaManager.applyDelta -> stopPartitions with delete), and the broker
   keeps serving its other partitions; assigned back, it copies the partition anew from its leader.
-  A broker that was down while the partition moved deletes its old log when it comes back (it
-  replays the metadata log it has, then learns of the move).
+  A broker that was down while the partition moved, or while its topic was deleted (or deleted
+  and re-created under the same name), moves its old log aside as ``-stray`` when it comes back
+  (Kafka's stray detection at the first metadata publish once caught up); it keeps its own
+  replicas, and a node has directories only for the partitions it replicates.
 - Retention never moves a log start offset past the high watermark.
 """
 
@@ -338,7 +340,7 @@ def test_retention_never_moves_the_log_start_past_the_high_watermark(
           "the expired records deleted once the follower has them")
 
 
-def test_a_broker_down_during_a_reassignment_deletes_its_old_log_on_return(
+def test_a_broker_down_during_a_reassignment_moves_its_old_log_aside_on_return(
     cluster: ClusterProcess,
 ) -> None:
     topic = f"strayed-{uuid.uuid4().hex[:8]}"
@@ -357,5 +359,102 @@ def test_a_broker_down_during_a_reassignment_deletes_its_old_log_on_return(
     assert segment_bases(cluster, 1, topic), "node 1, stopped, still holds its old replica"
 
     cluster.start_node(1)
-    until(lambda: not segment_bases(cluster, 1, topic), "node 1's old log deleted after its return")
+    until(lambda: not segment_bases(cluster, 1, topic), "node 1's old log gone after its return")
+    assert len(stray_dirs(cluster, 1, topic)) == 1, "moved aside as -stray (Kafka's stray replica)"
     assert consume_all(cluster.node(1).bootstrap, topic, 10) == list(range(10))
+
+
+def partition_dirs(cluster: ClusterProcess, node_id: int, topic: str) -> set[int]:
+    """The partitions of ``topic`` whose live directory ``<topic>-<n>`` node ``node_id`` has."""
+    root = cluster.data_dir / f"node-{node_id}"
+    return {int(path.name.rsplit("-", 1)[1]) for path in root.glob(f"{topic}-*")
+            if path.is_dir() and path.name.rsplit("-", 1)[1].isdigit()}
+
+
+def stray_dirs(cluster: ClusterProcess, node_id: int, topic: str) -> list[Path]:
+    return sorted((cluster.data_dir / f"node-{node_id}").glob(f"{topic}-0.*-stray"))
+
+
+def read_values(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    """The first ``count`` values of ``topic``-0 a consumer from the beginning reads (fewer if
+    the partition has fewer within the deadline)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while len(values) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(bytes(message.value() or b""))
+    finally:
+        consumer.close()
+    return values
+
+
+def test_a_node_has_directories_only_for_its_own_replicas(cluster: ClusterProcess) -> None:
+    topic = f"spread-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 6, replication_factor=2)])[topic].result(30)
+    until(lambda: all((p := cluster.partition(topic, n)) is not None and len(p.isr_nodes) == 2
+                      for n in range(6)), f"{topic}'s six partitions led with two replicas in sync")
+    assignment = {n: set(cluster.partition(topic, n).replica_nodes) for n in range(6)}
+    for node_id in (1, 2, 3):
+        hosted = {n for n, replicas in assignment.items() if node_id in replicas}
+        assert partition_dirs(cluster, node_id, topic) == hosted, (node_id, assignment)
+
+    # after a restart too: the node does not recreate directories of partitions it does not host
+    cluster.kill(1)
+    cluster.start_node(1)
+    hosted_by_1 = next(n for n, replicas in assignment.items() if 1 in replicas)
+    until(lambda: (p := cluster.partition(topic, hosted_by_1, via=2)) is not None and 1 in p.isr_nodes,
+          "node 1 back in sync")
+    assert partition_dirs(cluster, 1, topic) == {n for n, r in assignment.items() if 1 in r}
+
+
+def test_a_node_back_from_down_moves_its_stray_replicas_aside(cluster: ClusterProcess) -> None:
+    """Kafka's first metadata publish after start (BrokerMetadataPublisher ->
+    LogManager.isStrayKraftReplica): a log whose topic id the image does not know (topic deleted,
+    or deleted and re-created under the same name) or whose partition no longer lists the node is
+    renamed ``-stray``, kept and never served; the node's own replicas are untouched."""
+    suffix = uuid.uuid4().hex[:8]
+    gone, reborn, moved, kept = (f"{name}-{suffix}" for name in ("gone", "reborn", "moved", "kept"))
+    for topic, replicas in ((gone, [1, 2]), (reborn, [1, 2]), (moved, [1, 2]), (kept, [1, 3])):
+        create_topic(cluster, topic, replicas)
+        produce_one_batch_each(cluster.bootstrap, topic, 10)
+    cluster.kill(1)
+    until(lambda: all(b.node_id != 1 for b in cluster.metadata(via=2).brokers), "node 1 fenced")
+
+    admin = AdminClient({"bootstrap.servers": cluster.node(2).bootstrap})
+    for future in admin.delete_topics([gone, reborn]).values():
+        future.result(30)
+    until(lambda: cluster.partition(reborn, 0, via=2) is None, f"{reborn} deleted")
+    admin.create_topics([NewTopic(reborn, 1, replica_assignment=[[1, 2]])])[reborn].result(30)
+    until(lambda: cluster.partition(reborn, 0, via=2) is not None
+          and cluster.partition(reborn, 0, via=2).leader_id == 2, f"{reborn} re-created, led by 2")
+    producer = Producer({"bootstrap.servers": cluster.node(2).bootstrap, "acks": "all"})
+    for i in range(3):
+        producer.produce(reborn, value=b"new-%d" % i)
+    assert producer.flush(30) == 0
+    reassign(cluster, moved, [2, 3], via=(2, 3))
+    until(lambda: sorted(cluster.partition(moved, 0, via=2).isr_nodes) == [2, 3],
+          "the reassignment completed without node 1")
+    assert partition_dirs(cluster, 1, gone) == {0}, "node 1, stopped, still holds the deleted topic"
+
+    cluster.start_node(1)
+    until(lambda: 1 in cluster.partition(reborn, 0, via=2).isr_nodes,
+          "node 1 a replica in sync of the re-created topic")
+    for topic in (gone, reborn, moved):
+        assert len(stray_dirs(cluster, 1, topic)) == 1, f"node 1's old {topic}-0 moved aside"
+        assert list(stray_dirs(cluster, 1, topic)[0].glob("*.log")), "a stray log is kept"
+    assert partition_dirs(cluster, 1, gone) == set()
+    assert partition_dirs(cluster, 1, moved) == set()
+    assert partition_dirs(cluster, 1, kept) == {0}
+    assert segment_bases(cluster, 1, kept), "node 1's own replica untouched"
+
+    # the node's real replicas serve their data; the re-created topic has only its new records
+    assert consume_all(cluster.node(1).bootstrap, kept, 10) == list(range(10))
+    cluster.kill(2)
+    until(lambda: cluster.leader_of(reborn, 0) == 1, f"node 1 leading {reborn}")
+    assert read_values(cluster.node(1).bootstrap, reborn, 13) == [b"new-0", b"new-1", b"new-2"]
