@@ -401,7 +401,11 @@ def test_a_node_has_directories_only_for_its_own_replicas(cluster: ClusterProces
                       for n in range(6)), f"{topic}'s six partitions led with two replicas in sync")
     assignment = {n: set(cluster.partition(topic, n).replica_nodes) for n in range(6)}
     for node_id in (1, 2, 3):
+        # a replica's log appears once its node applied the metadata (the ISR above is the
+        # controller's initial one, not proof that every node has published it yet)
         hosted = {n for n, replicas in assignment.items() if node_id in replicas}
+        until(lambda node_id=node_id, hosted=hosted: partition_dirs(cluster, node_id, topic) == hosted,
+              f"node {node_id} has exactly the directories of its replicas {sorted(hosted)}")
         assert partition_dirs(cluster, node_id, topic) == hosted, (node_id, assignment)
 
     # after a restart too: the node does not recreate directories of partitions it does not host
