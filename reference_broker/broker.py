@@ -241,7 +241,9 @@ class Broker:
                 listener=listener, ssl_context=tls, sasl=sasl, limits=limits, quotas=self.quotas,
             )
             self.servers.append(server)
-            host, port = await server.start()
+            # A cluster's broker takes clients once caught up with the metadata (ClusterMember).
+            gated = self.cluster_member is not None and self.cluster_member.gates_clients(listener.name)
+            host, port = await server.start(accept=not gated)
             addresses.append((host, port))
             log.info("listener %s (%s) on %s:%d", listener.name, listener.security_protocol, host, port)
         self.server = self.servers[0]

@@ -145,6 +145,9 @@ class BrokerLifecycle:
         self._task: asyncio.Task[None] | None = None
         self.registered = asyncio.Event()
         self.unfenced = asyncio.Event()
+        #: Set by the first heartbeat answer saying the broker's metadata reached its registration
+        #: (Kafka's initialCatchUpFuture); never cleared.
+        self.initially_caught_up = asyncio.Event()
 
     def _registration(self) -> BrokerRegistrationRequest:
         return BrokerRegistrationRequest(
@@ -220,6 +223,8 @@ class BrokerLifecycle:
         was_fenced = self.fenced
         self.fenced = response.is_fenced
         self.caught_up = response.is_caught_up
+        if self.caught_up:
+            self.initially_caught_up.set()
         self.should_shut_down = response.should_shut_down
         if was_fenced and not self.fenced:
             log.info("broker %d unfenced", self.node_id)
@@ -435,6 +440,7 @@ class ClusterMember:
         broker.controller = None
         self.lifecycle: BrokerLifecycle | None = None
         self.publisher: Any = None
+        self._open_gate: asyncio.Task[None] | None = None
         if "broker" in self.roles:
             self._create_broker_parts()
 
@@ -563,6 +569,12 @@ class ClusterMember:
         names = self._setting("controller.listener.names") or []
         return set(names if isinstance(names, list) else str(names).split(","))
 
+    def gates_clients(self, listener_name: str) -> bool:
+        """Whether ``listener_name`` takes connections only once the broker has caught up with the
+        metadata: every listener of a broker but the controller ones (those serve the quorum,
+        which the catching up needs)."""
+        return self.lifecycle is not None and listener_name not in self._controller_listener_names()
+
     async def start(self) -> None:
         broker = self.broker
         if broker.controller is not None:
@@ -571,9 +583,29 @@ class ClusterMember:
             await broker.replica_manager.start()
             await self.lifecycle.start()
             self.producer_ids.prefetch()
+            self._open_gate = asyncio.get_running_loop().create_task(self._accept_once_caught_up())
+
+    async def _accept_once_caught_up(self) -> None:
+        """Kafka's BrokerServer order: the broker's ports are bound at start, and its request
+        processing is enabled once the controller says its metadata caught up with its own
+        registration. Before that its image may lack topics and brokers a client knows of."""
+        assert self.lifecycle is not None
+        await self.lifecycle.initially_caught_up.wait()
+        names = []
+        for server in self.broker.servers:
+            if self.gates_clients(server.listener.name) and not server.accepting:
+                server.start_accepting()
+                names.append(server.listener.name)
+        log.info("broker %d caught up with the metadata: taking connections on %s",
+                 self.broker.node_id, ", ".join(names) or "no listener")
 
     async def stop(self) -> None:
         broker = self.broker
+        if self._open_gate is not None:
+            self._open_gate.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._open_gate
+            self._open_gate = None
         if self.lifecycle is not None:
             await self.producer_ids.stop()
             await self.lifecycle.stop()

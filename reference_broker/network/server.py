@@ -1010,21 +1010,39 @@ class KafkaServer:
         self._throttled: dict[socket.socket, asyncio.TimerHandle] = {}  # closed when their time is up
         self._connections: set[Connection] = set()
 
-    async def start(self) -> tuple[str, int]:
-        """Bind and listen; returns the real address (``port=0`` picks a free port)."""
+    async def start(self, *, accept: bool = True) -> tuple[str, int]:
+        """Bind and listen; returns the real address (``port=0`` picks a free port). With
+        ``accept`` False the port is held but connections wait in the backlog until
+        :meth:`start_accepting`."""
         loop = asyncio.get_running_loop()
         self._sockets = self._listen()
         self.limits.add_listener(self.listener.name, self._evict_least_recent)
-        self._acceptors = [
-            loop.create_task(self._accept_loop(sock), name=f"kafka-acceptor-{self.listener.name}")
-            for sock in self._sockets
-        ]
+        if accept:
+            self.start_accepting()
         if self.limits.idle_ms >= 0:
             self._idle_task = loop.create_task(self._close_idle(), name="kafka-idle-connections")
         sockname = self._sockets[0].getsockname()
         self.port = sockname[1]
         self.listener.port = sockname[1]
         return sockname[0], sockname[1]
+
+    def start_accepting(self) -> None:
+        """Take the connections of the listening sockets (once; after :meth:`start`). A cluster's
+        broker binds its ports at start but takes clients only once it has caught up with the
+        cluster's metadata, as Kafka's BrokerServer enables request processing only then: before,
+        it would answer from an empty image (no brokers, every topic unknown), which clients
+        take for a deleted topic."""
+        if self._acceptors or not self._sockets:
+            return
+        loop = asyncio.get_running_loop()
+        self._acceptors = [
+            loop.create_task(self._accept_loop(sock), name=f"kafka-acceptor-{self.listener.name}")
+            for sock in self._sockets
+        ]
+
+    @property
+    def accepting(self) -> bool:
+        return bool(self._acceptors)
 
     def _listen(self) -> list[socket.socket]:
         """A listening socket per address of the host (every interface when it is empty), all on

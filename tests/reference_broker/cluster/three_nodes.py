@@ -48,6 +48,8 @@ class ThreeNodes(Protocol):
 
     def bootstrap_without(self, node_id: int) -> str: ...
 
+    def address_of(self, node_id: int) -> str: ...
+
 
 class ReferenceNodes:
     kind = "reference"
@@ -70,6 +72,9 @@ class ReferenceNodes:
 
     def bootstrap_without(self, node_id: int) -> str:
         return ",".join(n.bootstrap for n in self.cluster.nodes if n.node_id != node_id)
+
+    def address_of(self, node_id: int) -> str:
+        return self.cluster.node(node_id).bootstrap
 
 
 class KafkaNodes:
@@ -106,6 +111,9 @@ class KafkaNodes:
 
     def bootstrap_without(self, node_id: int) -> str:
         return ",".join(n.bootstrap for n in self.cluster.nodes if n.node_id != node_id)
+
+    def address_of(self, node_id: int) -> str:
+        return self.cluster.node(node_id).bootstrap
 
 
 def partition_state(bootstrap: str, topic: str, partition: int, *, leader_needed: bool = False) -> Any:
