@@ -298,12 +298,16 @@ def describe_partition_view(broker: Any, ctx: Any, name: str, indexes: range) ->
     ]
 
 
-def controller_for_clients(image: MetadataImage, raft_leader: int | None) -> int:
-    """The controller id Metadata and DescribeCluster report: clients cannot reach a KRaft
-    controller, so (as Kafka) an alive broker: the active controller's node when it is one."""
+def controller_for_clients(image: MetadataImage, answering: int) -> int:
+    """The controller id Metadata and DescribeCluster report. Clients cannot reach a KRaft
+    controller, and any broker forwards their controller requests to it, so Kafka names an alive
+    broker (a random one). This names the answering broker itself while the image has it alive:
+    a client reached it just now, whereas another broker (the active controller's node included)
+    may have died and still be unfenced; librdkafka then waits for that broker to come back before
+    sending CreateTopics, and times out. Otherwise the lowest alive broker."""
     alive = [b.id for b in image.brokers.values() if not b.fenced]
-    if raft_leader is not None and raft_leader in alive:
-        return raft_leader
+    if answering in alive:
+        return answering
     return min(alive) if alive else -1
 
 
@@ -376,15 +380,13 @@ def metadata_response(broker: Any, ctx: Any, request: Any) -> Any:
                 topics.append(Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=wanted.name))
             else:
                 topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=wanted.name))
-    raft = getattr(broker, "raft", None)
-    raft_leader = raft.leader_and_epoch.leader_id if raft is not None else None
     return MetadataResponse(
         brokers=[
             MetadataResponse.MetadataResponseBroker(node_id=b, host=host, port=port, rack=rack)
             for b, host, port, rack in alive_brokers(image, listener)
         ],
         cluster_id=broker.cluster_id,
-        controller_id=controller_for_clients(image, raft_leader),
+        controller_id=controller_for_clients(image, broker.node_id),
         topics=topics,
         cluster_authorized_operations=AUTHORIZED_OPS_OMITTED,
     )
@@ -431,11 +433,9 @@ def describe_cluster_response(broker: Any, ctx: Any, request: Any) -> Any:
                 broker_id=reg.id, host=endpoint.host, port=endpoint.port, rack=reg.rack, is_fenced=reg.fenced
             )
         )
-    raft = getattr(broker, "raft", None)
-    raft_leader = raft.leader_and_epoch.leader_id if raft is not None else None
     return DescribeClusterResponse(
         cluster_id=broker.cluster_id,
-        controller_id=controller_for_clients(image, raft_leader),
+        controller_id=controller_for_clients(image, broker.node_id),
         endpoint_type=1,
         brokers=brokers,
     )

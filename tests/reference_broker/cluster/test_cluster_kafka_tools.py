@@ -221,3 +221,23 @@ def test_killing_the_active_controller_while_topics_are_created_loses_no_metadat
     described = describe(nodes.bootstrap, names[-1])  # and Kafka's tool agrees
     assert all(sorted(d["Isr"].split(",")) == ["1", "2", "3"] for d in described.values()), described
 
+
+
+def test_a_client_that_met_the_cluster_as_its_controller_died_creates_topics_at_once(
+    nodes: ThreeNodes,
+) -> None:
+    """A broker's Metadata names an alive broker as the controller (clients cannot reach the
+    quorum; any broker forwards their requests). Naming the node of a controller that just died,
+    still unfenced for a session, left librdkafka waiting for that node to come back before it
+    sent CreateTopics: the call timed out with "Failed while waiting for controller"."""
+    leader, _ = active_controller(nodes.bootstrap)
+    survivors = nodes.bootstrap_without(leader)
+    nodes.cut_off(leader)
+    try:
+        admin = AdminClient({"bootstrap.servers": survivors})
+        name = f"after-controller-{uuid.uuid4().hex[:6]}"
+        admin.create_topics([NewTopic(name, 2, 3)], operation_timeout=30)[name].result(60)
+        topics = admin.list_topics(name, timeout=10).topics
+        assert len(topics[name].partitions) == 2
+    finally:
+        nodes.bring_back(leader)
