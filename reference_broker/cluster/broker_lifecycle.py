@@ -3,7 +3,8 @@ active controller (NodeToControllerChannelManager).
 
 ``ControllerChannel`` sends a request to the active controller: the raft leader when known,
 otherwise each voter in turn; a NOT_CONTROLLER answer or a failed connection moves on to the next
-candidate after a short backoff, until the request's deadline.
+candidate after a short backoff, until the request's deadline, and a request outstanding when the
+quorum names another leader goes to that leader at once.
 
 ``BrokerLifecycle`` registers the broker (BrokerRegistration with its incarnation id, listeners,
 rack and supported features) and then heartbeats every ``broker.heartbeat.interval.ms`` with the
@@ -41,6 +42,10 @@ SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SS
 #: The metadata.version levels this broker supports (Kafka 4.1: 3.3-IV3 .. 4.1-IV1).
 METADATA_VERSION_RANGE = (7, 27)
 RETRY_BACKOFF_S = 0.1
+#: How often a request outstanding at a controller candidate looks whether the quorum has named
+#: another leader meanwhile.
+LEADER_CHECK_S = 0.05
+_LEADER_MOVED: Any = object()
 
 
 class ControllerUnavailableError(Exception):
@@ -104,7 +109,13 @@ class ControllerChannel:
             node = self._candidate()
             remaining = deadline - loop.time()
             try:
-                response = await self.channels.send(node, request, timeout_s=max(0.1, remaining))
+                response = await self._answer_unless_leader_moves(
+                    node, request, timeout_s=max(0.1, remaining))
+                if response is _LEADER_MOVED:
+                    if loop.time() >= deadline:
+                        raise ControllerUnavailableError(
+                            f"no active controller answered {type(request).__name__}")
+                    continue  # at once to the new leader
                 if unwrap is not None:
                     response = unwrap(response)
                 if not _not_controller(response):
@@ -114,6 +125,34 @@ class ControllerChannel:
             if loop.time() + RETRY_BACKOFF_S >= deadline:
                 raise ControllerUnavailableError(f"no active controller answered {type(request).__name__}")
             await asyncio.sleep(RETRY_BACKOFF_S)
+
+
+    async def _answer_unless_leader_moves(self, node: int, request: Message, *, timeout_s: float) -> Any:
+        """``node``'s answer to ``request``, or ``_LEADER_MOVED`` as soon as the quorum names
+        another leader while it is outstanding. A controller that stopped answering (paused, cut
+        off) is replaced within the election timeout, and a heartbeat still waiting on it for the
+        request's whole timeout could let the new controller's session of this broker expire. The
+        abandoned request runs on to its own timeout (cancelling it could leave its connection
+        half set up); a stale controller's late answer is dropped."""
+        attempt = asyncio.ensure_future(self.channels.send(node, request, timeout_s=timeout_s))
+        try:
+            while True:
+                done, _ = await asyncio.wait({attempt}, timeout=LEADER_CHECK_S)
+                if done:
+                    return attempt.result()
+                leader = self.leader()
+                if leader is not None and leader != node and leader in self.voters:
+                    log.debug("controller candidate %d: the quorum leader is now %d", node, leader)
+                    attempt.add_done_callback(_drop_outcome)
+                    return _LEADER_MOVED
+        except asyncio.CancelledError:
+            attempt.cancel()
+            raise
+
+
+def _drop_outcome(attempt: asyncio.Future[Any]) -> None:
+    if not attempt.cancelled():
+        attempt.exception()  # retrieved: an abandoned request's failure is expected
 
 
 class BrokerLifecycle:

@@ -22,7 +22,7 @@ from reference_broker.controller.handlers import topics as topic_apis
 from reference_broker.controller.service import ControllerService
 from reference_broker.controller.settings import ControllerSettings
 from reference_broker.metadata.loader import MetadataLoader
-from reference_broker.network.peer import PeerChannels
+from reference_broker.network.peer import PeerChannels, PeerConnectionError
 from sdk.protocol.errors import CoordinatorLoadInProgressError, ErrorCode
 from sdk.protocol.messages import (
     AllocateProducerIdsRequest,
@@ -156,5 +156,44 @@ async def test_a_per_topic_not_controller_answer_is_sent_again_to_the_active_con
         [topic] = response.topics
         # no broker is registered, so the active controller refuses the placement itself
         assert topic.error_code == ErrorCode.INVALID_REPLICATION_FACTOR, topic
+    finally:
+        await active.controller.stop()
+
+
+class SilentConnection:
+    """A controller that stopped answering (SIGSTOPped, cut off): requests wait forever."""
+
+    async def send(self, request: Any, *, version: int | None = None, timeout_s: float | None = None) -> Any:
+        await asyncio.sleep(timeout_s or 60)
+        raise PeerConnectionError("timed out")
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_heartbeat_waiting_on_a_silent_controller_goes_to_the_next_leader_at_once() -> None:
+    """The quorum elects a new leader within its election timeout; a heartbeat held for its whole
+    timeout by the old one would let the new controller's session of the broker expire."""
+    log = OneVoterLog()
+    active = SimpleNamespace(controller=ControllerService(log, ControllerSettings(node_id=1, cluster_id="c")))
+    log.elect(1)
+    await wait_for(lambda: active.controller.is_active)
+    connections = {1: DirectConnection(active), 2: SilentConnection()}
+    channels = PeerChannels("test", factory=lambda host, port, **_: connections[port])
+    leader = {"id": 2}
+    channel = ControllerChannel({1: ("127.0.0.1", 1), 2: ("127.0.0.1", 2)}, lambda: leader["id"], channels)
+    heartbeat = BrokerHeartbeatRequest(broker_id=3, broker_epoch=7, current_metadata_offset=7)
+    loop = asyncio.get_running_loop()
+    try:
+        sent = loop.create_task(channel.send(heartbeat, timeout_s=30))
+        await asyncio.sleep(0.3)
+        assert not sent.done()  # waiting on the silent node 2
+        leader["id"] = 1  # the quorum elected node 1
+        moved = loop.time()
+        async with asyncio.timeout(2):
+            response = await sent
+        # the active controller's verdict (it knows no broker 3), within the leader checks' period
+        assert response.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED, response
+        assert loop.time() - moved < 1.0
     finally:
         await active.controller.stop()
