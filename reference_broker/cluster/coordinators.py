@@ -68,6 +68,9 @@ def attach_remote_markers(broker: Any) -> None:
         registration = found.partitions.get(partition) if found is not None else None
         return registration.leader if registration is not None and registration.leader >= 0 else None
 
+    def known_partition(topic: str, partition: int) -> bool:
+        return broker.metadata_publisher.image.partition(topic, partition) is not None
+
     def is_local_leader(topic: str, partition: int) -> bool:
         part = replicas.partition(topic, partition)
         return part is not None and part.is_leader
@@ -76,6 +79,7 @@ def attach_remote_markers(broker: Any) -> None:
 
     broker.txn_service.remote_markers = RemoteMarkers(
         leader_of=leader_of,
+        known_partition=known_partition,
         is_local_leader=is_local_leader,
         channels=inter_broker_security(broker.config).channels(f"broker-{broker.node_id}-txn-markers",
                                                                local_host=broker.host or None),

@@ -36,8 +36,10 @@ from sdk.protocol.errors import KafkaError, NotLeaderOrFollowerError, Transactio
 log = logging.getLogger("reference_broker.txn_coordinator")
 
 RETRY_BACKOFF_S = 0.2
-#: a partition's answers that end its marker: written, or not needed any more (the topic is gone)
-_DONE = frozenset({E.NONE, E.UNKNOWN_TOPIC_OR_PARTITION})
+#: a partition's answer that ends its marker. Every other answer is retried, UNKNOWN_TOPIC_OR_PARTITION
+#: too (a restarted leader may not know the partition yet): as in Kafka, only the coordinator's own
+#: metadata decides that a partition is gone (``known_partition``), and then its marker is skipped.
+_DONE = frozenset({E.NONE})
 #: answers that end the whole transaction's markers here: a newer coordinator (or producer epoch)
 #: owns it (Kafka's TransactionMarkerRequestCompletionHandler cancels the rest and completes nothing)
 _CANCELLED = frozenset({E.INVALID_PRODUCER_EPOCH, E.TRANSACTION_COORDINATOR_FENCED})
@@ -61,6 +63,7 @@ class RemoteMarkers:
         self,
         *,
         leader_of: Callable[[str, int], int | None],
+        known_partition: Callable[[str, int], bool],
         is_local_leader: Callable[[str, int], bool],
         channels: Any,
         address_of: Callable[[int], tuple[str, int] | None],
@@ -68,6 +71,9 @@ class RemoteMarkers:
         retry_markers: Callable[[int], None],
     ) -> None:
         self.leader_of = leader_of
+        #: whether this node's metadata still has the partition (a deleted topic's has no marker
+        #: to write: Kafka's marker channel skips it and completes the transaction without it)
+        self.known_partition = known_partition
         self.is_local_leader = is_local_leader
         #: a ``PeerChannels`` of the markers' own (see the module docstring)
         self.channels = channels
@@ -120,6 +126,10 @@ class RemoteMarkers:
 
         (topic, partition), commit, producer_id, producer_epoch, coordinator_epoch = key
         try:
+            if not self.known_partition(topic, partition):
+                log.info("marker for producer %d on %s-%d skipped: the partition is no longer in the"
+                         " metadata (its topic was deleted)", producer_id, topic, partition)
+                return E.NONE
             if self.is_local_leader(topic, partition):
                 await self.write_local((topic, partition), commit, producer_id, producer_epoch,
                                        coordinator_epoch)
