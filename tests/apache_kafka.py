@@ -154,6 +154,30 @@ def require_apache_kafka() -> None:
         pytest.skip(str(exc))
 
 
+def wait_all_ready(nodes: list[KafkaNode], timeout: float) -> None:
+    """Until every node in ``nodes`` is ready (``KafkaNode.ready``). A node whose JVM exits raises
+    at once, whichever node is awaited: the one that lost a port at bind (``Address already in
+    use``) exits, while its peers wait for a quorum it never joins."""
+    deadline = time.monotonic() + timeout
+    pending = list(nodes)
+    last_error: BaseException | None = None
+    while pending:
+        for node in list(pending):
+            try:
+                if node.ready():
+                    pending.remove(node)
+            except OSError as exc:
+                last_error = exc
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            node = pending[0]
+            raise TimeoutError(
+                f"Kafka node {node.node_id} not ready after {timeout:.0f} s ({last_error}):\n{node.tail()}"
+            )
+        time.sleep(0.2)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -334,20 +358,14 @@ class KafkaNode:
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
         """Return once this node answers Metadata listing every node of its cluster."""
-        deadline = time.monotonic() + timeout
-        last_error: BaseException | None = None
-        while time.monotonic() < deadline:
-            if not self.running:
-                raise RuntimeError(f"Kafka node {self.node_id} exited at start:\n{self.tail()}")
-            try:
-                if len(metadata_brokers(self.bootstrap)) >= self._cluster_size:
-                    return
-            except OSError as exc:
-                last_error = exc
-            time.sleep(0.2)
-        raise TimeoutError(
-            f"Kafka node {self.node_id} not ready after {timeout:.0f} s ({last_error}):\n{self.tail()}"
-        )
+        wait_all_ready([self], timeout)
+
+    def ready(self) -> bool:
+        """Whether the node answers Metadata listing every node of its cluster now; raises
+        ``RuntimeError`` with its log's tail if its JVM exited, ``OSError`` while it does not answer."""
+        if not self.running:
+            raise RuntimeError(f"Kafka node {self.node_id} exited at start:\n{self.tail()}")
+        return len(metadata_brokers(self.bootstrap)) >= self._cluster_size
 
     def start(self, timeout: float = START_TIMEOUT_S) -> KafkaNode:
         self.launch()
@@ -454,8 +472,8 @@ class KafkaCluster:
                     list(pool.map(KafkaNode.format, self.nodes))
                 for node in self.nodes:
                     node.launch()  # a quorum needs its voters up together
-                for node in self.nodes:
-                    node.wait_ready(timeout)
+                # All at once: a node that lost its port exits while the others wait for it.
+                wait_all_ready(self.nodes, timeout)
             except (RuntimeError, TimeoutError) as exc:
                 if attempt + 1 == attempts or "Address already in use" not in str(exc):
                     raise
