@@ -87,12 +87,17 @@ def _artifact_dir(group: str, artifact: str) -> Path:
 
 
 def _fetch(group: str, artifact: str, version: str) -> bool:
-    """``mvn dependency:get`` of one artifact and its dependencies into the local repository."""
-    result = subprocess.run(
-        ["mvn", "-q", "-B", "dependency:get", f"-Dartifact={group}:{artifact}:{version}",
-         "-Dtransitive=true"],
-        capture_output=True, text=True, timeout=600)
-    return result.returncode == 0
+    """``mvn dependency:get`` of one artifact (jar and POM) into the local repository; whether its
+    jar is there now. Not transitive: the connector's POM also names test jars Maven Central does
+    not serve, which fail a transitive fetch that got every jar needed; the dependencies used are
+    fetched one by one (``connector_jars``)."""
+    for packaging in ("pom", "jar"):
+        subprocess.run(
+            ["mvn", "-q", "-B", "dependency:get",
+             f"-Dartifact={group}:{artifact}:{version}:{packaging}", "-Dtransitive=false"],
+            capture_output=True, text=True, timeout=600)
+    home = _artifact_dir(group, artifact) / version
+    return all((home / f"{artifact}-{version}.{ext}").exists() for ext in ("pom", "jar"))
 
 
 def connector_jars() -> tuple[str, list[str]]:
@@ -134,7 +139,7 @@ def connector_jars() -> tuple[str, list[str]]:
         if not jar.exists():
             raise RuntimeError(f"{jar} is missing and mvn could not fetch it")
         jars.append(str(jar))
-    return version, jars
+    return version, list(dict.fromkeys(jars))  # the POM may name a dependency twice (jar, test-jar)
 
 
 def start_spark(workdir: Path, jars: list[str], profile: bool) -> Any:
