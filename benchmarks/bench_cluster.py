@@ -32,6 +32,9 @@ topic. Per run and broker:
    every acknowledged record must be stored exactly once, at the offset it was acknowledged
    with; the counts are printed and any loss, duplicate or moved offset fails the run (exit
    status 1, after the table). The killed node is started again before the next run.
+4. replication's cost: confluent-kafka's throughput run again on a topic with one replica per
+   partition (``min.insync.replicas`` 1), and per run the ratio of the RF=3 figure to it (the
+   issue's target: RF=3 at least half of RF=1, with 8 partitions: ``--partitions 8``).
 
 Both clusters are up for the whole measurement and take turns run by run (``measure_all``). The
 table gives per measure the median over ``--runs`` runs on each broker, the runs' spread
@@ -324,12 +327,14 @@ def three_nodes(name: str, *, small: bool) -> Iterator[ThreeNodes]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def create_topic(bootstrap: str, partitions: int) -> str:
-    """A fresh topic of ``partitions`` partitions, replication factor 3, min.insync.replicas 2."""
+def create_topic(bootstrap: str, partitions: int, replication_factor: int = 3) -> str:
+    """A fresh topic of ``partitions`` partitions, replication factor 3 and min.insync.replicas 2
+    (or a replication factor of 1 and min.insync.replicas 1)."""
     import confluent_kafka.admin as ck_admin
 
     name = f"cluster-bench-{uuid.uuid4().hex[:12]}"
-    topic = ck_admin.NewTopic(name, partitions, 3, config={"min.insync.replicas": "2"})
+    min_isr = str(min(2, replication_factor))
+    topic = ck_admin.NewTopic(name, partitions, replication_factor, config={"min.insync.replicas": min_isr})
     admin = ck_admin.AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([topic])[name].result(60)
     wait_for(lambda: all(leader_of(bootstrap.split(","), name, p) for p in range(partitions)),
@@ -374,9 +379,10 @@ class FailoverRun(NamedTuple):
     moved: int  # acknowledged at one offset, stored at another
 
 
-def measure_throughput(client: str, cluster: ThreeNodes, messages: int, partitions: int) -> float:
+def measure_throughput(client: str, cluster: ThreeNodes, messages: int, partitions: int,
+                       replication_factor: int = 3) -> float:
     """Records a second of one run of ``client`` (in a fresh process) on a fresh topic."""
-    topic = create_topic(cluster.bootstrap, partitions)
+    topic = create_topic(cluster.bootstrap, partitions, replication_factor)
     command = [
         os.path.abspath(__file__), "--worker", f"produce-{client}", "--bootstrap", cluster.bootstrap,
         "--topic", topic, "--messages", str(messages), "--partitions", str(partitions),
@@ -516,6 +522,8 @@ MEASURES = [
     ("produce confluent-kafka MB/s", "mb"),
     ("produce sdk records/s", "rate"),
     ("produce sdk MB/s", "mb"),
+    ("produce confluent-kafka RF=1 records/s", "rate"),
+    ("confluent-kafka RF=3 / RF=1 records/s", "ratio"),
     ("e2e latency p50 ms", "ms"),
     ("e2e latency p99 ms", "ms"),
     ("failover first ack s", "s"),
@@ -533,6 +541,13 @@ def one_run(cluster: ThreeNodes, broker: str, run: int, args: argparse.Namespace
         figures[f"produce {client} MB/s"].append(rate * RECORD_BYTES / 1e6)
         print(f"  {broker} run {run + 1}: {client} {rate:,.0f} records/s", file=sys.stderr, flush=True)
     if not args.failover_only:
+        # Replication's cost: the same client and workload on a topic of one replica per partition.
+        rf1 = measure_throughput("confluent-kafka", cluster, args.messages, args.partitions, 1)
+        figures["produce confluent-kafka RF=1 records/s"].append(rf1)
+        rf3 = figures["produce confluent-kafka records/s"][-1]
+        figures["confluent-kafka RF=3 / RF=1 records/s"].append(rf3 / rf1)
+        print(f"  {broker} run {run + 1}: confluent-kafka RF=1 {rf1:,.0f} records/s (RF=3/RF=1"
+              f" {rf3 / rf1:.2f})", file=sys.stderr, flush=True)
         p50, p99 = measure_latency(cluster, args.rate, args.latency_seconds, args.latency_warm_up)
         figures["e2e latency p50 ms"].append(p50)
         figures["e2e latency p99 ms"].append(p99)
@@ -573,7 +588,8 @@ def measure_all(
 
 
 def cell(value: float, unit: str) -> str:
-    return {"rate": f"{value:,.0f}", "mb": f"{value:.2f}", "ms": f"{value:.2f}", "s": f"{value:.2f}"}[unit]
+    return {"rate": f"{value:,.0f}", "mb": f"{value:.2f}", "ms": f"{value:.2f}", "s": f"{value:.2f}",
+            "ratio": f"{value:.2f}"}[unit]
 
 
 def print_table(brokers: list[str], figures: dict[str, dict[str, list[float]]], runs: int) -> None:
@@ -671,7 +687,8 @@ def main() -> None:
     )
     figures, checks = measure_all(brokers, args)
     print_table(brokers, figures, args.runs)
-    print("ref/kafka above 1: the reference cluster is faster in records/s and MB/s, slower in ms and s")
+    print("ref/kafka above 1: the reference cluster is faster in records/s and MB/s, slower in ms and s,"
+          " and loses less to replication in RF=3 / RF=1")
     if not print_checks(checks):
         sys.exit(1)
 

@@ -22,6 +22,8 @@ MEASURES = (
     "produce confluent-kafka MB/s",
     "produce sdk records/s",
     "produce sdk MB/s",
+    "produce confluent-kafka RF=1 records/s",
+    "confluent-kafka RF=3 / RF=1 records/s",
     "e2e latency p50 ms",
     "e2e latency p99 ms",
     "failover first ack s",
