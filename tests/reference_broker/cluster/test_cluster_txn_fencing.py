@@ -241,9 +241,15 @@ def test_a_resumed_deposed_coordinator_cannot_commit_the_next_transaction(
 
         until(stale_markers_answered, "the resumed coordinator's markers are answered")
         # Fenced, the deposed coordinator stops sending markers and completes nothing (Kafka's
-        # removeMarkersForTxn); the new coordinator owns the transaction.
-        until(lambda: "stops sending its markers" in old.log_path.read_text(errors="replace"),
-              "the deposed coordinator cancels the transaction's markers")
+        # removeMarkersForTxn), or, when its metadata told it first that it lost
+        # __transaction_state, it drops the transaction with the partition (onResignation); either
+        # way the new coordinator owns the transaction.
+        def deposed_coordinator_gave_up() -> bool:
+            text = old.log_path.read_text(errors="replace")
+            return ("stops sending its markers" in text
+                    or f"no longer the transaction coordinator of {TXN_STATE}-0" in text)
+
+        until(deposed_coordinator_gave_up, "the deposed coordinator cancels the transaction's markers")
         until(lambda: end_at_new(False) == E.NONE, "the next transaction is aborted")
         until(lambda: not [p for p in producer_state(to_leader, topic, partition)
                            if p.current_txn_start_offset >= 0], "the abort marker is written")
