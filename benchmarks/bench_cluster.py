@@ -596,8 +596,8 @@ def print_table(brokers: list[str], figures: dict[str, dict[str, list[float]]], 
     """A Markdown table: a row per measure, per broker the median and spread, then reference/kafka."""
     name = spread_name(runs)
     head = "".join(f" {b:>10} | {b + ' ' + name:>21} |" for b in brokers)
-    print(f"| {'measure':<34} |{head} {'ref/kafka':>9} |")
-    print("|" + "-" * 36 + "|" + "|".join(["-" * 12, "-" * 23] * len(brokers)) + "|" + "-" * 11 + "|")
+    print(f"| {'measure':<40} |{head} {'ref/kafka':>9} |")
+    print("|" + "-" * 42 + "|" + "|".join(["-" * 12, "-" * 23] * len(brokers)) + "|" + "-" * 11 + "|")
     for label, unit in MEASURES:
         if not all(figures[broker][label] for broker in brokers):
             continue  # not taken (--failover-only)
@@ -610,7 +610,7 @@ def print_table(brokers: list[str], figures: dict[str, dict[str, list[float]]], 
             cells.append(f" {cell(medians[broker], unit):>10} | {runs_spread:>21} |")
         ratio = (f"{medians['reference'] / medians['kafka']:.2f}"
                  if len(brokers) == 2 and medians["kafka"] > 0 else "-")
-        print(f"| {label:<34} |{''.join(cells)} {ratio:>9} |")
+        print(f"| {label:<40} |{''.join(cells)} {ratio:>9} |")
 
 
 def print_checks(checks: dict[str, list[FailoverRun]]) -> bool:

@@ -26,6 +26,7 @@ from reference_broker.testing import ClusterFactory, ClusterProcess
 from sdk.protocol.errors import ErrorCode as E
 from sdk.protocol.messages import CreateTopicsRequest
 from tests.reference_broker.cluster.test_cluster_txn_fencing import live_node, transaction_coordinator, until
+from tests.reference_broker.cluster.three_nodes import read_committed
 from tests.reference_broker.wire import WireClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -57,24 +58,6 @@ def create_pinned_topic(cluster: ClusterProcess, name: str, replicas: list[int])
     assert answer.topics[0].error_code == E.NONE, answer.topics[0]
     until(lambda: (p := cluster.partition(name, 0)) is not None and sorted(p.isr_nodes) == sorted(replicas),
           f"{name}-0 has both replicas in sync")
-
-
-def read_committed(bootstrap: str, topic: str, timeout: float) -> list[bytes]:
-    consumer = confluent_kafka.Consumer({
-        "bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False,
-        "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-    })
-    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while not got and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and not message.error():
-                got.append(message.value())
-    finally:
-        consumer.close()
-    return got
 
 
 @pytest.mark.parametrize("leader_is", ["another node", "the coordinator's node"])
@@ -113,5 +96,5 @@ def test_a_marker_its_leader_lost_unreplicated_is_written_again(
     until(lambda: cluster.leader_of(topic, 0, timeout=30) == follower, f"node {follower} leads {topic}-0")
     cluster.start_node(leader)
 
-    got = read_committed(cluster.bootstrap, topic, timeout=60)
+    got = read_committed(cluster.bootstrap, topic, at_least=1, timeout=60)
     assert got == [b"committed"], "the committed record is not readable with read_committed"

@@ -13,28 +13,12 @@ import uuid
 
 import pytest
 
-from tests.reference_broker.cluster.three_nodes import ThreeNodes, create_topic, until
+from tests.reference_broker.cluster.three_nodes import ThreeNodes, create_topic, read_committed, until
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
-
-
-def read_committed(bootstrap: str, topic: str, expected: int) -> list[bytes]:
-    consumer = confluent_kafka.Consumer({
-        "bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False,
-        "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-    })
-    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
-    values: list[bytes] = []
-    try:
-        until(lambda: values.extend(
-            m.value() for m in consumer.consume(100, 0.5) if not m.error()) or len(values) >= expected,
-            f"a read_committed consumer reads {expected} records of {topic}", 60)
-    finally:
-        consumer.close()
-    return values
 
 
 def test_a_transaction_ends_without_the_markers_of_a_topic_deleted_meanwhile(nodes: ThreeNodes) -> None:
@@ -61,4 +45,5 @@ def test_a_transaction_ends_without_the_markers_of_a_topic_deleted_meanwhile(nod
     for i in range(10, 15):
         producer.produce(kept, f"k{i}".encode(), partition=0)
     producer.commit_transaction(60)
-    assert read_committed(nodes.bootstrap, kept, 15) == [f"k{i}".encode() for i in range(15)]
+    values = read_committed(nodes.bootstrap, kept, at_least=15, timeout=60)
+    assert values == [f"k{i}".encode() for i in range(15)]

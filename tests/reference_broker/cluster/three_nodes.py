@@ -5,6 +5,8 @@ fixture (``conftest.py``) gives each scenario both clusters in turn."""
 from __future__ import annotations
 
 import functools
+import time
+import uuid
 from typing import Any, Protocol
 
 import confluent_kafka
@@ -142,3 +144,21 @@ def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS, **conf
 
     for p in range(partitions):
         until(functools.partial(in_sync, p), f"{name}-{p} has its three replicas in sync", 60)
+
+
+def read_committed(bootstrap: str, topic: str, *, at_least: int, timeout: float) -> list[bytes]:
+    """The values a read_committed consumer reads from partition 0 of ``topic``, from its start,
+    until it has ``at_least`` of them or ``timeout`` seconds have passed."""
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False,
+        "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+    })
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(values) < at_least and time.monotonic() < deadline:
+            values += [m.value() for m in consumer.consume(100, 0.5) if not m.error()]
+    finally:
+        consumer.close()
+    return values
