@@ -126,7 +126,6 @@ class ControllerChannel:
                 raise ControllerUnavailableError(f"no active controller answered {type(request).__name__}")
             await asyncio.sleep(RETRY_BACKOFF_S)
 
-
     async def _answer_unless_leader_moves(self, node: int, request: Message, *, timeout_s: float) -> Any:
         """``node``'s answer to ``request``, or ``_LEADER_MOVED`` as soon as the quorum names
         another leader while it is outstanding. A controller that stopped answering (paused, cut
