@@ -186,6 +186,13 @@ class PeerConnection:
             raise error from exc
         finally:
             self._pending.pop(correlation_id, None)
+            # Nobody waits on the future any more: a caller that timed out or was cancelled left
+            # it to ``_fail``, whose error would otherwise be reported as never retrieved.
+            if future.done():
+                if not future.cancelled():
+                    future.exception()
+            else:
+                future.cancel()
 
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
         try:

@@ -59,3 +59,35 @@ async def test_a_killed_peer_fails_the_request_and_a_restarted_one_is_reconnecte
         assert isinstance(response, MetadataResponse)
     finally:
         await channels.close()
+
+
+async def test_a_request_timing_out_leaves_no_unretrieved_exception() -> None:
+    """A peer that accepts the connection and never answers: the request (here the ApiVersions
+    of the connect) fails with ``PeerConnectionError`` and nothing is left for asyncio to report
+    as "Future exception was never retrieved" (the timed-out request's future is failed with the
+    connection's error after the caller stopped waiting on it)."""
+    import gc
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    loop = asyncio.get_running_loop()
+    reported: list[str] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context["message"]))
+    try:
+        conn = PeerConnection("127.0.0.1", port, client_id="peer-test", connect_timeout_s=0.2)
+        with pytest.raises(PeerConnectionError, match="timed out"):
+            await conn.send(MetadataRequest(topics=[]))
+        await conn.close()
+        del conn
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(previous)
+        server.close()
+        await server.wait_closed()
+    assert reported == []
