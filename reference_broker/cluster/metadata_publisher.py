@@ -376,8 +376,9 @@ def metadata_response(broker: Any, ctx: Any, request: Any) -> Any:
                 ):
                     topics.append(Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=wanted.name))
                     continue
+                # Kafka's answer while the topic is asked for (or already in flight)
                 broker.auto_topic_creation.create(wanted.name, ctx)
-                topics.append(Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=wanted.name))
+                topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=wanted.name))
             else:
                 topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=wanted.name))
     return MetadataResponse(
