@@ -94,3 +94,21 @@ def test_a_replay_keeps_only_live_records() -> None:
     for key, value in rec.group_tombstones("g"):
         replay.add(key, value)
     assert replay.group_ids() == [] and replay.groups(0) == ({}, {"g"})
+
+
+def test_a_partition_unloaded_with_a_write_pending_shows_what_its_log_holds_once_loaded_again() -> None:
+    """The leadership moves while b's join waits to be committed: the pending apply is dropped
+    (``CommittedWrites.forget``) and the groups with it; loading the log again (a new leader, or
+    this node in a newer epoch) shows what the log holds, b's join included."""
+    node = Node()
+    held = deferred(node)
+    a, b = Member(node, "a"), Member(node, "b")
+    a.heartbeat()
+    commit(held)
+    assert b.heartbeat().error == 0
+    node.coordinator.unload_partition(0)
+    held.clear()
+    assert view(node).group("g") is None and "g" not in node.consumer.groups
+    node.coordinator.load_records(node.store.partitions[0])
+    assert set(view(node).group("g").members) == {"a", "b"}  # type: ignore[union-attr]
+    assert shown(view(node).group("g")) == shown(node.consumer.groups["g"])
