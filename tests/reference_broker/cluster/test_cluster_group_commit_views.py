@@ -85,14 +85,19 @@ def test_uncommitted_assignment_is_not_shown_and_its_failure_makes_the_member_re
                     group_id=group, generation_id=joined.generation_id, member_id=member,
                     assignments=[SyncGroupRequest.SyncGroupRequestAssignment(
                         member_id=member, assignment=b"assigned")]), version=3))
-                views: set[tuple[str, tuple[tuple[str, bytes], ...]]] = set()
+                views: list[tuple[str, tuple[tuple[str, bytes], ...]]] = []
                 while not pending.done():
                     state, members = await described(reader, group)
-                    views.add((state, tuple(members)))
+                    views.append((state, tuple(members)))
                     await asyncio.sleep(0.05)
-                seen["while pending"] = sorted(views)
                 seen["sync answer"] = E(int(cast(Any, pending.result()).error_code)).name
                 seen["after the failure"] = await described(reader, group)
+                failed_view = (seen["after the failure"][0], tuple(seen["after the failure"][1]))
+                if views and views[-1] == failed_view:
+                    # The last DescribeGroups may be answered after the write failed and before
+                    # the SyncGroup's answer reached the client (two connections, no order).
+                    views.pop()
+                seen["while pending"] = sorted(set(views))
             finally:
                 for node in followers:
                     cluster.resume(node)
