@@ -486,6 +486,7 @@ class ClusterMember:
         return self.raft.leader_and_epoch.leader_id if self.raft is not None else None
 
     def _create_broker_parts(self) -> None:
+        from reference_broker.cluster.auto_create import AutoTopicCreation
         from reference_broker.cluster.inter_broker import (
             controller_security,
             inter_broker_listener,
@@ -505,6 +506,7 @@ class ClusterMember:
             controller_security(config).channels(f"broker-{broker.node_id}-to-controller",
                                                  local_host=local_host),
         )
+        broker.auto_topic_creation = AutoTopicCreation(broker)
         controller_listeners = self._controller_listener_names()
         listeners = [lst for lst in broker.listeners if lst.name not in controller_listeners]
         self.lifecycle = BrokerLifecycle(

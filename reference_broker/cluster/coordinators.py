@@ -25,13 +25,11 @@ transaction's coordinator over the network (``attach_transaction_coordinator``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
 from reference_broker.coordinator.group.records import partition_for
 from reference_broker.coordinator.txn.records import partition_for as txn_partition_for
-from reference_broker.log.config import segment_size_configs
 from reference_broker.metadata.image import MetadataImage
 from reference_broker.storage import CONSUMER_OFFSETS, TRANSACTION_STATE
 from sdk.protocol.errors import ErrorCode as E
@@ -145,7 +143,7 @@ def _find_coordinator(broker: Any, listener: str, topic_name: str, key: str) -> 
     image: MetadataImage = broker.metadata_publisher.image
     topic = image.topic(topic_name)
     if topic is None or not topic.partitions:
-        _create_internal_topic(broker, topic_name)
+        broker.auto_topic_creation.create(topic_name, None)
         return _NOT_AVAILABLE
     partition_of = partition_for if topic_name == CONSUMER_OFFSETS else txn_partition_for
     index = partition_of(key, len(topic.partitions))
@@ -155,62 +153,6 @@ def _find_coordinator(broker: Any, listener: str, topic_name: str, key: str) -> 
     if leader is None or endpoint is None:
         return _NOT_AVAILABLE
     return E.NONE, None, leader.id, endpoint.host, endpoint.port
-
-
-def _internal_topic_settings(config: Any, topic_name: str) -> tuple[int, int, dict[str, str]]:
-    """(partitions, replication factor, configs) of an internal topic, as Kafka creates it."""
-    if topic_name == CONSUMER_OFFSETS:
-        segments = segment_size_configs(int(config.get("offsets.topic.segment.bytes")))
-        return (config.get("offsets.topic.num.partitions"), config.get("offsets.topic.replication.factor"),
-                {"cleanup.policy": "compact", **segments})
-    # Kafka's TransactionStateManager.transactionTopicConfigs
-    segments = segment_size_configs(int(config.get("transaction.state.log.segment.bytes")))
-    return (
-        config.get("transaction.state.log.num.partitions"),
-        config.get("transaction.state.log.replication.factor"),
-        {"cleanup.policy": "compact", "min.insync.replicas": str(config.get("transaction.state.log.min.isr")),
-         **segments},
-    )
-
-
-def _create_internal_topic(broker: Any, topic_name: str) -> None:
-    """Ask the controller for an internal topic without waiting (one request at a time each)."""
-    creating: set[str] | None = getattr(broker, "_creating_internal_topics", None)
-    if creating is None:
-        creating = broker._creating_internal_topics = set()
-    if topic_name in creating:
-        return
-    from sdk.protocol.messages import CreateTopicsRequest
-
-    num_partitions, replication_factor, configs = _internal_topic_settings(broker.config, topic_name)
-    request = CreateTopicsRequest(
-        timeout_ms=30_000,
-        topics=[
-            CreateTopicsRequest.CreatableTopic(
-                name=topic_name,
-                num_partitions=num_partitions,
-                replication_factor=replication_factor,
-                configs=[
-                    CreateTopicsRequest.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()
-                ],
-            )
-        ],
-    )
-
-    async def create() -> None:
-        try:
-            response = await broker.controller_channel.send(request)
-            for result in response.topics:
-                if result.error_code not in (E.NONE, E.TOPIC_ALREADY_EXISTS):
-                    log.warning("creating %s: %s %s", topic_name, E(result.error_code).name,
-                                result.error_message)
-        except Exception as exc:  # the client's next FindCoordinator asks again
-            log.info("creating %s: %s", topic_name, exc)
-        finally:
-            creating.discard(topic_name)
-
-    creating.add(topic_name)
-    asyncio.get_running_loop().create_task(create())
 
 
 def install_replicated_group_writes(registry: Any) -> None:

@@ -9,8 +9,8 @@ with the same checks a client reaching the controller listener directly gets
 (``reference_broker.controller.authorization``).
 
 - ``sealed(ctx, request)``: the Envelope of a client's request, encoded at the client's version
-  with its header; the principal is Kafka's DefaultPrincipalData (version-prefixed), the address
-  the client's IP in bytes.
+  with its header (or of a request made for the client, ``cluster.auto_create``); the principal
+  is Kafka's DefaultPrincipalData (version-prefixed), the address the client's IP in bytes.
 - ``opened(envelope_response, ...)``: the client's answer; an error of the envelope itself (the
   broker may not forward, the controller could not read it) is logged and answered
   UNKNOWN_SERVER_ERROR, as Kafka's ForwardingManager does (the client could not act on it).
@@ -80,11 +80,14 @@ def _address_bytes(host: str) -> bytes:
     return ipaddress.ip_address(host.split("%", 1)[0]).packed
 
 
-def sealed(ctx: Any, request: Message) -> EnvelopeRequest:
-    """The Envelope carrying ``request`` as the client ``ctx`` sent it."""
+def sealed(ctx: Any, request: Message, *, version: int | None = None) -> EnvelopeRequest:
+    """The Envelope carrying ``request`` as the client ``ctx`` sent it; with ``version``, a
+    request the broker makes for that client (auto-creation: Kafka's header then borrows the
+    client id and correlation id of the client's request) at that version."""
     connection = ctx.connection
+    at = ctx.api_version if version is None else version
     return EnvelopeRequest(
-        request_data=encode_request(request, ctx.api_version, ctx.correlation_id, ctx.client_id),
+        request_data=encode_request(request, at, ctx.correlation_id, ctx.client_id),
         request_principal=principal_bytes(connection.session.principal),
         client_host_address=_address_bytes(connection.peer_host),
     )

@@ -376,8 +376,9 @@ def metadata_response(broker: Any, ctx: Any, request: Any) -> Any:
                 ):
                     topics.append(Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=wanted.name))
                     continue
-                _auto_create(broker, wanted.name)
-                topics.append(Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=wanted.name))
+                # Kafka's answer while the topic is asked for (or already in flight)
+                broker.auto_topic_creation.create(wanted.name, ctx)
+                topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=wanted.name))
             else:
                 topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=wanted.name))
     return MetadataResponse(
@@ -390,30 +391,6 @@ def metadata_response(broker: Any, ctx: Any, request: Any) -> Any:
         topics=topics,
         cluster_authorized_operations=AUTHORIZED_OPS_OMITTED,
     )
-
-
-def _auto_create(broker: Any, name: str) -> None:
-    """Ask the controller to create ``name`` (num.partitions, default replication factor) without
-    waiting: the client polls Metadata until the topic has a leader, as with Kafka."""
-    import asyncio
-
-    from sdk.protocol.messages import CreateTopicsRequest
-
-    request = CreateTopicsRequest(
-        topics=[
-            CreateTopicsRequest.CreatableTopic(
-                name=name, num_partitions=broker.config.get("num.partitions"), replication_factor=-1
-            )
-        ]
-    )
-
-    async def create() -> None:
-        try:
-            await broker.controller_channel.send(request)
-        except Exception as exc:  # the client's next Metadata asks again
-            log.info("auto-creating topic %s: %s", name, exc)
-
-    asyncio.get_running_loop().create_task(create())
 
 
 def describe_cluster_response(broker: Any, ctx: Any, request: Any) -> Any:

@@ -7,7 +7,9 @@ Versions served and per-version notes:
   broker with RE2 semantics (``reference_broker.patterns``) after the heartbeat is answered; an
   invalid one gets INVALID_REGULAR_EXPRESSION.
 - ConsumerGroupDescribe (69) v0-1: v1 (KIP-1099) adds each member's type, 0 for a classic
-  member inside the consumer group and 1 for a consumer-protocol one.
+  member inside the consumer group and 1 for a consumer-protocol one. It shows the group as
+  committed (``consumer_views``), as Kafka reads it at the last committed offset; so does
+  ListGroups.
 
 Both are offered (and so advertised by ApiVersions) only when ``group.coordinator.rebalance.protocols``
 lists ``consumer``, as Kafka does; Kafka 4's default, and this broker's, lists it.
@@ -127,7 +129,7 @@ def handle_describe(
         if unavailable := coordinator.unavailable(group_id):
             described.append(R.DescribedGroup(group_id=group_id, error_code=unavailable))
             continue
-        group = coordinator.consumer.groups.get(group_id)
+        group = coordinator.consumer.committed.group(group_id)
         if group is None:
             message = (
                 f"Group {group_id} is not a consumer group."
@@ -180,10 +182,10 @@ def describe_error(
 
 
 def listed_consumer_groups(broker: Broker) -> list[tuple[str, str]]:
-    """(group id, state name) of every consumer group, for ListGroups."""
+    """(group id, state name) of every consumer group as committed, for ListGroups."""
     return [
         (g.group_id, g.state.value)
-        for g in broker.groups.consumer.groups.values()
+        for g in broker.groups.consumer.committed.groups()
         if g.state != ConsumerGroupState.DEAD
     ]
 

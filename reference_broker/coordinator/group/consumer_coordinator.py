@@ -48,6 +48,7 @@ from reference_broker.coordinator.group.consumer_group import (
     TopicInfo,
     same_assignment,
 )
+from reference_broker.coordinator.group.consumer_views import CommittedConsumerGroups
 from reference_broker.coordinator.group.reconciliation import FencedMemberEpoch, reconcile
 from reference_broker.coordinator.group.server_assignors import ASSIGNORS, MemberSpec, PartitionAssignorError
 from reference_broker.patterns import InvalidPatternError, compile_client_pattern
@@ -130,7 +131,10 @@ class ConsumerGroupCoordinator:
         self.config = ConsumerGroupConfig()
         self.lookup_topic: TopicLookup = lambda name: None
         self.topic_names: TopicNames = lambda: []
+        #: The live groups: every change as soon as its records are appended (what heartbeats build on).
         self.groups: dict[str, ConsumerGroup] = {}
+        #: The groups as committed: what the read APIs show (Kafka reads at the last committed offset).
+        self.committed = CommittedConsumerGroups(membership.clock)
         #: Kafka's ``group.consumer.migration.policy``.
         self.migration_policy = MigrationPolicy.BIDIRECTIONAL
         #: JoinGroup, SyncGroup, Heartbeat and LeaveGroup of classic members of consumer groups.
@@ -767,8 +771,12 @@ class ConsumerGroupCoordinator:
             return E.ILLEGAL_GENERATION if transactional or classic else E.STALE_MEMBER_EPOCH
         return 0
 
-    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
-        group = self.groups.get(group_id)
+    def validate_offset_fetch(
+        self, group_id: str, member_id: str | None, member_epoch: int, *, require_stable: bool = False
+    ) -> int:
+        """Kafka's ``ConsumerGroup.validateOffsetFetch``: the member and its epoch as committed
+        (a read operation), or as written last with ``require_stable`` (Kafka's write operation)."""
+        group = self.groups.get(group_id) if require_stable else self.committed.group(group_id)
         if group is None or (member_id is None and member_epoch < 0):
             return 0
         member = group.members.get(member_id or "")
@@ -789,6 +797,7 @@ class ConsumerGroupCoordinator:
 
     def load(self, replay: rec.ConsumerGroupReplay) -> None:
         built, deleted = replay.groups(self.clock.now_ms())
+        self.committed.loaded(replay)
         for group_id in deleted:
             old = self.groups.pop(group_id, None)
             if old is not None:
@@ -806,8 +815,10 @@ class ConsumerGroupCoordinator:
         for group in self.groups.values():
             group.cancel_timers()
         self.groups.clear()
+        self.committed.clear()
 
     def unload(self, moved: Callable[[str], bool]) -> None:
         """Drop the groups ``moved`` names (their partition's leadership went to another node)."""
         for group_id in [g for g in self.groups if moved(g)]:
             self.groups.pop(group_id).cancel_timers()
+        self.committed.unload(moved)

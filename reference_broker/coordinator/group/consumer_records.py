@@ -13,9 +13,10 @@ member subscription (ConsumerGroupMemberMetadata), 6 target assignment epoch
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from reference_broker.coordinator.group.consumer_group import (
@@ -233,18 +234,88 @@ def _assignment(entries: Iterable[Any]) -> Assignment:
     return {e.topic_id: frozenset(e.partitions) for e in entries if e.partitions}
 
 
+@dataclasses.dataclass
+class _GroupRecords:
+    """The live records of one consumer group (a tombstone removes its key's entry)."""
+
+    #: None: no epoch record, or its last one is a tombstone (the group does not exist)
+    epoch: int | None = None
+    metadata_hash: int = 0
+    topics: dict[str, TopicInfo] | None = None
+    target_epoch: int | None = None
+    subscriptions: dict[str, Any] = dataclasses.field(default_factory=dict)
+    targets: dict[str, Assignment] = dataclasses.field(default_factory=dict)
+    currents: dict[str, Any] = dataclasses.field(default_factory=dict)
+    regexes: dict[str, ResolvedRegex] = dataclasses.field(default_factory=dict)
+
+    def build(self, group_id: str, now_ms: int) -> ConsumerGroup | None:
+        """The group these records describe; None when it does not exist."""
+        if self.epoch is None:
+            return None
+        group = ConsumerGroup(group_id, now_ms)
+        group.group_epoch = self.epoch
+        group.assignment_epoch = self.target_epoch or 0
+        group.subscription_metadata = dict(self.topics or {})
+        group.has_partition_metadata_record = self.topics is not None
+        group.metadata_hash = self.metadata_hash
+        if group.has_partition_metadata_record and not group.metadata_hash:
+            # Written before Kafka 4.1's layout: the hash comes from the topics record.
+            group.metadata_hash = metadata_hash(group.subscription_metadata)
+        for member_id, sub in self.subscriptions.items():
+            group.update_member(self._member(member_id, sub))
+            target = self.targets.get(member_id)
+            if target is not None:
+                group.target[member_id] = target
+        group.resolved_regexes = dict(self.regexes)
+        return group
+
+    def _member(self, member_id: str, sub: Any) -> ConsumerGroupMember:
+        member = ConsumerGroupMember(
+            member_id,
+            sub.instance_id,
+            sub.rack_id,
+            sub.client_id,
+            sub.client_host,
+            tuple(sub.subscribed_topic_names),
+            sub.subscribed_topic_regex,
+            sub.rebalance_timeout_ms,
+            sub.server_assignor,
+        )
+        classic = sub.classic_member_metadata
+        if classic is not None and classic.supported_protocols:
+            member.classic_session_timeout_ms = classic.session_timeout_ms
+            member.classic_protocols = tuple((p.name, bytes(p.metadata)) for p in classic.supported_protocols)
+        current = self.currents.get(member_id)
+        if current is not None:
+            member.member_epoch = current.member_epoch
+            member.previous_member_epoch = current.previous_member_epoch
+            member.state = (
+                MemberState(current.state)
+                if current.state in MemberState._value2member_map_
+                else MemberState.UNKNOWN
+            )
+            member.assigned = _assignment(current.assigned_partitions)
+            member.pending_revocation = _assignment(current.partitions_pending_revocation)
+        return member
+
+
+def _put(entries: dict[str, Any], key: str, value: Any) -> None:
+    if value is None:
+        entries.pop(key, None)
+    else:
+        entries[key] = value
+
+
 class ConsumerGroupReplay:
-    """Rebuilds consumer groups from their records, oldest first (the last record of a key wins)."""
+    """Rebuilds consumer groups from their records, oldest first (the last record of a key wins).
+
+    Only live records are kept: a tombstone removes its key, and the group epoch's tombstone
+    (written last when a group goes, after its members' and its other records' tombstones, as
+    Kafka writes them) removes everything of the group, so a replay fed for a long time (the
+    committed view, ``consumer_views``) does not grow with groups and members that are gone."""
 
     def __init__(self) -> None:
-        self.epochs: dict[str, int | None] = {}
-        self.topics: dict[str, dict[str, TopicInfo] | None] = {}
-        self.target_epochs: dict[str, int | None] = {}
-        self.subscriptions: dict[tuple[str, str], Any] = {}
-        self.targets: dict[tuple[str, str], Assignment | None] = {}
-        self.currents: dict[tuple[str, str], Any] = {}
-        self.hashes: dict[str, int] = {}
-        self.regexes: dict[tuple[str, str], ResolvedRegex | None] = {}
+        self._groups: dict[str, _GroupRecords] = {}
 
     def add(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
         (kind,) = struct.unpack_from(">h", key_bytes)
@@ -253,90 +324,61 @@ class ConsumerGroupReplay:
         if value_bytes is not None:
             (version,) = struct.unpack_from(">h", value_bytes)
             value = decode(VALUE_CLASSES[kind], memoryview(value_bytes)[2:], version)
-        group_id = key.group_id
+        records = self._groups.setdefault(key.group_id, _GroupRecords())
         if kind == REGEX:
-            self.regexes[(group_id, key.regular_expression)] = (
-                None
-                if value is None
-                else ResolvedRegex(frozenset(value.topics), value.version, value.timestamp)
-            )
+            resolved = None
+            if value is not None:
+                resolved = ResolvedRegex(frozenset(value.topics), value.version, value.timestamp)
+            _put(records.regexes, key.regular_expression, resolved)
         elif kind == EPOCH:
-            self.epochs[group_id] = None if value is None else value.epoch
-            self.hashes[group_id] = 0 if value is None else value.metadata_hash
+            if value is None:
+                self._groups[key.group_id] = _GroupRecords()
+            else:
+                records.epoch, records.metadata_hash = value.epoch, value.metadata_hash
         elif kind == TOPICS:
-            self.topics[group_id] = (
+            records.topics = (
                 None
                 if value is None
-                else {
-                    t.topic_name: TopicInfo(t.topic_id, t.topic_name, t.num_partitions) for t in value.topics
-                }
+                else {t.topic_name: TopicInfo(t.topic_id, t.topic_name, t.num_partitions)
+                      for t in value.topics}
             )
         elif kind == TARGET_EPOCH:
-            self.target_epochs[group_id] = None if value is None else value.assignment_epoch
+            records.target_epoch = None if value is None else value.assignment_epoch
         elif kind == MEMBER:
-            self.subscriptions[(group_id, key.member_id)] = value
+            _put(records.subscriptions, key.member_id, value)
         elif kind == TARGET:
-            self.targets[(group_id, key.member_id)] = (
-                None if value is None else _assignment(value.topic_partitions)
-            )
+            target = None if value is None else _assignment(value.topic_partitions)
+            _put(records.targets, key.member_id, target)
         else:
-            self.currents[(group_id, key.member_id)] = value
+            _put(records.currents, key.member_id, value)
+
+    def group(self, group_id: str, now_ms: int) -> ConsumerGroup | None:
+        """The group as its records replayed so far describe it; None when it does not exist."""
+        records = self._groups.get(group_id)
+        return None if records is None else records.build(group_id, now_ms)
+
+    def group_ids(self) -> list[str]:
+        """The ids of the groups that exist after the replay."""
+        return [group_id for group_id, records in self._groups.items() if records.epoch is not None]
 
     def groups(self, now_ms: int) -> tuple[dict[str, ConsumerGroup], set[str]]:
-        """(groups that exist after the replay, ids of groups whose last record deleted them)."""
-        built: dict[str, ConsumerGroup] = {}
-        for group_id, epoch in self.epochs.items():
-            if epoch is None:
-                continue
-            group = built[group_id] = ConsumerGroup(group_id, now_ms)
-            group.group_epoch = epoch
-            group.assignment_epoch = self.target_epochs.get(group_id) or 0
-            group.subscription_metadata = self.topics.get(group_id) or {}
-            group.has_partition_metadata_record = self.topics.get(group_id) is not None
-            group.metadata_hash = self.hashes.get(group_id, 0)
-            if group.has_partition_metadata_record and not group.metadata_hash:
-                # Written before Kafka 4.1's layout: the hash comes from the topics record.
-                group.metadata_hash = metadata_hash(group.subscription_metadata)
-        for (group_id, member_id), sub in self.subscriptions.items():
-            owner = built.get(group_id)
-            if owner is None or sub is None:
-                continue
-            group = owner
-            member = ConsumerGroupMember(
-                member_id,
-                sub.instance_id,
-                sub.rack_id,
-                sub.client_id,
-                sub.client_host,
-                tuple(sub.subscribed_topic_names),
-                sub.subscribed_topic_regex,
-                sub.rebalance_timeout_ms,
-                sub.server_assignor,
-            )
-            classic = sub.classic_member_metadata
-            if classic is not None and classic.supported_protocols:
-                member.classic_session_timeout_ms = classic.session_timeout_ms
-                member.classic_protocols = tuple(
-                    (p.name, bytes(p.metadata)) for p in classic.supported_protocols
-                )
-            current = self.currents.get((group_id, member_id))
-            if current is not None:
-                member.member_epoch = current.member_epoch
-                member.previous_member_epoch = current.previous_member_epoch
-                member.state = (
-                    MemberState(current.state)
-                    if current.state in MemberState._value2member_map_
-                    else (MemberState.UNKNOWN)
-                )
-                member.assigned = _assignment(current.assigned_partitions)
-                member.pending_revocation = _assignment(current.partitions_pending_revocation)
-            group.update_member(member)
-            target = self.targets.get((group_id, member_id))
-            if target is not None:
-                group.target[member_id] = target
-        for (group_id, regex), resolved in self.regexes.items():
-            owner = built.get(group_id)
-            if owner is not None and resolved is not None:
-                owner.resolved_regexes[regex] = resolved
-        deleted = {g for g, epoch in self.epochs.items() if epoch is None}
-        return built, deleted
+        """(groups that exist after the replay, ids of groups whose records deleted them)."""
+        built = {group_id: self._groups[group_id].build(group_id, now_ms) for group_id in self.group_ids()}
+        deleted = {group_id for group_id, records in self._groups.items() if records.epoch is None}
+        return {g: group for g, group in built.items() if group is not None}, deleted
+
+    def take_over(self, other: ConsumerGroupReplay) -> None:
+        """The groups ``other`` replayed replace this replay's (a partition loaded again)."""
+        for group_id, records in other._groups.items():
+            if records.epoch is None:
+                self._groups.pop(group_id, None)
+            else:
+                self._groups[group_id] = records
+
+    def drop(self, moved: Callable[[str], bool]) -> None:
+        """Forget the groups ``moved`` names."""
+        for group_id in [g for g in self._groups if moved(g)]:
+            del self._groups[group_id]
+
+    def clear(self) -> None:
+        self._groups.clear()

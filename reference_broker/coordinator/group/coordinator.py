@@ -141,17 +141,23 @@ class GroupCoordinator:
         return 0
 
     def write_records(self, group_id: str, batch: list[Record]) -> int:
-        """Persist ``batch`` for ``group_id``; an error code (0 when stored)."""
-        if self.store is None or not batch:
+        """Persist ``batch`` for ``group_id``; an error code (0 when stored). Its consumer group
+        records reach the committed view of consumer groups once committed (``consumer_views``):
+        every consumer group change is written here, so this is the view's one feed."""
+        if not batch:
             return 0
-        try:
-            self.store.write(self.partition_for(group_id), batch)
-        except Exception as exc:
-            code = write_error_code(exc)
-            log.warning(
-                "writing group %s to __consumer_offsets failed (answered %s): %s", group_id, E(code).name, exc
-            )
-            return code
+        partition = self.partition_for(group_id)
+        if self.store is not None:
+            try:
+                self.store.write(partition, batch)
+            except Exception as exc:
+                code = write_error_code(exc)
+                log.warning("writing group %s to __consumer_offsets failed (answered %s): %s",
+                            group_id, E(code).name, exc)
+                return code
+        consumer_batch = [r for r in batch if consumer_records.is_consumer_group_key(r[0])]
+        if consumer_batch:
+            self.on_committed(partition, lambda: self.consumer.committed.apply(consumer_batch))
         return 0
 
     def on_committed(self, partition: int, apply: Callable[[], None]) -> None:

@@ -229,7 +229,8 @@ class GroupOffsets:
         id, member epoch) is checked against a consumer group's member."""
         if unavailable := self.membership.unavailable(group_id):
             return unavailable, {}
-        member_error = self.membership.consumer.validate_offset_fetch(group_id, *member)
+        member_error = self.membership.consumer.validate_offset_fetch(
+            group_id, *member, require_stable=require_stable)
         if member_error:
             return member_error, {}
         group = self.membership.groups.get(group_id)

@@ -9,11 +9,18 @@ current in-memory state: CompletingRebalance without the assignment while the wr
 PreparingRebalance once it failed. The window is made certain by pausing (SIGSTOP) both
 followers of the group's ``__consumer_offsets`` partition (the ISR still names them, so nothing
 can be committed until ``offsets.commit.timeout.ms`` fails the write).
+
+A KIP-848 ``ConsumerGroup`` is timeline-backed: ConsumerGroupDescribe, ListGroups and
+OffsetFetch's member check read it at the partition's last committed offset
+(``scheduleReadOperation``), so a member whose join is not committed is not shown, and is shown
+once its records commit (a write that timed out is not reverted: only its request failed).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 import pytest
@@ -27,6 +34,8 @@ from sdk.protocol.messages import (
     ConsumerGroupHeartbeatRequest,
     DescribeGroupsRequest,
     JoinGroupRequest,
+    ListGroupsRequest,
+    OffsetFetchRequest,
     SyncGroupRequest,
 )
 from tests.reference_broker.cluster.test_cluster_group_durability import (
@@ -76,14 +85,19 @@ def test_uncommitted_assignment_is_not_shown_and_its_failure_makes_the_member_re
                     group_id=group, generation_id=joined.generation_id, member_id=member,
                     assignments=[SyncGroupRequest.SyncGroupRequestAssignment(
                         member_id=member, assignment=b"assigned")]), version=3))
-                views: set[tuple[str, tuple[tuple[str, bytes], ...]]] = set()
+                views: list[tuple[str, tuple[tuple[str, bytes], ...]]] = []
                 while not pending.done():
                     state, members = await described(reader, group)
-                    views.add((state, tuple(members)))
+                    views.append((state, tuple(members)))
                     await asyncio.sleep(0.05)
-                seen["while pending"] = sorted(views)
                 seen["sync answer"] = E(int(cast(Any, pending.result()).error_code)).name
                 seen["after the failure"] = await described(reader, group)
+                failed_view = (seen["after the failure"][0], tuple(seen["after the failure"][1]))
+                if views and views[-1] == failed_view:
+                    # The last DescribeGroups may be answered after the write failed and before
+                    # the SyncGroup's answer reached the client (two connections, no order).
+                    views.pop()
+                seen["while pending"] = sorted(set(views))
             finally:
                 for node in followers:
                     cluster.resume(node)
@@ -182,51 +196,126 @@ def test_new_coordinator_shows_the_committed_assignment_not_the_pending_one(
         ("Stable", [(member, b"first")]), ("Stable", [(member, b"second")]))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ConsumerGroupDescribe reads the consumer group's latest in-memory state; Kafka's reads it "
-    "at the last committed offset (ConsumerGroup is timeline-backed), which needs a committed "
-    "view of consumer groups this coordinator does not keep yet"))
-def test_consumer_group_member_joining_uncommitted_is_not_described(
-    reference_cluster: ClusterFactory,
-) -> None:
-    """KIP-848: a second member's join, written while both followers are paused, is not shown by
-    ConsumerGroupDescribe until committed (Kafka's ``scheduleReadOperation`` reads the timeline
-    at ``lastCommittedOffset``); its heartbeat is answered COORDINATOR_NOT_AVAILABLE."""
-    cluster = reference_cluster(3, cluster_config(2, 60_000))
-    topic, group, coordinator, followers = setup(cluster)
+@dataclass
+class PendingJoin:
+    """What a probe saw while a second member's join of a consumer group was not committed, and
+    after the write committed once the followers resumed."""
+
+    #: every distinct answer of the probe while the join waited
+    while_pending: list[Any]
+    #: the join's ConsumerGroupHeartbeat answer
+    answer: str
+    #: the probe's answer once ConsumerGroupDescribe shows the second member
+    after_commit: Any
+    #: ConsumerGroupDescribe's (member id, member epoch) then
+    members: list[tuple[str, int]]
+
+
+def second_member_joins_uncommitted(
+    cluster: ClusterFactory, probe: Callable[[PeerConnection, str, str], Awaitable[Any]],
+) -> PendingJoin:
+    """A consumer group's member "first" joins (committed); "second" joins while both followers
+    of the group's ``__consumer_offsets`` partition are paused, so its records cannot commit
+    and the heartbeat fails after ``offsets.commit.timeout.ms``. ``probe(reader, group, topic)``
+    runs against the coordinator throughout the window and again once the followers resumed and
+    the records committed (Kafka's runtime does not revert a write that timed out: its records
+    stay in the log and commit later)."""
+    process = cluster(3, cluster_config(2, 60_000))
+    topic, group, coordinator, followers = setup(process)
 
     def join(member: str) -> ConsumerGroupHeartbeatRequest:
         return ConsumerGroupHeartbeatRequest(
             group_id=group, member_id=member, member_epoch=0, rebalance_timeout_ms=30_000,
             subscribed_topic_names=[topic], topic_partitions=[])
 
-    async def members(conn: PeerConnection) -> list[str]:
+    async def described(conn: PeerConnection) -> list[tuple[str, int]]:
         answer: Any = await conn.send(ConsumerGroupDescribeRequest(group_ids=[group]), version=0)
-        return sorted(m.member_id for m in answer.groups[0].members)
+        return sorted((m.member_id, m.member_epoch) for m in answer.groups[0].members)
 
-    async def scenario() -> dict[str, Any]:
-        conn, reader = connect(cluster, coordinator), connect(cluster, coordinator)
-        seen: dict[str, Any] = {}
+    async def scenario() -> PendingJoin:
+        conn, reader = connect(process, coordinator), connect(process, coordinator)
         try:
             await until_answer(lambda: conn.send(join("first"), version=0),
                                lambda r: r.error_code == E.NONE, "the first member joined")
             for node in followers:
-                cluster.pause(node)
+                process.pause(node)
             try:
                 pending = asyncio.ensure_future(conn.send(join("second"), version=0))
-                views: set[tuple[str, ...]] = set()
+                views: list[Any] = []
                 while not pending.done():
-                    views.add(tuple(await members(reader)))
+                    seen = await probe(reader, group, topic)
+                    if seen not in views:
+                        views.append(seen)
                     await asyncio.sleep(0.05)
-                seen["while pending"] = sorted(views)
-                seen["answer"] = E(int(cast(Any, pending.result()).error_code)).name
+                answer = E(int(cast(Any, pending.result()).error_code)).name
             finally:
                 for node in followers:
-                    cluster.resume(node)
+                    process.resume(node)
+            members = await until_answer(lambda: described(reader), lambda m: len(m) == 2,
+                                         "the second member's records committed")
+            return PendingJoin(views, answer, await probe(reader, group, topic), members)
         finally:
             await conn.close()
             await reader.close()
-        return seen
 
-    seen = asyncio.run(asyncio.wait_for(scenario(), 90))
-    assert seen == {"while pending": [("first",)], "answer": "COORDINATOR_NOT_AVAILABLE"}, seen
+    return asyncio.run(asyncio.wait_for(scenario(), 90))
+
+
+def test_consumer_group_member_joining_uncommitted_is_not_described(
+    reference_cluster: ClusterFactory,
+) -> None:
+    """KIP-848: a second member's join, written while both followers are paused, is not shown by
+    ConsumerGroupDescribe until committed (Kafka's ``scheduleReadOperation`` reads the timeline
+    at ``lastCommittedOffset``); its heartbeat is answered COORDINATOR_NOT_AVAILABLE, and the
+    member is described once its records commit."""
+
+    async def members(conn: PeerConnection, group: str, _topic: str) -> list[str]:
+        answer: Any = await conn.send(ConsumerGroupDescribeRequest(group_ids=[group]), version=0)
+        return sorted(m.member_id for m in answer.groups[0].members)
+
+    seen = second_member_joins_uncommitted(reference_cluster, members)
+    assert seen.while_pending == [["first"]], seen
+    assert seen.answer == "COORDINATOR_NOT_AVAILABLE", seen
+    assert seen.after_commit == ["first", "second"], seen
+
+
+def test_list_groups_shows_the_consumer_group_state_as_committed(
+    reference_cluster: ClusterFactory,
+) -> None:
+    """ListGroups reads the groups at the last committed offset (Kafka's ``listGroups`` through
+    ``scheduleReadAllOperation``): the group stays Stable while the second member's join, which
+    makes it Reconciling (the first member must give partitions up), is not committed."""
+
+    async def listed(conn: PeerConnection, group: str, _topic: str) -> list[tuple[str, str]]:
+        answer: Any = await conn.send(ListGroupsRequest(types_filter=["consumer"]), version=5)
+        assert answer.error_code == E.NONE, answer
+        return [(g.group_type, g.group_state) for g in answer.groups if g.group_id == group]
+
+    seen = second_member_joins_uncommitted(reference_cluster, listed)
+    assert seen.while_pending == [[("consumer", "Stable")]], seen
+    assert seen.answer == "COORDINATOR_NOT_AVAILABLE", seen
+    assert seen.after_commit == [("consumer", "Reconciling")], seen
+
+
+def test_offset_fetch_checks_the_member_as_committed(
+    reference_cluster: ClusterFactory,
+) -> None:
+    """OffsetFetch v9 checks its member id and epoch against the group at the last committed
+    offset (Kafka's ``ConsumerGroup.validateOffsetFetch`` in a read operation): the second member,
+    with the epoch its uncommitted join gives it, is UNKNOWN_MEMBER_ID until the join commits."""
+
+    async def fetched(conn: PeerConnection, group: str, topic: str) -> tuple[str, str]:
+        codes = []
+        for member, epoch in (("first", 1), ("second", 2)):
+            wanted = OffsetFetchRequest.OffsetFetchRequestGroup(
+                group_id=group, member_id=member, member_epoch=epoch,
+                topics=[OffsetFetchRequest.OffsetFetchRequestTopics(name=topic, partition_indexes=[0])])
+            answer: Any = await conn.send(OffsetFetchRequest(groups=[wanted]), version=9)
+            codes.append(E(int(answer.groups[0].error_code)).name)
+        return codes[0], codes[1]
+
+    seen = second_member_joins_uncommitted(reference_cluster, fetched)
+    assert seen.members == [("first", 1), ("second", 2)], seen
+    assert seen.while_pending == [("NONE", "UNKNOWN_MEMBER_ID")], seen
+    assert seen.answer == "COORDINATOR_NOT_AVAILABLE", seen
+    assert seen.after_commit == ("NONE", "NONE"), seen
