@@ -569,11 +569,12 @@ class ClusterMember:
         raft.register(self.loader)
         from reference_broker.cluster.metadata_publisher import ClientQuotaPublisher, SecurityPublisher
 
-        lifecycle = self.lifecycle  # a broker has caught up once its image holds its registration
+        # ACLs are enforced once the image holds everything committed when the node started, as
+        # Kafka's AclPublisher completes the authorizer's initial load once the MetadataLoader
+        # reached the high watermark: on a broker and on a controller alike (a node whose own
+        # registration must pass its controller's authorizer cannot wait for that registration).
         self.loader.install(SecurityPublisher(
-            broker.authorizer, broker.scram_credentials,
-            lambda image: lifecycle is None or 0 <= lifecycle.broker_epoch <= image.offset,
-        ))
+            broker.authorizer, broker.scram_credentials, lambda: raft.caught_up))
         self.loader.install(ClientQuotaPublisher(broker.quotas.store))
         if self.lifecycle is not None:
             self.lifecycle.cluster_id = broker.cluster_id

@@ -197,20 +197,14 @@ class BrokerMetadataPublisher:
 
 class SecurityPublisher:
     """Keeps a node's ACL store and SCRAM credential store equal to its metadata image's. The
-    authorizer allows super users only (``ready`` False) until ``caught_up(image)`` first holds
-    for a published image: before that its ACLs may be a stale prefix of the log."""
+    authorizer allows super users only until ``loaded()`` holds: before that its ACLs may be a
+    stale prefix of the log."""
 
-    def __init__(
-        self,
-        authorizer: Any,
-        scram_credentials: Any,
-        caught_up: Callable[[MetadataImage], bool] = lambda _image: True,
-    ):
+    def __init__(self, authorizer: Any, scram_credentials: Any, loaded: Callable[[], bool] = lambda: True):
         self.authorizer = authorizer
         self.scram_credentials = scram_credentials
-        self.caught_up = caught_up
         if authorizer is not None:
-            authorizer.ready = False
+            authorizer.load_from(loaded)
             authorizer.store.use_metadata_log()
         if scram_credentials is not None:
             scram_credentials.use_metadata_log()
@@ -228,9 +222,6 @@ class SecurityPublisher:
             self._scram = image.scram_credentials
             if self.scram_credentials is not None:
                 self.scram_credentials.replace(image.scram_credentials)
-        if self.authorizer is not None and not self.authorizer.ready and self.caught_up(image):
-            self.authorizer.ready = True
-            log.info("ACLs loaded from the metadata log up to offset %d", image.offset)
 
 
 class ClientQuotaPublisher:

@@ -126,6 +126,11 @@ class RaftClient:
         return self.core.high_watermark if self.core is not None else None
 
     @property
+    def caught_up(self) -> bool:
+        """Whether the listeners have been given every committed entry (``RaftCore.caught_up``)."""
+        return self.core is not None and self.core.caught_up
+
+    @property
     def is_leader(self) -> bool:
         return self.core is not None and self.core.role == LEADER
 

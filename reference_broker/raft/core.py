@@ -625,3 +625,11 @@ class RaftCore:
     def take_outbox(self) -> list[Outbound]:
         out, self.outbox = self.outbox, []
         return out
+
+    @property
+    def caught_up(self) -> bool:
+        """Every entry below a known high watermark has been handed to the listeners (Kafka's
+        MetadataLoader having loaded up to the high watermark): False until this node has heard
+        the high watermark of its epoch."""
+        hw = self.high_watermark
+        return hw is not None and self._delivered >= hw

@@ -21,7 +21,8 @@ and allows everything; handlers translate each API's needs into ``authorize`` ca
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from reference_broker.security.acl import (
@@ -32,6 +33,8 @@ from reference_broker.security.acl import (
     Permission,
     ResourceType,
 )
+
+log = logging.getLogger("reference_broker.security")
 
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
@@ -80,7 +83,22 @@ class Authorizer:
         self.super_users = super_users
         self.allow_if_no_acl = allow_if_no_acl
         #: False while the ACLs are still being loaded: only super users are allowed.
-        self.ready = True
+        self._ready = True
+        self._loaded: Callable[[], bool] = lambda: True
+
+    def load_from(self, loaded: Callable[[], bool]) -> None:
+        """Allow super users only until ``loaded()`` first holds (the store then holds every ACL
+        committed when the node started); asked at each decision, so the load completes without
+        waiting for another change to publish."""
+        self._ready = False
+        self._loaded = loaded
+
+    @property
+    def ready(self) -> bool:
+        if not self._ready and self._loaded():
+            self._ready = True
+            log.info("ACLs loaded: the authorizer decides for every principal")
+        return self._ready
 
     @classmethod
     def open(cls, data_dir: Path, *, super_users: frozenset[str], allow_if_no_acl: bool) -> Authorizer:

@@ -138,17 +138,9 @@ def open_cluster(request: pytest.FixtureRequest) -> str:
     if request.param == "apache-kafka":
         request.applymarker(pytest.mark.apache_kafka)
         return str(request.getfixturevalue("apache_kafka_factory")(**OPEN_AUTHORIZER).bootstrap)
-    # The node's own requests on its controller listener come as User:admin, a super user (a
-    # node's authorizer allows only super users until its metadata has caught up at start).
-    nodes_as_admin = {
-        "super.users": "User:admin",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "sasl.mechanism.controller.protocol": "PLAIN",
-    }
-    jaas = "listener.name.controller.plain.sasl.jaas.config"
-    nodes_as_admin[jaas] = CONFIG[jaas]
-    cluster = request.getfixturevalue("reference_cluster")(1, {**OPEN_AUTHORIZER, **nodes_as_admin})
+    # No super user: the node registers itself as User:ANONYMOUS, which its controller allows once
+    # its ACLs are loaded (allow.everyone.if.no.acl.found), as Kafka's does.
+    cluster = request.getfixturevalue("reference_cluster")(1, OPEN_AUTHORIZER)
     return str(cluster.node(1).bootstrap)
 
 
