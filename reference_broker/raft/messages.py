@@ -3,6 +3,7 @@ Vote/BeginQuorumEpoch/EndQuorumEpoch/Fetch messages), and what listeners receive
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 from sdk.protocol.messages import Message
@@ -12,8 +13,15 @@ FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 NOT_LEADER_OR_FOLLOWER = 6
 INCONSISTENT_VOTER_SET = 94
+REQUEST_TIMED_OUT = 7
+UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = 42
+DUPLICATE_VOTER = 126
+VOTER_NOT_FOUND = 127
 SNAPSHOT_NOT_FOUND = 98
 POSITION_OUT_OF_RANGE = 99
+#: the zero uuid: a replica without a directory id
+NO_DIRECTORY = uuid.UUID(int=0)
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,8 @@ class FetchRequest:
     replica_id: int
     fetch_offset: int
     last_fetched_epoch: int
+    #: Fetch v17's ReplicaDirectoryId (the zero uuid when the replica has none)
+    replica_directory_id: uuid.UUID = NO_DIRECTORY
 
 
 @dataclass(frozen=True)
