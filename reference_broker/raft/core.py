@@ -51,7 +51,14 @@ from reference_broker.raft.messages import (
 from reference_broker.raft.quorum_state import ElectionState, read_quorum_state, write_quorum_state
 from reference_broker.raft.serde import batch_records
 from reference_broker.raft.snapshot import SnapshotDownload, SnapshotError, SnapshotId, SnapshotWriter
-from reference_broker.raft.voter_set import NO_DIRECTORY, VoterHistory, VoterSet
+from reference_broker.raft.voter_set import (
+    NO_DIRECTORY,
+    SUPPORTED_KRAFT_VERSIONS,
+    Endpoint,
+    Voter,
+    VoterHistory,
+    VoterSet,
+)
 from sdk.protocol.messages import KRaftVersionRecord, LeaderChangeMessage, Message
 
 UNATTACHED = "unattached"
@@ -120,9 +127,13 @@ class RaftCore:
         rng: random.Random | None = None,
         directory_id: uuid.UUID = NO_DIRECTORY,
         bootstrap_ids: tuple[int, ...] = (),
+        endpoints: tuple[Endpoint, ...] = (),
     ) -> None:
         self.node_id = node_id
         self.directory_id = directory_id
+        #: this node's controller listeners as it advertises them now (a voter set of an older
+        #: run may name other ports: a new leader writes these in, as Kafka's)
+        self.endpoints = endpoints
         #: ids the driver maps to ``controller.quorum.bootstrap.servers`` (negative, as Kafka's):
         #: where an observer that knows no voter fetches from
         self.bootstrap_ids = bootstrap_ids
@@ -314,20 +325,30 @@ class RaftCore:
             granting_voters=[LeaderChangeMessage.Voter(voter_id=v) for v in sorted(self.granted)],
         )
         start, _ = self.log.append_control(message, self.epoch, now_ms)
-        if self.kraft_version >= 1 and self.voter_history.latest_offset == -1:
-            # Kafka's appendStartOfEpochControlRecords: voters known only from the bootstrap
-            # checkpoint go into the log, where observers (and new voters) read them
-            self.log.append_control(KRaftVersionRecord(version=0, k_raft_version=self.kraft_version),
-                                    self.epoch, now_ms)
-            voters_start, _ = self.log.append_control(self.voter_set.to_record(), self.epoch,
-                                                      now_ms)
-            self.voter_history.handle_control(voters_start, self.voter_set.to_record())
+        if self.kraft_version >= 1:
+            self._append_start_of_epoch_voters(now_ms)
         self._leader = _Leader(start, now_ms, {v: ReplicaState() for v in self.voters},
                                now_ms + self.timeouts.fetch_timeout_ms // 2)
         self._leader_replica(self.node_id).end_offset = self.log.end_offset
         request = BeginQuorumEpochRequest(self.epoch, self.node_id)
         self.outbox.extend(Outbound(v, request) for v in sorted(self.voters - {self.node_id}))
         self._update_high_watermark()
+
+    def _append_start_of_epoch_voters(self, now_ms: int) -> None:
+        """Kafka's appendStartOfEpochControlRecords: voters known only from the bootstrap
+        checkpoint go into the log (where observers and new voters read them), and so does the
+        voter set with this leader's current endpoints when they changed since it was written."""
+        voters = self.voter_set
+        mine = voters.voters.get(self.node_id)
+        if mine is not None and self.endpoints and mine.endpoints != self.endpoints:
+            voters = voters.update(Voter(self.node_id, mine.directory_id, self.endpoints,
+                                         SUPPORTED_KRAFT_VERSIONS)) or voters
+        if self.voter_history.latest_offset != -1 and voters == self.voter_set:
+            return
+        self.log.append_control(KRaftVersionRecord(version=0, k_raft_version=self.kraft_version),
+                                self.epoch, now_ms)
+        start, _ = self.log.append_control(voters.to_record(), self.epoch, now_ms)
+        self.voter_history.handle_control(start, voters.to_record())
 
     def _leader_replica(self, replica_id: int) -> ReplicaState:
         assert self._leader is not None
@@ -364,8 +385,9 @@ class RaftCore:
         if self.role == FOLLOWER and not self._fetch_in_flight and self.leader_id is not None:
             self._send_fetch(self.leader_id)
         elif self.role == UNATTACHED and not self.is_voter and not self._fetch_in_flight:
-            # An observer without a leader asks a voter, or a bootstrap server when it knows none
-            targets = sorted(self.voters - {self.node_id}) or list(self.bootstrap_ids)
+            # An observer without a leader asks a bootstrap server (Kafka's observers do; a voter
+            # set of an older run may name old ports), a voter without bootstrap servers
+            targets = list(self.bootstrap_ids) or sorted(self.voters - {self.node_id})
             if targets:
                 self._send_fetch(self.rng.choice(targets))
 

@@ -21,6 +21,7 @@ from sdk.protocol import messages as m
 from sdk.protocol.errors import ErrorCode
 
 _BROKER_NOT_AVAILABLE = 8
+KRAFT_VERSION = "kraft.version"
 _INVALID_REQUEST = 42
 _INCONSISTENT_CLUSTER_ID = 104
 
@@ -110,7 +111,7 @@ async def _fetch(broker: Any, ctx: Any, request: Any) -> Any:
         if core is None:
             return m.FetchResponse(error_code=_BROKER_NOT_AVAILABLE)
         answer = core.handle_fetch_request(fetch, _now_ms())
-    return wire.fetch_response(answer)
+    return wire.fetch_response(answer, raft.leader_endpoint(answer.leader_id))
 
 
 def _fetch_snapshot(broker: Any, ctx: Any, request: Any) -> Any:
@@ -146,14 +147,24 @@ def _describe_quorum(broker: Any, ctx: Any, request: Any) -> Any:
             seen = wall_ms
         else:
             seen = -1 if state.last_fetch_ms < 0 else wall_ms - (now_ms - state.last_fetch_ms)
-        entry = pd.ReplicaState(replica_id=replica_id, log_end_offset=state.end_offset,
-                                last_fetch_timestamp=seen, last_caught_up_timestamp=seen)
+        voter = core.voter_set.voters.get(replica_id)
+        directory_id = state.directory_id if voter is None else voter.directory_id
+        if replica_id == core.node_id:
+            directory_id = core.directory_id
+        entry = pd.ReplicaState(replica_id=replica_id, replica_directory_id=directory_id,
+                                log_end_offset=state.end_offset, last_fetch_timestamp=seen,
+                                last_caught_up_timestamp=seen)
         (voters if replica_id in core.voters else observers).append(entry)
     hw = core.high_watermark
     part = pd(partition_index=0, error_code=0, leader_id=core.node_id, leader_epoch=core.epoch,
               high_watermark=-1 if hw is None else hw, current_voters=voters,
               observers=observers)
-    return cls(error_code=0, topics=[cls.TopicData(topic_name=TOPIC, partitions=[part])])
+    # v2's nodes: the voters' listeners, as Kafka's leader knows them (from the voter set)
+    nodes = [cls.Node(node_id=v.node_id, listeners=[
+        cls.Node.Listener(name=e.name, host=e.host, port=e.port) for e in v.endpoints])
+        for v in sorted(core.voter_set.voters.values(), key=lambda v: v.node_id) if v.endpoints]
+    return cls(error_code=0, topics=[cls.TopicData(topic_name=TOPIC, partitions=[part])],
+               nodes=nodes)
 
 
 _ENDPOINT_CONTROLLERS = 2
@@ -179,6 +190,7 @@ def _controller_features(broker: Any, version: int) -> dict[str, Any]:
     finalized = [cls.FinalizedFeatureKey(name=name, max_version_level=level,
                                          min_version_level=level)
                  for name, level in sorted(image.features.items()) if level > 0]
+    finalized += [f for f in features["finalized_features"] if f.name == KRAFT_VERSION]
     return {"supported_features": supported, "finalized_features_epoch": image.offset,
             "finalized_features": finalized}
 
@@ -220,6 +232,9 @@ def install(registry: Any) -> None:
     registry.register(55, _describe_quorum)
     registry.register(59, _fetch_snapshot)
     registry.register(60, _describe_cluster)
+    from reference_broker.raft import voter_handlers
+
+    voter_handlers.install(registry)
 
 
 async def _describe_quorum_forwarded(broker: Any, ctx: Any, request: Any) -> Any:

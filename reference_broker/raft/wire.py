@@ -9,6 +9,7 @@ from typing import Any
 from reference_broker.raft.core import RaftCore
 from reference_broker.raft.log import TOPIC
 from reference_broker.raft.messages import (
+    NO_DIRECTORY,
     NONE,
     BeginQuorumEpochRequest,
     EndQuorumEpochRequest,
@@ -88,7 +89,8 @@ def to_request(request: Any, cluster_id: str) -> Any:
                     partition=0, current_leader_epoch=request.epoch,
                     fetch_offset=request.fetch_offset,
                     last_fetched_epoch=request.last_fetched_epoch, log_start_offset=-1,
-                    partition_max_bytes=8 << 20)])])
+                    partition_max_bytes=8 << 20,
+                    replica_directory_id=request.replica_directory_id)])])
     if isinstance(request, FetchSnapshotRequest):
         fs = m.FetchSnapshotRequest
         ps = fs.TopicSnapshot.PartitionSnapshot
@@ -188,11 +190,15 @@ def fetch_request(request: Any) -> FetchRequest:
     replica_id = request.replica_id
     if request.replica_state is not None and request.replica_state.replica_id >= 0:
         replica_id = request.replica_state.replica_id
+    directory_id = getattr(part, "replica_directory_id", None) or NO_DIRECTORY
     return FetchRequest(part.current_leader_epoch, replica_id, part.fetch_offset,
-                        part.last_fetched_epoch)
+                        part.last_fetched_epoch, directory_id)
 
 
-def fetch_response(answer: FetchResponse) -> Any:
+def fetch_response(answer: FetchResponse,
+                   leader_endpoint: tuple[str, int] | None = None) -> Any:
+    """The Fetch answer; ``leader_endpoint`` (the leader's controller listener) goes in
+    NodeEndpoints (Fetch v16+), where an observer that knows no voter learns where to fetch."""
     cls = m.FetchResponse
     pd = cls.FetchableTopicResponse.PartitionData
     part = pd(partition_index=0, error_code=answer.error, high_watermark=answer.high_watermark,
@@ -206,8 +212,12 @@ def fetch_response(answer: FetchResponse) -> Any:
     if answer.snapshot_id is not None:
         part.snapshot_id = pd.SnapshotId(end_offset=answer.snapshot_id[0],
                                          epoch=answer.snapshot_id[1])
+    endpoints = []
+    if leader_endpoint is not None and answer.leader_id is not None:
+        endpoints = [cls.NodeEndpoint(node_id=answer.leader_id, host=leader_endpoint[0],
+                                      port=leader_endpoint[1])]
     return cls(error_code=NONE, session_id=0, responses=[cls.FetchableTopicResponse(
-        topic=TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[part])])
+        topic=TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[part])], node_endpoints=endpoints)
 
 
 def fetch_snapshot_request(request: Any) -> FetchSnapshotRequest:
