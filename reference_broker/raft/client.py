@@ -30,7 +30,6 @@ from reference_broker.raft.core import LEADER, NotLeaderError, RaftCore, RaftTim
 from reference_broker.raft.log import MetadataLogSettings, ReplicatedLog
 from reference_broker.raft.messages import (
     INVALID_REQUEST,
-    NONE,
     NOT_LEADER_OR_FOLLOWER,
     REQUEST_TIMED_OUT,
     CommittedBatch,
@@ -40,7 +39,7 @@ from reference_broker.raft.messages import (
     Outbound,
 )
 from reference_broker.raft.snapshot import SnapshotId, SnapshotWriter
-from reference_broker.raft.voter_changes import Answer, VoterChanges
+from reference_broker.raft.voter_changes import Answer, PendingChange, VoterChanges
 from reference_broker.raft.voter_set import NO_DIRECTORY, Endpoint, Voter, VoterSet
 from sdk.protocol import messages as m
 from sdk.protocol.messages import Message
@@ -359,13 +358,11 @@ class RaftClient:
         found = next((e for e in endpoints if e.name == self.controller_listener), None)
         return None if found is None else (found.host, found.port)
 
-    async def _await_change(self, timeout_ms: int) -> Answer:
-        """The answer of the pending voter change, once settled (REQUEST_TIMED_OUT after
+    async def _await_change(self, pending: PendingChange | None, timeout_ms: int) -> Answer:
+        """The answer of ``pending`` (the change begun), once settled (REQUEST_TIMED_OUT after
         ``timeout_ms``)."""
-        changes = self.voter_changes
-        pending = None if changes is None else changes.pending
         if pending is None:
-            return Answer(NONE)
+            raise RuntimeError("no voter change was begun")
         deadline = time.monotonic() + timeout_ms / 1000
         while pending.answer is None:
             self._kick()
@@ -392,9 +389,10 @@ class RaftClient:
         refused = changes.begin_add(voter_id, directory_id, _now_ms())
         if refused is not None:
             return refused
+        pending = changes.pending
         error, versions = await self._kraft_versions_of(voter_id, default.host, default.port)
         changes.finish_add(Voter(voter_id, directory_id, endpoints, versions), error, _now_ms())
-        return await self._await_change(timeout_ms)
+        return await self._await_change(pending, timeout_ms)
 
     async def _kraft_versions_of(self, voter_id: int, host: str,
                                  port: int) -> tuple[int, tuple[int, int]]:
@@ -420,8 +418,9 @@ class RaftClient:
         refused = changes.remove(voter_id, directory_id, _now_ms())
         if refused is not None:
             return refused
+        pending = changes.pending
         self._kick()
-        return await self._await_change(self.timeouts.request_timeout_ms)
+        return await self._await_change(pending, self.timeouts.request_timeout_ms)
 
     def update_voter(self, voter: Voter) -> Answer:
         changes = self.voter_changes
