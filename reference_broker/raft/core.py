@@ -45,6 +45,7 @@ from reference_broker.raft.messages import (
     FetchSnapshotResponse,
     LeaderAndEpoch,
     Outbound,
+    UpdateVoterRequest,
     VoteRequest,
     VoteResponse,
 )
@@ -154,6 +155,8 @@ class RaftCore:
         self._deadline_ms = 0
         self._fetch_in_flight = False
         self._fetch_not_before_ms = 0  # a Fetch answered with an error waits a retry backoff
+        self._update_sent_epoch = -1  # the epoch this voter last sent UpdateRaftVoter in
+        self._update_not_before_ms = 0
         self._last_fetch_ms = now_ms
         self.high_watermark: int | None = None
         latest = log.latest_snapshot
@@ -380,6 +383,7 @@ class RaftCore:
             else:
                 self.role = UNATTACHED
                 self.leader_id = None
+        self._maybe_update_voter(now_ms)
         if now_ms < self._fetch_not_before_ms:
             return
         if self.role == FOLLOWER and not self._fetch_in_flight and self.leader_id is not None:
@@ -390,6 +394,30 @@ class RaftCore:
             targets = list(self.bootstrap_ids) or sorted(self.voters - {self.node_id})
             if targets:
                 self._send_fetch(self.rng.choice(targets))
+
+    def _maybe_update_voter(self, now_ms: int) -> None:
+        """Kafka's voters send UpdateRaftVoter to the leader when the voter set names other
+        listeners or kraft.version range than theirs (a restart on other ports): once per epoch,
+        again after a backoff if it failed."""
+        if (self.role != FOLLOWER or self.leader_id is None or self.kraft_version < 1
+                or not self.endpoints or self._update_sent_epoch == self.epoch
+                or now_ms < self._update_not_before_ms):
+            return
+        mine = self.voter_set.voters.get(self.node_id)
+        if mine is None or mine.directory_id != self.directory_id:
+            return
+        if mine.endpoints == self.endpoints and mine.kraft_versions == SUPPORTED_KRAFT_VERSIONS:
+            return
+        self._update_sent_epoch = self.epoch
+        self.outbox.append(Outbound(self.leader_id, UpdateVoterRequest(
+            self.epoch, self.node_id, self.directory_id,
+            tuple((e.name, e.host, e.port) for e in self.endpoints), SUPPORTED_KRAFT_VERSIONS)))
+
+    def handle_update_voter_response(self, error: int, now_ms: int) -> None:
+        """The leader's answer to UpdateRaftVoter: on an error, try again after a backoff."""
+        if error != NONE:
+            self._update_sent_epoch = -1
+            self._update_not_before_ms = now_ms + self.timeouts.fetch_timeout_ms // 2
 
     def _send_fetch(self, destination: int) -> None:
         self._fetch_in_flight = True

@@ -147,10 +147,10 @@ def _describe_quorum(broker: Any, ctx: Any, request: Any) -> Any:
             seen = wall_ms
         else:
             seen = -1 if state.last_fetch_ms < 0 else wall_ms - (now_ms - state.last_fetch_ms)
+        # a voter's directory id is the voter set's (none for static voters, as Kafka's), an
+        # observer's the one its Fetches name
         voter = core.voter_set.voters.get(replica_id)
         directory_id = state.directory_id if voter is None else voter.directory_id
-        if replica_id == core.node_id:
-            directory_id = core.directory_id
         entry = pd.ReplicaState(replica_id=replica_id, replica_directory_id=directory_id,
                                 log_end_offset=state.end_offset, last_fetch_timestamp=seen,
                                 last_caught_up_timestamp=seen)

@@ -124,11 +124,23 @@ class FetchSnapshotResponse:
     data: bytes = b""
 
 
+@dataclass(frozen=True)
+class UpdateVoterRequest:
+    """A voter announcing to the leader its current controller listeners ((name, host, port)
+    each) and supported kraft.version range (Kafka's UpdateRaftVoter)."""
+
+    epoch: int
+    voter_id: int
+    directory_id: uuid.UUID
+    endpoints: tuple[tuple[str, str, int], ...]
+    kraft_versions: tuple[int, int]
+
+
 @dataclass
 class Outbound:
     """A request the core wants sent to ``destination`` (a node id)."""
 
     destination: int
     request: (VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest
-              | FetchSnapshotRequest)
+              | FetchSnapshotRequest | UpdateVoterRequest)
     attempts: int = field(default=0, compare=False)

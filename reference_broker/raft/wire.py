@@ -18,6 +18,7 @@ from reference_broker.raft.messages import (
     FetchResponse,
     FetchSnapshotRequest,
     FetchSnapshotResponse,
+    UpdateVoterRequest,
     VoteRequest,
     VoteResponse,
 )
@@ -100,6 +101,14 @@ def to_request(request: Any, cluster_id: str) -> Any:
                       snapshot_id=ps.SnapshotId(end_offset=request.snapshot_id[0],
                                                 epoch=request.snapshot_id[1]),
                       position=request.position)])])
+    if isinstance(request, UpdateVoterRequest):
+        uv = m.UpdateRaftVoterRequest
+        low, high = request.kraft_versions
+        return uv(cluster_id=cluster_id, current_leader_epoch=request.epoch,
+                  voter_id=request.voter_id, voter_directory_id=request.directory_id,
+                  listeners=[uv.Listener(name=n, host=h, port=p) for n, h, p in request.endpoints],
+                  k_raft_version_feature=uv.KRaftVersionFeature(min_supported_version=low,
+                                                                max_supported_version=high))
     raise TypeError(f"not a raft request: {request!r}")
 
 
@@ -138,6 +147,9 @@ def feed_response(core: RaftCore, source: int, request: Any, response: Any, now_
             part.error_code, leader.leader_epoch, _opt(leader.leader_id),
             (part.snapshot_id.end_offset, part.snapshot_id.epoch), part.size, part.position,
             bytes(part.unaligned_records or b"")), now_ms)
+        return
+    if isinstance(request, UpdateVoterRequest):
+        core.handle_update_voter_response(response.error_code, now_ms)
         return
     if response.error_code != NONE:
         raise WireError(f"{type(response).__name__} error {response.error_code}")

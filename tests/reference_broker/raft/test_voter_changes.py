@@ -29,6 +29,7 @@ from reference_broker.raft.messages import (
     EndQuorumEpochRequest,
     FetchRequest,
     FetchResponse,
+    UpdateVoterRequest,
     VoteRequest,
 )
 from reference_broker.raft.snapshot import SnapshotReader
@@ -79,6 +80,11 @@ def deliver(nodes: dict[int, RaftCore], now: int) -> None:
             elif isinstance(req, FetchRequest):
                 nodes[src].handle_fetch_response(out.destination,
                                                  dst.handle_fetch_request(req, now), now)
+            elif isinstance(req, UpdateVoterRequest):
+                announced = Voter(req.voter_id, req.directory_id,
+                                  tuple(Endpoint(*e) for e in req.endpoints), req.kraft_versions)
+                answer = VoterChanges(dst).update(announced, now)
+                nodes[src].handle_update_voter_response(answer.error, now)
 
 
 def run(nodes: dict[int, RaftCore], now: int, rounds: int = 4) -> None:
@@ -285,3 +291,19 @@ def test_update_voter_replaces_endpoints(quorum: dict[int, RaftCore]) -> None:
                           1150).error == VOTER_NOT_FOUND
     assert changes.update(Voter(2, DIRS[2], moved.endpoints, (0, 0)), 1150).error == INVALID_REQUEST
     assert quorum[2].role in (FOLLOWER, UNATTACHED)
+
+
+def test_a_voter_on_new_ports_announces_them_with_update_raft_voter(
+        quorum: dict[int, RaftCore]) -> None:
+    changes = VoterChanges(quorum[1])
+    add(changes, voter(2), 1050)
+    settle(quorum, changes, 1050)
+    moved = (Endpoint("CONTROLLER", "127.0.1.2", 9999),)
+    quorum[2].endpoints = moved  # as after a restart on another port
+    run(quorum, 1100)
+    assert quorum[1].voter_set.voters[2].endpoints == moved
+    run(quorum, 1150)  # the new voter set reaches node 2 and 3; nothing more is sent
+    assert quorum[2].voter_set.voters[2].endpoints == moved
+    assert quorum[3].voter_set.voters[2].endpoints == moved
+    quorum[2].poll(1160)
+    assert not [o for o in quorum[2].take_outbox() if isinstance(o.request, UpdateVoterRequest)]
