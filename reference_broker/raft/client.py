@@ -293,7 +293,7 @@ class RaftClient:
     async def _send(self, out: Outbound) -> None:
         core = self.core
         assert core is not None
-        request = wire.to_request(out.request, self.cluster_id)
+        request = wire.to_request(out.request, self.cluster_id, out.destination, core)
         try:
             response = await self.channels.send(out.destination, request)
         except (PeerConnectionError, PeerUnsupportedError, KeyError) as exc:

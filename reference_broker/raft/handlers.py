@@ -16,7 +16,12 @@ from reference_broker.handlers.api_versions import error_response as api_version
 from reference_broker.raft import wire
 from reference_broker.raft.core import LEADER
 from reference_broker.raft.log import TOPIC
-from reference_broker.raft.messages import NOT_LEADER_OR_FOLLOWER
+from reference_broker.raft.messages import (
+    INVALID_VOTER_KEY,
+    NOT_LEADER_OR_FOLLOWER,
+    EpochResponse,
+    VoteResponse,
+)
 from sdk.protocol import messages as m
 from sdk.protocol.errors import ErrorCode
 
@@ -50,9 +55,11 @@ def _refusal(broker: Any, request: Any, response_cls: Any) -> Any | None:
     return None
 
 
-def _election_api(response_cls: Any, decode: Any, handle: Any, encode: Any) -> Any:
+def _election_api(response_cls: Any, decode: Any, handle: Any, encode: Any,
+                  refuse: Any = None) -> Any:
     """A Vote/BeginQuorumEpoch/EndQuorumEpoch handler: decode, let the core decide, wake the
-    raft loop (the decision may change the role or the epoch), encode."""
+    raft loop (the decision may change the role or the epoch), encode. ``refuse(core)`` is the
+    answer to a request for another replica (Kafka's INVALID_VOTER_KEY), checked first."""
 
     def handler(broker: Any, ctx: Any, request: Any) -> Any:
         refused = _refusal(broker, request, response_cls)
@@ -60,9 +67,12 @@ def _election_api(response_cls: Any, decode: Any, handle: Any, encode: Any) -> A
             return refused
         try:
             decoded = decode(request, ctx.api_version)
-        except wire.WireError:
+        except (wire.WireError, IndexError):
             return response_cls(error_code=_INVALID_REQUEST)
-        answer = handle(_core(broker), decoded, _now_ms())
+        core = _core(broker)
+        if refuse is not None and wire.invalid_voter_key(core, request):
+            return encode(refuse(core))
+        answer = handle(core, decoded, _now_ms())
         broker.raft._kick()
         return encode(answer)
 
@@ -71,11 +81,13 @@ def _election_api(response_cls: Any, decode: Any, handle: Any, encode: Any) -> A
 
 _vote = _election_api(
     m.VoteResponse, lambda request, version: wire.vote_request(request),
-    lambda core, vote, now: core.handle_vote_request(vote, now), wire.vote_response)
+    lambda core, vote, now: core.handle_vote_request(vote, now), wire.vote_response,
+    lambda core: VoteResponse(INVALID_VOTER_KEY, core.epoch, core.leader_id, False))
 _begin = _election_api(
     m.BeginQuorumEpochResponse, lambda request, version: wire.begin_request(request),
     lambda core, begin, now: core.handle_begin_quorum_epoch(begin, now),
-    lambda answer: wire.epoch_response(m.BeginQuorumEpochResponse, answer))
+    lambda answer: wire.epoch_response(m.BeginQuorumEpochResponse, answer),
+    lambda core: EpochResponse(INVALID_VOTER_KEY, core.epoch, core.leader_id))
 _end = _election_api(
     m.EndQuorumEpochResponse, wire.end_request,
     lambda core, end, now: core.handle_end_quorum_epoch(end, now),

@@ -57,28 +57,48 @@ def _one_partition(topics: list[Any], name_field: str = "topic_name") -> Any:
 
 # -- requests out -----------------------------------------------------------------------------
 
-def to_request(request: Any, cluster_id: str) -> Any:
+def _directory_of(core: RaftCore | None, node_id: int) -> Any:
+    voter = None if core is None else core.voter_set.voters.get(node_id)
+    return NO_DIRECTORY if voter is None else voter.directory_id
+
+
+def _leader_endpoints(cls: Any, core: RaftCore | None) -> list[Any]:
+    return [cls(name=e.name, host=e.host, port=e.port) for e in (core.endpoints if core else ())]
+
+
+def to_request(request: Any, cluster_id: str, destination: int = -1,
+               core: RaftCore | None = None) -> Any:
+    """The wire request of a core request to ``destination``; with the sending ``core``, the
+    v1 fields Kafka fills in: the destination voter's replica key, the candidate's directory id
+    and the leader's endpoints."""
     if isinstance(request, VoteRequest):
-        return m.VoteRequest(cluster_id=cluster_id, topics=[m.VoteRequest.TopicData(
+        return m.VoteRequest(cluster_id=cluster_id, voter_id=destination,
+                             topics=[m.VoteRequest.TopicData(
             topic_name=TOPIC, partitions=[m.VoteRequest.TopicData.PartitionData(
                 partition_index=0, candidate_epoch=request.epoch,
-                candidate_id=request.candidate_id, last_offset_epoch=request.last_epoch,
-                last_offset=request.last_offset)])])
+                candidate_id=request.candidate_id,
+                candidate_directory_id=NO_DIRECTORY if core is None else core.directory_id,
+                voter_directory_id=_directory_of(core, destination),
+                last_offset_epoch=request.last_epoch, last_offset=request.last_offset)])])
     if isinstance(request, BeginQuorumEpochRequest):
-        return m.BeginQuorumEpochRequest(cluster_id=cluster_id, topics=[
-            m.BeginQuorumEpochRequest.TopicData(topic_name=TOPIC, partitions=[
-                m.BeginQuorumEpochRequest.TopicData.PartitionData(
-                    partition_index=0, leader_id=request.leader_id,
-                    leader_epoch=request.epoch)])])
+        begin = m.BeginQuorumEpochRequest
+        return begin(cluster_id=cluster_id, voter_id=destination, topics=[
+            begin.TopicData(topic_name=TOPIC, partitions=[begin.TopicData.PartitionData(
+                partition_index=0, voter_directory_id=_directory_of(core, destination),
+                leader_id=request.leader_id, leader_epoch=request.epoch)])],
+            leader_endpoints=_leader_endpoints(begin.LeaderEndpoint, core))
     if isinstance(request, EndQuorumEpochRequest):
-        part = m.EndQuorumEpochRequest.TopicData.PartitionData(
+        end = m.EndQuorumEpochRequest
+        part = end.TopicData.PartitionData(
             partition_index=0, leader_id=request.leader_id, leader_epoch=request.epoch,
             preferred_successors=list(request.preferred_successors),
             preferred_candidates=[
-                m.EndQuorumEpochRequest.TopicData.PartitionData.ReplicaInfo(candidate_id=c)
+                end.TopicData.PartitionData.ReplicaInfo(
+                    candidate_id=c, candidate_directory_id=_directory_of(core, c))
                 for c in request.preferred_successors])
-        return m.EndQuorumEpochRequest(cluster_id=cluster_id, topics=[
-            m.EndQuorumEpochRequest.TopicData(topic_name=TOPIC, partitions=[part])])
+        return end(cluster_id=cluster_id, topics=[end.TopicData(topic_name=TOPIC,
+                                                                partitions=[part])],
+                   leader_endpoints=_leader_endpoints(end.LeaderEndpoint, core))
     if isinstance(request, FetchRequest):
         fetch = m.FetchRequest
         return fetch(
@@ -163,6 +183,17 @@ def feed_response(core: RaftCore, source: int, request: Any, response: Any, now_
 
 
 # -- requests in ------------------------------------------------------------------------------
+
+def invalid_voter_key(core: RaftCore, request: Any) -> bool:
+    """Kafka's isValidVoterKey, negated: a v1 Vote or BeginQuorumEpoch meant for another replica
+    (another node id, or this id with another directory)."""
+    voter_id = getattr(request, "voter_id", -1)
+    if voter_id >= 0 and voter_id != core.node_id:
+        return True
+    parts = [p for t in request.topics for p in t.partitions]
+    directory = getattr(parts[0], "voter_directory_id", None) if parts else None
+    return directory not in (None, NO_DIRECTORY) and directory != core.directory_id
+
 
 def vote_request(request: Any) -> VoteRequest:
     part = _one_partition(request.topics)

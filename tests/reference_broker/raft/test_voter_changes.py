@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reference_broker.raft import RaftCore, RaftTimeouts
+from reference_broker.raft import RaftCore, RaftTimeouts, wire
 from reference_broker.raft.bootstrap import (
     BOOTSTRAP_SNAPSHOT_ID,
     bootstrap_checkpoint_path,
@@ -307,3 +307,24 @@ def test_a_voter_on_new_ports_announces_them_with_update_raft_voter(
     assert quorum[3].voter_set.voters[2].endpoints == moved
     quorum[2].poll(1160)
     assert not [o for o in quorum[2].take_outbox() if isinstance(o.request, UpdateVoterRequest)]
+
+
+def test_vote_and_begin_quorum_epoch_v1_name_the_replica_they_are_for(
+        quorum: dict[int, RaftCore]) -> None:
+    changes = VoterChanges(quorum[1])
+    add(changes, voter(2), 1050)
+    settle(quorum, changes, 1050)
+    leader = quorum[1]
+    leader.endpoints = voter(1).endpoints
+    vote = wire.to_request(VoteRequest(5, 1, 1, 10), "c", 2, leader)
+    part = vote.topics[0].partitions[0]
+    assert (vote.voter_id, part.voter_directory_id, part.candidate_directory_id) == (
+        2, DIRS[2], DIRS[1])
+    begin = wire.to_request(BeginQuorumEpochRequest(5, 1), "c", 2, leader)
+    assert begin.voter_id == 2 and begin.topics[0].partitions[0].voter_directory_id == DIRS[2]
+    assert [(e.name, e.host, e.port) for e in begin.leader_endpoints] == [
+        ("CONTROLLER", "127.0.1.1", 9101)]
+    assert not wire.invalid_voter_key(quorum[2], vote)
+    assert wire.invalid_voter_key(quorum[3], vote)  # another node id
+    part.voter_directory_id = uuid.UUID(int=7)
+    assert wire.invalid_voter_key(quorum[2], vote)  # node 2 with another disk
