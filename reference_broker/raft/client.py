@@ -58,34 +58,34 @@ class RaftListener(Protocol):
 
 def parse_voters(voters: list[str] | str) -> dict[int, tuple[str, int]]:
     """``controller.quorum.voters`` (``id@host:port`` entries) as ``{id: (host, port)}``."""
-    items = voters.split(",") if isinstance(voters, str) else voters
     out: dict[int, tuple[str, int]] = {}
-    for item in (i.strip() for i in items):
-        if not item:
-            continue
+    for item in _entries(voters):
         node, sep, address = item.partition("@")
-        host, colon, port = address.rpartition(":")
-        if not sep or not colon or not node.isdigit() or not port.isdigit() or not host:
+        if not sep or not node.isdigit():
             raise ValueError(f"controller.quorum.voters: {item!r} is not id@host:port")
         if int(node) in out:
             raise ValueError(f"controller.quorum.voters: voter {node} is listed twice")
-        out[int(node)] = (host.strip("[]"), int(port))
+        out[int(node)] = _host_port("controller.quorum.voters", address, item, "id@host:port")
     return out
+
+
+def _entries(setting: list[str] | str) -> list[str]:
+    items = setting.split(",") if isinstance(setting, str) else setting
+    return [i.strip() for i in items if i.strip()]
+
+
+def _host_port(setting: str, address: str, item: str, form: str) -> tuple[str, int]:
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit() or not host:
+        raise ValueError(f"{setting}: {item!r} is not {form}")
+    return host.strip("[]"), int(port)
 
 
 def parse_bootstrap_servers(servers: list[str] | str) -> dict[int, tuple[str, int]]:
     """``controller.quorum.bootstrap.servers`` (``host:port`` entries) as ``{-1: (host, port),
     -2: ...}``: Kafka gives bootstrap servers negative ids, never a node's."""
-    items = servers.split(",") if isinstance(servers, str) else servers
-    out: dict[int, tuple[str, int]] = {}
-    for item in (i.strip() for i in items):
-        if not item:
-            continue
-        host, colon, port = item.rpartition(":")
-        if not colon or not port.isdigit() or not host:
-            raise ValueError(f"controller.quorum.bootstrap.servers: {item!r} is not host:port")
-        out[-len(out) - 1] = (host.strip("[]"), int(port))
-    return out
+    return {-i: _host_port("controller.quorum.bootstrap.servers", item, item, "host:port")
+            for i, item in enumerate(_entries(servers), 1)}
 
 
 def _now_ms() -> int:

@@ -29,31 +29,36 @@ def _not_leader(broker: Any) -> Answer | None:
     return None
 
 
-async def _add_raft_voter(broker: Any, ctx: Any, request: Any) -> Any:
-    cls = m.AddRaftVoterResponse
-    refused = _refusal(broker, request, cls)
-    if refused is not None:
-        return refused
-    answer = _not_leader(broker)
-    if answer is None and request.voter_directory_id == NO_DIRECTORY:
-        answer = Answer(INVALID_REQUEST, "Add voter request didn't include a valid voter")
-    if answer is None:
-        answer = await broker.raft.add_voter(
-            request.voter_id, request.voter_directory_id,
-            [(lst.name, lst.host, lst.port) for lst in request.listeners],
-            max(1, request.timeout_ms))
-    return cls(error_code=answer.error, error_message=answer.message)
+def _leader_change_api(response_cls: Any, change: Any) -> Any:
+    """An AddRaftVoter/RemoveRaftVoter handler: the refusals every voter change shares (another
+    cluster, no quorum, not the leader), then ``change(raft, request)``'s answer."""
+
+    async def handler(broker: Any, ctx: Any, request: Any) -> Any:
+        refused = _refusal(broker, request, response_cls)
+        if refused is not None:
+            return refused
+        answer = _not_leader(broker) or await change(broker.raft, request)
+        return response_cls(error_code=answer.error, error_message=answer.message)
+
+    return handler
 
 
-async def _remove_raft_voter(broker: Any, ctx: Any, request: Any) -> Any:
-    cls = m.RemoveRaftVoterResponse
-    refused = _refusal(broker, request, cls)
-    if refused is not None:
-        return refused
-    answer = _not_leader(broker)
-    if answer is None:
-        answer = await broker.raft.remove_voter(request.voter_id, request.voter_directory_id)
-    return cls(error_code=answer.error, error_message=answer.message)
+async def _add(raft: Any, request: Any) -> Answer:
+    if request.voter_directory_id == NO_DIRECTORY:
+        return Answer(INVALID_REQUEST, "Add voter request didn't include a valid voter")
+    answer: Answer = await raft.add_voter(
+        request.voter_id, request.voter_directory_id,
+        [(lst.name, lst.host, lst.port) for lst in request.listeners], max(1, request.timeout_ms))
+    return answer
+
+
+async def _remove(raft: Any, request: Any) -> Answer:
+    answer: Answer = await raft.remove_voter(request.voter_id, request.voter_directory_id)
+    return answer
+
+
+_add_raft_voter = _leader_change_api(m.AddRaftVoterResponse, _add)
+_remove_raft_voter = _leader_change_api(m.RemoveRaftVoterResponse, _remove)
 
 
 def _update_raft_voter(broker: Any, ctx: Any, request: Any) -> Any:

@@ -26,8 +26,6 @@ from reference_broker.raft.messages import (
     UNSUPPORTED_VERSION,
     VOTER_NOT_FOUND,
     BeginQuorumEpochRequest,
-    EndQuorumEpochRequest,
-    FetchRequest,
     FetchResponse,
     UpdateVoterRequest,
     VoteRequest,
@@ -36,6 +34,7 @@ from reference_broker.raft.snapshot import SnapshotReader
 from reference_broker.raft.voter_changes import VoterChanges
 from reference_broker.raft.voter_set import Endpoint, Voter, VoterHistory, VoterSet
 from sdk.protocol.messages import KRaftVersionRecord, VotersRecord
+from tests.reference_broker.raft.test_core import deliver as exchange
 
 pytestmark = pytest.mark.unit
 
@@ -60,31 +59,23 @@ def make(tmp_path: Path, node_id: int, standalone: bool = False) -> RaftCore:
 
 
 def deliver(nodes: dict[int, RaftCore], now: int) -> None:
-    """Send what is queued (the bootstrap id goes to node 1) and hand the answers back."""
-    for _ in range(50):
-        pending = [(src, out) for src, n in nodes.items() for out in n.take_outbox()]
-        if not pending:
-            return
-        for src, out in pending:
-            dst = nodes.get(1 if out.destination == BOOTSTRAP else out.destination)
-            if dst is None:
-                continue
+    """test_core's exchange, with the bootstrap id routed to node 1 and UpdateRaftVoter answered
+    by the leader's VoterChanges (both only ever queued by ``poll``)."""
+    for node in nodes.values():
+        kept = []
+        for out in node.take_outbox():
             req = out.request
-            if isinstance(req, VoteRequest):
-                nodes[src].handle_vote_response(out.destination,
-                                                dst.handle_vote_request(req, now), now)
-            elif isinstance(req, BeginQuorumEpochRequest):
-                nodes[src].handle_epoch_response(dst.handle_begin_quorum_epoch(req, now), now)
-            elif isinstance(req, EndQuorumEpochRequest):
-                nodes[src].handle_epoch_response(dst.handle_end_quorum_epoch(req, now), now)
-            elif isinstance(req, FetchRequest):
-                nodes[src].handle_fetch_response(out.destination,
-                                                 dst.handle_fetch_request(req, now), now)
-            elif isinstance(req, UpdateVoterRequest):
+            if isinstance(req, UpdateVoterRequest):
                 announced = Voter(req.voter_id, req.directory_id,
                                   tuple(Endpoint(*e) for e in req.endpoints), req.kraft_versions)
-                answer = VoterChanges(dst).update(announced, now)
-                nodes[src].handle_update_voter_response(answer.error, now)
+                answer = VoterChanges(nodes[out.destination]).update(announced, now)
+                node.handle_update_voter_response(answer.error, now)
+                continue
+            if out.destination == BOOTSTRAP:
+                out.destination = 1
+            kept.append(out)
+        node.outbox.extend(kept)
+    exchange(nodes, now)
 
 
 def run(nodes: dict[int, RaftCore], now: int, rounds: int = 4) -> None:
