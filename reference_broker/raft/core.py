@@ -375,8 +375,11 @@ class RaftCore:
         if role == LEADER:
             self._poll_leader(now_ms)
             return
-        if role in (UNATTACHED, CANDIDATE, RESIGNED) and self.is_voter and now_ms >= self._deadline_ms:
-            self._become_candidate(now_ms)
+        if role in (UNATTACHED, CANDIDATE, RESIGNED) and now_ms >= self._deadline_ms:
+            if self.is_voter:
+                self._become_candidate(now_ms)
+            elif role == RESIGNED:  # a leader that removed itself goes on as an observer
+                self._become_unattached(self.epoch, now_ms)
         elif role == FOLLOWER and now_ms - self._last_fetch_ms >= self.timeouts.fetch_timeout_ms:
             if self.is_voter:
                 self._become_candidate(now_ms)

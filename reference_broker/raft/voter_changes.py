@@ -22,6 +22,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from reference_broker.log.log_manager import topic_id_to_string
 from reference_broker.raft.core import LEADER, RaftCore
 from reference_broker.raft.messages import (
     DUPLICATE_VOTER,
@@ -32,11 +33,23 @@ from reference_broker.raft.messages import (
     UNSUPPORTED_VERSION,
     VOTER_NOT_FOUND,
 )
-from reference_broker.raft.voter_set import Voter
+from reference_broker.raft.voter_set import NO_DIRECTORY, Voter, VoterSet
 
 #: Kafka's LeaderState.isReplicaCaughtUp: an observer that reached the leader's log end and has
 #: fetched within the last hour is caught up enough to be added
 CAUGHT_UP_FETCH_MS = 3_600_000
+
+
+def replica_key(node_id: int, directory_id: uuid.UUID) -> str:
+    """A replica key as Kafka's ``ReplicaKey.toString`` writes it in its error messages."""
+    directory = "<undefined>" if directory_id == NO_DIRECTORY else topic_id_to_string(directory_id)
+    return f"ReplicaKey(id={node_id}, directoryId={directory})"
+
+
+def voter_keys(voters: VoterSet) -> str:
+    """The voters' replica keys, as Kafka prints ``VoterSet.voterKeys()``."""
+    keys = sorted(voters.voters.values(), key=lambda v: v.node_id)
+    return "[" + ", ".join(replica_key(v.node_id, v.directory_id) for v in keys) + "]"
 
 
 @dataclass(frozen=True)
@@ -104,9 +117,8 @@ class VoterChanges:
             return refused
         voters = self.core.voter_set
         if voter_id in voters.ids:
-            return Answer(DUPLICATE_VOTER, f"The voter id for ReplicaKey(id={voter_id},"
-                          f" directoryId={directory_id}) is already part of the set of voters"
-                          f" {sorted(voters.ids)}.")
+            return Answer(DUPLICATE_VOTER, f"The voter id for {replica_key(voter_id, directory_id)}"
+                          f" is already part of the set of voters {voter_keys(voters)}.")
         self.pending = PendingChange("add", voter_id, directory_id, self.core.epoch,
                                      now_ms + self.request_timeout_ms)
         return None
@@ -137,9 +149,9 @@ class VoterChanges:
                      and replica.caught_up_ms > 0 and replica.last_fetch_ms > 0
                      and replica.last_fetch_ms > now_ms - CAUGHT_UP_FETCH_MS)
         if not caught_up:
-            self._done(Answer(REQUEST_TIMED_OUT, "Aborted add voter operation for ReplicaKey("
-                              f"id={voter.node_id}, directoryId={voter.directory_id}) since it"
-                              " is lagging behind"))
+            self._done(Answer(REQUEST_TIMED_OUT, "Aborted add voter operation for"
+                              f" {replica_key(voter.node_id, voter.directory_id)} since it is"
+                              " lagging behind"))
             return
         added = core.voter_set.add(voter)
         assert added is not None, "checked by begin_add, one change at a time"
@@ -156,9 +168,9 @@ class VoterChanges:
         voters = self.core.voter_set
         removed = voters.remove(voter_id, directory_id)
         if removed is None:
-            return Answer(VOTER_NOT_FOUND, f"Cannot remove voter ReplicaKey(id={voter_id},"
-                          f" directoryId={directory_id}) from the set of voters"
-                          f" {sorted(voters.ids)}")
+            return Answer(VOTER_NOT_FOUND, f"Cannot remove voter"
+                          f" {replica_key(voter_id, directory_id)} from the set of voters"
+                          f" {voter_keys(voters)}")
         self.pending = PendingChange("remove", voter_id, directory_id, self.core.epoch,
                                      now_ms + self.request_timeout_ms)
         self.pending.last_offset = self.core.append_voters(removed, now_ms)
@@ -190,8 +202,8 @@ class VoterChanges:
             return Answer(NONE)  # static voters: nothing in the log to update
         updated = core.voter_set.update(voter)
         if updated is None:
-            return Answer(VOTER_NOT_FOUND, f"Voter ReplicaKey(id={voter.node_id}, directoryId="
-                          f"{voter.directory_id}) is not part of the set of voters")
+            return Answer(VOTER_NOT_FOUND, f"Voter {replica_key(voter.node_id, voter.directory_id)}"
+                          f" is not part of the set of voters {voter_keys(core.voter_set)}")
         if updated != core.voter_set:
             core.append_voters(updated, now_ms)
         return Answer(NONE)

@@ -6,8 +6,9 @@ node with ``controller.quorum.bootstrap.servers``.
 One cluster per kind for the module; the tests run in order on it: bad AddRaftVoter requests
 get Kafka's errors, ``add-controller`` makes nodes 2 and 3 voters (``describe --status`` and
 ``--replication`` list three voters), ``remove-controller`` takes one out and a second removal
-is VOTER_NOT_FOUND, then, with the voter back, the active controller is SIGKILLed and the other
-two elect a new one that still creates topics.
+is VOTER_NOT_FOUND, removing the leader itself makes it resign (another voter leads, it
+observes), then, with every voter back, the active controller is SIGKILLed and the other two
+elect a new one that still creates topics.
 """
 
 from __future__ import annotations
@@ -147,13 +148,33 @@ def replication(quorum: DynamicQuorum) -> dict[int, dict[str, str]]:
 
 
 def until_seen(read: Any, accept: Any, what: str, timeout: float = 60) -> Any:
-    """``read()`` once ``accept`` takes its value (read again until then)."""
+    """``read()`` once ``accept`` takes its value (read again until then, also while the tool
+    fails: during an election a describe may time out)."""
 
     def attempt() -> Any:
-        value = read()
+        try:
+            value = read()
+        except AssertionError:
+            return None
         return value if accept(value) else None
 
     return until(attempt, what, timeout)
+
+
+def add_controller(quorum: DynamicQuorum, node_id: int) -> str:
+    """``add-controller`` for node ``node_id``, again while the leader answers REQUEST_TIMED_OUT
+    (its previous voter change or its new epoch not committed yet: Kafka asks to retry)."""
+    properties = str(quorum.node_properties(node_id))
+
+    def attempt() -> str | None:
+        done = run_tool("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-server",
+                        quorum.bootstrap(), "--command-config", properties, "add-controller")
+        if done.returncode == 0:
+            return done.stdout
+        assert "TimeoutException" in done.stderr, done.stdout + done.stderr
+        return None
+
+    return str(until(attempt, f"controller {node_id} added", 45))
 
 
 def voter_ids(found: dict[str, Any]) -> set[int]:
@@ -209,7 +230,9 @@ def test_bad_add_controller_requests_get_kafkas_errors(quorum: DynamicQuorum) ->
     # a voter already: DUPLICATE_VOTER
     out = quorum_tool(quorum, "--command-config", str(quorum.node_properties(1)),
                       "add-controller", ok=False)
-    assert "DuplicateVoterException" in out and "already part of the set of voters" in out
+    key = f"ReplicaKey(id=1, directoryId={quorum.directory_id(1)})"
+    assert (f"DuplicateVoterException: The voter id for {key} is already part of the set of"
+            f" voters [{key}].") in out, out
     # another directory id than the observer's: no such replica has caught up, REQUEST_TIMED_OUT
     fake = fake_meta_dir(quorum, 2, node_id=2)
     out = quorum_tool(quorum, "--command-config", str(quorum.node_properties(2, log_dir=fake)),
@@ -227,8 +250,7 @@ def test_bad_add_controller_requests_get_kafkas_errors(quorum: DynamicQuorum) ->
 
 def test_add_controller_makes_three_voters(quorum: DynamicQuorum) -> None:
     for node in (2, 3):
-        out = quorum_tool(quorum, "--command-config", str(quorum.node_properties(node)),
-                          "add-controller")
+        out = add_controller(quorum, node)
         assert f"Added controller {node} with directory id {quorum.directory_id(node)}" in out
     found = status(quorum)
     assert voter_ids(found) == {1, 2, 3} and found["observers"] == []
@@ -256,9 +278,28 @@ def test_remove_controller_then_add_it_back(quorum: DynamicQuorum) -> None:
         n: "Follower" if n in (1, 2) else "Observer" for n in (1, 2, 3) if n != found["leader"]}
     out = quorum_tool(quorum, "remove-controller", "--controller-id", "3",
                       "--controller-directory-id", directory, ok=False)
-    assert "VoterNotFoundException" in out
-    out = quorum_tool(quorum, "--command-config", str(quorum.node_properties(3)), "add-controller")
+    assert (f"VoterNotFoundException: Cannot remove voter ReplicaKey(id=3, directoryId="
+            f"{directory}) from the set of voters [") in out, out
+    out = add_controller(quorum, 3)
     assert "Added controller 3" in out
+    assert voter_ids(status(quorum)) == {1, 2, 3}
+
+
+def test_removing_the_leader_makes_it_resign_and_observe(quorum: DynamicQuorum) -> None:
+    before = status(quorum)
+    leader = before["leader"]
+    others = {1, 2, 3} - {leader}
+    quorum_tool(quorum, "remove-controller", "--controller-id", str(leader),
+                "--controller-directory-id", quorum.directory_id(leader))
+    after = until_seen(lambda: status(quorum),
+                       lambda s: s["leader"] in others and voter_ids(s) == others,
+                       "another voter leads")
+    assert after["epoch"] > before["epoch"]
+    until_seen(lambda: replication(quorum),
+               lambda r: r.get(leader, {}).get("Status") == "Observer",
+               "the old leader fetches as an observer", 30)
+    out = add_controller(quorum, leader)
+    assert f"Added controller {leader}" in out
     assert voter_ids(status(quorum)) == {1, 2, 3}
 
 

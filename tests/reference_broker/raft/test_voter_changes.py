@@ -39,7 +39,8 @@ from tests.reference_broker.raft.test_core import deliver as exchange
 pytestmark = pytest.mark.unit
 
 DIRS = {i: uuid.UUID(int=1000 + i) for i in (1, 2, 3)}
-BOOTSTRAP = -1  # node 1 is controller.quorum.bootstrap.servers
+#: controller.quorum.bootstrap.servers: every node's controller, -N for node N (Kafka's ids)
+BOOTSTRAP = (-1, -2, -3)
 
 
 def voter(node_id: int, directory: uuid.UUID | None = None,
@@ -54,12 +55,12 @@ def make(tmp_path: Path, node_id: int, standalone: bool = False) -> RaftCore:
         write_bootstrap_checkpoint(d, VoterSet({node_id: voter(node_id)}))
     log = ReplicatedLog.open(d)
     return RaftCore(node_id, set(), log, log.directory, directory_id=DIRS[node_id],
-                    bootstrap_ids=(BOOTSTRAP,), rng=random.Random(node_id),
+                    bootstrap_ids=tuple(b for b in BOOTSTRAP if b != -node_id), rng=random.Random(node_id),
                     timeouts=RaftTimeouts(election_timeout_ms=100, fetch_timeout_ms=200))
 
 
 def deliver(nodes: dict[int, RaftCore], now: int) -> None:
-    """test_core's exchange, with the bootstrap id routed to node 1 and UpdateRaftVoter answered
+    """test_core's exchange, with bootstrap ids routed to their nodes and UpdateRaftVoter answered
     by the leader's VoterChanges (both only ever queued by ``poll``)."""
     for node in nodes.values():
         kept = []
@@ -71,8 +72,8 @@ def deliver(nodes: dict[int, RaftCore], now: int) -> None:
                 answer = VoterChanges(nodes[out.destination]).update(announced, now)
                 node.handle_update_voter_response(answer.error, now)
                 continue
-            if out.destination == BOOTSTRAP:
-                out.destination = 1
+            if out.destination in BOOTSTRAP:
+                out.destination = -out.destination
             kept.append(out)
         node.outbox.extend(kept)
     exchange(nodes, now)
@@ -91,7 +92,8 @@ def quorum(tmp_path: Path) -> dict[int, RaftCore]:
     nodes = {1: make(tmp_path, 1, standalone=True), 2: make(tmp_path, 2), 3: make(tmp_path, 3)}
     nodes[1].poll(nodes[1].next_deadline_ms())
     assert nodes[1].role == LEADER
-    run(nodes, 1000)
+    for now in range(300, 1001, 20):  # the observers find the leader through bootstrap servers
+        run(nodes, now, rounds=1)
     return nodes
 
 
@@ -224,6 +226,11 @@ def test_remove_checks_the_directory_id_and_the_leader_resigns_after_its_own_rem
     new_leader = [n for n in quorum.values() if n.role == LEADER]
     assert [n.node_id for n in new_leader] in ([2], [3])
     assert not quorum[1].is_voter
+    # the old leader goes on as an observer of the new one, from the bootstrap servers
+    for now in range(3000, 4000, 20):
+        run(quorum, now, rounds=1)
+    assert (quorum[1].role, quorum[1].leader_id) == (FOLLOWER, new_leader[0].node_id)
+    assert quorum[1].log.end_offset == new_leader[0].log.end_offset
 
 
 def test_truncation_past_a_voters_record_reverts_the_voter_set(
