@@ -326,3 +326,19 @@ def test_the_other_voters_elect_a_new_controller_after_a_sigkill(quorum: Dynamic
     done = run_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", survivors,
                     "--describe", "--topic", topic)
     assert done.returncode == 0 and done.stdout.count("Partition: ") == 2, done.stdout
+
+
+def test_initial_controllers_start_as_three_voters(tmp_path: Path) -> None:
+    """``--quorum initial-controllers`` (``kafka-storage format --initial-controllers`` on every
+    node): the bootstrap checkpoint names all three, they elect among themselves, no add."""
+    require_apache_kafka()
+    with ClusterProcess(3, data_dir=tmp_path / "data", proxy=False,
+                        quorum="initial-controllers").start() as cluster:
+        done = run_tool("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-server",
+                        cluster.bootstrap, "describe", "--status")
+        assert done.returncode == 0, done.stderr
+        fields = dict(re.findall(r"^(\w+):\s+(.*)$", done.stdout, re.MULTILINE))
+        voters = json.loads(fields["CurrentVoters"])
+        directories = {n: topic_id_to_string(cluster.directory_id(n)) for n in (1, 2, 3)}
+        assert {v["id"]: v["directoryId"] for v in voters} == directories
+        assert json.loads(fields["CurrentObservers"]) == []
