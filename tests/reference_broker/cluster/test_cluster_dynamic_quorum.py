@@ -190,6 +190,8 @@ def test_started_with_one_voter_and_two_observers(quorum: DynamicQuorum) -> None
     assert voter["endpoints"] and voter["endpoints"][0].startswith("CONTROLLER://")
     assert {o["id"]: o["directoryId"] for o in found["observers"]} == {
         n: quorum.directory_id(n) for n in (2, 3)}
+    # DescribeQuorum v2's nodes: the voters' listeners only (a leader knows no observer's)
+    assert all("endpoints" not in o for o in found["observers"]), found["observers"]
 
 
 def features(*bootstrap: str) -> dict[str, dict[str, str]]:
