@@ -184,10 +184,12 @@ class RaftCore:
         snapshot replaced the log)."""
         self.voter_history.clear()
         latest = self.log.latest_snapshot
+        start = self.log.start_offset
         if latest is not None:
             for record in self.log.read_snapshot(latest).control:
                 self.voter_history.handle_control(latest.end_offset - 1, record)
-        self._scan_control(self.log.start_offset, self.log.end_offset)
+            start = max(start, latest.end_offset)  # the log before it is in the snapshot
+        self._scan_control(start, self.log.end_offset)
 
     def _scan_control(self, start: int, end: int) -> None:
         """Take in the KRaftVersion and Voters records of the log in ``[start, end)``."""

@@ -156,6 +156,11 @@ class VoterHistory:
         self._kraft = []
 
     @property
+    def offsets(self) -> list[int]:
+        """The offsets of the VotersRecords held, oldest first."""
+        return [o for o, _ in self._voters]
+
+    @property
     def latest(self) -> VoterSet:
         return self._voters[-1][1] if self._voters else self.static
 

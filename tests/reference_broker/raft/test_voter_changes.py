@@ -326,3 +326,23 @@ def test_vote_and_begin_quorum_epoch_v1_name_the_replica_they_are_for(
     assert wire.invalid_voter_key(quorum[3], vote)  # another node id
     part.voter_directory_id = uuid.UUID(int=7)
     assert wire.invalid_voter_key(quorum[2], vote)  # node 2 with another disk
+
+
+def test_a_restarted_node_reads_its_voters_from_snapshot_and_log(
+        quorum: dict[int, RaftCore], tmp_path: Path) -> None:
+    changes = VoterChanges(quorum[1])
+    add(changes, voter(2), 1050)
+    settle(quorum, changes, 1050)
+    leader = quorum[1]
+    hw = leader.high_watermark
+    assert hw is not None
+    writer = leader.create_snapshot(hw - 1, leader.epoch, 0)
+    assert writer is not None
+    writer.freeze()
+    add(changes, voter(3), 1100)  # after the snapshot: only in the log
+    settle(quorum, changes, 1100)
+    leader.log.close()
+    again = make(tmp_path, 1)
+    assert again.voters == {1, 2, 3} and again.kraft_version == 1
+    offsets = again.voter_history.offsets
+    assert offsets == sorted(offsets) and again.voter_history.at(hw - 1).ids == {1, 2}
