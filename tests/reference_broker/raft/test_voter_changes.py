@@ -261,20 +261,6 @@ def test_voter_history_follows_appends_and_truncations() -> None:
     assert history.latest.ids == {1} and history.kraft_version == 0
 
 
-def test_snapshots_carry_the_voter_set(quorum: dict[int, RaftCore]) -> None:
-    changes = VoterChanges(quorum[1])
-    add(changes, voter(2), 1050)
-    settle(quorum, changes, 1050)
-    leader = quorum[1]
-    hw = leader.high_watermark
-    assert hw is not None
-    writer = leader.create_snapshot(hw - 1, leader.epoch, 0)
-    assert writer is not None
-    kraft, voters = writer.control
-    assert isinstance(kraft, KRaftVersionRecord) and kraft.k_raft_version == 1
-    assert isinstance(voters, VotersRecord) and VoterSet.from_record(voters).ids == {1, 2}
-
-
 def test_update_voter_replaces_endpoints(quorum: dict[int, RaftCore]) -> None:
     changes = VoterChanges(quorum[1])
     add(changes, voter(2), 1050)
@@ -328,7 +314,7 @@ def test_vote_and_begin_quorum_epoch_v1_name_the_replica_they_are_for(
     assert wire.invalid_voter_key(quorum[2], vote)  # node 2 with another disk
 
 
-def test_a_restarted_node_reads_its_voters_from_snapshot_and_log(
+def test_snapshots_carry_the_voter_set_and_a_restart_reads_it_then_the_log(
         quorum: dict[int, RaftCore], tmp_path: Path) -> None:
     changes = VoterChanges(quorum[1])
     add(changes, voter(2), 1050)
@@ -338,6 +324,9 @@ def test_a_restarted_node_reads_its_voters_from_snapshot_and_log(
     assert hw is not None
     writer = leader.create_snapshot(hw - 1, leader.epoch, 0)
     assert writer is not None
+    kraft, voters = writer.control  # Kafka's snapshots carry the kraft version and voter set
+    assert isinstance(kraft, KRaftVersionRecord) and kraft.k_raft_version == 1
+    assert isinstance(voters, VotersRecord) and VoterSet.from_record(voters).ids == {1, 2}
     writer.freeze()
     add(changes, voter(3), 1100)  # after the snapshot: only in the log
     settle(quorum, changes, 1100)
