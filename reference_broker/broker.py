@@ -20,7 +20,7 @@ from typing import Any
 from reference_broker._event_loop import loop_name
 from reference_broker._memory import ReturnFreedMemory
 from reference_broker.clock import Clock, LoopClock
-from reference_broker.config import BrokerConfig
+from reference_broker.config import BrokerConfig, quorum_configured
 from reference_broker.coordinator.group.coordinator import GroupCoordinator
 from reference_broker.coordinator.group.service import GroupCoordinatorService
 from reference_broker.coordinator.txn.coordinator import TransactionCoordinator
@@ -82,7 +82,7 @@ class Broker:
         self.txn_service: TransactionCoordinatorService | None = None
         self.host = config.host
         self.port = config.port
-        if config.get("controller.quorum.voters"):
+        if quorum_configured(config):
             self._init_cluster_member(config)  # sets replica_manager, producer_ids: before handlers
         self.registry = HandlerRegistry(self)
         install_handlers(self.registry)
@@ -91,10 +91,14 @@ class Broker:
 
     def _init_cluster_member(self, config: BrokerConfig) -> None:
         from reference_broker.cluster.broker_lifecycle import ClusterMember
-        from reference_broker.raft.client import parse_voters
+        from reference_broker.raft.client import parse_bootstrap_servers, parse_voters
         from reference_broker.raft.handlers import install as install_raft_apis
 
-        self.quorum_voters = parse_voters(config.get("controller.quorum.voters"))
+        if config.get("controller.quorum.voters"):
+            self.quorum_voters = parse_voters(config.get("controller.quorum.voters"))
+        else:  # a dynamic quorum: the raft client fills in the log's voters once it knows them
+            self.quorum_voters = parse_bootstrap_servers(
+                config.get("controller.quorum.bootstrap.servers"))
         self.controller_registry = HandlerRegistry(self, "controller")
         install_raft_apis(self.controller_registry)
         self.cluster_member = ClusterMember(self, voters=self.quorum_voters,
@@ -115,10 +119,21 @@ class Broker:
             request_timeout_ms=config.get("controller.quorum.request.timeout.ms"),
         )
         metadata_dir = config.get("metadata.log.dir") or config.data_dir
+        from reference_broker.raft.voter_set import Endpoint
+
+        dynamic = not config.get("controller.quorum.voters")
+        controller_names = [n.upper() for n in config.get("controller.listener.names") or []]
+        controller_names = controller_names or ["CONTROLLER"]
         self.raft = RaftClient(self.node_id, self.quorum_voters, Path(metadata_dir),
                                cluster_id=self.cluster_id, timeouts=timeouts,
                                local_host=self.listeners[0].host,
-                               log_settings=MetadataLogSettings.from_config(config))
+                               log_settings=MetadataLogSettings.from_config(config),
+                               bootstrap=dict(self.quorum_voters) if dynamic else None,
+                               directory_id=self.logs.directory_id,
+                               controller_listener=controller_names[0],
+                               endpoints=tuple(
+                                   Endpoint(lst.name, *lst.advertised()) for name in controller_names
+                                   for lst in self.listeners if lst.name == name))
         self.cluster_member.attach(self.raft, self.controller_registry)
         if getattr(self, "metadata_publisher", None) is not None and self.group_service is not None:
             from reference_broker.cluster.coordinators import (

@@ -174,6 +174,13 @@ def between(low: int | float, high: int | float) -> Check:
 
 _retention = Check(lambda v: v >= -1, "must be -1 (unlimited) or at least 0", "[-1,...]")
 _replication_factor = Check(lambda v: v == -1 or v >= 1, "must be -1 or at least 1", "-1 or [1,...]")
+def quorum_configured(config: Any) -> bool:
+    """Cluster mode: a KRaft quorum is configured, static (``controller.quorum.voters``) or dynamic
+    (``controller.quorum.bootstrap.servers``). ``config`` is a BrokerConfig or its settings."""
+    return bool(config.get("controller.quorum.voters")
+                or config.get("controller.quorum.bootstrap.servers"))
+
+
 #: Replication factors a single node can only take as 1 (or -1); a cluster (controller.quorum.voters)
 #: takes any factor up to its broker count, which its controller checks per topic.
 SINGLE_NODE_REPLICATION_KEYS = (
@@ -1224,6 +1231,14 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             " no raft quorum.",
         ),
         ConfigKey(
+            "controller.quorum.bootstrap.servers",
+            _B.LIST,
+            [],
+            "host:port of controllers to discover a dynamic KRaft quorum from (KIP-853, kraft.version"
+            " 1): the voters are then those of the metadata log. Exclusive with"
+            " controller.quorum.voters.",
+        ),
+        ConfigKey(
             "controller.listener.names",
             _B.LIST,
             None,
@@ -1513,7 +1528,10 @@ class BrokerConfig:
             settings["node.id"] = BROKER_KEYS["node.id"].parse(node_id)
         elif settings.get("broker.id", -1) >= 0 and "node.id" not in settings:
             settings["node.id"] = settings["broker.id"]
-        if not settings.get("controller.quorum.voters"):
+        if settings.get("controller.quorum.voters") and settings.get("controller.quorum.bootstrap.servers"):
+            raise ConfigError("controller.quorum.voters and controller.quorum.bootstrap.servers are"
+                              " exclusive: static voters, or a dynamic quorum found from bootstrap servers")
+        if not quorum_configured(settings):
             for key in SINGLE_NODE_REPLICATION_KEYS:
                 if settings.get(key, 1) not in (1, -1):
                     raise ConfigError(f"{key}: {settings[key]!r} must be 1 (this broker has a single node)")

@@ -15,7 +15,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from reference_broker.config import BrokerConfig, ConfigError
+from reference_broker.config import BrokerConfig, ConfigError, quorum_configured
 from reference_broker.log.cleaner import InThread
 from reference_broker.log.config import LogConfig
 from reference_broker.log.log_manager import LogManager, TopicCreation, TopicMetadata
@@ -81,7 +81,7 @@ class Storage:
         try:
             manager = LogManager(
                 config.data_dir, defaults, node_id=config.node_id, cluster_id=config.get("cluster.id"),
-                replica_logs_on_demand=bool(config.get("controller.quorum.voters")),  # cluster mode
+                replica_logs_on_demand=quorum_configured(config),  # cluster mode
             )
         except ValueError as exc:  # meta.properties of another node or cluster
             raise ConfigError(str(exc)) from None
@@ -90,6 +90,10 @@ class Storage:
     @property
     def cluster_id(self) -> str:
         return self.manager.cluster_id
+
+    @property
+    def directory_id(self) -> uuid.UUID:
+        return self.manager.directory_id
 
     def close(self) -> None:
         self.manager.close()

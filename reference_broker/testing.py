@@ -574,12 +574,22 @@ class ClusterProcess:
         start_timeout: float = CLUSTER_START_TIMEOUT_S,
         cluster_id: str | None = None,
         extra_listeners: Mapping[str, str] | None = None,
+        quorum: str = "static",
     ) -> None:
-        from reference_broker.cluster.launcher import node_host, stored_cluster_id, voters_setting
+        from reference_broker.cluster.launcher import (
+            QUORUM_MODES,
+            bootstrap_servers_setting,
+            node_host,
+            stored_cluster_id,
+            voters_setting,
+        )
         from reference_broker.config import new_cluster_id
 
         if not 1 <= nodes <= 254:
             raise ValueError(f"a loopback cluster has between 1 and 254 nodes, not {nodes}")
+        if quorum not in QUORUM_MODES:
+            raise ValueError(f"quorum {quorum!r} is not one of {', '.join(QUORUM_MODES)}")
+        self.quorum = quorum
         self._scratch = Path(tempfile.mkdtemp(prefix="reference-cluster-")) if data_dir is None else None
         self.data_dir = Path(data_dir) if data_dir is not None else Path(str(self._scratch)) / "data"
         self.cluster_id = cluster_id or stored_cluster_id(self.data_dir) or new_cluster_id()
@@ -622,13 +632,41 @@ class ClusterProcess:
                     if self.proxy is not None:
                         self.proxy.set_target(n, name, hosts[n], port)
                     self._extra_listeners[n][name] = (protocol, port, front or port)
-            voters = voters_setting({n: advertised[n][1] for n in ids})
+            controllers = {n: advertised[n][1] for n in ids}
+            voters = voters_setting(controllers)
+            self._bootstrap_servers = (None if quorum == "static"
+                                       else bootstrap_servers_setting(controllers))
             for n in ids:
                 self.nodes.append(self._make_node(n, hosts[n], bound[n], advertised[n], voters, log_level))
+            if quorum != "static":
+                self._format_dynamic(controllers)
         except BaseException:
             self.close()
             raise
         _LIVE_CLUSTERS.add(self)
+
+    def _format_dynamic(self, controllers: Mapping[int, int]) -> None:
+        """Format the nodes' storage as ``kafka-storage format`` does for a dynamic quorum: node
+        1 ``--standalone`` and the others ``--no-initial-controllers``, or every node an
+        initial controller. A node formatted by an earlier run keeps its storage."""
+        import uuid
+
+        from reference_broker.cluster.launcher import node_host
+        from reference_broker.cluster.quorum_format import format_node, stored_directory_id
+
+        ids = sorted(controllers)
+        voters = ids[:1] if self.quorum == "standalone" else ids
+        initial = {n: (stored_directory_id(self.data_dir / f"node-{n}") or uuid.uuid4(),
+                       node_host(n), controllers[n]) for n in voters}
+        for n in ids:
+            format_node(self.data_dir / f"node-{n}", n, self.cluster_id,
+                        initial_controllers=initial if n in voters else None)
+
+    def directory_id(self, node_id: int) -> Any:
+        """Node ``node_id``'s ``directory.id`` (a dynamic quorum's replica directory id)."""
+        from reference_broker.cluster.quorum_format import stored_directory_id
+
+        return stored_directory_id(self.data_dir / f"node-{node_id}")
 
     def _make_node(self, node_id: int, host: str, bound: tuple[int, int], advertised: tuple[int, int],
                    voters: str, log_level: str) -> ClusterNode:
@@ -644,6 +682,7 @@ class ClusterProcess:
             advertised_controller_port=advertised[1],
             extra=self.config,
             extra_listeners=self._extra_listeners.get(node_id),
+            bootstrap_servers=self._bootstrap_servers,
         )
         process = BrokerProcess(self.data_dir / f"node-{node_id}", config, bound[0], host=host,
                                 log_level=log_level, start_timeout=self.start_timeout)

@@ -272,7 +272,7 @@ class KafkaNode:
         settings: dict[str, Any] = {
             "process.roles": "broker,controller",
             "node.id": self.node_id,
-            "controller.quorum.voters": self._voters,
+            **({"controller.quorum.voters": self._voters} if self._voters else {}),
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names": "CONTROLLER",
@@ -424,14 +424,19 @@ class KafkaNode:
 
 
 class KafkaCluster:
-    """``size`` KRaft nodes, each broker and controller, sharing one static controller quorum."""
+    """``size`` KRaft nodes, each broker and controller, sharing one controller quorum: static
+    (``controller.quorum.voters``), or with ``dynamic_quorum`` a KIP-853 quorum found through
+    ``controller.quorum.bootstrap.servers`` whose node 1 is formatted ``--standalone`` (its only
+    voter) and the others ``--no-initial-controllers`` (observers, until ``kafka-metadata-quorum
+    add-controller`` adds them)."""
 
     def __init__(
         self, data_dir: Path, size: int = 1, *, features: Mapping[str, int] | None = None,
-        client_compiler: bool = False, **properties: Any
+        client_compiler: bool = False, dynamic_quorum: bool = False, **properties: Any
     ) -> None:
         """``client_compiler``: the nodes run with the client compiler only (``KafkaNode``),
         quicker to start and restart; tests want it, benchmarks do not."""
+        self._dynamic_quorum = dynamic_quorum
         if size < 1:
             raise ValueError("a Kafka cluster has at least one node")
         self._data_dir = data_dir
@@ -445,14 +450,23 @@ class KafkaCluster:
     def _new_nodes(self) -> list[KafkaNode]:
         ports = [(free_port(), free_port()) for _ in range(self._size)]
         voters = ",".join(f"{i + 1}@127.0.0.1:{ctl}" for i, (_, ctl) in enumerate(ports))
+        properties = dict(self._properties)
+        if self._dynamic_quorum:
+            voters = ""
+            properties["controller.quorum.bootstrap.servers"] = ",".join(
+                f"127.0.0.1:{ctl}" for _, ctl in ports)
         cluster_id = new_cluster_id()
-        return [
+        nodes = [
             KafkaNode(
                 i + 1, self._data_dir / f"node-{i + 1}", port, ctl, voters, cluster_id, self._size,
-                self._properties, self._features, self._client_compiler,
+                properties, self._features, self._client_compiler,
             )
             for i, (port, ctl) in enumerate(ports)
         ]
+        if self._dynamic_quorum:
+            for node in nodes:
+                node.format_args.append("--standalone" if node.node_id == 1 else "--no-initial-controllers")
+        return nodes
 
     @property
     def bootstrap(self) -> str:

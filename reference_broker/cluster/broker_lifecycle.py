@@ -78,14 +78,16 @@ class ControllerChannel:
         leader: Callable[[], int | None],
         channels: PeerChannels,
     ):
-        self.voters = dict(voters)
+        #: the raft client's live map (a dynamic quorum's voters change with the metadata log;
+        #: until the log names them, the bootstrap servers under negative ids)
+        self.voters = voters
         self.leader = leader
         self.channels = channels
-        for node_id, (host, port) in self.voters.items():
-            self.channels.update(node_id, host, port)
         self._next_guess = 0
 
     def _candidate(self) -> int:
+        for node_id, (host, port) in list(self.voters.items()):
+            self.channels.update(node_id, host, port)  # no-op for a known address
         leader = self.leader()
         if leader is not None and leader in self.voters:
             return leader
@@ -659,14 +661,20 @@ class ClusterMember:
 
 def _install_admin_forwarding(registry: Any) -> None:
     """The partition admin APIs a single node does not serve, forwarded to the controller on a
-    cluster's brokers (kafka-leader-election, kafka-reassign-partitions)."""
+    cluster's brokers (kafka-leader-election, kafka-reassign-partitions), and the voter changes
+    of KIP-853 (kafka-metadata-quorum add-controller, remove-controller), which Kafka's brokers
+    forward too."""
     from sdk.protocol.messages import (
+        AddRaftVoterRequest,
+        AddRaftVoterResponse,
         AlterPartitionReassignmentsRequest,
         AlterPartitionReassignmentsResponse,
         ElectLeadersRequest,
         ElectLeadersResponse,
         ListPartitionReassignmentsRequest,
         ListPartitionReassignmentsResponse,
+        RemoveRaftVoterRequest,
+        RemoveRaftVoterResponse,
     )
 
     install_forwarding(
@@ -679,5 +687,7 @@ def _install_admin_forwarding(registry: Any) -> None:
             ListPartitionReassignmentsRequest.API_KEY: lambda _req, _v, code: (
                 ListPartitionReassignmentsResponse(error_code=code, error_message=None)
             ),
+            AddRaftVoterRequest.API_KEY: lambda _req, _v, code: AddRaftVoterResponse(error_code=code),
+            RemoveRaftVoterRequest.API_KEY: lambda _req, _v, code: RemoveRaftVoterResponse(error_code=code),
         },
     )

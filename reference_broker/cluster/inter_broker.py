@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
-from reference_broker.config import ConfigError
+from reference_broker.config import ConfigError, quorum_configured
 from reference_broker.network.peer import (
     PeerChannels,
     PeerConnection,
@@ -395,7 +395,7 @@ def check_peer_settings(config: BrokerConfig) -> None:
             f"ssl.endpoint.identification.algorithm: {algorithm!r} is not supported (https, or empty"
             " for no host name verification)"
         )
-    if not config.get("controller.quorum.voters"):
+    if not quorum_configured(config):
         return
     roles = config.get("process.roles") or []
     if "broker" in roles:

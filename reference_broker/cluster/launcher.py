@@ -47,6 +47,17 @@ def voters_setting(controller_ports: Mapping[int, int]) -> str:
     return ",".join(f"{n}@{node_host(n)}:{port}" for n, port in sorted(controller_ports.items()))
 
 
+def bootstrap_servers_setting(controller_ports: Mapping[int, int]) -> str:
+    """``controller.quorum.bootstrap.servers`` for controllers at ``{node id: advertised port}``."""
+    return ",".join(f"{node_host(n)}:{port}" for n, port in sorted(controller_ports.items()))
+
+
+#: the quorum modes of a local cluster: static voters (kraft.version 0, the default), or a
+#: dynamic quorum (KIP-853) with node 1 formatted ``--standalone`` and the others observers to be
+#: added, or with every node an initial controller (``--initial-controllers``)
+QUORUM_MODES = ("static", "standalone", "initial-controllers")
+
+
 def node_config(
     node_id: int,
     *,
@@ -58,13 +69,16 @@ def node_config(
     advertised_controller_port: int | None = None,
     extra: Mapping[str, Any] | None = None,
     extra_listeners: Mapping[str, tuple[str, int, int]] | None = None,
+    bootstrap_servers: str | None = None,
 ) -> dict[str, Any]:
     """The settings of one combined-mode node. ``advertised_*`` differ from the bound ports when a
     proxy listens on the advertised ones; ``extra`` (Kafka property names) wins over the rest.
     ``extra_listeners`` (name -> (security protocol, bound port, advertised port)) are more
     listeners of this node, e.g. a TLS inter-broker listener named by ``inter.broker.listener.name``
     in ``extra``. The default inter-broker listener, PLAINTEXT, is only named when ``extra`` does not
-    choose it by ``security.inter.broker.protocol`` (Kafka refuses both set)."""
+    choose it by ``security.inter.broker.protocol`` (Kafka refuses both set). With
+    ``bootstrap_servers`` the node is in a dynamic quorum (``controller.quorum.bootstrap.servers``,
+    no ``controller.quorum.voters``)."""
     host = node_host(node_id)
     advertised_client = advertised_client_port or client_port
     advertised_controller = advertised_controller_port or controller_port
@@ -87,6 +101,9 @@ def node_config(
         config["listener.security.protocol.map"] += f",{name}:{protocol}"
     if "security.inter.broker.protocol" in (extra or {}):
         del config["inter.broker.listener.name"]
+    if bootstrap_servers is not None:
+        del config["controller.quorum.voters"]
+        config["controller.quorum.bootstrap.servers"] = bootstrap_servers
     config.update(extra or {})
     return config
 
@@ -126,6 +143,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="one setting for every node, Kafka's names (repeatable)",
     )
+    parser.add_argument(
+        "--quorum",
+        choices=QUORUM_MODES,
+        default="static",
+        help="static controller.quorum.voters (default); standalone: a dynamic quorum (KIP-853) "
+        "with node 1 its only voter and the others observers to add with kafka-metadata-quorum "
+        "add-controller; initial-controllers: a dynamic quorum of every node",
+    )
     parser.add_argument("--start-timeout", type=float, default=60.0, help="seconds to wait for the nodes")
     parser.add_argument(
         "--log-level",
@@ -157,6 +182,7 @@ def main(argv: list[str]) -> int:
         base_port=args.base_port,
         log_level=args.log_level,
         start_timeout=args.start_timeout,
+        quorum=args.quorum,
     )
     try:
         try:

@@ -18,6 +18,7 @@ import itertools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from reference_broker.config import quorum_configured
 from reference_broker.handlers.auth import Operation, authorize_cluster
 from reference_broker.security.acl import (
     AclBinding,
@@ -290,7 +291,7 @@ async def _forward_delete(broker: Broker, ctx: RequestContext, request: DeleteAc
 def install(registry: HandlerRegistry) -> None:
     create: Any = create_acls
     delete: Any = delete_acls
-    if registry.broker is not None and registry.broker.config.settings.get("controller.quorum.voters"):
+    if registry.broker is not None and quorum_configured(registry.broker.config.settings):
         create, delete = _forward_create, _forward_delete
     registry.register(CreateAclsRequest.API_KEY, create, error_response=create_error)
     registry.register(DescribeAclsRequest.API_KEY, describe_acls, error_response=describe_error)

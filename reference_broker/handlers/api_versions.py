@@ -45,8 +45,28 @@ SUPPORTED_TRANSACTION_VERSIONS = (0, 2)
 
 
 def _features(broker: Broker, version: int) -> dict:
-    low, high = SUPPORTED_TRANSACTION_VERSIONS
+    """The supported and finalized features: transaction.version, and on a cluster node
+    kraft.version (supported 0-1, finalized 1 on a dynamic quorum)."""
     level = broker.config.get(TRANSACTION_VERSION)
+    R = ApiVersionsResponse
+    core = None if getattr(broker, "raft", None) is None else broker.raft.core
+    if core is not None:  # a cluster node: kraft.version as Kafka's nodes report it
+        from reference_broker.raft.voter_set import SUPPORTED_KRAFT_VERSIONS
+
+        kraft = core.kraft_version
+        features = _transaction_features(level, version)
+        features["supported_features"].append(R.SupportedFeatureKey(
+            name="kraft.version", min_version=SUPPORTED_KRAFT_VERSIONS[0],
+            max_version=SUPPORTED_KRAFT_VERSIONS[1]))
+        if kraft > 0:
+            features["finalized_features"].append(R.FinalizedFeatureKey(
+                name="kraft.version", max_version_level=kraft, min_version_level=kraft))
+        return features
+    return _transaction_features(level, version)
+
+
+def _transaction_features(level: int, version: int) -> dict:
+    low, high = SUPPORTED_TRANSACTION_VERSIONS
     R = ApiVersionsResponse
     return {
         "supported_features": [

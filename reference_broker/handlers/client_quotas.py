@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from reference_broker.config import quorum_configured
 from reference_broker.quotas import Entity, QuotaError, checked_changes, make_entity
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
@@ -137,6 +138,6 @@ def alter_error(request: AlterClientQuotasRequest, version: int, code: int) -> A
 def install(registry: HandlerRegistry) -> None:
     registry.register(DescribeClientQuotasRequest.API_KEY, describe, error_response=_describe_error)
     handle: Any = alter
-    if registry.broker is not None and registry.broker.config.settings.get("controller.quorum.voters"):
+    if registry.broker is not None and quorum_configured(registry.broker.config.settings):
         handle = _forward_alter
     registry.register(AlterClientQuotasRequest.API_KEY, handle, error_response=alter_error)

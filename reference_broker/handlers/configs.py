@@ -43,6 +43,7 @@ from reference_broker.config import (
     ConfigSource,
     ConfigType,
     listener_setting,
+    quorum_configured,
     render,
 )
 from reference_broker.dynamic_config import DYNAMIC_KEYS, DynamicConfigError, level_values, update_dynamic
@@ -532,7 +533,7 @@ def install(registry: HandlerRegistry) -> None:
     registry.register(DESCRIBE_CONFIGS, describe_configs, error_response=describe_configs_error)
     alter: Any = alter_configs
     incremental: Any = incremental_alter_configs
-    if registry.broker is not None and registry.broker.config.settings.get("controller.quorum.voters"):
+    if registry.broker is not None and quorum_configured(registry.broker.config.settings):
         alter = _forwarding(alter_configs, AlterConfigsResponse)
         incremental = _forwarding(incremental_alter_configs, IncrementalAlterConfigsResponse)
     registry.register(ALTER_CONFIGS, alter, error_response=_alter_error(AlterConfigsResponse))

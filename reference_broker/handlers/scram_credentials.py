@@ -17,6 +17,7 @@ import collections
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from reference_broker.config import quorum_configured
 from reference_broker.handlers.auth import Operation, authorize_cluster
 from reference_broker.security.scram import (
     MAX_ITERATIONS,
@@ -199,6 +200,6 @@ def alter_error(
 def install(registry: HandlerRegistry) -> None:
     registry.register(DescribeUserScramCredentialsRequest.API_KEY, describe, error_response=describe_error)
     handle: Any = alter
-    if registry.broker is not None and registry.broker.config.settings.get("controller.quorum.voters"):
+    if registry.broker is not None and quorum_configured(registry.broker.config.settings):
         handle = _forward_alter
     registry.register(AlterUserScramCredentialsRequest.API_KEY, handle, error_response=alter_error)

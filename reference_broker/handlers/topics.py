@@ -44,6 +44,7 @@ import uuid
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from reference_broker.config import quorum_configured
 from reference_broker.handlers.common import error_code_of, error_message_of, find_topic, topic_name_problem
 from reference_broker.handlers.configs import check_topic_overrides, describe_topic_configs
 from reference_broker.log.log_manager import TopicCreation, TopicMetadata
@@ -380,7 +381,7 @@ def create_partitions_error(
 
 
 def install(registry: HandlerRegistry) -> None:
-    if registry.broker is not None and registry.broker.config.settings.get("controller.quorum.voters"):
+    if registry.broker is not None and quorum_configured(registry.broker.config.settings):
         from reference_broker.cluster.broker_lifecycle import install_forwarding  # cluster mode
 
         install_forwarding(registry, {

@@ -265,6 +265,14 @@ class LogManager:
         atomic_write(path, body.encode())
         return cluster_id
 
+    @property
+    def directory_id(self) -> uuid.UUID:
+        """This directory's ``directory.id`` (meta.properties): a raft replica's directory id
+        (KIP-853); the zero uuid when the file has none."""
+        props = _read_properties(self.data_dir / META_PROPERTIES)
+        text = props.get("directory.id", "")
+        return topic_id_from_string(text) if text else uuid.UUID(int=0)
+
     # -- discovery -------------------------------------------------------------------------
 
     def _load(self, now_ms: int) -> None:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +29,9 @@ from reference_broker.raft import wire
 from reference_broker.raft.core import LEADER, NotLeaderError, RaftCore, RaftTimeouts
 from reference_broker.raft.log import MetadataLogSettings, ReplicatedLog
 from reference_broker.raft.messages import (
+    INVALID_REQUEST,
+    NOT_LEADER_OR_FOLLOWER,
+    REQUEST_TIMED_OUT,
     CommittedBatch,
     FetchRequest,
     FetchSnapshotRequest,
@@ -35,11 +39,15 @@ from reference_broker.raft.messages import (
     Outbound,
 )
 from reference_broker.raft.snapshot import SnapshotId, SnapshotWriter
+from reference_broker.raft.voter_changes import Answer, PendingChange, VoterChanges
+from reference_broker.raft.voter_set import NO_DIRECTORY, Endpoint, Voter, VoterSet
+from sdk.protocol import messages as m
 from sdk.protocol.messages import Message
 
 log = logging.getLogger("reference_broker.raft")
 
-__all__ = ["NotLeaderError", "RaftClient", "RaftListener", "parse_voters"]
+__all__ = ["NotLeaderError", "RaftClient", "RaftListener", "parse_bootstrap_servers",
+           "parse_voters"]
 
 
 class RaftListener(Protocol):
@@ -50,19 +58,34 @@ class RaftListener(Protocol):
 
 def parse_voters(voters: list[str] | str) -> dict[int, tuple[str, int]]:
     """``controller.quorum.voters`` (``id@host:port`` entries) as ``{id: (host, port)}``."""
-    items = voters.split(",") if isinstance(voters, str) else voters
     out: dict[int, tuple[str, int]] = {}
-    for item in (i.strip() for i in items):
-        if not item:
-            continue
+    for item in _entries(voters):
         node, sep, address = item.partition("@")
-        host, colon, port = address.rpartition(":")
-        if not sep or not colon or not node.isdigit() or not port.isdigit() or not host:
+        if not sep or not node.isdigit():
             raise ValueError(f"controller.quorum.voters: {item!r} is not id@host:port")
         if int(node) in out:
             raise ValueError(f"controller.quorum.voters: voter {node} is listed twice")
-        out[int(node)] = (host.strip("[]"), int(port))
+        out[int(node)] = _host_port("controller.quorum.voters", address, item, "id@host:port")
     return out
+
+
+def _entries(setting: list[str] | str) -> list[str]:
+    items = setting.split(",") if isinstance(setting, str) else setting
+    return [i.strip() for i in items if i.strip()]
+
+
+def _host_port(setting: str, address: str, item: str, form: str) -> tuple[str, int]:
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit() or not host:
+        raise ValueError(f"{setting}: {item!r} is not {form}")
+    return host.strip("[]"), int(port)
+
+
+def parse_bootstrap_servers(servers: list[str] | str) -> dict[int, tuple[str, int]]:
+    """``controller.quorum.bootstrap.servers`` (``host:port`` entries) as ``{-1: (host, port),
+    -2: ...}``: Kafka gives bootstrap servers negative ids, never a node's."""
+    return {-i: _host_port("controller.quorum.bootstrap.servers", item, item, "host:port")
+            for i, item in enumerate(_entries(servers), 1)}
 
 
 def _now_ms() -> int:
@@ -78,9 +101,24 @@ class RaftClient:
     def __init__(self, node_id: int, voters: dict[int, tuple[str, int]], metadata_log_dir: Path,
                  *, cluster_id: str = "", timeouts: RaftTimeouts | None = None,
                  local_host: str | None = None,
-                 log_settings: MetadataLogSettings | None = None) -> None:
+                 log_settings: MetadataLogSettings | None = None,
+                 bootstrap: dict[int, tuple[str, int]] | None = None,
+                 directory_id: uuid.UUID = NO_DIRECTORY,
+                 controller_listener: str = "CONTROLLER",
+                 endpoints: tuple[Endpoint, ...] = ()) -> None:
         self.node_id = node_id
+        #: voter id -> controller address, kept current (a dynamic quorum's voters are the log's;
+        #: until they are known, the bootstrap servers under their negative ids). Shared with the
+        #: broker, whose controller channel and DescribeCluster read it.
         self.voters = voters
+        #: ``controller.quorum.bootstrap.servers`` by negative id: a dynamic quorum when set
+        self.bootstrap = dict(bootstrap or {})
+        self.directory_id = directory_id
+        self.controller_listener = controller_listener
+        #: this node's advertised controller listeners (what it announces as a voter)
+        self.endpoints = endpoints
+        self.voter_changes: VoterChanges | None = None
+        self._synced_voters: VoterSet | None = None
         self.metadata_log_dir = Path(metadata_log_dir)
         self.cluster_id = cluster_id
         self.timeouts = timeouts or RaftTimeouts()
@@ -89,7 +127,7 @@ class RaftClient:
         self.channels = PeerChannels(f"raft-{node_id}", local_host=local_host,
                                      request_timeout_s=self.timeouts.request_timeout_ms / 1000,
                                      connect_timeout_s=self.timeouts.request_timeout_ms / 1000)
-        for voter, (host, port) in voters.items():
+        for voter, (host, port) in {**voters, **self.bootstrap}.items():
             self.channels.update(voter, host, port)
         self.core: RaftCore | None = None
         self._listeners: list[RaftListener] = []
@@ -99,6 +137,7 @@ class RaftClient:
         self._task: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
         self._commit_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._settled = asyncio.Event()  # a voter change settled
 
     def use_connection_factory(self, factory: Callable[..., PeerConnection]) -> None:
         """Open the connections to the other voters with ``factory`` (the controller listener's
@@ -109,7 +148,7 @@ class RaftClient:
         self.channels = PeerChannels(self.channels.client_id, local_host=self._local_host,
                                      request_timeout_s=timeout_s, connect_timeout_s=timeout_s,
                                      factory=factory)
-        for voter, (host, port) in self.voters.items():
+        for voter, (host, port) in {**self.voters, **self.bootstrap}.items():
             self.channels.update(voter, host, port)
 
     # -- the interface of the design ------------------------------------------------------------
@@ -169,8 +208,14 @@ class RaftClient:
         self.metadata_log_dir.mkdir(parents=True, exist_ok=True)
         raft_log = ReplicatedLog.open(self.metadata_log_dir,
                                       segment_bytes=self.log_settings.segment_bytes)
-        self.core = RaftCore(self.node_id, set(self.voters), raft_log, raft_log.directory,
-                             timeouts=self.timeouts, now_ms=_now_ms())
+        static: set[int] | VoterSet = VoterSet() if self.bootstrap else set(self.voters)
+        self.core = RaftCore(self.node_id, static, raft_log, raft_log.directory,
+                             timeouts=self.timeouts, now_ms=_now_ms(),
+                             directory_id=self.directory_id,
+                             bootstrap_ids=tuple(sorted(self.bootstrap, reverse=True)),
+                             endpoints=self.endpoints)
+        self.voter_changes = VoterChanges(self.core)
+        self._sync_voters()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="raft")
         log.info("raft node %d started: voters %s, epoch %d", self.node_id,
                  sorted(self.voters), self.core.epoch)
@@ -213,6 +258,9 @@ class RaftClient:
         while True:
             try:
                 core.poll(_now_ms())
+                if self.voter_changes is not None and self.voter_changes.poll(_now_ms()):
+                    self._settled.set()
+                self._sync_voters()
                 for out in core.take_outbox():
                     task = asyncio.get_running_loop().create_task(self._send(out))
                     self._sends.add(task)
@@ -250,7 +298,7 @@ class RaftClient:
     async def _send(self, out: Outbound) -> None:
         core = self.core
         assert core is not None
-        request = wire.to_request(out.request, self.cluster_id)
+        request = wire.to_request(out.request, self.cluster_id, out.destination, core)
         try:
             response = await self.channels.send(out.destination, request)
         except (PeerConnectionError, PeerUnsupportedError, KeyError) as exc:
@@ -263,6 +311,10 @@ class RaftClient:
             return
         if self.core is not core:
             return
+        for endpoint in getattr(response, "node_endpoints", None) or ():
+            # the leader's address as the answering node knows it: fresher than an observer's
+            # own voter set, which may be of an older run
+            self.channels.update(endpoint.node_id, endpoint.host, endpoint.port)
         try:
             wire.feed_response(core, out.destination, out.request, response, _now_ms())
         except wire.WireError as exc:
@@ -276,3 +328,110 @@ class RaftClient:
     def changed(self) -> asyncio.Event:
         """Set at the next change of the log or the high watermark (a held Fetch waits on it)."""
         return self._changed
+
+    # -- the voter set (KIP-853) -------------------------------------------------------------------
+
+    def _sync_voters(self) -> None:
+        """Point the channels and the shared voter map at the voter set in force (a dynamic
+        quorum's changes with its log); the bootstrap servers stand in while it is empty."""
+        core = self.core
+        if core is None or not self.bootstrap or core.voter_set == self._synced_voters:
+            return
+        self._synced_voters = core.voter_set
+        addresses: dict[int, tuple[str, int]] = {}
+        for voter in core.voter_set.voters.values():
+            endpoint = voter.endpoint(self.controller_listener) or voter.endpoint()
+            if endpoint is not None:
+                addresses[voter.node_id] = (endpoint.host, endpoint.port)
+                self.channels.update(voter.node_id, endpoint.host, endpoint.port)
+        self.voters.clear()
+        self.voters.update(addresses or self.bootstrap)
+        log.info("raft node %d: voters %s (kraft.version %d)", self.node_id, sorted(addresses),
+                 core.kraft_version)
+
+    def leader_endpoint(self, leader_id: int | None) -> tuple[str, int] | None:
+        """The controller address of ``leader_id`` for Fetch's NodeEndpoints: this node's own as
+        it advertises it now, another's as the voter set has it (None when unknown)."""
+        core = self.core
+        if core is None or leader_id is None:
+            return None
+        if leader_id == self.node_id:
+            endpoints = self.endpoints
+        else:
+            voter = core.voter_set.voters.get(leader_id)
+            endpoints = () if voter is None else voter.endpoints
+        found = next((e for e in endpoints if e.name == self.controller_listener), None)
+        return None if found is None else (found.host, found.port)
+
+    async def _await_change(self, pending: PendingChange | None, timeout_ms: int) -> Answer:
+        """The answer of ``pending`` (the change begun), once settled (REQUEST_TIMED_OUT after
+        ``timeout_ms``)."""
+        if pending is None:
+            raise RuntimeError("no voter change was begun")
+        deadline = time.monotonic() + timeout_ms / 1000
+        while pending.answer is None:
+            self._kick()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return Answer(REQUEST_TIMED_OUT, "Request timed out waiting for the voter change to commit")
+            self._settled.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._settled.wait(), min(remaining, 0.1))
+        return pending.answer
+
+    async def add_voter(self, voter_id: int, directory_id: uuid.UUID,
+                        listeners: list[tuple[str, str, int]], timeout_ms: int) -> Answer:
+        """AddRaftVoter on the leader (Kafka's AddVoterHandler): the checks, the new voter's
+        ApiVersions (its kraft.version range), the append, the wait for the commit."""
+        changes = self.voter_changes
+        if changes is None:
+            return Answer(NOT_LEADER_OR_FOLLOWER, "the raft client is not started")
+        endpoints = tuple(Endpoint(n, h, p) for n, h, p in listeners)
+        default = next((e for e in endpoints if e.name == self.controller_listener), None)
+        if default is None:
+            return Answer(INVALID_REQUEST, f"Add voter request didn't include the endpoint for the default"
+                          f" listener {self.controller_listener}")
+        refused = changes.begin_add(voter_id, directory_id, _now_ms())
+        if refused is not None:
+            return refused
+        pending = changes.pending
+        error, versions = await self._kraft_versions_of(voter_id, default.host, default.port)
+        changes.finish_add(Voter(voter_id, directory_id, endpoints, versions), error, _now_ms())
+        return await self._await_change(pending, timeout_ms)
+
+    async def _kraft_versions_of(self, voter_id: int, host: str,
+                                 port: int) -> tuple[int, tuple[int, int]]:
+        """ApiVersions of a would-be voter: (error code, its supported kraft.version range)."""
+        self.channels.update(voter_id, host, port)
+        try:
+            response = await self.channels.send(voter_id, m.ApiVersionsRequest(
+                client_software_name="reference_broker", client_software_version="1"))
+        except (PeerConnectionError, PeerUnsupportedError) as exc:
+            log.info("raft node %d: ApiVersions to would-be voter %d failed: %s", self.node_id,
+                     voter_id, exc)
+            return REQUEST_TIMED_OUT, (0, 0)
+        for feature in getattr(response, "supported_features", None) or ():
+            if feature.name == "kraft.version":
+                return getattr(response, "error_code", 0), (feature.min_version,
+                                                            feature.max_version)
+        return getattr(response, "error_code", 0), (0, 0)
+
+    async def remove_voter(self, voter_id: int, directory_id: uuid.UUID) -> Answer:
+        changes = self.voter_changes
+        if changes is None:
+            return Answer(NOT_LEADER_OR_FOLLOWER, "the raft client is not started")
+        refused = changes.remove(voter_id, directory_id, _now_ms())
+        if refused is not None:
+            return refused
+        pending = changes.pending
+        self._kick()
+        return await self._await_change(pending, self.timeouts.request_timeout_ms)
+
+    def update_voter(self, voter: Voter) -> Answer:
+        changes = self.voter_changes
+        if changes is None:
+            return Answer(NOT_LEADER_OR_FOLLOWER, "the raft client is not started")
+        answer = changes.update(voter, _now_ms())
+        self._kick()
+        return answer
+

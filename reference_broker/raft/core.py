@@ -23,6 +23,7 @@ to requests come back through ``handle_*_response``. The invariants:
 from __future__ import annotations
 
 import random
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,13 +45,22 @@ from reference_broker.raft.messages import (
     FetchSnapshotResponse,
     LeaderAndEpoch,
     Outbound,
+    UpdateVoterRequest,
     VoteRequest,
     VoteResponse,
 )
 from reference_broker.raft.quorum_state import ElectionState, read_quorum_state, write_quorum_state
 from reference_broker.raft.serde import batch_records
 from reference_broker.raft.snapshot import SnapshotDownload, SnapshotError, SnapshotId, SnapshotWriter
-from sdk.protocol.messages import LeaderChangeMessage, Message
+from reference_broker.raft.voter_set import (
+    NO_DIRECTORY,
+    SUPPORTED_KRAFT_VERSIONS,
+    Endpoint,
+    Voter,
+    VoterHistory,
+    VoterSet,
+)
+from sdk.protocol.messages import KRaftVersionRecord, LeaderChangeMessage, Message
 
 UNATTACHED = "unattached"
 CANDIDATE = "candidate"
@@ -80,6 +90,12 @@ class ReplicaState:
 
     end_offset: int = -1
     last_fetch_ms: int = -1
+    #: the replica's directory id as its last Fetch named it (the zero uuid before kraft.version 1)
+    directory_id: uuid.UUID = NO_DIRECTORY
+    #: when the replica last reached the leader's log end (Kafka's lastCaughtUpTimestamp)
+    caught_up_ms: int = -1
+    #: the leader's log end offset when this replica last fetched
+    leader_end_at_fetch: int = -1
     #: the high watermark the leader last answered this replica's Fetch with
     sent_high_watermark: int | None = None
     #: whether the last answer told it a high watermark it had not been told (not to be held)
@@ -103,16 +119,28 @@ class RaftCore:
     def __init__(
         self,
         node_id: int,
-        voters: set[int],
+        voters: set[int] | VoterSet,
         log: ReplicatedLog,
         state_dir: Path,
         *,
         timeouts: RaftTimeouts | None = None,
         now_ms: int = 0,
         rng: random.Random | None = None,
+        directory_id: uuid.UUID = NO_DIRECTORY,
+        bootstrap_ids: tuple[int, ...] = (),
+        endpoints: tuple[Endpoint, ...] = (),
     ) -> None:
         self.node_id = node_id
-        self.voters = frozenset(voters)
+        self.directory_id = directory_id
+        #: this node's controller listeners as it advertises them now (a voter set of an older
+        #: run may name other ports: a new leader writes these in, as Kafka's)
+        self.endpoints = endpoints
+        #: ids the driver maps to ``controller.quorum.bootstrap.servers`` (negative, as Kafka's):
+        #: where an observer that knows no voter fetches from
+        self.bootstrap_ids = bootstrap_ids
+        static = voters if isinstance(voters, VoterSet) else VoterSet.static(voters)
+        #: the voter sets of the log; the static set of ``controller.quorum.voters`` before any
+        self.voter_history = VoterHistory(static)
         self.log = log
         self.state_dir = Path(state_dir)
         self.timeouts = timeouts or RaftTimeouts()
@@ -127,6 +155,8 @@ class RaftCore:
         self._deadline_ms = 0
         self._fetch_in_flight = False
         self._fetch_not_before_ms = 0  # a Fetch answered with an error waits a retry backoff
+        self._update_sent_epoch = -1  # the epoch this voter last sent UpdateRaftVoter in
+        self._update_not_before_ms = 0
         self._last_fetch_ms = now_ms
         self.high_watermark: int | None = None
         latest = log.latest_snapshot
@@ -135,6 +165,7 @@ class RaftCore:
         self._delivered = 0 if latest is None else latest.end_offset  # next offset for listeners
         self._download: SnapshotDownload | None = None  # a snapshot being fetched from the leader
         self.downloaded: SnapshotId | None = None  # the last snapshot that came from the leader
+        self._load_voter_history()
         stored = read_quorum_state(self.state_dir)
         if stored is not None:
             self.epoch = stored.epoch
@@ -146,11 +177,64 @@ class RaftCore:
                 self.role = FOLLOWER
         self._reset_election_deadline(now_ms)
 
+    # -- the voter set in the log ---------------------------------------------------------------
+
+    def _load_voter_history(self) -> None:
+        """Read the voter sets of the latest snapshot and of the whole log (at start and after a
+        snapshot replaced the log)."""
+        self.voter_history.clear()
+        latest = self.log.latest_snapshot
+        start = self.log.start_offset
+        if latest is not None:
+            for record in self.log.read_snapshot(latest).control:
+                self.voter_history.handle_control(latest.end_offset - 1, record)
+            start = max(start, latest.end_offset)  # the log before it is in the snapshot
+        self._scan_control(start, self.log.end_offset)
+
+    def _scan_control(self, start: int, end: int) -> None:
+        """Take in the KRaftVersion and Voters records of the log in ``[start, end)``."""
+        if start >= end:
+            return
+        for batch in self.log.batches(start, end):
+            if batch.is_control:
+                for offset, record in zip(range(batch.base_offset, batch.last_offset + 1),
+                                          batch_records(batch), strict=False):
+                    self.voter_history.handle_control(offset, record)
+
+    def _truncate(self, offset: int) -> None:
+        """Truncate the log to ``offset``; voter sets appended after it no longer hold."""
+        self.log.truncate_to(offset)
+        self.voter_history.truncate_new_entries(self.log.end_offset)
+
+    @property
+    def voters(self) -> frozenset[int]:
+        """The ids of the voter set in force: the latest in the log, else the static one."""
+        return self.voter_history.latest.ids
+
+    @property
+    def voter_set(self) -> VoterSet:
+        return self.voter_history.latest
+
+    @property
+    def kraft_version(self) -> int:
+        return self.voter_history.kraft_version
+
+    def append_voters(self, voters: VoterSet, now_ms: int) -> int:
+        """Leader only: append a VotersRecord (in force at once); its offset."""
+        if self.role != LEADER:
+            raise NotLeaderError(f"node {self.node_id} is not the leader")
+        start, _ = self.log.append_control(voters.to_record(), self.epoch, now_ms)
+        self.voter_history.handle_control(start, voters.to_record())
+        for v in voters.ids:
+            self._leader_replica(v)
+        self._update_high_watermark()
+        return start
+
     # -- views ---------------------------------------------------------------------------------
 
     @property
     def is_voter(self) -> bool:
-        return self.node_id in self.voters
+        return self.voter_set.is_voter(self.node_id, self.directory_id)
 
     @property
     def is_leader(self) -> bool:
@@ -166,6 +250,13 @@ class RaftCore:
             return {}
         self._leader.replicas[self.node_id].end_offset = self.log.end_offset
         return dict(self._leader.replicas)
+
+    def committed_in_epoch(self) -> bool:
+        """Leader only: whether an entry of its own epoch is committed (Kafka's leader has a
+        high watermark only then; every older voter change is settled by it)."""
+        leader = self._leader
+        return (leader is not None and self.high_watermark is not None
+                and self.high_watermark > leader.epoch_start_offset)
 
     def majority(self) -> int:
         return len(self.voters) // 2 + 1
@@ -239,12 +330,34 @@ class RaftCore:
             granting_voters=[LeaderChangeMessage.Voter(voter_id=v) for v in sorted(self.granted)],
         )
         start, _ = self.log.append_control(message, self.epoch, now_ms)
+        if self.kraft_version >= 1:
+            self._append_start_of_epoch_voters(now_ms)
         self._leader = _Leader(start, now_ms, {v: ReplicaState() for v in self.voters},
                                now_ms + self.timeouts.fetch_timeout_ms // 2)
-        self._leader.replicas[self.node_id].end_offset = self.log.end_offset
+        self._leader_replica(self.node_id).end_offset = self.log.end_offset
         request = BeginQuorumEpochRequest(self.epoch, self.node_id)
         self.outbox.extend(Outbound(v, request) for v in sorted(self.voters - {self.node_id}))
         self._update_high_watermark()
+
+    def _append_start_of_epoch_voters(self, now_ms: int) -> None:
+        """Kafka's appendStartOfEpochControlRecords: voters known only from the bootstrap
+        checkpoint go into the log (where observers and new voters read them), and so does the
+        voter set with this leader's current endpoints when they changed since it was written."""
+        voters = self.voter_set
+        mine = voters.voters.get(self.node_id)
+        if mine is not None and self.endpoints and mine.endpoints != self.endpoints:
+            voters = voters.update(Voter(self.node_id, mine.directory_id, self.endpoints,
+                                         SUPPORTED_KRAFT_VERSIONS)) or voters
+        if self.voter_history.latest_offset != -1 and voters == self.voter_set:
+            return
+        self.log.append_control(KRaftVersionRecord(version=0, k_raft_version=self.kraft_version),
+                                self.epoch, now_ms)
+        start, _ = self.log.append_control(voters.to_record(), self.epoch, now_ms)
+        self.voter_history.handle_control(start, voters.to_record())
+
+    def _leader_replica(self, replica_id: int) -> ReplicaState:
+        assert self._leader is not None
+        return self._leader.replicas.setdefault(replica_id, ReplicaState())
 
     def resign(self, now_ms: int) -> None:
         """A leader shutting down: tell the other voters to elect at once (EndQuorumEpoch)."""
@@ -264,21 +377,52 @@ class RaftCore:
         if role == LEADER:
             self._poll_leader(now_ms)
             return
-        if role in (UNATTACHED, CANDIDATE, RESIGNED) and self.is_voter and now_ms >= self._deadline_ms:
-            self._become_candidate(now_ms)
+        if role in (UNATTACHED, CANDIDATE, RESIGNED) and now_ms >= self._deadline_ms:
+            if self.is_voter:
+                self._become_candidate(now_ms)
+            elif role == RESIGNED:  # a leader that removed itself goes on as an observer
+                self._become_unattached(self.epoch, now_ms)
         elif role == FOLLOWER and now_ms - self._last_fetch_ms >= self.timeouts.fetch_timeout_ms:
             if self.is_voter:
                 self._become_candidate(now_ms)
             else:
                 self.role = UNATTACHED
                 self.leader_id = None
+        self._maybe_update_voter(now_ms)
         if now_ms < self._fetch_not_before_ms:
             return
         if self.role == FOLLOWER and not self._fetch_in_flight and self.leader_id is not None:
             self._send_fetch(self.leader_id)
-        elif (self.role == UNATTACHED and not self.is_voter and not self._fetch_in_flight
-              and self.voters):
-            self._send_fetch(self.rng.choice(sorted(self.voters)))
+        elif self.role == UNATTACHED and not self.is_voter and not self._fetch_in_flight:
+            # An observer without a leader asks a bootstrap server (Kafka's observers do; a voter
+            # set of an older run may name old ports), a voter without bootstrap servers
+            targets = list(self.bootstrap_ids) or sorted(self.voters - {self.node_id})
+            if targets:
+                self._send_fetch(self.rng.choice(targets))
+
+    def _maybe_update_voter(self, now_ms: int) -> None:
+        """Kafka's voters send UpdateRaftVoter to the leader when the voter set names other
+        listeners or kraft.version range than theirs (a restart on other ports): once per epoch,
+        again after a backoff if it failed."""
+        if (self.role != FOLLOWER or self.leader_id is None or self.kraft_version < 1
+                or not self.endpoints or self._update_sent_epoch == self.epoch
+                or now_ms < self._update_not_before_ms):
+            return
+        mine = self.voter_set.voters.get(self.node_id)
+        if mine is None or mine.directory_id != self.directory_id:
+            return
+        if mine.endpoints == self.endpoints and mine.kraft_versions == SUPPORTED_KRAFT_VERSIONS:
+            return
+        self._update_sent_epoch = self.epoch
+        self.outbox.append(Outbound(self.leader_id, UpdateVoterRequest(
+            self.epoch, self.node_id, self.directory_id,
+            tuple((e.name, e.host, e.port) for e in self.endpoints), SUPPORTED_KRAFT_VERSIONS)))
+
+    def handle_update_voter_response(self, error: int, now_ms: int) -> None:
+        """The leader's answer to UpdateRaftVoter: on an error, try again after a backoff."""
+        if error != NONE:
+            self._update_sent_epoch = -1
+            self._update_not_before_ms = now_ms + self.timeouts.fetch_timeout_ms // 2
 
     def _send_fetch(self, destination: int) -> None:
         self._fetch_in_flight = True
@@ -290,7 +434,8 @@ class RaftCore:
                 download.size)))
             return
         self.outbox.append(Outbound(destination, FetchRequest(
-            self.epoch, self.node_id, self.log.end_offset, self.log.last_fetched_epoch)))
+            self.epoch, self.node_id, self.log.end_offset, self.log.last_fetched_epoch,
+            self.directory_id)))
 
     def _poll_leader(self, now_ms: int) -> None:
         """Kafka's leader timers: BeginQuorumEpoch again to voters not fetching in this epoch,
@@ -303,13 +448,14 @@ class RaftCore:
             leader.begin_resend_ms = now_ms + self.timeouts.fetch_timeout_ms // 2
             request = BeginQuorumEpochRequest(self.epoch, self.node_id)
             self.outbox.extend(Outbound(v, request) for v in others
-                               if leader.replicas[v].last_fetch_ms < 0)
+                               if self._leader_replica(v).last_fetch_ms < 0)
         window = self.timeouts.fetch_timeout_ms * 3 // 2
         # A voter's Fetch older than ``window`` is noticed at most a quarter window late.
         leader.check_quorum_ms = now_ms + max(1, window // 4)
         if now_ms - leader.elected_ms < window:
             return
-        heard = 1 + sum(1 for v in others if leader.replicas[v].last_fetch_ms >= now_ms - window)
+        heard = int(self.is_voter) + sum(
+            1 for v in others if self._leader_replica(v).last_fetch_ms >= now_ms - window)
         if heard < self.majority():
             self.resign(now_ms)
 
@@ -428,7 +574,7 @@ class RaftCore:
             return FetchResponse(leader, self.epoch, self.leader_id)
         hw = self.high_watermark if self.high_watermark is not None else 0
         replica = leader.replicas.setdefault(request.replica_id, ReplicaState())
-        replica.last_fetch_ms = now_ms  # check-quorum counts any Fetch in the epoch
+        previous_fetch_ms, replica.last_fetch_ms = replica.last_fetch_ms, now_ms  # check-quorum
         kind, offset, epoch = self.log.validate_offset_and_epoch(request.fetch_offset,
                                                                  request.last_fetched_epoch)
         if kind == "snapshot":
@@ -439,6 +585,14 @@ class RaftCore:
             return FetchResponse(NONE, self.epoch, self.node_id, hw,
                                  diverging=(self.log.last_fetched_epoch, self.log.end_offset))
         replica.end_offset = request.fetch_offset
+        replica.directory_id = request.replica_directory_id
+        # Kafka's ReplicaState: caught up when it reached the log end, or the end it had when
+        # this replica last fetched (then it was caught up at that fetch)
+        if request.fetch_offset >= self.log.end_offset:
+            replica.caught_up_ms = now_ms
+        elif 0 <= replica.leader_end_at_fetch <= request.fetch_offset:
+            replica.caught_up_ms = previous_fetch_ms
+        replica.leader_end_at_fetch = self.log.end_offset
         self._update_high_watermark()
         hw = self.high_watermark if self.high_watermark is not None else 0
         replica.high_watermark_news = replica.sent_high_watermark != hw
@@ -458,7 +612,7 @@ class RaftCore:
         leader = self._leader
         if leader is None:
             return
-        leader.replicas[self.node_id].end_offset = self.log.end_offset
+        self._leader_replica(self.node_id).end_offset = self.log.end_offset
         offsets = sorted((leader.replicas[v].end_offset for v in self.voters
                           if v in leader.replicas), reverse=True)
         if len(offsets) < self.majority():
@@ -489,10 +643,12 @@ class RaftCore:
             return
         if response.diverging is not None:
             _, end_offset = response.diverging
-            self.log.truncate_to(min(end_offset, self.log.end_offset))
+            self._truncate(min(end_offset, self.log.end_offset))
             self._delivered = min(self._delivered, self.log.end_offset)
             return
+        appended_from = self.log.end_offset
         self.log.append_fetched(response.records, now_ms)
+        self._scan_control(appended_from, self.log.end_offset)
         hw = min(response.high_watermark, self.log.end_offset)
         if hw >= 0 and (self.high_watermark is None or hw > self.high_watermark):
             self.high_watermark = hw
@@ -512,6 +668,7 @@ class RaftCore:
     def _install_snapshot(self, snapshot_id: SnapshotId) -> None:
         self.downloaded = snapshot_id
         self.log.restart_at_snapshot(snapshot_id)
+        self._load_voter_history()
         self._delivered = snapshot_id.end_offset
         self.snapshot_to_load = snapshot_id
         if self.high_watermark is None or self.high_watermark < snapshot_id.end_offset:
@@ -593,7 +750,12 @@ class RaftCore:
         if kind != "valid":
             raise ValueError(f"cannot snapshot up to offset {last_contained_offset} in epoch"
                              f" {epoch}: the log has another epoch there ({kind})")
-        return self.log.snapshot_writer(snapshot_id, last_contained_log_timestamp)
+        writer = self.log.snapshot_writer(snapshot_id, last_contained_log_timestamp)
+        kraft_version = self.voter_history.kraft_version_at(last_contained_offset)
+        if kraft_version > 0:  # Kafka's snapshots of kraft.version 1 carry the voter set
+            writer.control = [KRaftVersionRecord(version=0, k_raft_version=kraft_version),
+                              self.voter_history.at(last_contained_offset).to_record()]
+        return writer
 
     # -- appends and commits --------------------------------------------------------------------
 

@@ -16,11 +16,17 @@ from reference_broker.handlers.api_versions import error_response as api_version
 from reference_broker.raft import wire
 from reference_broker.raft.core import LEADER
 from reference_broker.raft.log import TOPIC
-from reference_broker.raft.messages import NOT_LEADER_OR_FOLLOWER
+from reference_broker.raft.messages import (
+    INVALID_VOTER_KEY,
+    NOT_LEADER_OR_FOLLOWER,
+    EpochResponse,
+    VoteResponse,
+)
 from sdk.protocol import messages as m
 from sdk.protocol.errors import ErrorCode
 
 _BROKER_NOT_AVAILABLE = 8
+KRAFT_VERSION = "kraft.version"
 _INVALID_REQUEST = 42
 _INCONSISTENT_CLUSTER_ID = 104
 
@@ -49,9 +55,11 @@ def _refusal(broker: Any, request: Any, response_cls: Any) -> Any | None:
     return None
 
 
-def _election_api(response_cls: Any, decode: Any, handle: Any, encode: Any) -> Any:
+def _election_api(response_cls: Any, decode: Any, handle: Any, encode: Any,
+                  refuse: Any = None) -> Any:
     """A Vote/BeginQuorumEpoch/EndQuorumEpoch handler: decode, let the core decide, wake the
-    raft loop (the decision may change the role or the epoch), encode."""
+    raft loop (the decision may change the role or the epoch), encode. ``refuse(core)`` is the
+    answer to a request for another replica (Kafka's INVALID_VOTER_KEY), checked first."""
 
     def handler(broker: Any, ctx: Any, request: Any) -> Any:
         refused = _refusal(broker, request, response_cls)
@@ -59,9 +67,12 @@ def _election_api(response_cls: Any, decode: Any, handle: Any, encode: Any) -> A
             return refused
         try:
             decoded = decode(request, ctx.api_version)
-        except wire.WireError:
+        except (wire.WireError, IndexError):
             return response_cls(error_code=_INVALID_REQUEST)
-        answer = handle(_core(broker), decoded, _now_ms())
+        core = _core(broker)
+        if refuse is not None and wire.invalid_voter_key(core, request):
+            return encode(refuse(core))
+        answer = handle(core, decoded, _now_ms())
         broker.raft._kick()
         return encode(answer)
 
@@ -70,11 +81,13 @@ def _election_api(response_cls: Any, decode: Any, handle: Any, encode: Any) -> A
 
 _vote = _election_api(
     m.VoteResponse, lambda request, version: wire.vote_request(request),
-    lambda core, vote, now: core.handle_vote_request(vote, now), wire.vote_response)
+    lambda core, vote, now: core.handle_vote_request(vote, now), wire.vote_response,
+    lambda core: VoteResponse(INVALID_VOTER_KEY, core.epoch, core.leader_id, False))
 _begin = _election_api(
     m.BeginQuorumEpochResponse, lambda request, version: wire.begin_request(request),
     lambda core, begin, now: core.handle_begin_quorum_epoch(begin, now),
-    lambda answer: wire.epoch_response(m.BeginQuorumEpochResponse, answer))
+    lambda answer: wire.epoch_response(m.BeginQuorumEpochResponse, answer),
+    lambda core: EpochResponse(INVALID_VOTER_KEY, core.epoch, core.leader_id))
 _end = _election_api(
     m.EndQuorumEpochResponse, wire.end_request,
     lambda core, end, now: core.handle_end_quorum_epoch(end, now),
@@ -110,7 +123,7 @@ async def _fetch(broker: Any, ctx: Any, request: Any) -> Any:
         if core is None:
             return m.FetchResponse(error_code=_BROKER_NOT_AVAILABLE)
         answer = core.handle_fetch_request(fetch, _now_ms())
-    return wire.fetch_response(answer)
+    return wire.fetch_response(answer, raft.leader_endpoint(answer.leader_id))
 
 
 def _fetch_snapshot(broker: Any, ctx: Any, request: Any) -> Any:
@@ -146,14 +159,24 @@ def _describe_quorum(broker: Any, ctx: Any, request: Any) -> Any:
             seen = wall_ms
         else:
             seen = -1 if state.last_fetch_ms < 0 else wall_ms - (now_ms - state.last_fetch_ms)
-        entry = pd.ReplicaState(replica_id=replica_id, log_end_offset=state.end_offset,
-                                last_fetch_timestamp=seen, last_caught_up_timestamp=seen)
+        # a voter's directory id is the voter set's (none for static voters, as Kafka's), an
+        # observer's the one its Fetches name
+        voter = core.voter_set.voters.get(replica_id)
+        directory_id = state.directory_id if voter is None else voter.directory_id
+        entry = pd.ReplicaState(replica_id=replica_id, replica_directory_id=directory_id,
+                                log_end_offset=state.end_offset, last_fetch_timestamp=seen,
+                                last_caught_up_timestamp=seen)
         (voters if replica_id in core.voters else observers).append(entry)
     hw = core.high_watermark
     part = pd(partition_index=0, error_code=0, leader_id=core.node_id, leader_epoch=core.epoch,
               high_watermark=-1 if hw is None else hw, current_voters=voters,
               observers=observers)
-    return cls(error_code=0, topics=[cls.TopicData(topic_name=TOPIC, partitions=[part])])
+    # v2's nodes: the voters' listeners, as Kafka's leader knows them (from the voter set)
+    nodes = [cls.Node(node_id=v.node_id, listeners=[
+        cls.Node.Listener(name=e.name, host=e.host, port=e.port) for e in v.endpoints])
+        for v in sorted(core.voter_set.voters.values(), key=lambda v: v.node_id) if v.endpoints]
+    return cls(error_code=0, topics=[cls.TopicData(topic_name=TOPIC, partitions=[part])],
+               nodes=nodes)
 
 
 _ENDPOINT_CONTROLLERS = 2
@@ -179,6 +202,7 @@ def _controller_features(broker: Any, version: int) -> dict[str, Any]:
     finalized = [cls.FinalizedFeatureKey(name=name, max_version_level=level,
                                          min_version_level=level)
                  for name, level in sorted(image.features.items()) if level > 0]
+    finalized += [f for f in features["finalized_features"] if f.name == KRAFT_VERSION]
     return {"supported_features": supported, "finalized_features_epoch": image.offset,
             "finalized_features": finalized}
 
@@ -220,6 +244,9 @@ def install(registry: Any) -> None:
     registry.register(55, _describe_quorum)
     registry.register(59, _fetch_snapshot)
     registry.register(60, _describe_cluster)
+    from reference_broker.raft import voter_handlers
+
+    voter_handlers.install(registry)
 
 
 async def _describe_quorum_forwarded(broker: Any, ctx: Any, request: Any) -> Any:

@@ -3,6 +3,7 @@ Vote/BeginQuorumEpoch/EndQuorumEpoch/Fetch messages), and what listeners receive
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 from sdk.protocol.messages import Message
@@ -12,8 +13,16 @@ FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 NOT_LEADER_OR_FOLLOWER = 6
 INCONSISTENT_VOTER_SET = 94
+REQUEST_TIMED_OUT = 7
+UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = 42
+DUPLICATE_VOTER = 126
+VOTER_NOT_FOUND = 127
+INVALID_VOTER_KEY = 125
 SNAPSHOT_NOT_FOUND = 98
 POSITION_OUT_OF_RANGE = 99
+#: the zero uuid: a replica without a directory id
+NO_DIRECTORY = uuid.UUID(int=0)
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,8 @@ class FetchRequest:
     replica_id: int
     fetch_offset: int
     last_fetched_epoch: int
+    #: Fetch v17's ReplicaDirectoryId (the zero uuid when the replica has none)
+    replica_directory_id: uuid.UUID = NO_DIRECTORY
 
 
 @dataclass(frozen=True)
@@ -114,11 +125,23 @@ class FetchSnapshotResponse:
     data: bytes = b""
 
 
+@dataclass(frozen=True)
+class UpdateVoterRequest:
+    """A voter announcing to the leader its current controller listeners ((name, host, port)
+    each) and supported kraft.version range (Kafka's UpdateRaftVoter)."""
+
+    epoch: int
+    voter_id: int
+    directory_id: uuid.UUID
+    endpoints: tuple[tuple[str, str, int], ...]
+    kraft_versions: tuple[int, int]
+
+
 @dataclass
 class Outbound:
     """A request the core wants sent to ``destination`` (a node id)."""
 
     destination: int
     request: (VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest
-              | FetchSnapshotRequest)
+              | FetchSnapshotRequest | UpdateVoterRequest)
     attempts: int = field(default=0, compare=False)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from reference_broker.raft.serde import batch_records, build_control_record_batch, build_data_batch
@@ -100,6 +100,9 @@ class SnapshotWriter:
         self.snapshot_id = snapshot_id
         self.last_contained_log_timestamp = last_contained_log_timestamp
         self._records: list[Message] = []
+        #: KRaft control records written right after the header (KRaftVersionRecord and
+        #: VotersRecord of a dynamic quorum, as Kafka's ``RecordsSnapshotWriter``)
+        self.control: list[Message] = []
         self._on_freeze = on_freeze
         self._frozen = False
 
@@ -123,6 +126,10 @@ class SnapshotWriter:
             SnapshotHeaderRecord(version=0, last_contained_log_timestamp=ts),
             base_offset=0, epoch=epoch, timestamp_ms=ts))
         offset = 1
+        for message in self.control:
+            out += build_control_record_batch(message, base_offset=offset, epoch=epoch,
+                                              timestamp_ms=ts)
+            offset += 1
         for start in range(0, len(self._records), RECORDS_PER_BATCH):
             chunk = self._records[start: start + RECORDS_PER_BATCH]
             out += build_data_batch(chunk, base_offset=offset, epoch=epoch, timestamp_ms=ts)
@@ -152,6 +159,8 @@ class SnapshotReader:
     snapshot_id: SnapshotId
     last_contained_log_timestamp: int
     records: list[Message]
+    #: the control records between header and footer (KRaftVersionRecord, VotersRecord)
+    control: list[Message] = field(default_factory=list)
 
     @property
     def last_contained_offset(self) -> int:
@@ -179,11 +188,10 @@ class SnapshotReader:
         if len(footer) != 1 or not isinstance(footer[0], SnapshotFooterRecord):
             raise SnapshotError(f"snapshot {snapshot_id.file_name} does not end with a footer")
         records: list[Message] = []
+        control: list[Message] = []
         for batch in batches[1:-1]:
-            if batch.is_control:
-                continue  # KRaftVersion/Voters records: static voters here, nothing to load
-            records.extend(batch_records(batch))
-        return cls(snapshot_id, header[0].last_contained_log_timestamp, records)
+            (control if batch.is_control else records).extend(batch_records(batch))
+        return cls(snapshot_id, header[0].last_contained_log_timestamp, records, control)
 
     @classmethod
     def open(cls, directory: Path, snapshot_id: SnapshotId) -> SnapshotReader:

@@ -9,6 +9,7 @@ from typing import Any
 from reference_broker.raft.core import RaftCore
 from reference_broker.raft.log import TOPIC
 from reference_broker.raft.messages import (
+    NO_DIRECTORY,
     NONE,
     BeginQuorumEpochRequest,
     EndQuorumEpochRequest,
@@ -17,6 +18,7 @@ from reference_broker.raft.messages import (
     FetchResponse,
     FetchSnapshotRequest,
     FetchSnapshotResponse,
+    UpdateVoterRequest,
     VoteRequest,
     VoteResponse,
 )
@@ -55,28 +57,48 @@ def _one_partition(topics: list[Any], name_field: str = "topic_name") -> Any:
 
 # -- requests out -----------------------------------------------------------------------------
 
-def to_request(request: Any, cluster_id: str) -> Any:
+def _directory_of(core: RaftCore | None, node_id: int) -> Any:
+    voter = None if core is None else core.voter_set.voters.get(node_id)
+    return NO_DIRECTORY if voter is None else voter.directory_id
+
+
+def _leader_endpoints(cls: Any, core: RaftCore | None) -> list[Any]:
+    return [cls(name=e.name, host=e.host, port=e.port) for e in (core.endpoints if core else ())]
+
+
+def to_request(request: Any, cluster_id: str, destination: int = -1,
+               core: RaftCore | None = None) -> Any:
+    """The wire request of a core request to ``destination``; with the sending ``core``, the
+    v1 fields Kafka fills in: the destination voter's replica key, the candidate's directory id
+    and the leader's endpoints."""
     if isinstance(request, VoteRequest):
-        return m.VoteRequest(cluster_id=cluster_id, topics=[m.VoteRequest.TopicData(
+        return m.VoteRequest(cluster_id=cluster_id, voter_id=destination,
+                             topics=[m.VoteRequest.TopicData(
             topic_name=TOPIC, partitions=[m.VoteRequest.TopicData.PartitionData(
                 partition_index=0, candidate_epoch=request.epoch,
-                candidate_id=request.candidate_id, last_offset_epoch=request.last_epoch,
-                last_offset=request.last_offset)])])
+                candidate_id=request.candidate_id,
+                candidate_directory_id=NO_DIRECTORY if core is None else core.directory_id,
+                voter_directory_id=_directory_of(core, destination),
+                last_offset_epoch=request.last_epoch, last_offset=request.last_offset)])])
     if isinstance(request, BeginQuorumEpochRequest):
-        return m.BeginQuorumEpochRequest(cluster_id=cluster_id, topics=[
-            m.BeginQuorumEpochRequest.TopicData(topic_name=TOPIC, partitions=[
-                m.BeginQuorumEpochRequest.TopicData.PartitionData(
-                    partition_index=0, leader_id=request.leader_id,
-                    leader_epoch=request.epoch)])])
+        begin = m.BeginQuorumEpochRequest
+        return begin(cluster_id=cluster_id, voter_id=destination, topics=[
+            begin.TopicData(topic_name=TOPIC, partitions=[begin.TopicData.PartitionData(
+                partition_index=0, voter_directory_id=_directory_of(core, destination),
+                leader_id=request.leader_id, leader_epoch=request.epoch)])],
+            leader_endpoints=_leader_endpoints(begin.LeaderEndpoint, core))
     if isinstance(request, EndQuorumEpochRequest):
-        part = m.EndQuorumEpochRequest.TopicData.PartitionData(
+        end = m.EndQuorumEpochRequest
+        part = end.TopicData.PartitionData(
             partition_index=0, leader_id=request.leader_id, leader_epoch=request.epoch,
             preferred_successors=list(request.preferred_successors),
             preferred_candidates=[
-                m.EndQuorumEpochRequest.TopicData.PartitionData.ReplicaInfo(candidate_id=c)
+                end.TopicData.PartitionData.ReplicaInfo(
+                    candidate_id=c, candidate_directory_id=_directory_of(core, c))
                 for c in request.preferred_successors])
-        return m.EndQuorumEpochRequest(cluster_id=cluster_id, topics=[
-            m.EndQuorumEpochRequest.TopicData(topic_name=TOPIC, partitions=[part])])
+        return end(cluster_id=cluster_id, topics=[end.TopicData(topic_name=TOPIC,
+                                                                partitions=[part])],
+                   leader_endpoints=_leader_endpoints(end.LeaderEndpoint, core))
     if isinstance(request, FetchRequest):
         fetch = m.FetchRequest
         return fetch(
@@ -88,7 +110,8 @@ def to_request(request: Any, cluster_id: str) -> Any:
                     partition=0, current_leader_epoch=request.epoch,
                     fetch_offset=request.fetch_offset,
                     last_fetched_epoch=request.last_fetched_epoch, log_start_offset=-1,
-                    partition_max_bytes=8 << 20)])])
+                    partition_max_bytes=8 << 20,
+                    replica_directory_id=request.replica_directory_id)])])
     if isinstance(request, FetchSnapshotRequest):
         fs = m.FetchSnapshotRequest
         ps = fs.TopicSnapshot.PartitionSnapshot
@@ -98,6 +121,14 @@ def to_request(request: Any, cluster_id: str) -> Any:
                       snapshot_id=ps.SnapshotId(end_offset=request.snapshot_id[0],
                                                 epoch=request.snapshot_id[1]),
                       position=request.position)])])
+    if isinstance(request, UpdateVoterRequest):
+        uv = m.UpdateRaftVoterRequest
+        low, high = request.kraft_versions
+        return uv(cluster_id=cluster_id, current_leader_epoch=request.epoch,
+                  voter_id=request.voter_id, voter_directory_id=request.directory_id,
+                  listeners=[uv.Listener(name=n, host=h, port=p) for n, h, p in request.endpoints],
+                  k_raft_version_feature=uv.KRaftVersionFeature(min_supported_version=low,
+                                                                max_supported_version=high))
     raise TypeError(f"not a raft request: {request!r}")
 
 
@@ -137,6 +168,9 @@ def feed_response(core: RaftCore, source: int, request: Any, response: Any, now_
             (part.snapshot_id.end_offset, part.snapshot_id.epoch), part.size, part.position,
             bytes(part.unaligned_records or b"")), now_ms)
         return
+    if isinstance(request, UpdateVoterRequest):
+        core.handle_update_voter_response(response.error_code, now_ms)
+        return
     if response.error_code != NONE:
         raise WireError(f"{type(response).__name__} error {response.error_code}")
     part = _one_partition(response.topics)
@@ -149,6 +183,17 @@ def feed_response(core: RaftCore, source: int, request: Any, response: Any, now_
 
 
 # -- requests in ------------------------------------------------------------------------------
+
+def invalid_voter_key(core: RaftCore, request: Any) -> bool:
+    """Kafka's isValidVoterKey, negated: a v1 Vote or BeginQuorumEpoch meant for another replica
+    (another node id, or this id with another directory)."""
+    voter_id = getattr(request, "voter_id", -1)
+    if voter_id >= 0 and voter_id != core.node_id:
+        return True
+    parts = [p for t in request.topics for p in t.partitions]
+    directory = getattr(parts[0], "voter_directory_id", None) if parts else None
+    return directory not in (None, NO_DIRECTORY) and directory != core.directory_id
+
 
 def vote_request(request: Any) -> VoteRequest:
     part = _one_partition(request.topics)
@@ -188,11 +233,15 @@ def fetch_request(request: Any) -> FetchRequest:
     replica_id = request.replica_id
     if request.replica_state is not None and request.replica_state.replica_id >= 0:
         replica_id = request.replica_state.replica_id
+    directory_id = getattr(part, "replica_directory_id", None) or NO_DIRECTORY
     return FetchRequest(part.current_leader_epoch, replica_id, part.fetch_offset,
-                        part.last_fetched_epoch)
+                        part.last_fetched_epoch, directory_id)
 
 
-def fetch_response(answer: FetchResponse) -> Any:
+def fetch_response(answer: FetchResponse,
+                   leader_endpoint: tuple[str, int] | None = None) -> Any:
+    """The Fetch answer; ``leader_endpoint`` (the leader's controller listener) goes in
+    NodeEndpoints (Fetch v16+), where an observer that knows no voter learns where to fetch."""
     cls = m.FetchResponse
     pd = cls.FetchableTopicResponse.PartitionData
     part = pd(partition_index=0, error_code=answer.error, high_watermark=answer.high_watermark,
@@ -206,8 +255,12 @@ def fetch_response(answer: FetchResponse) -> Any:
     if answer.snapshot_id is not None:
         part.snapshot_id = pd.SnapshotId(end_offset=answer.snapshot_id[0],
                                          epoch=answer.snapshot_id[1])
+    endpoints = []
+    if leader_endpoint is not None and answer.leader_id is not None:
+        endpoints = [cls.NodeEndpoint(node_id=answer.leader_id, host=leader_endpoint[0],
+                                      port=leader_endpoint[1])]
     return cls(error_code=NONE, session_id=0, responses=[cls.FetchableTopicResponse(
-        topic=TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[part])])
+        topic=TOPIC, topic_id=METADATA_TOPIC_ID, partitions=[part])], node_endpoints=endpoints)
 
 
 def fetch_snapshot_request(request: Any) -> FetchSnapshotRequest:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from reference_broker.config import BrokerConfig, ConfigError
+from reference_broker.config import BrokerConfig, ConfigError, quorum_configured
 from reference_broker.security.listeners import Listener, build_listeners, parse_protocol_map
 
 #: Kafka's authorizers; both are served by ``reference_broker.security.authorizer``.
@@ -41,7 +41,7 @@ def configured_listeners(config: BrokerConfig) -> list[Listener]:
         config.get("advertised.listeners"),
         parse_protocol_map(config.get("listener.security.protocol.map")),
         [n.upper() for n in config.get("controller.listener.names") or []]
-        if config.get("controller.quorum.voters") else (),
+        if quorum_configured(config) else (),
     )
     inter_broker = config.get("inter.broker.listener.name")
     if inter_broker and inter_broker.upper() not in {lst.name for lst in listeners}:
