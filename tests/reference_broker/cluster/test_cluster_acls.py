@@ -39,6 +39,7 @@ from reference_broker.testing import ClusterProcess, wait_until
 from sdk.protocol.codec import encode, encode_request
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
+    AddRaftVoterRequest,
     AlterClientQuotasRequest,
     AlterPartitionReassignmentsRequest,
     AlterUserScramCredentialsRequest,
@@ -59,6 +60,7 @@ from sdk.protocol.messages import (
     IncrementalAlterConfigsRequest,
     ListPartitionReassignmentsRequest,
     MetadataRequest,
+    RemoveRaftVoterRequest,
     SaslAuthenticateRequest,
     SaslHandshakeRequest,
 )
@@ -434,6 +436,14 @@ def changing_requests(topic: str, new_topic: str) -> list[tuple[str, Any, int, C
             ops=[Quota.OpData(key="producer_byte_rate", value=1.0, remove=False)],
         )]), 1, lambda a: [e.error_code for e in a.entries], [refused_cluster]),
         ("DescribeQuorum", quorum_request(), 1, lambda a: a.error_code, refused_cluster),
+        # ALTER on the cluster comes before any quorum check (a static quorum refuses both)
+        ("AddRaftVoter", AddRaftVoterRequest(
+            cluster_id=None, timeout_ms=30_000, voter_id=9, voter_directory_id=uuid.uuid4(),
+            listeners=[AddRaftVoterRequest.Listener(name="CONTROLLER", host="127.0.0.1", port=1)]), 0,
+         lambda a: a.error_code, refused_cluster),
+        ("RemoveRaftVoter", RemoveRaftVoterRequest(
+            cluster_id=None, voter_id=3, voter_directory_id=uuid.uuid4()), 0,
+         lambda a: a.error_code, refused_cluster),
     ]
 
 
