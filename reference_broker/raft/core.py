@@ -158,6 +158,8 @@ class RaftCore:
         self._update_sent_epoch = -1  # the epoch this voter last sent UpdateRaftVoter in
         self._update_not_before_ms = 0
         self._last_fetch_ms = now_ms
+        #: the follower's fetch timeout from _last_fetch_ms (shortened by EndQuorumEpoch)
+        self._fetch_timeout_ms = self.timeouts.fetch_timeout_ms
         self.high_watermark: int | None = None
         latest = log.latest_snapshot
         #: the snapshot the listeners must load next (the latest one at start, a downloaded one)
@@ -298,7 +300,7 @@ class RaftCore:
         self._leader = None
         self.granted = set()
         self._fetch_in_flight = False
-        self._last_fetch_ms = now_ms
+        self._reset_fetch_timer(now_ms)
         self._persist()
 
     def _become_candidate(self, now_ms: int) -> None:
@@ -382,7 +384,7 @@ class RaftCore:
                 self._become_candidate(now_ms)
             elif role == RESIGNED:  # a leader that removed itself goes on as an observer
                 self._become_unattached(self.epoch, now_ms)
-        elif role == FOLLOWER and now_ms - self._last_fetch_ms >= self.timeouts.fetch_timeout_ms:
+        elif role == FOLLOWER and now_ms - self._last_fetch_ms >= self._fetch_timeout_ms:
             if self.is_voter:
                 self._become_candidate(now_ms)
             else:
@@ -466,7 +468,7 @@ class RaftCore:
     def next_deadline_ms(self) -> int:
         """When :meth:`poll` next has something to do (the driver sleeps until then)."""
         if self.role == FOLLOWER:
-            return self._last_fetch_ms + self.timeouts.fetch_timeout_ms
+            return self._last_fetch_ms + self._fetch_timeout_ms
         if self.role == LEADER and self._leader is not None:
             # Not the election deadline, long past for a leader: its loop would never sleep.
             return min(self._leader.begin_resend_ms, self._leader.check_quorum_ms)
@@ -534,20 +536,28 @@ class RaftCore:
                                 now_ms: int) -> EpochResponse:
         if request.epoch < self.epoch:
             return EpochResponse(FENCED_LEADER_EPOCH, self.epoch, self.leader_id)
-        if request.epoch > self.epoch:
-            self._become_unattached(request.epoch, now_ms)
-        elif self.role == FOLLOWER and self.leader_id == request.leader_id and self.is_voter:
-            # The leader is going away: stand for election soon, the first preferred successor
-            # at once and the others after a backoff growing with their position.
-            self._become_unattached(self.epoch, now_ms, voted_id=self.voted_id)
-            try:
-                position = request.preferred_successors.index(self.node_id)
-            except ValueError:
-                position = len(request.preferred_successors)
-            backoff = self.timeouts.election_backoff_max_ms
-            self._deadline_ms = now_ms + (0 if position == 0 else
-                                          self.rng.randrange(backoff * position // 2 + 1))
+        self._observe_epoch(request.epoch, request.leader_id, now_ms)
+        if self.role == FOLLOWER and self.leader_id == request.leader_id:
+            # The leader is going away: the follower keeps it as leader (and goes on fetching)
+            # but stands for election once a shortened fetch timeout ends, the first preferred
+            # successor at once, the others later the further down the list (Kafka's
+            # endEpochElectionBackoff); a successful fetch meanwhile restores the full timeout.
+            self._reset_fetch_timer(now_ms, self._end_epoch_backoff_ms(request.preferred_successors))
         return EpochResponse(NONE, self.epoch, self.leader_id)
+
+    def _end_epoch_backoff_ms(self, successors: list[int]) -> int:
+        """Kafka's strictExponentialElectionBackoffMs for this node's place in ``successors``."""
+        backoff_max = self.timeouts.election_backoff_max_ms
+        if self.node_id not in successors:
+            return backoff_max
+        position = successors.index(self.node_id)
+        if position == 0:
+            return 0
+        return min(backoff_max, (backoff_max >> (len(successors) - 1)) << (position - 1))
+
+    def _reset_fetch_timer(self, now_ms: int, timeout_ms: int | None = None) -> None:
+        self._last_fetch_ms = now_ms
+        self._fetch_timeout_ms = self.timeouts.fetch_timeout_ms if timeout_ms is None else timeout_ms
 
     def handle_epoch_response(self, response: EpochResponse, now_ms: int) -> None:
         if response.error != NONE:
@@ -637,7 +647,7 @@ class RaftCore:
             self._observe_epoch(response.epoch, response.leader_id, now_ms)
             if response.epoch != self.epoch or self.leader_id != response.leader_id:
                 return
-        self._last_fetch_ms = now_ms
+        self._reset_fetch_timer(now_ms)
         if response.snapshot_id is not None:
             self._start_download(SnapshotId(*response.snapshot_id))
             return
@@ -705,7 +715,7 @@ class RaftCore:
             self._observe_epoch(response.epoch, response.leader_id, now_ms)
             if response.epoch != self.epoch or self.leader_id != response.leader_id:
                 return
-        self._last_fetch_ms = now_ms
+        self._reset_fetch_timer(now_ms)
         download = self._download
         if download is None:
             return

@@ -237,11 +237,39 @@ def test_resign_sends_end_quorum_epoch_and_a_successor_elects_at_once(
     elect(trio, 1, 0)
     trio[1].resign(0)
     deliver(trio, 0)
-    assert trio[2].role == UNATTACHED and trio[2].next_deadline_ms() == 0
+    # Kafka's followers keep the resigning leader until their shortened fetch timeout ends: at
+    # once for the first preferred successor, the strict exponential backoff for the next
+    assert [(trio[i].role, trio[i].leader_id) for i in (2, 3)] == [(FOLLOWER, 1), (FOLLOWER, 1)]
+    assert trio[2].next_deadline_ms() == 0
+    assert trio[3].next_deadline_ms() == trio[3].timeouts.election_backoff_max_ms // 2
     del trio[1]
     trio[2].poll(0)
     deliver(trio, 0)
     assert trio[2].role == LEADER and trio[2].epoch == 2
+
+
+@pytest.mark.parametrize(("successors", "backoffs"), [
+    ([2, 3], {2: 0, 3: 500}),
+    ([3, 2], {2: 500, 3: 0}),
+    ([3], {2: 1000, 3: 0}),  # a voter the leader does not name waits the longest
+])
+def test_end_quorum_epoch_shortens_each_followers_fetch_timeout_by_its_place(
+        trio: dict[int, RaftCore], successors: list[int], backoffs: dict[int, int]) -> None:
+    """Kafka's strictExponentialElectionBackoffMs (election_backoff_max_ms 1000 here): 0 for the
+    first successor, max >> (n - 1) << (position - 1) for the others, max when not named."""
+    elect(trio, 1, 0)
+    for i in (2, 3):
+        trio[i].handle_end_quorum_epoch(EndQuorumEpochRequest(1, 1, successors), 10)
+        assert trio[i].next_deadline_ms() == 10 + backoffs[i]
+
+
+def test_end_quorum_epoch_of_a_newer_epoch_makes_its_sender_the_leader_to_follow(
+        trio: dict[int, RaftCore]) -> None:
+    """A voter that missed the epoch's BeginQuorumEpoch learns the leader from its
+    EndQuorumEpoch (Kafka's maybeTransition) before shortening its fetch timeout."""
+    node = trio[3]
+    assert node.handle_end_quorum_epoch(EndQuorumEpochRequest(4, 1, [3, 2]), 10) == EpochResponse(NONE, 4, 1)
+    assert (node.role, node.epoch, node.leader_id, node.next_deadline_ms()) == (FOLLOWER, 4, 1, 10)
 
 
 def test_follower_stands_for_election_after_the_fetch_timeout(trio: dict[int, RaftCore]) -> None:
