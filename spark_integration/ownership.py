@@ -71,6 +71,11 @@ class Marker:
     def committed_offset(self) -> OffsetAndMetadata:
         return OffsetAndMetadata(self.offset, json.dumps({"owner": self.owner}))
 
+    def aborted_offset(self) -> OffsetAndMetadata:
+        """The marker a failed batch write's driver commits under each of its ids: a task of the
+        write that starts after it stops (``was_aborted``) instead of opening a transaction."""
+        return OffsetAndMetadata(self.offset, json.dumps({"owner": self.owner, "aborted": True}))
+
     def record(self) -> dict[str, Any]:
         """The marker as the fields of an intent record."""
         return {"owner": self.owner, "batch": self.batch}
@@ -113,6 +118,17 @@ def refusal(prefix: str, ours: str, theirs: str | None) -> PrefixInUseError:
     return PrefixInUseError(
         f"transactional.id.prefix {prefix!r} belongs to {used_by}: a batch write would overwrite its batch "
         "markers. Set another 'transactional.id.prefix' for the batch write.")
+
+
+def was_aborted(found: OffsetAndMetadata | None, marker: Marker) -> bool:
+    """Whether ``found`` is ``marker``'s write's ``aborted_offset``: Spark's driver gave the write
+    up."""
+    if found is None or owner_of(found) != marker.owner:
+        return False
+    try:
+        return bool(json.loads(found.metadata or "null").get("aborted"))
+    except (ValueError, AttributeError):
+        return False
 
 
 def already_committed(found: OffsetAndMetadata | None, marker: Marker, prefix: str) -> bool:

@@ -58,7 +58,7 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 from sdk.client.cluster import TopicPartition
 from sdk.consumer.consumer import Consumer as AsyncConsumer
 from sdk.consumer.records import OffsetAndMetadata
-from sdk.errors import InvalidTransactionTimeoutError
+from sdk.errors import InvalidTransactionTimeoutError, ProducerFencedError
 from sdk.producer.producer import Producer as AsyncProducer
 from sdk.sync import Producer
 from spark_integration.admin import TopicSpec, ensure_topic, fetch_committed
@@ -70,6 +70,7 @@ from spark_integration.ownership import (
     PrefixInUseError,
     already_committed,
     claim_prefix,
+    was_aborted,
 )
 from spark_integration.two_phase import (
     DEFAULT_INTENT_TOPIC,
@@ -107,6 +108,10 @@ class MarkersExpiredError(RuntimeError):
     """A streaming query past its first batch finds no batch marker at all: they expired with the
     broker's ``offsets.retention.minutes`` while the query was stopped, so a re-run batch could
     not be recognised as written."""
+
+
+class WriteAbortedError(RuntimeError):
+    """A task of a batch write that Spark's driver already aborted: it writes nothing."""
 
 
 class InjectedFailure(RuntimeError):
@@ -378,6 +383,11 @@ def write_partition(options: SinkOptions, rows: Iterator[Any], prefix: str,
             resolve_kept_transaction(producer, options.consumer_settings, options.intent_topic, prefix,
                                      transactional_id, options.intent_wait_s)
         found = read_marker(options, transactional_id)
+        if was_aborted(found, marker):
+            for _ in rows:
+                pass
+            raise WriteAbortedError(f"{transactional_id}: Spark's driver aborted the write {marker.owner}; "
+                                    "this task, still running, writes nothing")
         if found is None:
             _check_markers_kept(options, prefix, marker, partition)
         if already_committed(found, marker, prefix):
@@ -595,7 +605,10 @@ class KafkaBatchWriter(DataSourceArrowWriter):
         log.warning("write %s aborted by Spark", self.write_id)
         if self.options.guarantee == EXACTLY_ONCE:
             try:
-                _resolve_lingering(self.options, self.prefix)
+                outcomes = _resolve_lingering(self.options, self.prefix)
+                rolled_forward = {tid for tid, outcome in outcomes.items() if outcome == "rolled forward"}
+                _close_write(self.options, self.prefix, Marker.of_write(self.write_id), len(messages),
+                             rolled_forward)
             except Exception:  # Spark reports the write's own failure; this one is logged
                 log.error("write %s: its unfinished transactions under %s could not be ended; a later "
                           "write with the prefix, or AdminClient.abort_transactions_with_prefix, ends them",
@@ -669,13 +682,45 @@ def commit_two_phase(options: SinkOptions, messages: Sequence[WriterCommitMessag
     log.info("two-phase commit of %s: %s", marker, outcomes)
 
 
-def _resolve_lingering(options: SinkOptions, prefix: str, first_partition: int = 0) -> None:
+def _resolve_lingering(options: SinkOptions, prefix: str, first_partition: int = 0) -> dict[str, str]:
     # Imported here: it needs the admin client, which the workers that only write a partition
     # never use.
     from spark_integration.recovery import resolve_lingering
 
-    resolve_lingering(options.producer_settings, options.consumer_settings, options.intent_topic, prefix,
-                      options.commit_mode == TWO_PHASE, first_partition)
+    return resolve_lingering(options.producer_settings, options.consumer_settings, options.intent_topic,
+                             prefix, options.commit_mode == TWO_PHASE, first_partition)
+
+
+#: How often the driver takes an id of an aborted write back from a task that fenced it meanwhile
+_CLOSE_ATTEMPTS = 5
+
+
+def _close_write(options: SinkOptions, prefix: str, marker: Marker, partitions: int, skip: set[str]) -> None:
+    """After a failed batch write, end it under each of its ids but ``skip`` (rolled forward):
+    Spark calls ``abort`` while tasks of the write may still run, and a task's transaction begun
+    after the lingering ones were listed would stay open (a two-phase one forever). Under each id
+    one transaction fences every task that initialized before it (their transaction is aborted,
+    their later requests refused) and commits the write's ``aborted_offset`` marker, which a task
+    initializing after it reads before it begins (``was_aborted``). A task initializing between
+    the two fences this transaction instead: it is tried again, fencing that task in turn."""
+    for partition in range(partitions):
+        transactional_id = f"{prefix}-{partition}"
+        if transactional_id in skip:
+            continue
+        for attempt in range(1, _CLOSE_ATTEMPTS + 1):
+            try:
+                with Producer(**options.producer_settings, transactional_id=transactional_id) as closer:
+                    closer.begin_transaction()
+                    closer.send_offsets_to_transaction(
+                        {TopicPartition(options.marker_topic, 0): marker.aborted_offset()},
+                        marker_group(transactional_id))
+                    closer.commit_transaction()
+                break
+            except ProducerFencedError:
+                log.info("%s: a task of the aborted write fenced the driver (attempt %d): again",
+                         transactional_id, attempt)
+        else:
+            raise WriteAbortedError(f"{transactional_id}: could not end the aborted write {marker.owner}")
 
 
 def _kill_driver(process_group: int) -> None:

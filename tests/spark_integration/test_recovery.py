@@ -28,6 +28,7 @@ from spark_integration.writer import (
     MarkersExpiredError,
     SinkOptions,
     TransactionTimeoutError,
+    WriteAbortedError,
     marker_group,
     write_partition,
 )
@@ -111,6 +112,34 @@ def test_a_batch_write_resolves_what_an_earlier_write_of_its_prefix_left_prepare
     assert _lingering(broker.bootstrap, f"w-{topic}") == []
     assert sorted(_committed_later_is_readable(broker.bootstrap, topic)) == sorted(
         f"later-{i}".encode() for i in range(10))
+
+
+@pytest.mark.parametrize("mode", ["per-task", "two-phase"])
+def test_tasks_still_running_when_the_driver_aborts_the_write_leave_no_transaction(
+        broker: Any, mode: str) -> None:
+    """Spark calls the driver's ``abort`` as soon as a task failed for good, while other tasks
+    of the write may still run (seen in CI: a task's transaction begun after the abort listed the
+    lingering ones stayed open, and a two-phase one never times out). A task writing when the
+    driver aborts is fenced and its transaction aborted; a task starting after it writes
+    nothing."""
+    topic = f"zombie-{uuid.uuid4().hex[:8]}"
+    _create(broker.bootstrap, topic)
+    writer = KafkaBatchWriter(_raw_options(broker.bootstrap, topic, mode), SCHEMA)
+    marker = Marker.of_write(writer.write_id)
+
+    def rows_while_the_driver_aborts() -> Any:
+        yield (b"zombie-0",)
+        writer.abort([None, None])
+        yield (b"zombie-1",)
+
+    with pytest.raises(Exception) as fenced:
+        write_partition(writer.options, rows_while_the_driver_aborts(), writer.prefix, marker, partition=0)
+    assert not isinstance(fenced.value, WriteAbortedError), fenced.value
+    with pytest.raises(WriteAbortedError):
+        write_partition(writer.options, iter(_rows("late")), writer.prefix, marker, partition=1)
+    assert _lingering(broker.bootstrap, writer.prefix) == []
+    values = _committed_later_is_readable(broker.bootstrap, topic)
+    assert sorted(values) == sorted(f"later-{i}".encode() for i in range(10))
 
 
 @pytest.mark.parametrize("mode", ["per-task", "two-phase"])
