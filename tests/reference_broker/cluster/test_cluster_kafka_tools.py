@@ -237,7 +237,9 @@ def test_a_client_that_met_the_cluster_as_its_controller_died_creates_topics_at_
         admin = AdminClient({"bootstrap.servers": survivors})
         name = f"after-controller-{uuid.uuid4().hex[:6]}"
         admin.create_topics([NewTopic(name, 2, 3)], operation_timeout=30)[name].result(60)
-        topics = admin.list_topics(name, timeout=10).topics
-        assert len(topics[name].partitions) == 2
+        # The answering broker may learn the topic a moment after the controller created it (seen
+        # on Kafka's cluster: UNKNOWN_TOPIC_OR_PARTITION right after the creation's answer).
+        until(lambda: len(admin.list_topics(name, timeout=10).topics[name].partitions) == 2,
+              f"{name} listed with its 2 partitions", 30)
     finally:
         nodes.bring_back(leader)
