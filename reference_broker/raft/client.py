@@ -427,6 +427,14 @@ class RaftClient:
         self._kick()
         return await self._await_change(pending, self.timeouts.request_timeout_ms)
 
+    def upgrade_kraft_version(self, epoch: int, version: int, validate_only: bool) -> None:
+        """Leader only: upgrade kraft.version (``VoterChanges.upgrade_kraft_version``)."""
+        changes = self.voter_changes
+        if changes is None:
+            raise NotLeaderError("the raft client is not started")
+        if changes.upgrade_kraft_version(epoch, version, validate_only, _now_ms()):
+            self._kick()
+
     def update_voter(self, voter: Voter) -> Answer:
         changes = self.voter_changes
         if changes is None:

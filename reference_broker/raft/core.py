@@ -352,10 +352,28 @@ class RaftCore:
                                          SUPPORTED_KRAFT_VERSIONS)) or voters
         if self.voter_history.latest_offset != -1 and voters == self.voter_set:
             return
-        self.log.append_control(KRaftVersionRecord(version=0, k_raft_version=self.kraft_version),
-                                self.epoch, now_ms)
-        start, _ = self.log.append_control(voters.to_record(), self.epoch, now_ms)
-        self.voter_history.handle_control(start, voters.to_record())
+        self._append_kraft_and_voters(self.kraft_version, voters, now_ms)
+
+    def _append_kraft_and_voters(self, kraft_version: int, voters: VoterSet, now_ms: int) -> int:
+        """Append a KRaftVersionRecord and a VotersRecord (in force at once); the latter's offset."""
+        kraft = KRaftVersionRecord(version=0, k_raft_version=kraft_version)
+        start, _ = self.log.append_control(kraft, self.epoch, now_ms)
+        self.voter_history.handle_control(start, kraft)
+        record = voters.to_record()
+        start, _ = self.log.append_control(record, self.epoch, now_ms)
+        self.voter_history.handle_control(start, record)
+        return start
+
+    def append_kraft_upgrade(self, kraft_version: int, voters: VoterSet, now_ms: int) -> int:
+        """Leader only: append the upgrade to ``kraft_version`` with the voter set it starts
+        from (Kafka writes both at once); the VotersRecord's offset."""
+        if self.role != LEADER:
+            raise NotLeaderError(f"node {self.node_id} is not the leader")
+        offset = self._append_kraft_and_voters(kraft_version, voters, now_ms)
+        for v in voters.ids:
+            self._leader_replica(v)
+        self._update_high_watermark()
+        return offset
 
     def _leader_replica(self, replica_id: int) -> ReplicaState:
         assert self._leader is not None
@@ -403,17 +421,19 @@ class RaftCore:
                 self._send_fetch(self.rng.choice(targets))
 
     def _maybe_update_voter(self, now_ms: int) -> None:
-        """Kafka's voters send UpdateRaftVoter to the leader when the voter set names other
-        listeners or kraft.version range than theirs (a restart on other ports): once per epoch,
-        again after a backoff if it failed."""
-        if (self.role != FOLLOWER or self.leader_id is None or self.kraft_version < 1
-                or not self.endpoints or self._update_sent_epoch == self.epoch
-                or now_ms < self._update_not_before_ms):
+        """Kafka's voters send UpdateRaftVoter to the leader: at kraft.version 0 once per epoch
+        (the leader learns their directory ids and kraft.version ranges, which an upgrade to 1
+        needs), at 1 when the voter set names other listeners or kraft.version range than theirs
+        (a restart on other ports); again after a backoff if it failed."""
+        if (self.role != FOLLOWER or self.leader_id is None or not self.endpoints
+                or self._update_sent_epoch == self.epoch or now_ms < self._update_not_before_ms):
             return
         mine = self.voter_set.voters.get(self.node_id)
-        if mine is None or mine.directory_id != self.directory_id:
+        if mine is None:
             return
-        if mine.endpoints == self.endpoints and mine.kraft_versions == SUPPORTED_KRAFT_VERSIONS:
+        if self.kraft_version >= 1 and (
+                mine.directory_id != self.directory_id
+                or (mine.endpoints == self.endpoints and mine.kraft_versions == SUPPORTED_KRAFT_VERSIONS)):
             return
         self._update_sent_epoch = self.epoch
         self.outbox.append(Outbound(self.leader_id, UpdateVoterRequest(

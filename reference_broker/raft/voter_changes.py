@@ -12,6 +12,12 @@ The invariants, as Kafka's:
   to commit (the high watermark passes it), counted by the new set;
 - a leader that removed itself resigns once that removal commits.
 
+At kraft.version 0 the voters are static and the log holds no voter set: the leader keeps one
+in memory (Kafka's volatile voters), the static voters with what each announced by
+UpdateRaftVoter (directory id, listeners, kraft.version range), for this epoch only.
+:meth:`VoterChanges.upgrade_kraft_version` appends kraft.version 1 with that set once every voter
+supports it and has a directory id.
+
 An add is two steps because Kafka's leader asks the new voter's ApiVersions for its supported
 kraft.version range first: :meth:`VoterChanges.begin_add` checks what it can before that call,
 :meth:`VoterChanges.finish_add` the rest after it.
@@ -23,7 +29,7 @@ import uuid
 from dataclasses import dataclass
 
 from reference_broker.log.log_manager import topic_id_to_string
-from reference_broker.raft.core import LEADER, RaftCore
+from reference_broker.raft.core import LEADER, NotLeaderError, RaftCore
 from reference_broker.raft.messages import (
     DUPLICATE_VOTER,
     INVALID_REQUEST,
@@ -33,7 +39,7 @@ from reference_broker.raft.messages import (
     UNSUPPORTED_VERSION,
     VOTER_NOT_FOUND,
 )
-from reference_broker.raft.voter_set import NO_DIRECTORY, Voter, VoterSet
+from reference_broker.raft.voter_set import NO_DIRECTORY, SUPPORTED_KRAFT_VERSIONS, Voter, VoterSet
 
 #: Kafka's LeaderState.isReplicaCaughtUp: an observer that reached the leader's log end and has
 #: fetched within the last hour is caught up enough to be added
@@ -74,6 +80,20 @@ class PendingChange:
     answer: Answer | None = None
 
 
+class KRaftUpgradeError(Exception):
+    """An upgrade of kraft.version refused with INVALID_UPDATE_VERSION and this message (Kafka's
+    InvalidUpdateVersionException from the raft layer)."""
+
+
+class KRaftUpgradeStateError(Exception):
+    """An upgrade of kraft.version the leader cannot make in its state (Kafka throws an
+    IllegalStateException: its controller fails the request with UNKNOWN_SERVER_ERROR)."""
+
+
+def _kraft_name(version: int) -> str:
+    return f"KRAFT_VERSION_{version}"  # Kafka's KRaftVersion enum names, as its messages print them
+
+
 class VoterChanges:
     """The leader's one pending voter change over a :class:`RaftCore`; see the module doc."""
 
@@ -82,6 +102,51 @@ class VoterChanges:
         self.request_timeout_ms = (request_timeout_ms if request_timeout_ms is not None
                                    else core.timeouts.request_timeout_ms)
         self.pending: PendingChange | None = None
+        self._volatile: tuple[int, VoterSet] | None = None  # (epoch, voters) at kraft.version 0
+
+    def volatile_voters(self) -> VoterSet:
+        """The leader's in-memory voter set of this epoch at kraft.version 0: the static voters,
+        this leader with its own directory id, listeners and range."""
+        core = self.core
+        if self._volatile is None or self._volatile[0] != core.epoch:
+            voters = core.voter_set
+            own = voters.voters.get(core.node_id)
+            if own is not None:
+                voters = voters.update_ignoring_directory(Voter(
+                    core.node_id, core.directory_id, core.endpoints or own.endpoints,
+                    SUPPORTED_KRAFT_VERSIONS)) or voters
+            self._volatile = (core.epoch, voters)
+        return self._volatile[1]
+
+    # -- kraft.version ----------------------------------------------------------------------------
+
+    def upgrade_kraft_version(self, epoch: int, version: int, validate_only: bool, now_ms: int) -> bool:
+        """Kafka's LeaderState.maybeAppendUpgradedKRaftVersion: append kraft.version ``version``
+        with the in-memory voter set (True), or change nothing when already there (False).
+        Raises NotLeaderError for another epoch, KRaftUpgradeError / KRaftUpgradeStateError."""
+        core = self.core
+        if core.role != LEADER or core.epoch != epoch:
+            raise NotLeaderError(f"Upgrade kraft version failed because the given epoch {epoch} is"
+                                 f" stale. Current leader epoch is {core.epoch}")
+        current = core.kraft_version
+        if version == current:
+            return False
+        if version < current:
+            raise KRaftUpgradeError(f"Invalid upgrade of kraft.version from version"
+                                    f" {_kraft_name(current)} to {_kraft_name(version)} because the"
+                                    " new version is a downgrade")
+        voters = self.volatile_voters()
+        if not voters.supports(version):
+            raise KRaftUpgradeError(f"Invalid upgrade of kraft.version to {_kraft_name(version)}"
+                                    " because not all of the voters support it")
+        if any(v.directory_id == NO_DIRECTORY for v in voters.voters.values()):
+            raise KRaftUpgradeStateError("Directory id must be known for all of the voters:"
+                                         f" {voter_keys(voters)}")
+        if validate_only:
+            return False
+        core.append_kraft_upgrade(version, voters, now_ms)
+        self._volatile = None
+        return True
 
     # -- the checks every change makes --------------------------------------------------------
 
@@ -198,8 +263,13 @@ class VoterChanges:
                           f" not include the finalized version {core.kraft_version}")
         if not voter.endpoints:
             return Answer(INVALID_REQUEST, "Voter's listeners are empty")
-        if core.kraft_version < 1:
-            return Answer(NONE)  # static voters: nothing in the log to update
+        if core.kraft_version < 1:  # static voters: the leader's in-memory set takes it in
+            volatile = self.volatile_voters().update_ignoring_directory(voter)
+            if volatile is None:
+                return Answer(VOTER_NOT_FOUND, f"Voter {replica_key(voter.node_id, voter.directory_id)}"
+                              f" is not part of the set of voters {voter_keys(core.voter_set)}")
+            self._volatile = (core.epoch, volatile)
+            return Answer(NONE)
         updated = core.voter_set.update(voter)
         if updated is None:
             return Answer(VOTER_NOT_FOUND, f"Voter {replica_key(voter.node_id, voter.directory_id)}"

@@ -103,6 +103,19 @@ class VoterSet:
             return None
         return VoterSet({**self.voters, voter.node_id: voter})
 
+    def update_ignoring_directory(self, voter: Voter) -> VoterSet | None:
+        """The set with that voter replaced, directory id included; None if its id is not a
+        voter. Kafka's leader keeps static voters (kraft.version 0, no directory ids) this way
+        in memory as each one announces itself with UpdateRaftVoter, for a later upgrade."""
+        if voter.node_id not in self.voters:
+            return None
+        return VoterSet({**self.voters, voter.node_id: voter})
+
+    def supports(self, kraft_version: int) -> bool:
+        """Whether every voter's supported kraft.version range holds ``kraft_version``."""
+        return all(v.kraft_versions[0] <= kraft_version <= v.kraft_versions[1]
+                   for v in self.voters.values())
+
     def to_record(self) -> VotersRecord:
         cls = VotersRecord.Voter
         return VotersRecord(version=0, voters=[
