@@ -21,10 +21,12 @@ from reference_broker._event_loop import loop_name
 from reference_broker._memory import ReturnFreedMemory
 from reference_broker.clock import Clock, LoopClock
 from reference_broker.config import BrokerConfig, quorum_configured
+from reference_broker.controller.supported_features import TRANSACTION_VERSION
 from reference_broker.coordinator.group.coordinator import GroupCoordinator
 from reference_broker.coordinator.group.service import GroupCoordinatorService
 from reference_broker.coordinator.txn.coordinator import TransactionCoordinator
 from reference_broker.coordinator.txn.service import TransactionCoordinatorService
+from reference_broker.features import finalized_level
 from reference_broker.fetch_sessions import FetchSessionCache
 from reference_broker.handlers import HandlerRegistry
 from reference_broker.handlers import install_all as install_handlers
@@ -276,6 +278,8 @@ class Broker:
         if self.replica_manager is not None:
             self.txn_service.use_replicated_topic(self.replica_manager)
         self.transaction_coordinator = self.txn_service.coordinator
+        self.transaction_coordinator.transaction_version = functools.partial(
+            finalized_level, self, TRANSACTION_VERSION)
         self.services.add(self.txn_service)
         self.services.add(
             LogChores(

@@ -1180,7 +1180,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             2,
             "The transaction.version feature level finalized in ApiVersions: 2 enables transactions"
             " v2 (KIP-890: epoch bump on every EndTxn, implicit adds); below 2 EndTxn v5, Produce v12+"
-            " and TxnOffsetCommit v5 are not served.",
+            " and TxnOffsetCommit v5 are not served. A single node finalizes this level; a cluster"
+            " is bootstrapped with it (as kafka-storage format --feature sets it) and afterwards"
+            " changes it only with UpdateFeatures (kafka-features upgrade|downgrade).",
             between(0, 2),
         ),
         ConfigKey(

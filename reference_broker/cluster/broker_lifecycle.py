@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from reference_broker.controller.supported_features import SUPPORTED_FEATURES
 from reference_broker.network.peer import PeerChannels, PeerConnectionError, PeerUnsupportedError
 from reference_broker.replication.partition import IsrCommitted, IsrProposal
 from sdk.protocol.errors import ErrorCode, make_error
@@ -39,8 +40,6 @@ from sdk.protocol.messages import (
 log = logging.getLogger("reference_broker.cluster")
 
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
-#: The metadata.version levels this broker supports (Kafka 4.1: 3.3-IV3 .. 4.1-IV1).
-METADATA_VERSION_RANGE = (7, 27)
 RETRY_BACKOFF_S = 0.1
 #: How often a request outstanding at a controller candidate looks whether the quorum has named
 #: another leader meanwhile.
@@ -205,10 +204,8 @@ class BrokerLifecycle:
             ],
             features=[
                 BrokerRegistrationRequest.Feature(
-                    name="metadata.version",
-                    min_supported_version=METADATA_VERSION_RANGE[0],
-                    max_supported_version=METADATA_VERSION_RANGE[1],
-                )
+                    name=name, min_supported_version=low, max_supported_version=high)
+                for name, (low, high) in SUPPORTED_FEATURES.items()
             ],
             rack=self.rack,
             previous_broker_epoch=self.broker_epoch,
@@ -663,7 +660,7 @@ def _install_admin_forwarding(registry: Any) -> None:
     """The partition admin APIs a single node does not serve, forwarded to the controller on a
     cluster's brokers (kafka-leader-election, kafka-reassign-partitions), and the voter changes
     of KIP-853 (kafka-metadata-quorum add-controller, remove-controller), which Kafka's brokers
-    forward too."""
+    forward too, and UpdateFeatures (kafka-features upgrade, downgrade, disable)."""
     from sdk.protocol.messages import (
         AddRaftVoterRequest,
         AddRaftVoterResponse,
@@ -675,6 +672,8 @@ def _install_admin_forwarding(registry: Any) -> None:
         ListPartitionReassignmentsResponse,
         RemoveRaftVoterRequest,
         RemoveRaftVoterResponse,
+        UpdateFeaturesRequest,
+        UpdateFeaturesResponse,
     )
 
     install_forwarding(
@@ -689,5 +688,6 @@ def _install_admin_forwarding(registry: Any) -> None:
             ),
             AddRaftVoterRequest.API_KEY: lambda _req, _v, code: AddRaftVoterResponse(error_code=code),
             RemoveRaftVoterRequest.API_KEY: lambda _req, _v, code: RemoveRaftVoterResponse(error_code=code),
+            UpdateFeaturesRequest.API_KEY: lambda _req, _v, code: UpdateFeaturesResponse(error_code=code),
         },
     )

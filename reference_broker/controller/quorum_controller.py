@@ -18,11 +18,13 @@ from reference_broker.controller.acl_control import AclControl
 from reference_broker.controller.client_quota_control import ClientQuotaControl
 from reference_broker.controller.cluster_control import METADATA_VERSION, ClusterControl
 from reference_broker.controller.config_control import ConfigurationControl
+from reference_broker.controller.feature_control import FeatureControl
 from reference_broker.controller.placement import StripedReplicaPlacer
 from reference_broker.controller.replication_control import ReplicationControl
 from reference_broker.controller.result import ControllerResult
 from reference_broker.controller.scram_control import ScramControl
 from reference_broker.controller.settings import METADATA_VERSION_LEVEL, ControllerSettings
+from reference_broker.controller.supported_features import GROUP_VERSION, TRANSACTION_VERSION
 from reference_broker.metadata.delta import MetadataDelta
 from reference_broker.metadata.image import MetadataImage
 
@@ -39,6 +41,7 @@ class QuorumController:
         self.acls = AclControl(self)
         self.client_quotas = ClientQuotaControl(self)
         self.scram = ScramControl(self)
+        self.features = FeatureControl(self)
         self._inflight: list[Any] | None = None
         self._inflight_last: int | None = None
         #: Set when the in-flight records have been seen committed.
@@ -117,12 +120,16 @@ class QuorumController:
         self.cluster.activate(now_ms)
 
     def bootstrap(self) -> ControllerResult:
-        """Records a new cluster needs once: the finalized metadata.version."""
+        """Records a new cluster needs once: the finalized features, as ``kafka-storage format``
+        of Kafka 4.1 writes them (metadata.version 4.1-IV1, group.version 1, and the
+        ``transaction.version`` the node is configured with, 2 by default); later changes go
+        through UpdateFeatures."""
         if METADATA_VERSION in self.image.features:
             return ControllerResult([])
-        return ControllerResult(
-            [rec.FeatureLevelRecord(name=METADATA_VERSION, feature_level=METADATA_VERSION_LEVEL)]
-        )
+        levels = {METADATA_VERSION: METADATA_VERSION_LEVEL, GROUP_VERSION: 1,
+                  TRANSACTION_VERSION: self.settings.transaction_version}
+        return ControllerResult([rec.FeatureLevelRecord(name=name, feature_level=level)
+                                 for name, level in levels.items() if level > 0])
 
     def fence_stale_brokers(self, now_ms: float) -> ControllerResult:
         return self.cluster.fence_stale_brokers(now_ms)

@@ -23,9 +23,11 @@ from collections.abc import Callable
 from typing import Any
 
 from reference_broker import internal_records as rec
+from reference_broker.controller.feature_control import FeatureUpdateError
 from reference_broker.controller.quorum_controller import QuorumController
 from reference_broker.controller.result import ControllerResult
 from reference_broker.controller.settings import ControllerSettings
+from sdk.protocol.errors import ErrorCode
 
 log = logging.getLogger("reference_broker.controller")
 
@@ -34,11 +36,46 @@ class NotControllerError(Exception):
     """This node is not (or stopped being) the active controller."""
 
 
+class _RaftKRaftVersion:
+    """The raft client's kraft.version as the controller's feature control sees it (Kafka's
+    KRaftVersionAccessor): an upgrade is made by the raft leader in the controller's epoch."""
+
+    def __init__(self, service: ControllerService):
+        self.service = service
+
+    def kraft_version(self) -> int:
+        core = self.service.raft.core
+        return 0 if core is None else int(core.kraft_version)
+
+    def voter_ids(self) -> frozenset[int]:
+        core = self.service.raft.core
+        return frozenset() if core is None else frozenset(core.voters)
+
+    def upgrade_kraft_version(self, version: int, validate_only: bool) -> None:
+        from reference_broker.raft.core import NotLeaderError
+        from reference_broker.raft.voter_changes import KRaftUpgradeError, KRaftUpgradeStateError
+
+        epoch = self.service._active_epoch
+        if epoch is None:
+            raise NotControllerError()
+        try:
+            self.service.raft.upgrade_kraft_version(epoch, version, validate_only)
+        except NotLeaderError as exc:
+            raise NotControllerError() from exc
+        except KRaftUpgradeError as exc:
+            raise FeatureUpdateError(ErrorCode.INVALID_UPDATE_VERSION, str(exc)) from exc
+        except KRaftUpgradeStateError as exc:
+            log.warning("controller %d: kraft.version upgrade refused: %s",
+                        self.service.settings.node_id, exc)
+            raise FeatureUpdateError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)) from exc
+
+
 class ControllerService:
     def __init__(self, raft: Any, settings: ControllerSettings, clock: Callable[[], float] = time.monotonic):
         self.raft = raft
         self.settings = settings
         self.core = QuorumController(settings)
+        self.core.features.kraft = _RaftKRaftVersion(self)
         self._clock = clock
         self._queue = asyncio.Lock()
         self._settled: asyncio.Event = asyncio.Event()

@@ -30,6 +30,9 @@ class ControllerSettings:
     #: The node's static broker config (no dynamic layers): what broker config changes are
     #: checked against (a ``BrokerConfig``; None: Kafka's defaults).
     static_config: Any = None
+    #: the transaction.version a new cluster is bootstrapped with (Kafka sets it when formatting
+    #: the storage; afterwards only UpdateFeatures changes it)
+    transaction_version: int = 2
 
     @property
     def stale_broker_check_interval_s(self) -> float:
@@ -56,6 +59,7 @@ class ControllerSettings:
             default_num_partitions=get("num.partitions", 1),
             unclean_leader_election=get("unclean.leader.election.enable", False),
             delete_topic_enable=get("delete.topic.enable", True),
+            transaction_version=get("transaction.version", 2),
             auto_leader_rebalance=get("auto.leader.rebalance.enable", True),
             leader_imbalance_check_interval_s=get("leader.imbalance.check.interval.seconds", 300),
             log_defaults=config.log_config(),

@@ -12,15 +12,19 @@ Versions served and per-version notes:
   ListGroups.
 
 Both are offered (and so advertised by ApiVersions) only when ``group.coordinator.rebalance.protocols``
-lists ``consumer``, as Kafka does; Kafka 4's default, and this broker's, lists it.
+lists ``consumer``, as Kafka does; Kafka 4's default, and this broker's, lists it. While the
+finalized ``group.version`` is below 1 (a cluster's ``kafka-features downgrade``), both answer
+UNSUPPORTED_VERSION, as Kafka's KafkaApis does while the consumer protocol is not enabled.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from reference_broker.controller.supported_features import GROUP_VERSION
 from reference_broker.coordinator.group.consumer_coordinator import HeartbeatArgs
 from reference_broker.coordinator.group.consumer_group import Assignment, ConsumerGroupState
+from reference_broker.features import finalized_level
 from reference_broker.security.acl import ResourceType
 from reference_broker.security.authorizer import SUPPORTED_OPERATIONS
 from sdk.protocol.errors import ErrorCode
@@ -40,6 +44,8 @@ E = ErrorCode
 CONSUMER_PROTOCOL = "consumer"
 PROTOCOLS_KEY = "group.coordinator.rebalance.protocols"
 AUTHORIZED_OPS_OMITTED = -(2**31)
+#: the message of Kafka's UnsupportedVersionException, which its answers carry
+_DISABLED = "The version of API is not supported."
 #: ConsumerGroupDescribe v1's MemberType of a member speaking ConsumerGroupHeartbeat.
 CONSUMER_MEMBER_TYPE = 1
 #: A member speaking the classic protocol inside the consumer group.
@@ -54,9 +60,15 @@ def _client_host(ctx: RequestContext) -> str:
     return "/" + peer.rpartition(":")[0] if ":" in peer else peer
 
 
+def _consumer_protocol_enabled(broker: Broker) -> bool:
+    return finalized_level(broker, GROUP_VERSION) >= 1
+
+
 def handle_heartbeat(
     broker: Broker, ctx: RequestContext, request: ConsumerGroupHeartbeatRequest
 ) -> ConsumerGroupHeartbeatResponse:
+    if not _consumer_protocol_enabled(broker):
+        return ConsumerGroupHeartbeatResponse(error_code=E.UNSUPPORTED_VERSION, error_message=_DISABLED)
     owned: Assignment | None = None
     if request.topic_partitions is not None:
         owned = {}
@@ -122,6 +134,10 @@ def handle_describe(
     broker: Broker, ctx: RequestContext, request: ConsumerGroupDescribeRequest
 ) -> ConsumerGroupDescribeResponse:
     R = ConsumerGroupDescribeResponse
+    if not _consumer_protocol_enabled(broker):
+        return R(groups=[
+            R.DescribedGroup(group_id=g, error_code=E.UNSUPPORTED_VERSION, error_message=_DISABLED)
+            for g in request.group_ids])
     coordinator = broker.groups
     ops = ALL_GROUP_OPERATIONS if request.include_authorized_operations else AUTHORIZED_OPS_OMITTED
     described = []

@@ -10,8 +10,8 @@ import contextlib
 import time
 from typing import Any
 
+from reference_broker.features import api_versions_fields
 from reference_broker.handlers.api_versions import _api_list
-from reference_broker.handlers.api_versions import _features as _broker_features
 from reference_broker.handlers.api_versions import error_response as api_versions_error
 from reference_broker.raft import wire
 from reference_broker.raft.core import LEADER
@@ -26,7 +26,6 @@ from sdk.protocol import messages as m
 from sdk.protocol.errors import ErrorCode
 
 _BROKER_NOT_AVAILABLE = 8
-KRAFT_VERSION = "kraft.version"
 _INVALID_REQUEST = 42
 _INCONSISTENT_CLUSTER_ID = 104
 
@@ -180,31 +179,6 @@ def _describe_quorum(broker: Any, ctx: Any, request: Any) -> Any:
 
 
 _ENDPOINT_CONTROLLERS = 2
-#: metadata.version levels a node supports (Kafka 4.1: 3.3-IV3 .. 4.1-IV1)
-_METADATA_VERSION_RANGE = (7, 27)
-
-
-def _controller_features(broker: Any, version: int) -> dict[str, Any]:
-    """ApiVersions v3+ features on the controller listener, as Kafka's controllers answer: the
-    supported ranges (metadata.version and the broker's own) and the finalized levels of the
-    committed metadata image, whose offset is their epoch (``kafka-features
-    --bootstrap-controller describe`` reads these)."""
-    features = _broker_features(broker, version)
-    cls = m.ApiVersionsResponse
-    low, high = _METADATA_VERSION_RANGE
-    supported = [cls.SupportedFeatureKey(name="metadata.version", min_version=low,
-                                         max_version=high)]
-    supported += [f for f in features["supported_features"] if f.name != "metadata.version"]
-    loader = getattr(broker, "metadata_loader", None)
-    image = None if loader is None else loader.image
-    if image is None or image.offset < 0:
-        return {**features, "supported_features": supported}
-    finalized = [cls.FinalizedFeatureKey(name=name, max_version_level=level,
-                                         min_version_level=level)
-                 for name, level in sorted(image.features.items()) if level > 0]
-    finalized += [f for f in features["finalized_features"] if f.name == KRAFT_VERSION]
-    return {"supported_features": supported, "finalized_features_epoch": image.offset,
-            "finalized_features": finalized}
 
 
 def _describe_cluster(broker: Any, ctx: Any, request: Any) -> Any:
@@ -232,7 +206,7 @@ def install(registry: Any) -> None:
     """Register the raft APIs and ApiVersions into the controller listener's registry."""
 
     def api_versions(broker: Any, ctx: Any, request: Any) -> Any:
-        features = _controller_features(broker, ctx.api_version) if ctx.api_version >= 3 else {}
+        features = api_versions_fields(broker, ctx.api_version) if ctx.api_version >= 3 else {}
         return m.ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=_api_list(registry),
                                      **features)
 

@@ -34,7 +34,7 @@ DIFFERENCES = {
     45: _SINGLE_NODE,
     46: _SINGLE_NODE,
     55: _KRAFT,
-    57: "UpdateFeatures: transaction.version is fixed by the broker's setting at start",
+    57: "UpdateFeatures: a single node's transaction.version is its setting (a cluster serves it)",
     64: _KRAFT,
     74: "ListConfigResources (KIP-1142) is not implemented",
     76: _SHARE_GROUPS,

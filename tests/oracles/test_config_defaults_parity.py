@@ -54,7 +54,8 @@ OURS_ONLY = {
     "log.open.segments.max": "the cap on segments holding open files (Kafka opens indexes lazily "
     "and keeps segment files open; this broker closes inactive ones)",
     "cluster.id": "Kafka keeps it in meta.properties only; ours also takes it as a setting",
-    "transaction.version": "a feature level set with kafka-features on Kafka, a setting here",
+    "transaction.version": "a feature level set with kafka-storage format and kafka-features on Kafka; "
+    "here the level a single node finalizes and a new cluster is bootstrapped with",
     "zookeeper.connect": "removed in Kafka 4; accepted and ignored so old config files still start",
 }
 

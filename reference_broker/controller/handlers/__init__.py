@@ -9,10 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from reference_broker.controller.handlers import brokers, client_quotas, configs, partitions, security, topics
+from reference_broker.controller.handlers import (
+    brokers,
+    client_quotas,
+    configs,
+    features,
+    partitions,
+    security,
+    topics,
+)
 
 
 def install(registry: Any) -> None:
     """Register every controller API into the controller listener's registry."""
-    for module in (brokers, client_quotas, configs, partitions, security, topics):
+    for module in (brokers, client_quotas, configs, features, partitions, security, topics):
         module.install(registry)

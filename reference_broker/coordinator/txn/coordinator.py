@@ -100,9 +100,6 @@ class TxnConfig:
     max_timeout_ms: int = 900_000
     id_expiration_ms: int = 604_800_000
     num_partitions: int = 50
-    #: The broker's finalized ``transaction.version``: below TV_2 what needs transactions v2
-    #: (EndTxn v5, the implicit adds) is answered UNSUPPORTED_VERSION, as Kafka 4 does.
-    transaction_version: int = TV_2
 
 
 #: The highest epoch there is (Short.MaxValue): a fence or the last TV_2 bump may reach it.
@@ -151,6 +148,10 @@ class TransactionCoordinator:
         self.store = store
         self.write_marker = write_marker
         self.next_producer_id = next_producer_id
+        #: The node's finalized ``transaction.version`` (``reference_broker.features``), read at
+        #: each request as Kafka's coordinator reads its metadata cache: below TV_2 what needs
+        #: transactions v2 (EndTxn v5, the implicit adds) is answered UNSUPPORTED_VERSION.
+        self.transaction_version: Callable[[], int] = lambda: TV_2
         self.txns: dict[str, TransactionMetadata] = {}
         self.by_producer_id: dict[int, str] = {}
         #: True until ``__transaction_state`` has been read at start-up.
@@ -468,7 +469,7 @@ class TransactionCoordinator:
     @property
     def transactions_v2_enabled(self) -> bool:
         """The broker finalizes transaction.version 2 or more (KIP-890's transactions v2)."""
-        return self.config.transaction_version >= TV_2
+        return self.transaction_version() >= TV_2
 
     def add_partition_implicitly(
         self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition

@@ -66,7 +66,6 @@ def txn_config(config: BrokerConfig, num_partitions: int | None = None) -> TxnCo
         max_timeout_ms=config.get("transaction.max.timeout.ms"),
         id_expiration_ms=config.get("transactional.id.expiration.ms"),
         num_partitions=num_partitions or config.get("transaction.state.log.num.partitions"),
-        transaction_version=config.get("transaction.version"),
     )
 
 
@@ -181,6 +180,9 @@ class TransactionCoordinatorService:
         self.coordinator = TransactionCoordinator(
             clock, txn_config(config, num_partitions), self.store, self.write_marker, producer_ids.next_id
         )
+        # A single node's setting; the broker points this at its finalized features
+        # (``reference_broker.features``), which a cluster changes with UpdateFeatures.
+        self.coordinator.transaction_version = partial(config.get, "transaction.version")
         self._loader: asyncio.Task[None] | None = None
         #: Cluster mode: markers of partitions led by other nodes go there (WriteTxnMarkers).
         self.remote_markers: RemoteMarkers | None = None

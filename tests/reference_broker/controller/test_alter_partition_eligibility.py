@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from reference_broker.cluster.broker_lifecycle import METADATA_VERSION_RANGE
+from reference_broker.controller.supported_features import METADATA_VERSION, SUPPORTED_FEATURES
 from reference_broker.network.peer import PeerConnection
 from reference_broker.testing import ClusterFactory, ClusterProcess
 from sdk.protocol.errors import ErrorCode
@@ -58,8 +58,8 @@ class FakeBrokers:
             listeners=[BrokerRegistrationRequest.Listener(
                 name="PLAINTEXT", host="127.0.0.1", port=9000 + broker_id, security_protocol=0)],
             features=[BrokerRegistrationRequest.Feature(
-                name="metadata.version", min_supported_version=METADATA_VERSION_RANGE[0],
-                max_supported_version=METADATA_VERSION_RANGE[1])],
+                name=METADATA_VERSION, min_supported_version=SUPPORTED_FEATURES[METADATA_VERSION][0],
+                max_supported_version=SUPPORTED_FEATURES[METADATA_VERSION][1])],
             rack=None, previous_broker_epoch=-1))
         assert response.error_code == ErrorCode.NONE, response
         self.beating[broker_id] = response.broker_epoch
