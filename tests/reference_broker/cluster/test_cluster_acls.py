@@ -43,6 +43,7 @@ from sdk.protocol.messages import (
     AlterClientQuotasRequest,
     AlterPartitionReassignmentsRequest,
     AlterUserScramCredentialsRequest,
+    ApiVersionsRequest,
     CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -63,6 +64,7 @@ from sdk.protocol.messages import (
     RemoveRaftVoterRequest,
     SaslAuthenticateRequest,
     SaslHandshakeRequest,
+    UpdateFeaturesRequest,
 )
 from tests.reference_broker.wire import WireClient
 
@@ -444,7 +446,16 @@ def changing_requests(topic: str, new_topic: str) -> list[tuple[str, Any, int, C
         ("RemoveRaftVoter", RemoveRaftVoterRequest(
             cluster_id=None, voter_id=3, voter_directory_id=uuid.uuid4()), 0,
          lambda a: a.error_code, refused_cluster),
+        ("UpdateFeatures", UpdateFeaturesRequest(feature_updates=[UpdateFeaturesRequest.FeatureUpdateKey(
+            feature="transaction.version", max_version_level=1, upgrade_type=2)]), 1,
+         lambda a: a.error_code, refused_cluster),
     ]
+
+
+def finalized_transaction_version(cluster: ClusterProcess, node_id: int) -> int:
+    answer = admin_request(cluster, node_id, ApiVersionsRequest(client_software_name="t",
+                                                                client_software_version="1"), 3)
+    return next((f.max_version_level for f in answer.finalized_features if f.name == "transaction.version"), 0)
 
 
 def assert_nothing_changed(cluster: ClusterProcess, topic: str, new_topic: str) -> None:
@@ -456,6 +467,7 @@ def assert_nothing_changed(cluster: ClusterProcess, topic: str, new_topic: str) 
         assert cluster.partition(topic, 1, via=node_id) is None
         assert acls_on(cluster, node_id, topic) == []
         assert "mallory" not in scram_users_on(cluster, node_id)
+        assert finalized_transaction_version(cluster, node_id) == 2
     reassigning = admin_request(cluster, 1, ListPartitionReassignmentsRequest(topics=None), 0)
     assert reassigning.error_code == ErrorCode.NONE and reassigning.topics == [], reassigning
     configs = admin_request(cluster, 1, DescribeConfigsRequest(resources=[
@@ -523,8 +535,8 @@ def test_forged_envelope_from_a_client_is_refused(cluster: ClusterProcess) -> No
 
 def test_granted_principal_and_super_user_get_through_both_paths(cluster: ClusterProcess) -> None:
     """User:bob, granted CREATE on his topics and ALTER on the cluster, creates a topic through a
-    broker and one on the active controller's listener, elects leaders and describes the
-    controllers; the nodes' super user User:admin describes the quorum on a controller listener."""
+    broker and one on the active controller's listener, elects leaders, checks a feature change
+    and describes the controllers; the nodes' super user User:admin describes the quorum on a controller listener."""
     prefix = f"bob-{uuid.uuid4().hex[:6]}"
     grants = [
         CreateAclsRequest.AclCreation(resource_type=TOPIC, resource_name=prefix, resource_pattern_type=4,
@@ -560,6 +572,11 @@ def test_granted_principal_and_super_user_get_through_both_paths(cluster: Cluste
     controller = controller_address(cluster, active_controller(cluster))
     described = as_user(controller, "bob", BOB_PASSWORD, DescribeClusterRequest(endpoint_type=2), 1)
     assert described.error_code == ErrorCode.NONE and len(described.brokers) == NODES, described
+    dry_run = UpdateFeaturesRequest(validate_only=True, feature_updates=[
+        UpdateFeaturesRequest.FeatureUpdateKey(feature="transaction.version", max_version_level=1,
+                                               upgrade_type=2)])
+    checked = as_user(sasl_address(cluster, 2), "bob", BOB_PASSWORD, dry_run, 1)
+    assert checked.error_code == ErrorCode.NONE, checked
     quorum = as_user(controller, "admin", "admin-pw", quorum_request(), 1)
     assert quorum.error_code == ErrorCode.NONE and quorum.topics[0].partitions[0].leader_id > 0, quorum
 
