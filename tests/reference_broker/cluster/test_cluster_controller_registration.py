@@ -1,0 +1,180 @@
+"""Controllers register themselves (KIP-919), on our three-node cluster and on Apache Kafka
+4.1.1's, seen from outside as a tester would: DescribeCluster with the controller endpoint type
+(2) sent to a controller listener lists the registered controllers with their controller
+listeners and names the active one; the same request to a broker listener, or the broker type to
+a controller listener, is MISMATCHED_ENDPOINT_TYPE with Kafka's message; Kafka's own tools
+bootstrapped to a controller (``kafka-cluster cluster-id``, ``kafka-metadata-quorum describe
+--status``, ``kafka-features describe``) work, since they find the controllers through that
+listing; a restarted node registers again with a new incarnation (its log says so) and the
+listing stays whole."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reference_broker.network.peer import PeerConnection, PeerConnectionError
+from reference_broker.testing import ClusterFactory, ClusterProcess
+from reference_broker.testing import wait_until as until
+from sdk.protocol.messages import DescribeClusterRequest
+from tests.apache_kafka import KafkaCluster, kafka_tool, require_apache_kafka, unavailable_reason
+
+MISMATCHED_ENDPOINT_TYPE = 114
+BROKER_TYPE, CONTROLLER_TYPE = 1, 2
+TO_BROKER = "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type {}"
+TO_CONTROLLER = "The request was sent to an endpoint of type CONTROLLER, but we wanted an endpoint of type {}"
+
+
+@dataclass
+class Nodes:
+    """A running three-node cluster: node id -> (host, broker port, controller port)."""
+
+    kind: str
+    addresses: Callable[[], dict[int, tuple[str, int, int]]]
+    restart: Callable[[int], None]
+    #: node id -> every incarnation id its log says it registered, oldest first
+    incarnations: Callable[[int], list[str]]
+
+
+def _reference(cluster: ClusterProcess) -> Nodes:
+    def addresses() -> dict[int, tuple[str, int, int]]:
+        return {n: (cluster.node(n).host, cluster.node(n).port, cluster.node(n).controller_port)
+                for n in (1, 2, 3)}
+
+    def incarnations(node_id: int) -> list[str]:
+        return re.findall(r"controller \d+: our registration \(incarnation (\S+)\) is in the metadata log",
+                          cluster.node(node_id).process.stderr())
+
+    def restart(node_id: int) -> None:
+        cluster.restart(node_id)
+
+    return Nodes("reference", addresses, restart, incarnations)
+
+
+def _kafka(cluster: KafkaCluster) -> Nodes:
+    def addresses() -> dict[int, tuple[str, int, int]]:
+        return {n.node_id: ("127.0.0.1", n.port, n.controller_port) for n in cluster.nodes}
+
+    def incarnations(node_id: int) -> list[str]:
+        node = cluster.node(node_id)
+        text = "".join(p.read_text(errors="replace") for p in (node.data_dir / "stdout.log", node.log_path)
+                       if p.exists())
+        return re.findall(r"\[ControllerRegistrationManager id=\d+ incarnation=(\S+)\] "
+                          r"Our registration has been persisted to the metadata log", text)
+
+    def restart(node_id: int) -> None:
+        cluster.node(node_id).restart()
+
+    return Nodes("kafka", addresses, restart, incarnations)
+
+
+@pytest.fixture(params=["reference", pytest.param("kafka", marks=pytest.mark.apache_kafka)])
+def nodes(
+    request: pytest.FixtureRequest, reference_cluster: ClusterFactory, tmp_path: Path
+) -> Iterator[Nodes]:
+    if request.param == "reference":
+        yield _reference(reference_cluster(3))
+        return
+    require_apache_kafka()
+    kafka = KafkaCluster(tmp_path / "kafka", 3, client_compiler=True)
+    try:
+        kafka.start()
+        yield _kafka(kafka)
+    finally:
+        kafka.kill()
+
+
+def describe_cluster(host: str, port: int, endpoint_type: int) -> Any:
+    """One DescribeCluster (v1: the first with ``endpoint_type``), or None when not answered."""
+
+    async def ask() -> Any:
+        conn = PeerConnection(host, port, client_id="controller-registration-test",
+                              connect_timeout_s=2, request_timeout_s=5)
+        try:
+            return await conn.send(DescribeClusterRequest(endpoint_type=endpoint_type), version=1)
+        finally:
+            await conn.close()
+
+    try:
+        return asyncio.run(ask())
+    except (PeerConnectionError, OSError):
+        return None
+
+
+def listing(nodes: Nodes) -> Any:
+    """(controller id, [(id, host, port, rack)]) when every node's controller listener lists the
+    three controllers at their controller listeners and they agree on the active one."""
+    addresses = nodes.addresses()
+    expected = [(n, host, ctl, None) for n, (host, _, ctl) in sorted(addresses.items())]
+    views = set()
+    for host, _, ctl in addresses.values():
+        answer = describe_cluster(host, ctl, CONTROLLER_TYPE)
+        if answer is None or answer.error_code != 0:
+            return None
+        described = [(b.broker_id, b.host, b.port, b.rack) for b in answer.brokers]
+        if described != expected or answer.endpoint_type != CONTROLLER_TYPE:
+            return None
+        views.add(answer.controller_id)
+    if len(views) != 1 or views == {-1}:
+        return None
+    return views.pop(), expected
+
+
+def test_describe_cluster_on_a_controller_listener_lists_the_registered_controllers(nodes: Nodes) -> None:
+    active, _ = until(lambda: listing(nodes), "every controller lists the three controllers", 60)
+    assert active in (1, 2, 3)
+    host, broker_port, controller_port = nodes.addresses()[2]
+    answer = describe_cluster(host, controller_port, CONTROLLER_TYPE)
+    assert answer.error_message is None
+    assert answer.cluster_id  # the cluster's id, as on the broker listener
+    assert answer.cluster_id == describe_cluster(host, broker_port, BROKER_TYPE).cluster_id
+    # the controller type to a broker listener, and the broker type to a controller listener
+    to_broker = describe_cluster(host, broker_port, CONTROLLER_TYPE)
+    assert (to_broker.error_code, to_broker.error_message, to_broker.brokers) == (
+        MISMATCHED_ENDPOINT_TYPE, TO_BROKER.format("CONTROLLER"), [])
+    to_controller = describe_cluster(host, controller_port, BROKER_TYPE)
+    assert (to_controller.error_code, to_controller.error_message, to_controller.brokers) == (
+        MISMATCHED_ENDPOINT_TYPE, TO_CONTROLLER.format("BROKER"), [])
+    # a broker listener still describes the brokers at their broker listeners
+    brokers = describe_cluster(host, broker_port, BROKER_TYPE)
+    assert sorted((b.broker_id, b.port) for b in brokers.brokers) == [
+        (n, port) for n, (_, port, _) in sorted(nodes.addresses().items())]
+
+
+@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+def test_kafka_tools_bootstrapped_to_a_controller_find_the_registered_controllers(nodes: Nodes) -> None:
+    active, _ = until(lambda: listing(nodes), "every controller lists the three controllers", 60)
+    host, broker_port, controller_port = nodes.addresses()[3]
+    controller = f"{host}:{controller_port}"
+    cluster_id = describe_cluster(host, broker_port, BROKER_TYPE).cluster_id
+    shown = kafka_tool("org.apache.kafka.tools.ClusterTool", "cluster-id",
+                       "--bootstrap-controller", controller)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == f"Cluster ID: {cluster_id}"
+    status = kafka_tool("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-controller", controller,
+                        "describe", "--status")
+    assert status.returncode == 0, status.stderr
+    assert f"ClusterId:              {cluster_id}\n" in status.stdout
+    assert f"LeaderId:               {active}\n" in status.stdout
+    features = kafka_tool("org.apache.kafka.tools.FeatureCommand", "--bootstrap-controller", controller,
+                          "describe")
+    assert features.returncode == 0, features.stderr
+    assert "Feature: metadata.version\tSupportedMinVersion: 3.3-IV3\tSupportedMaxVersion: 4.1-IV1" in (
+        features.stdout), features.stdout
+
+
+def test_a_restarted_node_registers_again_as_a_new_incarnation(nodes: Nodes) -> None:
+    until(lambda: listing(nodes), "every controller lists the three controllers", 60)
+    before = until(lambda: nodes.incarnations(2), "node 2's log shows its registration")
+    nodes.restart(2)
+    after = until(lambda: nodes.incarnations(2)[len(before):],
+                  "node 2's log shows its registration after the restart", 60)
+    assert after[-1] not in before
+    _, expected = until(lambda: listing(nodes), "every controller lists the three controllers again", 60)
+    assert [n for n, *_ in expected] == [1, 2, 3]
