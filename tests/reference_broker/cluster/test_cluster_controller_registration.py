@@ -6,12 +6,15 @@ a controller listener, is MISMATCHED_ENDPOINT_TYPE with Kafka's message; Kafka's
 bootstrapped to a controller (``kafka-cluster cluster-id``, ``kafka-metadata-quorum describe
 --status``, ``kafka-features describe``) work, since they find the controllers through that
 listing; a restarted node registers again with a new incarnation (its log says so) and the
-listing stays whole."""
+listing stays whole. With controller-only nodes and a broker-only node, the controllers list only
+themselves and the broker only itself."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +23,7 @@ from typing import Any
 import pytest
 
 from reference_broker.network.peer import PeerConnection, PeerConnectionError
-from reference_broker.testing import ClusterFactory, ClusterProcess
+from reference_broker.testing import BrokerProcess, ClusterFactory, ClusterProcess
 from reference_broker.testing import wait_until as until
 from sdk.protocol.messages import DescribeClusterRequest
 from tests.apache_kafka import KafkaCluster, kafka_tool, require_apache_kafka, unavailable_reason
@@ -178,3 +181,64 @@ def test_a_restarted_node_registers_again_as_a_new_incarnation(nodes: Nodes) -> 
     assert after[-1] not in before
     _, expected = until(lambda: listing(nodes), "every controller lists the three controllers again", 60)
     assert [n for n, *_ in expected] == [1, 2, 3]
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def separate_controllers() -> Iterator[tuple[dict[int, tuple[str, int]], tuple[str, int]]]:
+    """Three controller-only nodes (``process.roles=controller``, no broker parts, so their
+    registration has a channel of its own) and broker-only node 4: ({id: controller address},
+    the broker's address)."""
+    hosts = {n: f"127.0.1.{n}" for n in (1, 2, 3, 4)}
+    controllers = {n: (hosts[n], _free_port(hosts[n])) for n in (1, 2, 3)}
+    broker = (hosts[4], _free_port(hosts[4]))
+    common = {
+        "controller.quorum.voters": ",".join(f"{n}@{h}:{p}" for n, (h, p) in controllers.items()),
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "cluster.id": "cDVJ2f7NQWm0mzWq2i8Rtw",
+    }
+    processes = [BrokerProcess(config={**common, "node.id": n, "process.roles": "controller",
+                                       "listeners": f"CONTROLLER://{h}:{p}"}, host=h, port=p)
+                 for n, (h, p) in controllers.items()]
+    processes.append(BrokerProcess(config={**common, "node.id": 4, "process.roles": "broker",
+                                           "listeners": f"PLAINTEXT://{broker[0]}:{broker[1]}",
+                                           "inter.broker.listener.name": "PLAINTEXT"},
+                                   host=broker[0], port=broker[1]))
+    try:
+        for process in processes:
+            process.launch()
+        for process in processes:
+            process.wait_listening()
+        yield controllers, broker
+    finally:
+        for process in processes:
+            process.stop()
+
+
+def test_controller_only_nodes_register_and_a_broker_only_node_is_no_controller(
+    separate_controllers: tuple[dict[int, tuple[str, int]], tuple[str, int]],
+) -> None:
+    controllers, broker = separate_controllers
+    expected = [(n, h, p) for n, (h, p) in sorted(controllers.items())]
+
+    def listed(host: str, port: int) -> Any:
+        answer = describe_cluster(host, port, CONTROLLER_TYPE)
+        if answer is None or [(b.broker_id, b.host, b.port) for b in answer.brokers] != expected:
+            return None
+        return answer
+
+    for host, port in controllers.values():
+        answer = until(functools.partial(listed, host, port), f"{host}:{port} lists the three controllers")
+        assert answer.controller_id in controllers
+    def described_broker() -> Any:
+        answer = describe_cluster(*broker, BROKER_TYPE)
+        return answer if answer is not None and answer.brokers else None
+
+    brokers = until(described_broker, "the broker describes itself")
+    assert [(b.broker_id, b.host, b.port) for b in brokers.brokers] == [(4, *broker)]
