@@ -29,6 +29,7 @@ from sdk.protocol.messages import DescribeClusterRequest
 from tests.apache_kafka import KafkaCluster, kafka_tool, require_apache_kafka, unavailable_reason
 
 MISMATCHED_ENDPOINT_TYPE = 114
+INVALID_REQUEST = 42
 BROKER_TYPE, CONTROLLER_TYPE = 1, 2
 TO_BROKER = "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type {}"
 TO_CONTROLLER = "The request was sent to an endpoint of type CONTROLLER, but we wanted an endpoint of type {}"
@@ -93,14 +94,15 @@ def nodes(
         kafka.kill()
 
 
-def describe_cluster(host: str, port: int, endpoint_type: int) -> Any:
-    """One DescribeCluster (v1: the first with ``endpoint_type``), or None when not answered."""
+def describe_cluster(host: str, port: int, endpoint_type: int, version: int = 1) -> Any:
+    """One DescribeCluster (v1: the first with ``endpoint_type``; v0 is always of the broker
+    type), or None when not answered."""
 
     async def ask() -> Any:
         conn = PeerConnection(host, port, client_id="controller-registration-test",
                               connect_timeout_s=2, request_timeout_s=5)
         try:
-            return await conn.send(DescribeClusterRequest(endpoint_type=endpoint_type), version=1)
+            return await conn.send(DescribeClusterRequest(endpoint_type=endpoint_type), version=version)
         finally:
             await conn.close()
 
@@ -144,6 +146,10 @@ def test_describe_cluster_on_a_controller_listener_lists_the_registered_controll
     to_controller = describe_cluster(host, controller_port, BROKER_TYPE)
     assert (to_controller.error_code, to_controller.error_message, to_controller.brokers) == (
         MISMATCHED_ENDPOINT_TYPE, TO_CONTROLLER.format("BROKER"), [])
+    # v0 has no endpoint type: the broker type, which a controller refuses as an invalid request
+    old = describe_cluster(host, controller_port, BROKER_TYPE, version=0)
+    assert (old.error_code, old.error_message, old.brokers) == (
+        INVALID_REQUEST, TO_CONTROLLER.format("BROKER"), [])
     # a broker listener still describes the brokers at their broker listeners
     brokers = describe_cluster(host, broker_port, BROKER_TYPE)
     assert sorted((b.broker_id, b.port) for b in brokers.brokers) == [
