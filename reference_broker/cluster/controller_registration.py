@@ -23,7 +23,8 @@ When it sends, as Kafka's manager:
   a success nothing is sent until an image changes this node's registration or the finalized
   features (the record is committed when the answer comes, the image shows it soon after).
 
-Invariant: ``registered`` is set exactly while the latest image holds this process's incarnation.
+Invariant: once the node has caught up, ``registered`` is set exactly while the latest image
+holds this process's incarnation.
 """
 
 from __future__ import annotations
@@ -184,6 +185,7 @@ class ControllerRegistrationManager:
                 continue
             if await self._send_once():
                 self.successful_rpcs += 1
+                self.failed_rpcs = 0  # the next failure backs off from the start again
                 self._awaiting_record = not self._matches(self.image.controllers.get(self.node_id))
                 continue
             delay_ms = self.backoff.backoff_ms(self.failed_rpcs)
