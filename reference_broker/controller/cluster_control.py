@@ -145,7 +145,8 @@ class ClusterControl:
                 for f in request.features
             ],
         )
-        return ControllerResult([record], ControllerRegistrationResponse(error_message=None))
+        # Kafka's answer leaves error_message at its schema default, "" (not null)
+        return ControllerResult([record], ControllerRegistrationResponse())
 
     # -- heartbeats ----------------------------------------------------------------------------------
     def heartbeat(self, request: Any, now_ms: float) -> ControllerResult:

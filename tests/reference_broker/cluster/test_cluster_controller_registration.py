@@ -15,6 +15,7 @@ import asyncio
 import functools
 import re
 import socket
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +26,12 @@ import pytest
 from reference_broker.network.peer import PeerConnection, PeerConnectionError
 from reference_broker.testing import BrokerProcess, ClusterFactory, ClusterProcess
 from reference_broker.testing import wait_until as until
-from sdk.protocol.messages import DescribeClusterRequest
+from sdk.protocol.messages import ControllerRegistrationRequest, DescribeClusterRequest
 from tests.apache_kafka import KafkaCluster, kafka_tool, require_apache_kafka, unavailable_reason
 
 MISMATCHED_ENDPOINT_TYPE = 114
 INVALID_REQUEST = 42
+NOT_CONTROLLER = 41
 BROKER_TYPE, CONTROLLER_TYPE = 1, 2
 TO_BROKER = "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type {}"
 TO_CONTROLLER = "The request was sent to an endpoint of type CONTROLLER, but we wanted an endpoint of type {}"
@@ -248,3 +250,45 @@ def test_controller_only_nodes_register_and_a_broker_only_node_is_no_controller(
 
     brokers = until(described_broker, "the broker describes itself")
     assert [(b.broker_id, b.host, b.port) for b in brokers.brokers] == [(4, *broker)]
+
+
+def controller_registration(host: str, port: int, request: ControllerRegistrationRequest) -> Any:
+    """One ControllerRegistration (v0, its only version) sent as a tester, not a node."""
+
+    async def ask() -> Any:
+        conn = PeerConnection(host, port, client_id="controller-registration-test",
+                              connect_timeout_s=2, request_timeout_s=10)
+        try:
+            return await conn.send(request, version=0)
+        finally:
+            await conn.close()
+
+    return asyncio.run(ask())
+
+
+def test_a_registration_of_another_incarnation_makes_the_controller_register_again(nodes: Nodes) -> None:
+    """Somebody else's ControllerRegistration under node 2's id (another incarnation, another
+    address) is written as it comes, and node 2, seeing that its registration is no longer its
+    own, sends its own again: the listing is right again with node 2's incarnation unchanged.
+    A controller that is not the active one answers NOT_CONTROLLER with Kafka's message."""
+    active, expected = until(lambda: listing(nodes), "every controller lists the three controllers", 60)
+    before = until(lambda: nodes.incarnations(2), "node 2's log shows its registration")
+    addresses = nodes.addresses()
+    impostor = ControllerRegistrationRequest(
+        controller_id=2,
+        incarnation_id=uuid.uuid4(),
+        listeners=[ControllerRegistrationRequest.Listener(name="CONTROLLER", host="127.0.0.9", port=1,
+                                                          security_protocol=0)],
+        features=[ControllerRegistrationRequest.Feature(name="metadata.version", min_supported_version=7,
+                                                        max_supported_version=27)],
+    )
+    inactive = next(n for n in sorted(addresses) if n != active)
+    refused = controller_registration(addresses[inactive][0], addresses[inactive][2], impostor)
+    assert (refused.error_code, refused.error_message) == (
+        NOT_CONTROLLER, "This is not the correct controller for this cluster.")
+    accepted = controller_registration(addresses[active][0], addresses[active][2], impostor)
+    assert (accepted.error_code, accepted.error_message) == (0, "")  # Kafka: the default, not null
+    until(lambda: listing(nodes) and any(
+        nodes.incarnations(2)[len(before):]), "node 2 registers its own incarnation again", 60)
+    assert nodes.incarnations(2)[-1] == before[-1]
+    assert until(lambda: listing(nodes), "the listing is right again")[1] == expected

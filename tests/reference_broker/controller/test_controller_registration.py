@@ -76,7 +76,7 @@ def registration(controller_id: int, incarnation: int, *, port: int | None = Non
 def test_a_registration_is_written_as_a_register_controller_record_and_lands_in_the_image() -> None:
     quorum = SingleVoter()
     answer = quorum.register(registration(1, 0))
-    assert (answer.error_code, answer.error_message) == (ErrorCode.NONE, None)
+    assert (answer.error_code, answer.error_message) == (ErrorCode.NONE, "")
     [record] = quorum.written
     assert isinstance(record, rec.RegisterControllerRecord)
     assert (record.controller_id, record.incarnation_id, record.zk_migration_ready) == (
