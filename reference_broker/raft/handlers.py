@@ -215,6 +215,8 @@ def _describe_cluster(broker: Any, ctx: Any, request: Any) -> Any:
     the listener the request came in on, in id order; the controller id is the raft leader's, -1
     while none is known or while it is not among them (Kafka's AuthHelper: never name a controller
     the answer does not describe)."""
+    from reference_broker.handlers.cluster import cluster_authorized_operations
+
     cls = m.DescribeClusterResponse
     if request.endpoint_type != _ENDPOINT_CONTROLLERS:
         known = request.endpoint_type == 1
@@ -237,7 +239,8 @@ def _describe_cluster(broker: Any, ctx: Any, request: Any) -> Any:
     leader = -1 if core is None or core.leader_id is None else core.leader_id
     return cls(error_code=0, endpoint_type=_ENDPOINT_CONTROLLERS, cluster_id=broker.cluster_id,
                controller_id=leader if any(b.broker_id == leader for b in described) else -1,
-               brokers=described)
+               brokers=described,
+               cluster_authorized_operations=cluster_authorized_operations(broker, ctx, request))
 
 
 def install(registry: Any) -> None:

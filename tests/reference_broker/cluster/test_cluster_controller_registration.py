@@ -32,6 +32,10 @@ from tests.apache_kafka import KafkaCluster, kafka_tool, require_apache_kafka, u
 MISMATCHED_ENDPOINT_TYPE = 114
 INVALID_REQUEST = 42
 NOT_CONTROLLER = 41
+OPERATIONS_OMITTED = -(2**31)
+#: CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE:
+#: Kafka's AclEntry.supportedOperations(CLUSTER) as a bit field (8096)
+ALL_CLUSTER_OPERATIONS = sum(1 << code for code in (5, 7, 8, 9, 10, 11, 12))
 BROKER_TYPE, CONTROLLER_TYPE = 1, 2
 TO_BROKER = "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type {}"
 TO_CONTROLLER = "The request was sent to an endpoint of type CONTROLLER, but we wanted an endpoint of type {}"
@@ -96,7 +100,8 @@ def nodes(
         kafka.kill()
 
 
-def describe_cluster(host: str, port: int, endpoint_type: int, version: int = 1) -> Any:
+def describe_cluster(host: str, port: int, endpoint_type: int, version: int = 1,
+                     with_operations: bool = False) -> Any:
     """One DescribeCluster (v1: the first with ``endpoint_type``; v0 is always of the broker
     type), or None when not answered."""
 
@@ -104,7 +109,9 @@ def describe_cluster(host: str, port: int, endpoint_type: int, version: int = 1)
         conn = PeerConnection(host, port, client_id="controller-registration-test",
                               connect_timeout_s=2, request_timeout_s=5)
         try:
-            return await conn.send(DescribeClusterRequest(endpoint_type=endpoint_type), version=version)
+            request = DescribeClusterRequest(endpoint_type=endpoint_type,
+                                             include_cluster_authorized_operations=with_operations)
+            return await conn.send(request, version=version)
         finally:
             await conn.close()
 
@@ -152,6 +159,11 @@ def test_describe_cluster_on_a_controller_listener_lists_the_registered_controll
     old = describe_cluster(host, controller_port, BROKER_TYPE, version=0)
     assert (old.error_code, old.error_message, old.brokers) == (
         INVALID_REQUEST, TO_CONTROLLER.format("BROKER"), [])
+    # the cluster operations, when asked: every one without an authorizer, on either listener
+    assert answer.cluster_authorized_operations == OPERATIONS_OMITTED
+    for port, endpoint_type in ((controller_port, CONTROLLER_TYPE), (broker_port, BROKER_TYPE)):
+        asked = describe_cluster(host, port, endpoint_type, with_operations=True)
+        assert asked.cluster_authorized_operations == ALL_CLUSTER_OPERATIONS, (port, asked)
     # a broker listener still describes the brokers at their broker listeners
     brokers = describe_cluster(host, broker_port, BROKER_TYPE)
     assert sorted((b.broker_id, b.port) for b in brokers.brokers) == [
