@@ -7,7 +7,8 @@ candidate after a short backoff, until the request's deadline, and a request out
 quorum names another leader goes to that leader at once.
 
 ``BrokerLifecycle`` registers the broker (BrokerRegistration with its incarnation id, listeners,
-rack and supported features) and then heartbeats every ``broker.heartbeat.interval.ms`` with the
+rack and supported features: every feature of ``SUPPORTED_FEATURES``, as Kafka 4.1's brokers)
+and then heartbeats every ``broker.heartbeat.interval.ms`` with the
 offset of the metadata it has applied. It asks to stay fenced (``want_fence``) until the broker
 has published metadata at least up to its own registration, so it is unfenced only when it can
 serve what the image says it leads. A STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED answer (the
@@ -203,9 +204,9 @@ class BrokerLifecycle:
                 for lst in self.listeners
             ],
             features=[
-                BrokerRegistrationRequest.Feature(
-                    name=name, min_supported_version=low, max_supported_version=high)
-                for name, (low, high) in SUPPORTED_FEATURES.items()
+                BrokerRegistrationRequest.Feature(name=name, min_supported_version=low,
+                                                  max_supported_version=high)
+                for name, (low, high) in sorted(SUPPORTED_FEATURES.items())
             ],
             rack=self.rack,
             previous_broker_epoch=self.broker_epoch,
@@ -453,8 +454,9 @@ class ControllerProducerIds:
 
 class ClusterMember:
     """What a cluster-mode node runs on top of its raft client: the metadata loader (a raft
-    listener), the controller service on voters, and on brokers the controller channel, the
-    replica manager, the metadata publisher and the registration/heartbeat lifecycle.
+    listener), on controllers the controller service and the node's own ControllerRegistration
+    (``controller_registration``), and on brokers the controller channel, the replica manager,
+    the metadata publisher and the registration/heartbeat lifecycle.
 
     Created in ``Broker.__init__`` before the handlers are installed (Produce is installed in its
     replicated form when ``broker.replica_manager`` exists); ``attach(raft)`` runs once the
@@ -476,6 +478,8 @@ class ClusterMember:
         broker.metadata_loader = self.loader
         broker.controller = None
         self.lifecycle: BrokerLifecycle | None = None
+        #: on controllers: their own registration (KIP-919)
+        self.controller_registration: Any = None
         self.publisher: Any = None
         self._open_gate: asyncio.Task[None] | None = None
         if "broker" in self.roles:
@@ -588,6 +592,7 @@ class ClusterMember:
         if "controller" in self.roles:
             settings = ControllerSettings.from_config(broker.config, broker.cluster_id)
             broker.controller = ControllerService(raft, settings)
+            self._create_controller_registration(raft)
             if controller_registry is not None:
                 install_controller_apis(controller_registry)
                 install_envelope(controller_registry)
@@ -598,6 +603,29 @@ class ClusterMember:
             install_broker_checks(broker.registry)
             if controller_registry is not None:
                 install_controller_checks(controller_registry)
+
+    def _create_controller_registration(self, raft: Any) -> None:
+        """The controller's own ControllerRegistration (KIP-919), through a channel of its own
+        (Kafka's ``registration`` channel manager), sent once the raft client caught up."""
+        from reference_broker.cluster.controller_registration import ControllerRegistrationManager
+        from reference_broker.cluster.inter_broker import controller_security
+
+        broker = self.broker
+        names = self._controller_listener_names()
+        channel = ControllerChannel(
+            self.voters,
+            self._leader,
+            controller_security(broker.config).channels(
+                f"controller-{broker.node_id}-registration", local_host=broker.host or None),
+        )
+        self.controller_registration = ControllerRegistrationManager(
+            broker.node_id,
+            channel,
+            listeners=lambda: [lst for lst in broker.listeners if lst.name in names],
+            caught_up=lambda: bool(raft.caught_up),
+        )
+        broker.controller_registration = self.controller_registration
+        self.loader.install(self.controller_registration)
 
     def _setting(self, key: str) -> Any:
         try:
@@ -619,6 +647,8 @@ class ClusterMember:
         broker = self.broker
         if broker.controller is not None:
             await broker.controller.start()
+        if self.controller_registration is not None:
+            await self.controller_registration.start()
         if self.lifecycle is not None:
             await broker.replica_manager.start()
             await self.lifecycle.start()
@@ -652,6 +682,8 @@ class ClusterMember:
             await broker.replica_manager.stop()
             await broker.controller_channel.channels.close()
             await broker.replica_manager.channels.close()
+        if self.controller_registration is not None:
+            await self.controller_registration.stop()
         if broker.controller is not None:
             await broker.controller.stop()
 

@@ -386,6 +386,7 @@ def metadata_response(broker: Any, ctx: Any, request: Any) -> Any:
 
 def describe_cluster_response(broker: Any, ctx: Any, request: Any) -> Any:
     """DescribeCluster (key 60) of brokers from the image in cluster mode."""
+    from reference_broker.handlers.cluster import cluster_authorized_operations
     from sdk.protocol.messages import DescribeClusterResponse
 
     image: MetadataImage = broker.metadata_publisher.image
@@ -406,4 +407,5 @@ def describe_cluster_response(broker: Any, ctx: Any, request: Any) -> Any:
         controller_id=controller_for_clients(image, broker.node_id),
         endpoint_type=1,
         brokers=brokers,
+        cluster_authorized_operations=cluster_authorized_operations(broker, ctx, request),
     )

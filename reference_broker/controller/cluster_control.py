@@ -11,6 +11,14 @@ BrokerHeartbeatManager, and the producer id blocks of ProducerIdControlManager.
 - BrokerHeartbeat: unknown broker BROKER_ID_NOT_REGISTERED, other epoch STALE_BROKER_EPOCH. A
   fenced broker is unfenced once its metadata offset reaches its registration (caught up); a
   broker that asks to be fenced is, and one that asks to shut down is fenced and told to stop.
+- ControllerRegistration (KIP-919, Kafka's ``registerController``) writes a
+  RegisterControllerRecord with the controller's incarnation, listeners and supported features,
+  once metadata.version is 3.7-IV0 or later (before that UNSUPPORTED_VERSION). As in Kafka
+  nothing else is checked: a registration replaces the previous one whatever its incarnation
+  (only the controller itself sends it, and a new incarnation is a restart), the id need not be
+  a voter (an observer controller being added to a dynamic quorum registers too), the cluster
+  id is not part of the request, and ``zk_migration_ready`` is always written false (ZooKeeper
+  is gone in 4.x).
 - A broker whose last heartbeat is older than ``broker.session.timeout.ms`` is fenced. The
   heartbeat times are the active controller's memory only: a new active controller gives every
   broker a whole session from its activation.
@@ -23,11 +31,13 @@ from typing import TYPE_CHECKING, Any
 from reference_broker import internal_records as rec
 from reference_broker.controller.result import ControllerResult
 from reference_broker.controller.settings import PRODUCER_ID_BLOCK_SIZE
+from reference_broker.controller.supported_features import CONTROLLER_REGISTRATION_LEVEL
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
     AllocateProducerIdsResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
+    ControllerRegistrationResponse,
 )
 
 if TYPE_CHECKING:
@@ -36,6 +46,9 @@ if TYPE_CHECKING:
 METADATA_VERSION = "metadata.version"
 FENCING_UNFENCE = -1
 FENCING_FENCE = 1
+#: Kafka's Errors.UNSUPPORTED_VERSION.message(), the answer's error_message (ControllerRegistration
+#: answers the error's default message, not the exception's)
+UNSUPPORTED_VERSION_MESSAGE = "The version of API is not supported."
 
 
 class ClusterControl:
@@ -105,6 +118,35 @@ class ClusterControl:
         )
         self.last_contact[request.broker_id] = now_ms
         return ControllerResult(records, BrokerRegistrationResponse(broker_epoch=epoch))
+
+    def register_controller(self, request: Any) -> ControllerResult:
+        """ControllerRegistration: the controller's RegisterControllerRecord, or UNSUPPORTED_VERSION
+        while metadata.version predates controller registration (3.7-IV0)."""
+        level = self.controller.image.features.get(METADATA_VERSION, 0)
+        if level < CONTROLLER_REGISTRATION_LEVEL:
+            return ControllerResult([], ControllerRegistrationResponse(
+                error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=UNSUPPORTED_VERSION_MESSAGE))
+        record = rec.RegisterControllerRecord(
+            controller_id=request.controller_id,
+            incarnation_id=request.incarnation_id,
+            zk_migration_ready=False,
+            end_points=[
+                rec.RegisterControllerRecord.ControllerEndpoint(
+                    name=lst.name, host=lst.host, port=lst.port, security_protocol=lst.security_protocol
+                )
+                for lst in request.listeners
+            ],
+            features=[
+                rec.RegisterControllerRecord.ControllerFeature(
+                    name=f.name,
+                    min_supported_version=f.min_supported_version,
+                    max_supported_version=f.max_supported_version,
+                )
+                for f in request.features
+            ],
+        )
+        # Kafka's answer leaves error_message at its schema default, "" (not null)
+        return ControllerResult([record], ControllerRegistrationResponse())
 
     # -- heartbeats ----------------------------------------------------------------------------------
     def heartbeat(self, request: Any, now_ms: float) -> ControllerResult:

@@ -6,12 +6,24 @@ Versions served and per-version notes:
   endpoints (2) are served only by KRaft controllers' own listeners, so they get
   MISMATCHED_ENDPOINT_TYPE, and any other type UNSUPPORTED_ENDPOINT_TYPE, with Kafka's messages.
   v2's include_fenced_brokers (KIP-1073) changes nothing: this node is never fenced.
+- ``include_cluster_authorized_operations``: as Kafka's AuthHelper, the principal's operations on
+  the cluster (every one without an authorizer), 0 to a principal that may not DESCRIBE it, and
+  the schema's default (-2^31) when not asked; the same on a cluster's brokers and controllers
+  (``cluster_authorized_operations``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from reference_broker.handlers.auth import (
+    CLUSTER_NAME,
+    Operation,
+    ResourceType,
+    authorize_cluster,
+    authorized_operations,
+)
+from reference_broker.handlers.metadata import ALL_CLUSTER_OPERATIONS, AUTHORIZED_OPS_OMITTED
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import DescribeClusterRequest, DescribeClusterResponse
 
@@ -23,6 +35,15 @@ if TYPE_CHECKING:
 API_KEY = DescribeClusterRequest.API_KEY
 ENDPOINT_BROKERS = 1
 ENDPOINT_CONTROLLERS = 2
+
+
+def cluster_authorized_operations(broker: Any, ctx: Any, request: DescribeClusterRequest) -> int:
+    """The answer's ``cluster_authorized_operations`` (Kafka's computeDescribeClusterResponse)."""
+    if not request.include_cluster_authorized_operations:
+        return AUTHORIZED_OPS_OMITTED
+    if not authorize_cluster(broker, ctx, Operation.DESCRIBE):
+        return 0
+    return authorized_operations(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME, ALL_CLUSTER_OPERATIONS)
 
 
 def handle(broker: Broker, ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
@@ -49,6 +70,7 @@ def handle(broker: Broker, ctx: RequestContext, request: DescribeClusterRequest)
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
         endpoint_type=ENDPOINT_BROKERS,
+        cluster_authorized_operations=cluster_authorized_operations(broker, ctx, request),
         brokers=[
             DescribeClusterResponse.DescribeClusterBroker(
                 broker_id=broker.node_id,

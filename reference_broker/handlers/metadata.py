@@ -42,7 +42,10 @@ log = logging.getLogger("reference_broker.metadata")
 AUTHORIZED_OPS_OMITTED = -(2**31)
 # Every operation a single-node, ACL-less broker allows: READ..DESCRIBE_CONFIGS..(bits 3-12).
 ALL_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
-ALL_CLUSTER_OPERATIONS = sum(1 << op for op in (4, 7, 8, 9, 10, 11, 12, 13, 14))
+# Kafka's AclEntry.supportedOperations(CLUSTER): CREATE, ALTER, DESCRIBE, CLUSTER_ACTION,
+# DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE (8096; the token operations are not the
+# cluster's), what Metadata and DescribeCluster report without an authorizer.
+ALL_CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 Topic = MetadataResponse.MetadataResponseTopic
 Partition = MetadataResponse.MetadataResponsePartition

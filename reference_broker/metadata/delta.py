@@ -28,6 +28,7 @@ from reference_broker.metadata.image import (
     NO_LEADER_CHANGE,
     RECOVERY_NO_CHANGE,
     BrokerRegistration,
+    ControllerRegistration,
     Endpoint,
     MetadataImage,
     PartitionRegistration,
@@ -95,6 +96,8 @@ class MetadataDelta:
     def __init__(self, image: MetadataImage):
         self.image = image
         self._brokers: dict[int, BrokerRegistration | None] = {}
+        # None: gone (only a snapshot that does not state a controller removes it)
+        self._controllers: dict[int, ControllerRegistration | None] = {}
         # topic id -> (name, {partition: registration}) for topics created or changed
         self._topics: dict[uuid.UUID, tuple[str, dict[int, PartitionRegistration]]] = {}
         self._deleted_topics: dict[uuid.UUID, str] = {}
@@ -132,6 +135,21 @@ class MetadataDelta:
     @property
     def changed_brokers(self) -> set[int]:
         return set(self._brokers)
+
+    @property
+    def changed_controllers(self) -> set[int]:
+        """Ids of the controllers whose registration this delta set (Kafka's changedControllers)."""
+        return set(self._controllers)
+
+    @property
+    def features_changed(self) -> bool:
+        """Whether this delta set any finalized feature level (Kafka's featuresDelta != null)."""
+        return bool(self._features)
+
+    def controller(self, controller_id: int) -> ControllerRegistration | None:
+        if controller_id in self._controllers:
+            return self._controllers[controller_id]
+        return self.image.controllers.get(controller_id)
 
     @property
     def deleted_topics(self) -> dict[uuid.UUID, str]:
@@ -186,6 +204,18 @@ class MetadataDelta:
             rack=r.rack,
             fenced=bool(r.fenced),
             in_controlled_shutdown=bool(r.in_controlled_shutdown),
+            features=MappingProxyType(
+                {f.name: (f.min_supported_version, f.max_supported_version) for f in r.features}
+            ),
+        )
+
+    def _register_controller(self, r: Any) -> None:
+        # A later record replaces the whole registration (Kafka's ClusterDelta.replay).
+        self._controllers[r.controller_id] = ControllerRegistration(
+            id=r.controller_id,
+            incarnation_id=r.incarnation_id,
+            zk_migration_ready=bool(r.zk_migration_ready),
+            endpoints=tuple(Endpoint(e.name, e.host, e.port, e.security_protocol) for e in r.end_points),
             features=MappingProxyType(
                 {f.name: (f.min_supported_version, f.max_supported_version) for f in r.features}
             ),
@@ -341,13 +371,15 @@ class MetadataDelta:
 
     def _ignore(self, r: Any) -> None:
         """Records that change nothing in this image (NoOp, transaction markers of the metadata
-        log, delegation tokens, controller registrations)."""
+        log, delegation tokens)."""
 
     def finish_snapshot(self) -> None:
         """After replaying a whole snapshot onto the previous image: whatever the snapshot did not
         state no longer exists (Kafka's MetadataDelta.finishSnapshot)."""
         for broker_id in self.image.brokers:
             self._brokers.setdefault(broker_id, None)
+        for controller_id in self.image.controllers:
+            self._controllers.setdefault(controller_id, None)
         for topic_id, topic in self.image.topics_by_id.items():
             if topic_id not in self._topics:
                 self._deleted_topics[topic_id] = topic.name
@@ -411,7 +443,19 @@ class MetadataDelta:
             client_quotas=MappingProxyType(quotas),
             acls=self._applied_acls(),
             scram_credentials=self._applied_scram(),
+            controllers=self._applied_controllers(),
         )
+
+    def _applied_controllers(self) -> Any:
+        if not self._controllers:
+            return self.image.controllers
+        controllers = dict(self.image.controllers)
+        for controller_id, registration in self._controllers.items():
+            if registration is None:
+                controllers.pop(controller_id, None)
+            else:
+                controllers[controller_id] = registration
+        return MappingProxyType(controllers)
 
     def _applied_acls(self) -> Any:
         if not self._acls:
@@ -456,7 +500,7 @@ _REPLAY = {
     rec.BeginTransactionRecord.__name__: MetadataDelta._ignore,
     rec.EndTransactionRecord.__name__: MetadataDelta._ignore,
     rec.AbortTransactionRecord.__name__: MetadataDelta._ignore,
-    rec.RegisterControllerRecord.__name__: MetadataDelta._ignore,
+    rec.RegisterControllerRecord.__name__: MetadataDelta._register_controller,
     rec.AccessControlEntryRecord.__name__: MetadataDelta._access_control_entry,
     rec.RemoveAccessControlEntryRecord.__name__: MetadataDelta._remove_access_control_entry,
     rec.UserScramCredentialRecord.__name__: MetadataDelta._scram_credential,

@@ -1,7 +1,7 @@
 """The cluster's metadata as of one offset of the metadata log: an immutable ``MetadataImage``.
 
 An image is what every node derives from replaying ``__cluster_metadata`` (Kafka's
-``MetadataImage``): the registered brokers, the topics and their partitions' replicas, ISR,
+``MetadataImage``): the registered brokers and controllers, the topics and their partitions' replicas, ISR,
 leader and epochs, the dynamic configs, the finalized features, the next producer id, the
 client quotas, the ACLs and the SCRAM credentials. Images are never changed in place:
 ``MetadataDelta`` builds the next one, sharing every unchanged topic and broker (and the ACL and
@@ -57,6 +57,34 @@ class BrokerRegistration:
     rack: str | None
     fenced: bool
     in_controlled_shutdown: bool = False
+    features: Mapping[str, tuple[int, int]] = dataclasses.field(default_factory=lambda: _EMPTY)
+
+    def endpoint(self, listener: str | None = None) -> Endpoint | None:
+        """The endpoint of ``listener`` (the first registered one when None)."""
+        for ep in self.endpoints:
+            if listener is None or ep.name == listener:
+                return ep
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerRegistration:
+    """A controller as its RegisterControllerRecord says (KIP-919, Kafka's ControllerRegistration).
+
+    A controller sends ControllerRegistration to the active controller once its metadata has
+    caught up, and again whenever this registration differs from what it would send (a restart
+    gives it a new ``incarnation_id``), so the image holds the latest incarnation of every
+    controller that ever registered. ``endpoints`` are its controller listeners as advertised
+    (what DescribeCluster with the controller endpoint type lists); ``features`` maps a feature
+    name to the (min, max) levels it supports, which UpdateFeatures checks new levels against.
+    A registration is never removed: a controller that left the quorum stays registered, as in
+    Kafka.
+    """
+
+    id: int
+    incarnation_id: uuid.UUID
+    zk_migration_ready: bool
+    endpoints: tuple[Endpoint, ...]
     features: Mapping[str, tuple[int, int]] = dataclasses.field(default_factory=lambda: _EMPTY)
 
     def endpoint(self, listener: str | None = None) -> Endpoint | None:
@@ -130,6 +158,8 @@ class MetadataImage:
     scram_credentials: Mapping[str, Mapping[str, ScramCredential]] = dataclasses.field(
         default_factory=lambda: _EMPTY
     )
+    #: controller id -> its latest registration (RegisterControllerRecord).
+    controllers: Mapping[int, ControllerRegistration] = dataclasses.field(default_factory=lambda: _EMPTY)
 
     def topic(self, name: str) -> TopicImage | None:
         topic_id = self.topic_ids.get(name)

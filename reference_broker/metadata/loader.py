@@ -78,10 +78,12 @@ class MetadataLoader:
 
 
 def full_delta(image: MetadataImage) -> MetadataDelta:
-    """A delta from the empty image to ``image``: every broker and partition changed."""
+    """A delta from the empty image to ``image``: every broker, controller and partition changed."""
     delta = MetadataDelta(MetadataImage())
     for broker_id, reg in image.brokers.items():
         delta._brokers[broker_id] = reg
+    for controller_id, registration in image.controllers.items():
+        delta._controllers[controller_id] = registration
     for topic_id, topic in image.topics_by_id.items():
         delta._topics[topic_id] = (topic.name, dict(topic.partitions))
         delta._created_topics.add(topic_id)

@@ -2,7 +2,7 @@
 
 ``image_records(image)`` lists the records that, replayed onto an empty image (with
 ``finish_snapshot``), give ``image`` again: features first (metadata.version before anything
-that depends on it), then brokers, topics with their configs and partitions, other configs,
+that depends on it), then brokers, controllers, topics with their configs and partitions, other configs,
 the producer id block, the client quotas, the ACLs (with their ids) and the SCRAM credentials.
 """
 
@@ -42,6 +42,26 @@ def image_records(image: MetadataImage) -> list[Any]:
                 rack=broker.rack,
                 fenced=broker.fenced,
                 in_controlled_shutdown=broker.in_controlled_shutdown,
+            )
+        )
+    for controller in sorted(image.controllers.values(), key=lambda c: c.id):
+        records.append(
+            rec.RegisterControllerRecord(
+                controller_id=controller.id,
+                incarnation_id=controller.incarnation_id,
+                zk_migration_ready=controller.zk_migration_ready,
+                end_points=[
+                    rec.RegisterControllerRecord.ControllerEndpoint(
+                        name=e.name, host=e.host, port=e.port, security_protocol=e.security_protocol
+                    )
+                    for e in controller.endpoints
+                ],
+                features=[
+                    rec.RegisterControllerRecord.ControllerFeature(
+                        name=n, min_supported_version=lo, max_supported_version=hi
+                    )
+                    for n, (lo, hi) in sorted(controller.features.items())
+                ],
             )
         )
     for topic in sorted(image.topics_by_id.values(), key=lambda t: t.name):

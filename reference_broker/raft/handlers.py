@@ -183,7 +183,13 @@ _ENDPOINT_CONTROLLERS = 2
 
 def _describe_cluster(broker: Any, ctx: Any, request: Any) -> Any:
     """Kafka's ControllerApis.handleDescribeCluster: only controller endpoints (type 2) are
-    described here; the controller id is the raft leader's, -1 while none is known."""
+    described here. The "brokers" are the registered controllers (KIP-919: the image's
+    RegisterControllerRecords, Kafka's ControllerRegistrationsPublisher) that have an endpoint on
+    the listener the request came in on, in id order; the controller id is the raft leader's, -1
+    while none is known or while it is not among them (Kafka's AuthHelper: never name a controller
+    the answer does not describe)."""
+    from reference_broker.handlers.cluster import cluster_authorized_operations
+
     cls = m.DescribeClusterResponse
     if request.endpoint_type != _ENDPOINT_CONTROLLERS:
         known = request.endpoint_type == 1
@@ -193,13 +199,21 @@ def _describe_cluster(broker: Any, ctx: Any, request: Any) -> Any:
                    " endpoint of type BROKER" if known
                    else f"Unsupported endpoint type {request.endpoint_type}")
         return cls(error_code=code, error_message=message)
-    voters = getattr(broker, "quorum_voters", None) or {}
+    loader = getattr(broker, "metadata_loader", None)
+    controllers = {} if loader is None else loader.image.controllers
+    listener = ctx.connection.session.listener.name
+    described = []
+    for node in sorted(controllers):
+        endpoint = controllers[node].endpoint(listener)
+        if endpoint is not None:
+            described.append(cls.DescribeClusterBroker(broker_id=node, host=endpoint.host,
+                                                       port=endpoint.port, rack=None))
     core = _core(broker)
     leader = -1 if core is None or core.leader_id is None else core.leader_id
     return cls(error_code=0, endpoint_type=_ENDPOINT_CONTROLLERS, cluster_id=broker.cluster_id,
-               controller_id=leader if leader in voters else -1,
-               brokers=[cls.DescribeClusterBroker(broker_id=node, host=host, port=port)
-                        for node, (host, port) in sorted(voters.items())])
+               controller_id=leader if any(b.broker_id == leader for b in described) else -1,
+               brokers=described,
+               cluster_authorized_operations=cluster_authorized_operations(broker, ctx, request))
 
 
 def install(registry: Any) -> None:

@@ -44,3 +44,14 @@ def test_endpoint_types_are_answered_as_on_kafka(
         assert answer.brokers and answer.endpoint_type == 1
     else:
         assert not answer.brokers
+
+
+@pytest.mark.parametrize(("include", "operations"), [(False, -(2**31)), (True, 8096)])
+def test_cluster_authorized_operations_are_every_cluster_operation_without_an_authorizer(
+    bootstrap: str, include: bool, operations: int
+) -> None:
+    """Kafka's AclEntry.supportedOperations(CLUSTER) as a bit field (CREATE, ALTER, DESCRIBE,
+    CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE), only when asked."""
+    with WireClient(bootstrap) as client:
+        answer = client.request(DescribeClusterRequest(include_cluster_authorized_operations=include), 1)
+    assert (answer.error_code, answer.cluster_authorized_operations) == (ErrorCode.NONE, operations)

@@ -455,7 +455,8 @@ def changing_requests(topic: str, new_topic: str) -> list[tuple[str, Any, int, C
 def finalized_transaction_version(cluster: ClusterProcess, node_id: int) -> int:
     answer = admin_request(cluster, node_id, ApiVersionsRequest(client_software_name="t",
                                                                 client_software_version="1"), 3)
-    return next((f.max_version_level for f in answer.finalized_features if f.name == "transaction.version"), 0)
+    levels = {f.name: f.max_version_level for f in answer.finalized_features}
+    return int(levels.get("transaction.version", 0))
 
 
 def assert_nothing_changed(cluster: ClusterProcess, topic: str, new_topic: str) -> None:
@@ -536,7 +537,8 @@ def test_forged_envelope_from_a_client_is_refused(cluster: ClusterProcess) -> No
 def test_granted_principal_and_super_user_get_through_both_paths(cluster: ClusterProcess) -> None:
     """User:bob, granted CREATE on his topics and ALTER on the cluster, creates a topic through a
     broker and one on the active controller's listener, elects leaders, checks a feature change
-    and describes the controllers; the nodes' super user User:admin describes the quorum on a controller listener."""
+    and describes the controllers; the nodes' super user User:admin describes the quorum on a
+    controller listener."""
     prefix = f"bob-{uuid.uuid4().hex[:6]}"
     grants = [
         CreateAclsRequest.AclCreation(resource_type=TOPIC, resource_name=prefix, resource_pattern_type=4,

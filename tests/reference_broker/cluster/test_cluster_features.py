@@ -127,11 +127,13 @@ def test_kafka_features_upgrades_and_downgrades_as_on_kafka(nodes: ThreeNodes) -
     # two features, one bad: both fail, with the error of the one Kafka checks first
     reason = ("The update failed for all features since the following feature had an error: Invalid"
               " update version 5 for feature group.version. Local controller N only supports versions 0-1")
-    assert refused(nodes, "upgrade", "--feature", "transaction.version=2", "--feature", "group.version=5") == (
+    assert refused(nodes, "upgrade", "--feature", "transaction.version=2",
+                   "--feature", "group.version=5") == (
         f"Could not upgrade group.version to 5. {reason}\n"
         f"Could not upgrade transaction.version to 2. {reason}\n2 out of 2 operation(s) failed.")
     assert finalized(nodes, "transaction.version") == "1"
-    assert ok(nodes, "upgrade", "--feature", "transaction.version=2") == "transaction.version was upgraded to 2."
+    assert ok(nodes, "upgrade", "--feature", "transaction.version=2") == \
+        "transaction.version was upgraded to 2."
     until(lambda: transaction_protocol(nodes, topic) == 2, "a new producer uses transactions v2", 30)
 
     # group.version 0 turns the KIP-848 consumer group APIs off, 1 on again
@@ -143,7 +145,8 @@ def test_kafka_features_upgrades_and_downgrades_as_on_kafka(nodes: ThreeNodes) -
     until(lambda: not heartbeat_refused(nodes), "ConsumerGroupHeartbeat is served", 30)
 
     # metadata.version: down within 4.x's unchanged metadata, never across a level that changed it
-    assert ok(nodes, "downgrade", "--feature", "metadata.version=25") == "metadata.version was downgraded to 25."
+    assert ok(nodes, "downgrade", "--feature", "metadata.version=25") == \
+        "metadata.version was downgraded to 25."
     assert refused(nodes, "downgrade", "--feature", "metadata.version=22") == (
         "Could not downgrade metadata.version to 22. The update failed for all features since the"
         " following feature had an error: Invalid metadata.version 22. Refusing to perform the requested"
@@ -172,7 +175,8 @@ def voters(nodes: ThreeNodes) -> list[dict[str, Any]]:
 def test_kraft_version_upgrade_of_a_static_quorum(nodes: ThreeNodes) -> None:
     unknown = "AAAAAAAAAAAAAAAAAAAAAA"  # Uuid.ZERO_UUID: a static voter's directory id
     assert {v.get("directoryId", unknown) for v in voters(nodes)} == {unknown}
-    assert ok(nodes, "upgrade", "--feature", "kraft.version=1", "--dry-run") == "kraft.version can be upgraded to 1."
+    assert ok(nodes, "upgrade", "--feature", "kraft.version=1", "--dry-run") == \
+        "kraft.version can be upgraded to 1."
     assert finalized(nodes, "kraft.version") == "0"
     # the voters announced themselves to the leader (UpdateRaftVoter): the upgrade goes through
     assert ok(nodes, "upgrade", "--feature", "kraft.version=1") == "kraft.version was upgraded to 1."

@@ -82,7 +82,8 @@ class Features:
         records += [controller_record(c, dict(SUPPORTED_FEATURES)) for c in controllers]
         self.log.run(ControllerResult(records))
 
-    def update(self, *updates: tuple[str, int, int], validate_only: bool = False) -> FeatureUpdateError | None:
+    def update(self, *updates: tuple[str, int, int],
+               validate_only: bool = False) -> FeatureUpdateError | None:
         before = self.log.end_offset
         outcome = self.log.run(self.ctl.features.update_features(list(updates), validate_only))
         if outcome is not None or validate_only:
@@ -154,7 +155,8 @@ def test_refusals_in_kafkas_words() -> None:
 def test_one_bad_feature_fails_the_whole_request_named_in_kafkas_order() -> None:
     f = Features()
     # Kafka's HashMap takes group.version before transaction.version, whatever the request order
-    assert java_hash_order(["transaction.version", "group.version"]) == ["group.version", "transaction.version"]
+    order = java_hash_order(["transaction.version", "group.version"])
+    assert order == ["group.version", "transaction.version"]
     outcome = f.update(("transaction.version", 1, SAFE_DOWNGRADE), ("group.version", 5, UPGRADE))
     assert "feature group.version" in message(outcome)
     assert f.level("transaction.version") == 2

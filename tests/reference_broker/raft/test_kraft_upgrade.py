@@ -148,8 +148,8 @@ def test_a_voter_that_never_announced_itself_blocks_the_upgrade(quorum: Quorum) 
     leader = quorum.leader()
     changes = quorum.changes[leader.node_id]
     with pytest.raises(KRaftUpgradeError,
-                       match="Invalid upgrade of kraft.version to KRAFT_VERSION_1 because not all of the"
-                             " voters support it"):
+                       match=r"Invalid upgrade of kraft\.version to KRAFT_VERSION_1 because not all of"
+                             r" the voters support it"):
         changes.upgrade_kraft_version(leader.epoch, 1, False, now)
     assert leader.kraft_version == 0
     # once it is back and announces itself, the upgrade goes through

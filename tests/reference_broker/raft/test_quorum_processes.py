@@ -146,8 +146,12 @@ def test_one_leader_then_a_new_one_in_a_higher_epoch_after_kill(quorum: Any) -> 
     follower = nodes[leader % NODES]  # a broker listener of a node that does not lead
     via_broker = describe_quorum(follower.host, follower.port)
     assert (via_broker.error_code, via_broker.leader_id, via_broker.leader_epoch) == (0, leader, epoch)
-    # DescribeCluster on a controller listener describes the voters' controller endpoints
-    described_cluster = describe_cluster(*controllers[leader % NODES], endpoint_type=2)
+    # DescribeCluster on a controller listener describes the registered controllers (KIP-919:
+    # each registers itself once caught up) at their controller endpoints
+    described_cluster = until(
+        lambda: (answer := describe_cluster(*controllers[leader % NODES], endpoint_type=2))
+        and len(answer.brokers) == NODES and answer,
+        "the three controllers are registered")
     assert (described_cluster.error_code, described_cluster.endpoint_type,
             described_cluster.controller_id) == (0, 2, leader)
     assert [(b.broker_id, b.host, b.port) for b in described_cluster.brokers] == [
