@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from reference_broker.clock import Clock
@@ -117,6 +117,10 @@ class GroupCoordinator:
         self.outcome_when_committed: (
             Callable[[int, Callable[[], None], Callable[[int], None]], None] | None
         ) = None
+        #: Cluster mode: ``(partition)`` waits until everything written to the partition so far
+        #: is committed, then 0, else the error code (``CommittedWrites.wait``: NOT_COORDINATOR,
+        #: COORDINATOR_NOT_AVAILABLE); None: every stored write is committed already.
+        self.until_committed: Callable[[int], Awaitable[int]] | None = None
         self.offsets = GroupOffsets(self)
         #: The KIP-848 consumer groups; their offsets stay in ``groups`` (a ``Group`` without members).
         self.consumer = ConsumerGroupCoordinator(self)
@@ -877,6 +881,15 @@ class GroupCoordinator:
     ) -> tuple[int, dict[tuple[str, int], tuple[CommittedOffset | None, int]]]:
         """OffsetFetch (``GroupOffsets.fetch_offsets``)."""
         return self.offsets.fetch_offsets(group_id, partitions, require_stable, member)
+
+    async def fetch_stable_offsets(
+        self,
+        group_id: str,
+        partitions: list[tuple[str, int]] | None,
+        member: tuple[str | None, int] = (None, -1),
+    ) -> tuple[int, dict[tuple[str, int], tuple[CommittedOffset | None, int]]]:
+        """OffsetFetch with ``require_stable`` (``GroupOffsets.fetch_stable_offsets``)."""
+        return await self.offsets.fetch_stable_offsets(group_id, partitions, member)
 
     def delete_offsets(
         self, group_id: str, partitions: list[tuple[str, int]]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from reference_broker.clock import Clock
@@ -169,6 +169,11 @@ class GroupCoordinatorService:
             writes.after_commit(partition, committed, failed, WRITE_TIMEOUT_S)
 
         self.coordinator.outcome_when_committed = outcome
+
+        def until_committed(partition: int) -> Awaitable[int]:
+            return writes.wait(partition, WRITE_TIMEOUT_S)
+
+        self.coordinator.until_committed = until_committed
 
     def on_leadership(self, partition: int, leads: bool) -> None:
         """The metadata moved ``__consumer_offsets`` partition ``partition``'s leadership: when it

@@ -19,6 +19,7 @@ once its records commit (a write that timed out is not reverted: only its reques
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -319,3 +320,65 @@ def test_offset_fetch_checks_the_member_as_committed(
     assert seen.while_pending == [("NONE", "UNKNOWN_MEMBER_ID")], seen
     assert seen.answer == "COORDINATOR_NOT_AVAILABLE", seen
     assert seen.after_commit == ("NONE", "NONE"), seen
+
+
+def test_stable_offset_fetch_waits_for_the_partition_writes_to_commit(
+    reference_cluster: ClusterFactory,
+) -> None:
+    """OffsetFetch with require_stable is Kafka's write operation (``fetchOffsets`` through
+    ``scheduleWriteOperation``): "second"'s join, written while both followers are paused, lets
+    its member check pass, but the answer waits for the partition's writes to commit. Kept
+    paused past ``offsets.commit.timeout.ms`` the fetch is NOT_COORDINATOR (Kafka's
+    ``handleOffsetFetchException``); asked again and the followers resumed, it answers once the
+    join commits. A fetch without require_stable reads the committed group meanwhile."""
+    cluster = reference_cluster(3, cluster_config(2, 60_000))
+    topic, group, coordinator, followers = setup(cluster)
+
+    def fetch(member: str, epoch: int, stable: bool) -> OffsetFetchRequest:
+        return OffsetFetchRequest(require_stable=stable, groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
+            group_id=group, member_id=member, member_epoch=epoch,
+            topics=[OffsetFetchRequest.OffsetFetchRequestTopics(name=topic, partition_indexes=[0])])])
+
+    async def code(answer: Awaitable[Any]) -> str:
+        return E(int((await answer).groups[0].error_code)).name
+
+    async def scenario() -> dict[str, Any]:
+        conn, reader = connect(cluster, coordinator), connect(cluster, coordinator)
+        seen: dict[str, Any] = {}
+        try:
+            await until_answer(lambda: conn.send(ConsumerGroupHeartbeatRequest(
+                group_id=group, member_id="first", member_epoch=0, rebalance_timeout_ms=30_000,
+                subscribed_topic_names=[topic], topic_partitions=[]), version=0),
+                lambda r: r.error_code == E.NONE, "the first member joined")
+            for node in followers:
+                cluster.pause(node)
+            try:
+                joining = asyncio.ensure_future(conn.send(ConsumerGroupHeartbeatRequest(
+                    group_id=group, member_id="second", member_epoch=0, rebalance_timeout_ms=30_000,
+                    subscribed_topic_names=[topic], topic_partitions=[]), version=0))
+                await asyncio.sleep(0.5)  # the join's records are appended
+                started = time.monotonic()
+                seen["stable, kept paused"] = await code(reader.send(fetch("second", 2, True), version=9))
+                seen["waited"] = time.monotonic() - started >= 4.0
+                seen["join answer"] = E(int(cast(Any, await joining).error_code)).name
+                seen["committed view"] = await code(reader.send(fetch("second", 2, False), version=9))
+                stable = asyncio.ensure_future(code(reader.send(fetch("second", 2, True), version=9)))
+                await asyncio.sleep(1.0)
+                seen["answered while paused"] = stable.done()
+            finally:
+                for node in followers:
+                    cluster.resume(node)
+            seen["stable, resumed"] = await stable
+            seen["committed view, resumed"] = await code(reader.send(fetch("second", 2, False), version=9))
+        finally:
+            await conn.close()
+            await reader.close()
+        return seen
+
+    seen = asyncio.run(asyncio.wait_for(scenario(), 90))
+    assert seen == {
+        "stable, kept paused": "NOT_COORDINATOR", "waited": True,
+        "join answer": "COORDINATOR_NOT_AVAILABLE", "committed view": "UNKNOWN_MEMBER_ID",
+        "answered while paused": False,
+        "stable, resumed": "NONE", "committed view, resumed": "NONE",
+    }, seen
