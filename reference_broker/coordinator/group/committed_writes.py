@@ -23,7 +23,9 @@ Here the same guarantees come from three parts:
   NOT_COORDINATOR (leadership moved) / COORDINATOR_NOT_AVAILABLE (not committed within
   ``WRITE_TIMEOUT_S``) instead.
 - ``wait``: a response waits until everything written to the partition so far is committed
-  (Kafka completes even a write without records only after the pending ones), up to a timeout.
+  (Kafka completes even a write without records only after the pending ones), up to a timeout:
+  the answer of every group write, and of OffsetFetch with require_stable (Kafka runs it as a
+  write operation).
 
 "Committed" is the high watermark covering the offset while the ISR holds
 ``min.insync.replicas`` members (this broker's high watermark also moves below that minimum,

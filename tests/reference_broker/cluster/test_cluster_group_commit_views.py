@@ -14,6 +14,8 @@ A KIP-848 ``ConsumerGroup`` is timeline-backed: ConsumerGroupDescribe, ListGroup
 OffsetFetch's member check read it at the partition's last committed offset
 (``scheduleReadOperation``), so a member whose join is not committed is not shown, and is shown
 once its records commit (a write that timed out is not reverted: only its request failed).
+OffsetFetch with require_stable is a write operation instead: it checks the member as written
+last and answers once the partition's writes are committed.
 """
 
 from __future__ import annotations
