@@ -163,10 +163,16 @@ class CommittedWrites:
         apply: Callable[[], None],
         failed: Callable[[int], None] | None = None,
         timeout_s: float | None = None,
+        *,
+        up_to: int | None = None,
     ) -> None:
         """Run ``apply`` once everything partition ``index`` holds now is committed, after the
         applies registered before it; at once when nothing waits and it is committed already.
         Dropped when the partition is not led here in its loaded epoch (nothing to apply to).
+
+        ``up_to``: once the partition is committed up to that offset instead of its log end (a
+        change read by the partition's load past the high watermark, registered, in log order,
+        before anything written since).
 
         With ``failed`` the write is Kafka's append future: instead of ``apply``, ``failed`` is
         told NOT_COORDINATOR when the partition is (or stops being) led here in its loaded
@@ -178,7 +184,7 @@ class CommittedWrites:
             if failed is not None:
                 failed(E.NOT_COORDINATOR)
             return
-        end = part.log.log_end_offset
+        end = part.log.log_end_offset if up_to is None else up_to
         queue = self._pending.setdefault(index, deque())
         if not queue and self._committed(part, end):
             apply()

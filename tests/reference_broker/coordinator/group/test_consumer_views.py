@@ -9,6 +9,7 @@ from collections.abc import Callable
 from reference_broker.coordinator.group import consumer_records as rec
 from reference_broker.coordinator.group.consumer_group import ConsumerGroup, ConsumerGroupState
 from reference_broker.coordinator.group.consumer_views import CommittedConsumerGroups
+from reference_broker.coordinator.group.coordinator import OffsetsReplay
 from reference_broker.coordinator.group.state import CommittedOffset
 from sdk.protocol.errors import ErrorCode as E
 from tests.reference_broker.coordinator.group.test_consumer_coordinator import TOPIC, Member, Node, settle
@@ -29,7 +30,7 @@ def shown(group: ConsumerGroup | None) -> object:
 def deferred(node: Node) -> list[Callable[[], None]]:
     """Commits held back: the applies the coordinator registers, run when the test says."""
     held: list[Callable[[], None]] = []
-    node.coordinator.apply_when_committed = lambda _partition, apply: held.append(apply)
+    node.coordinator.apply_when_committed = lambda _partition, apply, _up_to: held.append(apply)
     return held
 
 
@@ -204,3 +205,51 @@ def test_a_stable_fetch_refused_by_the_member_check_does_not_wait() -> None:
         assert commits.waits == 0
 
     asyncio.run(scenario())
+
+
+def test_a_load_shows_the_records_past_the_high_watermark_only_as_they_commit() -> None:
+    """A new leader reads its log to the end, b's join and then c's past the high watermark:
+    the live groups have both members (heartbeats build on them), the view starts at the high
+    watermark and takes each batch in as the partition commits up to its end (Kafka's timeline
+    read at the last committed offset), ending as the group a load of committed records gives."""
+    writer = Node()
+    a, b, c = Member(writer, "a"), Member(writer, "b"), Member(writer, "c")
+    a.heartbeat()
+    log = writer.store.partitions[0]
+    high_watermark = len(log)
+    assert b.heartbeat().error == 0
+    b_end = len(log)
+    assert c.heartbeat().error == 0
+
+    node = Node()
+    registered: list[tuple[int | None, Callable[[], None]]] = []
+    node.coordinator.apply_when_committed = lambda _p, apply, up_to: registered.append((up_to, apply))
+    replay = OffsetsReplay()
+    for offset, (key, value) in enumerate(log):
+        if offset < high_watermark:
+            replay.add(key, value)
+        else:
+            replay.add(key, value, commits_at=b_end if offset < b_end else len(log))
+    node.coordinator.finish_load(replay, 0)
+    assert set(node.consumer.groups["g"].members) == {"a", "b", "c"}
+    assert set(view(node).group("g").members) == {"a"}  # type: ignore[union-attr]
+    assert node.consumer.validate_offset_fetch("g", "b", 2) == E.UNKNOWN_MEMBER_ID
+    assert [up_to for up_to, _ in registered] == [b_end, len(log)]
+    registered.pop(0)[1]()
+    assert set(view(node).group("g").members) == {"a", "b"}  # type: ignore[union-attr]
+    registered.pop(0)[1]()
+    assert shown(view(node).group("g")) == shown(node.consumer.groups["g"])
+
+
+def test_a_load_of_committed_records_shows_them_all_at_once() -> None:
+    """Everything read below the high watermark (a single node reads only that far): the view
+    is the loaded groups at once, nothing waits to be committed."""
+    writer = Node()
+    a, b = Member(writer, "a"), Member(writer, "b")
+    settle(a, b)
+    node = Node()
+    registered = deferred(node)
+    node.coordinator.load_records(writer.store.partitions[0])
+    assert registered == []
+    assert shown(view(node).group("g")) == shown(node.consumer.groups["g"])
+    assert set(view(node).group("g").members) == {"a", "b"}  # type: ignore[union-attr]
