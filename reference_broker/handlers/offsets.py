@@ -22,6 +22,7 @@ Versions served and per-version notes:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -132,11 +133,16 @@ async def handle_offset_fetch(
     version = ctx.api_version
     require_stable = request.require_stable if version >= 7 else False
     if version >= 8:
-        groups = []
+        # The groups are fetched side by side (Kafka schedules one operation per group), so
+        # stable fetches waiting on different partitions wait at most one write timeout.
+        fetches = []
         for g in request.groups:
             topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
             member = (g.member_id, g.member_epoch) if version >= 9 else (None, -1)
-            error, answer = await _fetch_group(broker, g.group_id, topics, require_stable, member)
+            fetches.append(_fetch_group(broker, g.group_id, topics, require_stable, member))
+        results = await asyncio.gather(*fetches) if require_stable else [await f for f in fetches]
+        groups = []
+        for g, (error, answer) in zip(request.groups, results, strict=True):
             groups.append(
                 OffsetFetchResponse.OffsetFetchResponseGroup(
                     group_id=g.group_id,
