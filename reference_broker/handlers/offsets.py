@@ -12,14 +12,17 @@ Versions served and per-version notes:
   (topic ids, KIP-848) is not served.
 - OffsetFetch (9) v1-9: v2+ a null topic list means every committed partition, and a top-level
   error; v5+ leader epoch; v7+ require_stable (UNSTABLE_OFFSET_COMMIT while a transaction holds a
-  pending offset for the partition); v8+ several groups at once; v9 member id and epoch, checked
-  for a consumer group (KIP-848: STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID). No committed offset: -1.
+  pending offset for the partition; in a cluster the answer waits until the group's partition's
+  writes so far are committed, Kafka's write operation, NOT_COORDINATOR when they are not); v8+
+  several groups at once; v9 member id and epoch, checked for a consumer group (KIP-848:
+  STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID). No committed offset: -1.
 - OffsetDelete (47) v0: offsets of topics the group does not subscribe to (GROUP_SUBSCRIBED_TO_TOPIC
   otherwise); any offset of an empty group.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -95,16 +98,21 @@ def offset_commit_error(request: OffsetCommitRequest, version: int, code: int) -
     return _commit_response(request, lambda tp: code)
 
 
-def _fetch_group(
+async def _fetch_group(
     broker: Broker,
     group_id: str,
     topics: list[tuple[str, list[int]]] | None,
     require_stable: bool,
     member: tuple[str | None, int] = (None, -1),
 ) -> tuple[int, list[tuple[str, list[tuple[int, int, int, str | None, int]]]]]:
-    """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])])."""
+    """(group error, [(topic, [(partition, offset, leader epoch, metadata, error)])]).
+    ``require_stable`` waits for the group's partition's writes to commit (Kafka runs that fetch
+    as a write operation); without it the committed state is read at once."""
     wanted = None if topics is None else [(t, p) for t, parts in topics for p in parts]
-    error, found = broker.groups.fetch_offsets(group_id, wanted, require_stable, member)
+    if require_stable:
+        error, found = await broker.groups.fetch_stable_offsets(group_id, wanted, member)
+    else:
+        error, found = broker.groups.fetch_offsets(group_id, wanted, member=member)
     if error:
         return error, []
     by_topic: dict[str, list[tuple[int, int, int, str | None, int]]] = {}
@@ -119,17 +127,22 @@ def _fetch_group(
     return E.NONE, [(name, by_topic.get(name, [])) for name in dict.fromkeys(names)]
 
 
-def handle_offset_fetch(
+async def handle_offset_fetch(
     broker: Broker, ctx: RequestContext, request: OffsetFetchRequest
 ) -> OffsetFetchResponse:
     version = ctx.api_version
     require_stable = request.require_stable if version >= 7 else False
     if version >= 8:
-        groups = []
+        # The groups are fetched side by side (Kafka schedules one operation per group), so
+        # stable fetches waiting on different partitions wait at most one write timeout.
+        fetches = []
         for g in request.groups:
             topics = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
             member = (g.member_id, g.member_epoch) if version >= 9 else (None, -1)
-            error, answer = _fetch_group(broker, g.group_id, topics, require_stable, member)
+            fetches.append(_fetch_group(broker, g.group_id, topics, require_stable, member))
+        results = await asyncio.gather(*fetches) if require_stable else [await f for f in fetches]
+        groups = []
+        for g, (error, answer) in zip(request.groups, results, strict=True):
             groups.append(
                 OffsetFetchResponse.OffsetFetchResponseGroup(
                     group_id=g.group_id,
@@ -154,7 +167,7 @@ def handle_offset_fetch(
             )
         return OffsetFetchResponse(groups=groups)
     topics = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
-    error, answer = _fetch_group(broker, request.group_id, topics, require_stable)
+    error, answer = await _fetch_group(broker, request.group_id, topics, require_stable)
     if error and version < 2:
         # v1 has no top-level error: every requested partition carries it.
         answer = [(name, [(p, NO_OFFSET, -1, "", error) for p in parts]) for name, parts in topics or []]

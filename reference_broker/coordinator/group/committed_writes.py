@@ -23,7 +23,9 @@ Here the same guarantees come from three parts:
   NOT_COORDINATOR (leadership moved) / COORDINATOR_NOT_AVAILABLE (not committed within
   ``WRITE_TIMEOUT_S``) instead.
 - ``wait``: a response waits until everything written to the partition so far is committed
-  (Kafka completes even a write without records only after the pending ones), up to a timeout.
+  (Kafka completes even a write without records only after the pending ones), up to a timeout:
+  the answer of every group write, and of OffsetFetch with require_stable (Kafka runs it as a
+  write operation).
 
 "Committed" is the high watermark covering the offset while the ISR holds
 ``min.insync.replicas`` members (this broker's high watermark also moves below that minimum,
@@ -161,10 +163,16 @@ class CommittedWrites:
         apply: Callable[[], None],
         failed: Callable[[int], None] | None = None,
         timeout_s: float | None = None,
+        *,
+        up_to: int | None = None,
     ) -> None:
         """Run ``apply`` once everything partition ``index`` holds now is committed, after the
         applies registered before it; at once when nothing waits and it is committed already.
         Dropped when the partition is not led here in its loaded epoch (nothing to apply to).
+
+        ``up_to``: once the partition is committed up to that offset instead of its log end (a
+        change read by the partition's load past the high watermark, registered, in log order,
+        before anything written since).
 
         With ``failed`` the write is Kafka's append future: instead of ``apply``, ``failed`` is
         told NOT_COORDINATOR when the partition is (or stops being) led here in its loaded
@@ -176,7 +184,7 @@ class CommittedWrites:
             if failed is not None:
                 failed(E.NOT_COORDINATOR)
             return
-        end = part.log.log_end_offset
+        end = part.log.log_end_offset if up_to is None else up_to
         queue = self._pending.setdefault(index, deque())
         if not queue and self._committed(part, end):
             apply()

@@ -795,9 +795,11 @@ class ConsumerGroupCoordinator:
         del self.groups[group.group_id]
         return 0
 
-    def load(self, replay: rec.ConsumerGroupReplay) -> None:
+    def load(self, replay: rec.ConsumerGroupReplay, committed: rec.ConsumerGroupReplay | None = None) -> None:
+        """A partition's groups as ``replay`` read them (to the log end); the committed view
+        starts from ``committed``, the records of them already committed (all when None)."""
         built, deleted = replay.groups(self.clock.now_ms())
-        self.committed.loaded(replay)
+        self.committed.loaded(replay if committed is None else committed)
         for group_id in deleted:
             old = self.groups.pop(group_id, None)
             if old is not None:

@@ -10,10 +10,15 @@ member whose join is not committed is therefore not described, and a write that 
 (its partition's leadership moves: the pending applies are dropped and the groups loaded again)
 is never shown.
 
+A load reads the partition to its log end (the live groups hold everything read), but the view
+starts from the records below the high watermark as the load began; the records past it reach
+the view through ``apply`` as the partition commits them (``GroupCoordinator.finish_load``), as
+Kafka's timeline is read at the last committed offset, the high watermark, after a load too.
+
 Invariants: the view holds the records of the groups of the partitions this node has loaded, in
-log order up to the last committed write (plus, after a load, whatever the log held: the loader
-reads to the log end); it is written only by ``apply`` (committed records), ``loaded`` (a
-partition's load) and ``unload``/``clear`` (the partition's groups dropped).
+log order, exactly up to an offset the partition has committed (never one past its high
+watermark); it is written only by ``apply`` (committed records), ``loaded`` (the committed
+records of a partition's load) and ``unload``/``clear`` (the partition's groups dropped).
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ class CommittedConsumerGroups:
             self._replay.add(key, value)
 
     def loaded(self, replay: ConsumerGroupReplay) -> None:
-        """A partition's groups were loaded from ``replay``: they replace the view's."""
+        """A partition's groups were loaded; ``replay`` holds their committed records, which
+        replace the view's."""
         self._replay.take_over(replay)
 
     def unload(self, moved: Callable[[str], bool]) -> None:

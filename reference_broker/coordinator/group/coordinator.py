@@ -15,9 +15,10 @@ rebalance, a static member's new member id) are written through a ``GroupStore``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from reference_broker.clock import Clock
@@ -109,14 +110,19 @@ class GroupCoordinator:
         #: None on a single node, which coordinates every group.
         self.owned: set[int] | None = None
         #: Cluster mode: ``(partition, apply)`` runs a change of the offsets once its records are
-        #: committed to the ISR, in log order (``CommittedWrites.after_commit``); None applies at once.
-        self.apply_when_committed: Callable[[int, Callable[[], None]], None] | None = None
+        #: committed to the ISR, in log order (``CommittedWrites.after_commit``), or with an offset,
+        #: once the partition is committed up to it; None applies at once.
+        self.apply_when_committed: Callable[[int, Callable[[], None], int | None], None] | None = None
         #: Cluster mode: ``(partition, committed, failed)`` calls ``committed`` once the records
         #: just written are committed, else ``failed`` with the client's error code (Kafka's
         #: append future of a write); None: a write that was stored is committed at once.
         self.outcome_when_committed: (
             Callable[[int, Callable[[], None], Callable[[int], None]], None] | None
         ) = None
+        #: Cluster mode: ``(partition)`` waits until everything written to the partition so far
+        #: is committed, then 0, else the error code (``CommittedWrites.wait``: NOT_COORDINATOR,
+        #: COORDINATOR_NOT_AVAILABLE); None: every stored write is committed already.
+        self.until_committed: Callable[[int], Awaitable[int]] | None = None
         self.offsets = GroupOffsets(self)
         #: The KIP-848 consumer groups; their offsets stay in ``groups`` (a ``Group`` without members).
         self.consumer = ConsumerGroupCoordinator(self)
@@ -160,14 +166,15 @@ class GroupCoordinator:
             self.on_committed(partition, lambda: self.consumer.committed.apply(consumer_batch))
         return 0
 
-    def on_committed(self, partition: int, apply: Callable[[], None]) -> None:
+    def on_committed(self, partition: int, apply: Callable[[], None], up_to: int | None = None) -> None:
         """Apply a change of the offsets of ``__consumer_offsets`` partition ``partition`` once
         what was written for it is committed (at once on a single node), so OffsetFetch never
-        shows an offset the partition's next leader could lack."""
+        shows an offset the partition's next leader could lack; ``up_to``: once the partition
+        is committed up to that offset (records a load read past the high watermark)."""
         if self.apply_when_committed is None:
             apply()
         else:
-            self.apply_when_committed(partition, apply)
+            self.apply_when_committed(partition, apply, up_to)
 
     def after_write(
         self, group_id: str, committed: Callable[[], None], failed: Callable[[int], None]
@@ -878,6 +885,15 @@ class GroupCoordinator:
         """OffsetFetch (``GroupOffsets.fetch_offsets``)."""
         return self.offsets.fetch_offsets(group_id, partitions, require_stable, member)
 
+    async def fetch_stable_offsets(
+        self,
+        group_id: str,
+        partitions: list[tuple[str, int]] | None,
+        member: tuple[str | None, int] = (None, -1),
+    ) -> tuple[int, dict[tuple[str, int], tuple[CommittedOffset | None, int]]]:
+        """OffsetFetch with ``require_stable`` (``GroupOffsets.fetch_stable_offsets``)."""
+        return await self.offsets.fetch_stable_offsets(group_id, partitions, member)
+
     def delete_offsets(
         self, group_id: str, partitions: list[tuple[str, int]]
     ) -> tuple[int, dict[tuple[str, int], int]]:
@@ -973,8 +989,12 @@ class GroupCoordinator:
             replay.add(key_bytes, value_bytes)
         self.finish_load(replay)
 
-    def finish_load(self, replay: OffsetsReplay) -> None:
-        """Install what ``replay`` gathered from one partition (its groups replace loaded ones)."""
+    def finish_load(self, replay: OffsetsReplay, partition: int | None = None) -> None:
+        """Install what ``replay`` gathered from ``__consumer_offsets`` partition ``partition``
+        (its groups replace loaded ones). The consumer groups' records it read past the high
+        watermark reach their committed view only as the partition commits them (Kafka's loader
+        replays to the log end, but reads see the timeline at the last committed offset, which
+        starts at the high watermark)."""
         now = self.clock.now_ms()
         offsets, group_values = replay.offsets, replay.group_values
         for group_id in set(offsets) | set(group_values):
@@ -988,7 +1008,11 @@ class GroupCoordinator:
                 self._restore_group(group, value, now)
             group.offsets = live_offsets
             self.groups[group_id] = group
-        self.consumer.load(replay.consumer_replay)
+        self.consumer.load(replay.consumer_replay, replay.committed_consumer)
+        view = self.consumer.committed
+        for end_offset, batch in replay.uncommitted_consumer:
+            assert partition is not None, "records past the high watermark come from a known partition"
+            self.on_committed(partition, functools.partial(view.apply, batch), up_to=end_offset)
 
     def _restore_group(self, group: Group, v: Any, now: int) -> None:
         """Rebuild ``group`` from a GroupMetadataValue: Stable with its members, or Empty."""
@@ -1027,12 +1051,25 @@ class OffsetsReplay:
     def __init__(self) -> None:
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
         self.group_values: dict[str, Any] = {}
+        #: every consumer group record read: the live groups
         self.consumer_replay = consumer_records.ConsumerGroupReplay()
+        #: the consumer group records committed when read: the committed view's start
+        self.committed_consumer = consumer_records.ConsumerGroupReplay()
+        #: the consumer group records read past the high watermark, in log order: (the offset
+        #: the partition must be committed up to for them to count, their records)
+        self.uncommitted_consumer: list[tuple[int, list[Record]]] = []
 
-    def add(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
-        """Replay one record."""
+    def add(self, key_bytes: bytes, value_bytes: bytes | None, commits_at: int | None = None) -> None:
+        """Replay one record; ``commits_at``: the record was read past the high watermark, and
+        counts as committed once the partition is committed up to that offset."""
         if consumer_records.is_consumer_group_key(key_bytes):
             self.consumer_replay.add(key_bytes, value_bytes)
+            if commits_at is None:
+                self.committed_consumer.add(key_bytes, value_bytes)
+            elif self.uncommitted_consumer and self.uncommitted_consumer[-1][0] == commits_at:
+                self.uncommitted_consumer[-1][1].append((key_bytes, value_bytes))
+            else:
+                self.uncommitted_consumer.append((commits_at, [(key_bytes, value_bytes)]))
             return
         key = records.parse_key(key_bytes)
         if isinstance(key, records.OffsetKey):

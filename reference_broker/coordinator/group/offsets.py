@@ -226,13 +226,51 @@ class GroupOffsets:
     ) -> tuple[int, dict[tuple[str, int], tuple[CommittedOffset | None, int]]]:
         """(group error, {partition: (committed offset or None, partition error)}); ``partitions``
         None means every partition the group has an offset for. ``member`` (OffsetFetch v9: member
-        id, member epoch) is checked against a consumer group's member."""
+        id, member epoch) is checked against a consumer group's member. Answered at once: with
+        ``require_stable`` only where every write is committed as soon as it is stored (a single
+        node); a cluster's coordinator answers that through ``fetch_stable_offsets``."""
+        if error := self._fetch_refused(group_id, member, require_stable):
+            return error, {}
+        return self._read_offsets(group_id, partitions, require_stable)
+
+    async def fetch_stable_offsets(
+        self,
+        group_id: str,
+        partitions: list[tuple[str, int]] | None,
+        member: tuple[str | None, int] = (None, -1),
+    ) -> tuple[int, dict[tuple[str, int], tuple[CommittedOffset | None, int]]]:
+        """OffsetFetch with ``require_stable``, Kafka's write operation without records
+        (``GroupCoordinatorService.fetchOffsets``): the member is checked against the groups as
+        written last, then the answer waits until everything written to the group's partition
+        so far is committed (``GroupCoordinator.until_committed``), so it never names an offset
+        or a member the partition's next leader could lack; the offsets are read then (they
+        change only as their writes commit). A wait that fails is NOT_COORDINATOR, the
+        leadership moved or the writes were not committed in time (Kafka's
+        ``handleOffsetFetchException`` maps REQUEST_TIMED_OUT and NOT_ENOUGH_REPLICAS to
+        NOT_COORDINATOR, which older consumers retry after finding the coordinator again)."""
+        if error := self._fetch_refused(group_id, member, require_stable=True):
+            return error, {}
+        until_committed = self.membership.until_committed
+        if until_committed is not None:
+            if await until_committed(self.membership.partition_for(group_id)):
+                return E.NOT_COORDINATOR, {}
+            if unavailable := self.membership.unavailable(group_id):
+                return unavailable, {}
+        return self._read_offsets(group_id, partitions, require_stable=True)
+
+    def _fetch_refused(self, group_id: str, member: tuple[str | None, int], require_stable: bool) -> int:
+        """Why OffsetFetch answers the group with an error (0: it does not): the coordinator
+        cannot serve it, or a consumer group's member check (``validate_offset_fetch``)."""
         if unavailable := self.membership.unavailable(group_id):
-            return unavailable, {}
-        member_error = self.membership.consumer.validate_offset_fetch(
+            return unavailable
+        return self.membership.consumer.validate_offset_fetch(
             group_id, *member, require_stable=require_stable)
-        if member_error:
-            return member_error, {}
+
+    def _read_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool
+    ) -> tuple[int, dict[tuple[str, int], tuple[CommittedOffset | None, int]]]:
+        """The committed offsets; with ``require_stable`` a partition a transaction holds a
+        pending offset for is UNSTABLE_OFFSET_COMMIT."""
         group = self.membership.groups.get(group_id)
         stored = group.offsets if group is not None else {}
         wanted = sorted(stored) if partitions is None else partitions

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from reference_broker.clock import Clock
@@ -162,13 +162,22 @@ class GroupCoordinatorService:
         self.store.replicated = True
         self.coordinator.owned = set()
         self.writes = self.store.writes = CommittedWrites(replica_manager)
-        self.coordinator.apply_when_committed = self.writes.after_commit
         writes = self.writes
+
+        def when_committed(partition: int, apply: Callable[[], None], up_to: int | None) -> None:
+            writes.after_commit(partition, apply, up_to=up_to)
+
+        self.coordinator.apply_when_committed = when_committed
 
         def outcome(partition: int, committed: Callable[[], None], failed: Callable[[int], None]) -> None:
             writes.after_commit(partition, committed, failed, WRITE_TIMEOUT_S)
 
         self.coordinator.outcome_when_committed = outcome
+
+        def until_committed(partition: int) -> Awaitable[int]:
+            return writes.wait(partition, WRITE_TIMEOUT_S)
+
+        self.coordinator.until_committed = until_committed
 
     def on_leadership(self, partition: int, leads: bool) -> None:
         """The metadata moved ``__consumer_offsets`` partition ``partition``'s leadership: when it
@@ -290,7 +299,7 @@ class GroupCoordinatorService:
         pending: dict[int, list[Record]] = {}
         for _ in self._replay_steps(partition, replay, pending):
             pass
-        self.coordinator.finish_load(replay)
+        self.coordinator.finish_load(replay, partition)
         self.coordinator.load_transactional_offsets(pending)
 
     async def load_partition_in_steps(self, partition: int) -> None:
@@ -301,7 +310,7 @@ class GroupCoordinatorService:
         pending: dict[int, list[Record]] = {}
         for _ in self._replay_steps(partition, replay, pending):
             await asyncio.sleep(0)
-        self.coordinator.finish_load(replay)
+        self.coordinator.finish_load(replay, partition)
         self.coordinator.load_transactional_offsets(pending)
 
     def _replay_steps(
@@ -310,9 +319,13 @@ class GroupCoordinatorService:
         """Feed the partition's records to ``replay``, pausing (yielding) between steps.
 
         Transactional offset commits count from their producer's COMMIT marker on; those whose
-        transaction is still open end in ``pending`` (the transaction coordinator ends them)."""
+        transaction is still open end in ``pending`` (the transaction coordinator ends them).
+        A newly elected leader reads to the log end; the records past the high watermark as the
+        load began are marked with the end of their batch (``OffsetsReplay.add``'s
+        ``commits_at``), the offset the high watermark must pass for them to be committed."""
         done = 0
         to_log_end = self.replica_manager is not None  # a newly elected leader: see read_batches
+        committed_end = self._high_watermark(partition) if to_log_end else None
         for batch in self.storage.read_batches(CONSUMER_OFFSETS, partition, to_log_end=to_log_end):
             if batch.is_control:
                 ended = pending.pop(batch.producer_id, [])
@@ -326,12 +339,20 @@ class GroupCoordinatorService:
                     continue
                 if target is not None:
                     target.append((record.key, record.value))
-                else:
+                elif committed_end is None or record.offset < committed_end:
                     replay.add(record.key, record.value)
+                else:
+                    replay.add(record.key, record.value, commits_at=batch.next_offset)
                 done += 1
             if done >= LOAD_STEP_RECORDS:
                 done = 0
                 yield
+
+    def _high_watermark(self, partition: int) -> int:
+        """The high watermark of this node's replica of ``__consumer_offsets`` partition ``partition``."""
+        assert self.replica_manager is not None
+        part = self.replica_manager.partition(CONSUMER_OFFSETS, partition)
+        return part.log.high_watermark if part is not None else 0
 
     async def wait_loaded(self) -> None:
         if self._loader is not None:

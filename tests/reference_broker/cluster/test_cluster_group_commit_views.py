@@ -14,11 +14,16 @@ A KIP-848 ``ConsumerGroup`` is timeline-backed: ConsumerGroupDescribe, ListGroup
 OffsetFetch's member check read it at the partition's last committed offset
 (``scheduleReadOperation``), so a member whose join is not committed is not shown, and is shown
 once its records commit (a write that timed out is not reverted: only its request failed).
+OffsetFetch with require_stable is a write operation instead: it checks the member as written
+last and answers once the partition's writes are committed. A node that takes a partition over
+loads its log to the end but shows the records past its high watermark only as they commit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -27,12 +32,14 @@ import pytest
 
 from reference_broker.coordinator.group.records import partition_for
 from reference_broker.network.peer import PeerConnection
-from reference_broker.testing import ClusterFactory
+from reference_broker.testing import ClusterFactory, ClusterProcess
 from sdk.protocol.errors import ErrorCode as E
 from sdk.protocol.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
     DescribeGroupsRequest,
+    DescribeQuorumRequest,
+    FindCoordinatorRequest,
     JoinGroupRequest,
     ListGroupsRequest,
     OffsetFetchRequest,
@@ -46,6 +53,9 @@ from tests.reference_broker.cluster.test_cluster_group_durability import (
     setup,
     until_answer,
 )
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -319,3 +329,180 @@ def test_offset_fetch_checks_the_member_as_committed(
     assert seen.while_pending == [("NONE", "UNKNOWN_MEMBER_ID")], seen
     assert seen.answer == "COORDINATOR_NOT_AVAILABLE", seen
     assert seen.after_commit == ("NONE", "NONE"), seen
+
+
+def test_stable_offset_fetch_waits_for_the_partition_writes_to_commit(
+    reference_cluster: ClusterFactory,
+) -> None:
+    """OffsetFetch with require_stable is Kafka's write operation (``fetchOffsets`` through
+    ``scheduleWriteOperation``): "second"'s join, written while both followers are paused, lets
+    its member check pass, but the answer waits for the partition's writes to commit. Kept
+    paused past ``offsets.commit.timeout.ms`` the fetch is NOT_COORDINATOR (Kafka's
+    ``handleOffsetFetchException``); asked again and the followers resumed, it answers once the
+    join commits. A fetch without require_stable reads the committed group meanwhile."""
+    cluster = reference_cluster(3, cluster_config(2, 60_000))
+    topic, group, coordinator, followers = setup(cluster)
+
+    def fetch(member: str, epoch: int, stable: bool) -> OffsetFetchRequest:
+        return OffsetFetchRequest(require_stable=stable, groups=[OffsetFetchRequest.OffsetFetchRequestGroup(
+            group_id=group, member_id=member, member_epoch=epoch,
+            topics=[OffsetFetchRequest.OffsetFetchRequestTopics(name=topic, partition_indexes=[0])])])
+
+    async def code(answer: Awaitable[Any]) -> str:
+        return E(int((await answer).groups[0].error_code)).name
+
+    async def scenario() -> dict[str, Any]:
+        conn, reader = connect(cluster, coordinator), connect(cluster, coordinator)
+        seen: dict[str, Any] = {}
+        try:
+            await until_answer(lambda: conn.send(ConsumerGroupHeartbeatRequest(
+                group_id=group, member_id="first", member_epoch=0, rebalance_timeout_ms=30_000,
+                subscribed_topic_names=[topic], topic_partitions=[]), version=0),
+                lambda r: r.error_code == E.NONE, "the first member joined")
+            for node in followers:
+                cluster.pause(node)
+            try:
+                joining = asyncio.ensure_future(conn.send(ConsumerGroupHeartbeatRequest(
+                    group_id=group, member_id="second", member_epoch=0, rebalance_timeout_ms=30_000,
+                    subscribed_topic_names=[topic], topic_partitions=[]), version=0))
+                await asyncio.sleep(0.5)  # the join's records are appended
+                started = time.monotonic()
+                seen["stable, kept paused"] = await code(reader.send(fetch("second", 2, True), version=9))
+                seen["waited"] = time.monotonic() - started >= 4.0
+                seen["join answer"] = E(int(cast(Any, await joining).error_code)).name
+                seen["committed view"] = await code(reader.send(fetch("second", 2, False), version=9))
+                stable = asyncio.ensure_future(code(reader.send(fetch("second", 2, True), version=9)))
+                await asyncio.sleep(1.0)
+                seen["answered while paused"] = stable.done()
+            finally:
+                for node in followers:
+                    cluster.resume(node)
+            seen["stable, resumed"] = await stable
+            seen["committed view, resumed"] = await code(reader.send(fetch("second", 2, False), version=9))
+        finally:
+            await conn.close()
+            await reader.close()
+        return seen
+
+    seen = asyncio.run(asyncio.wait_for(scenario(), 90))
+    assert seen == {
+        "stable, kept paused": "NOT_COORDINATOR", "waited": True,
+        "join answer": "COORDINATOR_NOT_AVAILABLE", "committed view": "UNKNOWN_MEMBER_ID",
+        "answered while paused": False,
+        "stable, resumed": "NONE", "committed view, resumed": "NONE",
+    }, seen
+
+
+def active_controller(cluster: ClusterProcess) -> int:
+    """The metadata quorum's leader, as node 1 describes it."""
+
+    async def ask() -> int:
+        conn = connect(cluster, 1)
+        try:
+            answer: Any = await conn.send(DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
+                topic_name="__cluster_metadata",
+                partitions=[DescribeQuorumRequest.TopicData.PartitionData(partition_index=0)])]))
+            return int(answer.topics[0].partitions[0].leader_id)
+        finally:
+            await conn.close()
+
+    return asyncio.run(ask())
+
+
+def test_new_coordinator_shows_the_records_past_its_high_watermark_only_once_committed(
+    reference_cluster: ClusterFactory,
+) -> None:
+    """The node taking a ``__consumer_offsets`` partition over reads its log to the end, but
+    ConsumerGroupDescribe reads the groups at the high watermark (Kafka's timeline starts its
+    last committed offset there) and shows the rest as the high watermark passes it.
+
+    The group's partition has the replicas [coordinator, successor, controller]. The active
+    controller may not open connections to the other two nodes (its replicas fetch nothing;
+    the quorum and the heartbeats flow the other way), so "second"'s join, written by the
+    coordinator, reaches the successor's log only, and is not committed: the controller is in
+    the ISR (``replica.lag.time.max.ms`` is long) without it. The coordinator is killed, the
+    successor leads and loads the join past its high watermark; healed, the controller fetches
+    the join from it and it commits."""
+    cluster = reference_cluster(3, {**cluster_config(2, 60_000), "offsets.topic.num.partitions": 6})
+    controller = active_controller(cluster)
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)])[topic].result(30)
+
+    async def create_offsets_topic() -> None:
+        conn = connect(cluster, 1)
+        try:
+            await until_answer(lambda: conn.send(FindCoordinatorRequest(key="any", key_type=0), version=3),
+                               lambda r: r.error_code == E.NONE, "__consumer_offsets exists")
+        finally:
+            await conn.close()
+
+    asyncio.run(create_offsets_topic())
+
+    def placed(index: int) -> list[int] | None:
+        part = cluster.partition(OFFSETS, index)
+        if part is None or len(part.isr_nodes) != 3 or part.leader_id != part.replica_nodes[0]:
+            return None
+        return list(part.replica_nodes)
+
+    layouts = cluster.wait_for(lambda: (found := [placed(i) for i in range(6)]) and all(found) and found,
+                               "every __consumer_offsets partition has its three replicas in sync")
+    wanted = next((i for i, r in enumerate(layouts) if controller not in r[:2]), None)
+    assert wanted is not None, f"no partition led by another node than {controller} first: {layouts}"
+    coordinator, successor = layouts[wanted][:2]
+    names = (f"g-{uuid.uuid4().hex[:8]}" for _ in range(1000))
+    group = next(g for g in names if partition_for(g, 6) == wanted)
+
+    def join(member: str) -> ConsumerGroupHeartbeatRequest:
+        return ConsumerGroupHeartbeatRequest(
+            group_id=group, member_id=member, member_epoch=0, rebalance_timeout_ms=30_000,
+            subscribed_topic_names=[topic], topic_partitions=[])
+
+    async def write_uncommitted_join() -> None:
+        conn = connect(cluster, coordinator)
+        try:
+            await until_answer(lambda: conn.send(join("first"), version=0),
+                               lambda r: r.error_code == E.NONE, "the first member joined")
+            for node in (coordinator, successor):
+                cluster.cut(controller, node, both_ways=False)
+            pending = asyncio.ensure_future(conn.send(join("second"), version=0))
+            await asyncio.sleep(1.0)  # the successor fetches the join
+            assert not pending.done(), pending
+            pending.cancel()
+        finally:
+            await conn.close()
+
+    async def members(conn: PeerConnection) -> list[str]:
+        answer: Any = await conn.send(ConsumerGroupDescribeRequest(group_ids=[group]), version=0)
+        found = answer.groups[0]
+        assert found.error_code == E.NONE, answer
+        return sorted(m.member_id for m in found.members)
+
+    async def read_back() -> dict[str, Any]:
+        conn = connect(cluster, successor)
+        seen: dict[str, Any] = {}
+        try:
+            await until_answer(lambda: conn.send(ConsumerGroupDescribeRequest(group_ids=[group]), version=0),
+                               lambda r: r.groups[0].error_code == E.NONE, "the successor loaded the group",
+                               timeout=60)
+            views = []
+            for _ in range(5):
+                views.append(await members(conn))
+                await asyncio.sleep(0.1)
+            seen["loaded"] = views
+            cluster.heal(controller)
+            seen["committed"] = await until_answer(lambda: members(conn), lambda m: len(m) == 2,
+                                                   "the join commits", timeout=60)
+        finally:
+            await conn.close()
+        return seen
+
+    try:
+        asyncio.run(asyncio.wait_for(write_uncommitted_join(), 60))
+        cluster.kill(coordinator)
+        cluster.wait_for(lambda: getattr(cluster.partition(OFFSETS, wanted, via=successor), "leader_id", -1)
+                         == successor, f"node {successor} leads {OFFSETS}-{wanted}", timeout=60)
+        seen = asyncio.run(asyncio.wait_for(read_back(), 120))
+    finally:
+        cluster.heal()
+    assert seen == {"loaded": [["first"]] * 5, "committed": ["first", "second"]}, seen
