@@ -26,6 +26,7 @@ BrokerHeartbeatManager, and the producer id blocks of ProducerIdControlManager.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from reference_broker import internal_records as rec
@@ -51,6 +52,18 @@ FENCING_FENCE = 1
 UNSUPPORTED_VERSION_MESSAGE = "The version of API is not supported."
 
 
+def _supports_finalized(finalized: Mapping[str, int], features: Any) -> bool:
+    """Kafka's registerBroker check: every feature the broker names supports its finalized level
+    (metadata.version 1, others 0, when not finalized); a broker naming no metadata.version
+    supports only 1; a finalized feature above 0 the broker does not name is unsupported."""
+    supported = {f.name: (f.min_supported_version, f.max_supported_version) for f in features}
+    supported.setdefault(METADATA_VERSION, (1, 1))
+    for name, (low, high) in supported.items():
+        if not low <= finalized.get(name, 1 if name == METADATA_VERSION else 0) <= high:
+            return False
+    return all(level == 0 or name in supported for name, level in finalized.items())
+
+
 class ClusterControl:
     def __init__(self, controller: QuorumController):
         self.controller = controller
@@ -70,12 +83,8 @@ class ClusterControl:
 
         if ctl.settings.cluster_id and request.cluster_id != ctl.settings.cluster_id:
             return refuse(ErrorCode.INCONSISTENT_CLUSTER_ID)
-        level = image.features.get(METADATA_VERSION)
-        if level is not None:
-            supported = {f.name: (f.min_supported_version, f.max_supported_version) for f in request.features}
-            low, high = supported.get(METADATA_VERSION, (1, 1))
-            if not low <= level <= high:
-                return refuse(ErrorCode.UNSUPPORTED_VERSION)
+        if not _supports_finalized(image.features, request.features):
+            return refuse(ErrorCode.UNSUPPORTED_VERSION)
         existing = image.brokers.get(request.broker_id)
         records: list[Any] = []
         same_incarnation = existing is not None and existing.incarnation_id == request.incarnation_id

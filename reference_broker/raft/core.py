@@ -157,6 +157,7 @@ class RaftCore:
         self._fetch_not_before_ms = 0  # a Fetch answered with an error waits a retry backoff
         self._update_sent_epoch = -1  # the epoch this voter last sent UpdateRaftVoter in
         self._update_not_before_ms = 0
+        self._leader_hw_epoch = -1  # the last epoch whose leader's Fetch answer had a high watermark
         self._last_fetch_ms = now_ms
         #: the follower's fetch timeout from _last_fetch_ms (shortened by EndQuorumEpoch)
         self._fetch_timeout_ms = self.timeouts.fetch_timeout_ms
@@ -424,9 +425,11 @@ class RaftCore:
         """Kafka's voters send UpdateRaftVoter to the leader: at kraft.version 0 once per epoch
         (the leader learns their directory ids and kraft.version ranges, which an upgrade to 1
         needs), at 1 when the voter set names other listeners or kraft.version range than theirs
-        (a restart on other ports); again after a backoff if it failed."""
+        (a restart on other ports); again after a backoff if it failed. Only once the leader
+        answered a Fetch with its high watermark: before that it refuses every update."""
         if (self.role != FOLLOWER or self.leader_id is None or not self.endpoints
-                or self._update_sent_epoch == self.epoch or now_ms < self._update_not_before_ms):
+                or self._update_sent_epoch == self.epoch or now_ms < self._update_not_before_ms
+                or self._leader_hw_epoch != self.epoch):
             return
         mine = self.voter_set.voters.get(self.node_id)
         if mine is None:
@@ -679,6 +682,8 @@ class RaftCore:
         appended_from = self.log.end_offset
         self.log.append_fetched(response.records, now_ms)
         self._scan_control(appended_from, self.log.end_offset)
+        if response.high_watermark >= 0:
+            self._leader_hw_epoch = self.epoch
         hw = min(response.high_watermark, self.log.end_offset)
         if hw >= 0 and (self.high_watermark is None or hw > self.high_watermark):
             self.high_watermark = hw

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from reference_broker.controller.supported_features import METADATA_VERSION, SUPPORTED_FEATURES
+from reference_broker.controller.supported_features import SUPPORTED_FEATURES
 from reference_broker.network.peer import PeerConnection
 from reference_broker.testing import ClusterFactory, ClusterProcess
 from sdk.protocol.errors import ErrorCode
@@ -58,8 +58,8 @@ class FakeBrokers:
             listeners=[BrokerRegistrationRequest.Listener(
                 name="PLAINTEXT", host="127.0.0.1", port=9000 + broker_id, security_protocol=0)],
             features=[BrokerRegistrationRequest.Feature(
-                name=METADATA_VERSION, min_supported_version=SUPPORTED_FEATURES[METADATA_VERSION][0],
-                max_supported_version=SUPPORTED_FEATURES[METADATA_VERSION][1])],
+                name=name, min_supported_version=low, max_supported_version=high)
+                for name, (low, high) in SUPPORTED_FEATURES.items()],
             rack=None, previous_broker_epoch=-1))
         assert response.error_code == ErrorCode.NONE, response
         self.beating[broker_id] = response.broker_epoch

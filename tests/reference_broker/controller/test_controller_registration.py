@@ -135,7 +135,8 @@ def test_a_broker_registration_takes_no_controller_registration_with_it() -> Non
     quorum = SingleVoter()
     quorum.run(quorum.ctl.cluster.register(BrokerRegistrationRequest(
         broker_id=1, cluster_id=CLUSTER, incarnation_id=uuid.UUID(int=5),
-        features=[BrokerRegistrationRequest.Feature(name="metadata.version", min_supported_version=7,
-                                                    max_supported_version=27)]), 0.0))
+        features=[BrokerRegistrationRequest.Feature(
+            name=n, min_supported_version=lo, max_supported_version=hi)
+            for n, (lo, hi) in SUPPORTED_FEATURES.items()]), 0.0))
     assert set(quorum.ctl.committed.brokers) == {1}
     assert quorum.ctl.committed.controllers == {}

@@ -12,6 +12,7 @@ import pytest
 
 from reference_broker.controller.service import ControllerService, NotControllerError
 from reference_broker.controller.settings import ControllerSettings
+from reference_broker.controller.supported_features import SUPPORTED_FEATURES
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import BrokerRegistrationRequest
 
@@ -63,11 +64,19 @@ async def test_activation_bootstraps_then_serves_and_steps_down() -> None:
     no_version = BrokerRegistrationRequest(broker_id=2, cluster_id="c", incarnation_id=uuid.uuid4())
     refused = await service.submit(lambda now: service.core.cluster.register(no_version, now))
     assert refused.error_code == ErrorCode.UNSUPPORTED_VERSION
+    # Kafka's check: a broker must support every finalized level; naming only metadata.version
+    # it does not support the finalized transaction.version 2 and group.version 1
     feature = BrokerRegistrationRequest.Feature(
         name="metadata.version", min_supported_version=1, max_supported_version=27
     )
+    old = BrokerRegistrationRequest(broker_id=2, cluster_id="c", incarnation_id=uuid.uuid4(),
+                                    features=[feature])
+    refused = await service.submit(lambda now: service.core.cluster.register(old, now))
+    assert refused.error_code == ErrorCode.UNSUPPORTED_VERSION
+    features = [BrokerRegistrationRequest.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
+                for n, (lo, hi) in SUPPORTED_FEATURES.items()]
     request = BrokerRegistrationRequest(
-        broker_id=2, cluster_id="c", incarnation_id=uuid.uuid4(), features=[feature]
+        broker_id=2, cluster_id="c", incarnation_id=uuid.uuid4(), features=features
     )
     response = await service.submit(lambda now: service.core.cluster.register(request, now))
     assert response.error_code == ErrorCode.NONE

@@ -15,6 +15,7 @@ from reference_broker.controller.placement import StripedReplicaPlacer
 from reference_broker.controller.quorum_controller import QuorumController
 from reference_broker.controller.result import ControllerResult
 from reference_broker.controller.settings import ControllerSettings
+from reference_broker.controller.supported_features import SUPPORTED_FEATURES
 from reference_broker.metadata.image import RECOVERING, PartitionRegistration
 from sdk.protocol.errors import ErrorCode
 from sdk.protocol.messages import (
@@ -79,8 +80,8 @@ class Cluster:
             ],
             features=[
                 BrokerRegistrationRequest.Feature(
-                    name="metadata.version", min_supported_version=1, max_supported_version=27
-                )
+                    name=name, min_supported_version=low, max_supported_version=high)
+                for name, (low, high) in SUPPORTED_FEATURES.items()
             ],
             rack=rack,
             previous_broker_epoch=previous,
