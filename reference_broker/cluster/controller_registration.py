@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -48,7 +49,6 @@ from reference_broker.controller.supported_features import (
 )
 from reference_broker.metadata.delta import MetadataDelta
 from reference_broker.metadata.image import ControllerRegistration, Endpoint, MetadataImage
-from sdk.client.backoff import ExponentialBackoff
 from sdk.protocol.errors import ErrorCode, make_error
 from sdk.protocol.messages import ControllerRegistrationRequest
 
@@ -59,6 +59,17 @@ log = logging.getLogger("reference_broker.cluster")
 CATCH_UP_POLL_S = 0.1
 #: How long one ControllerRegistration may look for the active controller.
 REQUEST_TIMEOUT_S = 5.0
+
+
+#: Kafka's ControllerRegistrationManager backoff: 100 ms doubling to 120 s, 2% jitter
+_BACKOFF_INITIAL_MS, _BACKOFF_MAX_MS, _BACKOFF_JITTER = 100, 120_000, 0.02
+
+
+def retry_backoff_ms(failures: int) -> float:
+    """The wait after ``failures`` failed requests in a row (the broker does not import the
+    client's backoff: it depends only on the sans-IO core)."""
+    base = min(_BACKOFF_INITIAL_MS * 2 ** min(failures, 32), _BACKOFF_MAX_MS)
+    return min(base * random.uniform(1 - _BACKOFF_JITTER, 1 + _BACKOFF_JITTER), _BACKOFF_MAX_MS)
 
 
 class ControllerRegistrationManager:
@@ -73,7 +84,6 @@ class ControllerRegistrationManager:
         caught_up: Callable[[], bool],
         features: Mapping[str, tuple[int, int]] = SUPPORTED_FEATURES,
         incarnation_id: uuid.UUID | None = None,
-        backoff: ExponentialBackoff | None = None,
     ):
         self.node_id = node_id
         self.channel = channel
@@ -82,7 +92,6 @@ class ControllerRegistrationManager:
         self.caught_up = caught_up
         self.features = dict(features)
         self.incarnation_id = incarnation_id or uuid.uuid4()
-        self.backoff = backoff or ExponentialBackoff(100, 120_000, multiplier=2, jitter=0.02)
         self.image = MetadataImage()
         #: Set while the latest image holds this process's registration.
         self.registered = asyncio.Event()
@@ -188,7 +197,7 @@ class ControllerRegistrationManager:
                 self.failed_rpcs = 0  # the next failure backs off from the start again
                 self._awaiting_record = not self._matches(self.image.controllers.get(self.node_id))
                 continue
-            delay_ms = self.backoff.backoff_ms(self.failed_rpcs)
+            delay_ms = retry_backoff_ms(self.failed_rpcs)
             self.failed_rpcs += 1
             await asyncio.sleep(delay_ms / 1000)
 

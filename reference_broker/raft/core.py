@@ -150,6 +150,8 @@ class RaftCore:
         self.epoch = 0
         self.leader_id: int | None = None
         self.voted_id: int | None = None
+        #: the voted-for candidate's directory id (Kafka's voted ReplicaKey); zero when unknown
+        self.voted_directory_id = NO_DIRECTORY
         self.granted: set[int] = set()
         self._leader: _Leader | None = None
         self._deadline_ms = 0
@@ -173,6 +175,7 @@ class RaftCore:
         if stored is not None:
             self.epoch = stored.epoch
             self.voted_id = stored.voted_id
+            self.voted_directory_id = stored.voted_directory_id
             # A leader restarting does not lead again without an election: it resigns into
             # unattached (Kafka's ResignedState then unattached); a follower follows on.
             if stored.leader_id is not None and stored.leader_id != node_id:
@@ -267,7 +270,8 @@ class RaftCore:
     # -- state changes ------------------------------------------------------------------------
 
     def _persist(self) -> None:
-        write_quorum_state(self.state_dir, ElectionState(self.epoch, self.leader_id, self.voted_id))
+        write_quorum_state(self.state_dir, ElectionState(self.epoch, self.leader_id, self.voted_id,
+                                                         self.voted_directory_id))
 
     def _reset_election_deadline(self, now_ms: int) -> None:
         base = self.timeouts.election_timeout_ms
@@ -278,12 +282,12 @@ class RaftCore:
             self._download.abandon()
             self._download = None
 
-    def _become_unattached(self, epoch: int, now_ms: int, voted_id: int | None = None) -> None:
+    def _become_unattached(self, epoch: int, now_ms: int) -> None:
         self._abandon_download()
         self.role = UNATTACHED
         self.epoch = epoch
         self.leader_id = None
-        self.voted_id = voted_id
+        self.voted_id, self.voted_directory_id = None, NO_DIRECTORY
         self._leader = None
         self.granted = set()
         self._persist()
@@ -297,7 +301,7 @@ class RaftCore:
         self.epoch = epoch
         self.leader_id = leader_id
         if not same_epoch:
-            self.voted_id = None
+            self.voted_id, self.voted_directory_id = None, NO_DIRECTORY
         self._leader = None
         self.granted = set()
         self._fetch_in_flight = False
@@ -309,13 +313,13 @@ class RaftCore:
         self.role = CANDIDATE
         self.epoch += 1
         self.leader_id = None
-        self.voted_id = self.node_id
+        self.voted_id, self.voted_directory_id = self.node_id, self.directory_id
         self.granted = {self.node_id}
         self._leader = None
         self._persist()
         self._reset_election_deadline(now_ms)
         request = VoteRequest(self.epoch, self.node_id, self.log.last_fetched_epoch,
-                              self.log.end_offset)
+                              self.log.end_offset, self.directory_id)
         self.outbox.extend(Outbound(v, request) for v in sorted(self.voters - {self.node_id}))
         self._maybe_win(now_ms)
 
@@ -519,7 +523,7 @@ class RaftCore:
             self._become_unattached(request.epoch, now_ms)
         granted = self._may_grant(request)
         if granted and self.voted_id is None:
-            self.voted_id = request.candidate_id
+            self.voted_id, self.voted_directory_id = request.candidate_id, request.candidate_directory_id
             self._persist()
             self._reset_election_deadline(now_ms)
         return VoteResponse(NONE, self.epoch, self.leader_id, granted)
@@ -529,8 +533,10 @@ class RaftCore:
             return False
         if self.role in (LEADER, RESIGNED, FOLLOWER) or self.leader_id is not None:
             return False  # a leader is known in this epoch
-        if self.voted_id is not None and self.voted_id != request.candidate_id:
-            return False
+        other_directory = (self.voted_directory_id != NO_DIRECTORY
+                           and request.candidate_directory_id not in (NO_DIRECTORY, self.voted_directory_id))
+        if self.voted_id is not None and (self.voted_id != request.candidate_id or other_directory):
+            return False  # voted in this epoch for another replica (Kafka compares replica keys)
         mine = (self.log.last_fetched_epoch, self.log.end_offset)
         return (request.last_epoch, request.last_offset) >= mine
 

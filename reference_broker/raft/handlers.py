@@ -34,7 +34,8 @@ def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
-def _core(broker: Any) -> Any:
+def core_of(broker: Any) -> Any:
+    """The node's raft core (None before its raft client started)."""
     raft = getattr(broker, "raft", None)
     return None if raft is None else raft.core
 
@@ -45,11 +46,11 @@ def _foreign(broker: Any, request: Any) -> bool:
     return bool(cluster_id) and bool(broker.cluster_id) and cluster_id != broker.cluster_id
 
 
-def _refusal(broker: Any, request: Any, response_cls: Any) -> Any | None:
+def refusal(broker: Any, request: Any, response_cls: Any) -> Any | None:
     """The error response for a request from another cluster or to a node without a quorum."""
     if _foreign(broker, request):
         return response_cls(error_code=_INCONSISTENT_CLUSTER_ID)
-    if _core(broker) is None:
+    if core_of(broker) is None:
         return response_cls(error_code=_BROKER_NOT_AVAILABLE)
     return None
 
@@ -61,14 +62,14 @@ def _election_api(response_cls: Any, decode: Any, handle: Any, encode: Any,
     answer to a request for another replica (Kafka's INVALID_VOTER_KEY), checked first."""
 
     def handler(broker: Any, ctx: Any, request: Any) -> Any:
-        refused = _refusal(broker, request, response_cls)
+        refused = refusal(broker, request, response_cls)
         if refused is not None:
             return refused
         try:
             decoded = decode(request, ctx.api_version)
         except (wire.WireError, IndexError):
             return response_cls(error_code=_INVALID_REQUEST)
-        core = _core(broker)
+        core = core_of(broker)
         if refuse is not None and wire.invalid_voter_key(core, request):
             return encode(refuse(core))
         answer = handle(core, decoded, _now_ms())
@@ -96,10 +97,10 @@ _end = _election_api(
 async def _fetch(broker: Any, ctx: Any, request: Any) -> Any:
     """The leader answers at once when it has records (or news), else holds the Fetch until the
     log or the high watermark changes, at most ``max_wait_ms``."""
-    refused = _refusal(broker, request, m.FetchResponse)
+    refused = refusal(broker, request, m.FetchResponse)
     if refused is not None:
         return refused
-    core = _core(broker)
+    core = core_of(broker)
     try:
         fetch = wire.fetch_request(request)
     except wire.WireError:
@@ -118,7 +119,7 @@ async def _fetch(broker: Any, ctx: Any, request: Any) -> Any:
         changed = raft.changed()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(changed.wait(), min(request.max_wait_ms, 1000) / 1000)
-        core = _core(broker)
+        core = core_of(broker)
         if core is None:
             return m.FetchResponse(error_code=_BROKER_NOT_AVAILABLE)
         answer = core.handle_fetch_request(fetch, _now_ms())
@@ -127,10 +128,10 @@ async def _fetch(broker: Any, ctx: Any, request: Any) -> Any:
 
 def _fetch_snapshot(broker: Any, ctx: Any, request: Any) -> Any:
     """The leader answers one chunk (up to ``max_bytes``) of the snapshot asked for."""
-    refused = _refusal(broker, request, m.FetchSnapshotResponse)
+    refused = refusal(broker, request, m.FetchSnapshotResponse)
     if refused is not None:
         return refused
-    core = _core(broker)
+    core = core_of(broker)
     try:
         fetch = wire.fetch_snapshot_request(request)
     except wire.WireError:
@@ -143,7 +144,7 @@ def _fetch_snapshot(broker: Any, ctx: Any, request: Any) -> Any:
 def _describe_quorum(broker: Any, ctx: Any, request: Any) -> Any:
     cls = m.DescribeQuorumResponse
     pd = cls.TopicData.PartitionData
-    core = _core(broker)
+    core = core_of(broker)
     if core is None or core.role != LEADER:
         part = pd(partition_index=0, error_code=NOT_LEADER_OR_FOLLOWER,
                   leader_id=-1 if core is None or core.leader_id is None else core.leader_id,
@@ -208,7 +209,7 @@ def _describe_cluster(broker: Any, ctx: Any, request: Any) -> Any:
         if endpoint is not None:
             described.append(cls.DescribeClusterBroker(broker_id=node, host=endpoint.host,
                                                        port=endpoint.port, rack=None))
-    core = _core(broker)
+    core = core_of(broker)
     leader = -1 if core is None or core.leader_id is None else core.leader_id
     return cls(error_code=0, endpoint_type=_ENDPOINT_CONTROLLERS, cluster_id=broker.cluster_id,
                controller_id=leader if any(b.broker_id == leader for b in described) else -1,
@@ -248,7 +249,7 @@ async def _describe_quorum_forwarded(broker: Any, ctx: Any, request: Any) -> Any
         code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         return m.DescribeQuorumResponse(error_code=code, error_message=ErrorCode(code).name)
     raft = getattr(broker, "raft", None)
-    core = _core(broker)
+    core = core_of(broker)
     if raft is None or core is None or core.role == LEADER or core.leader_id is None:
         return _describe_quorum(broker, ctx, request)
     try:

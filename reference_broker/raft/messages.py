@@ -51,6 +51,7 @@ class VoteRequest:
     candidate_id: int
     last_epoch: int
     last_offset: int  # the candidate's log end offset
+    candidate_directory_id: uuid.UUID = NO_DIRECTORY  # Vote v1's; zero from a v0 candidate
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+from reference_broker.log.log_manager import topic_id_from_string, topic_id_to_string
+from reference_broker.raft.messages import NO_DIRECTORY
 
 FILE_NAME = "quorum-state"
 _NO_DIRECTORY = "AAAAAAAAAAAAAAAAAAAAAA"  # the zero uuid as Kafka's base64 writes it
@@ -29,6 +33,7 @@ class ElectionState:
     epoch: int = 0
     leader_id: int | None = None
     voted_id: int | None = None
+    voted_directory_id: uuid.UUID = NO_DIRECTORY
 
 
 def _opt(value: object, key: str) -> int | None:
@@ -56,8 +61,15 @@ def read_quorum_state(directory: Path) -> ElectionState | None:
     epoch = data.get("leaderEpoch")
     if not isinstance(epoch, int) or epoch < 0:
         raise QuorumStateError(f"{path}: leaderEpoch is not a non-negative integer: {epoch!r}")
+    directory = data.get("votedDirectoryId", _NO_DIRECTORY)
+    try:
+        voted_directory = topic_id_from_string(directory) if isinstance(directory, str) else None
+    except ValueError:
+        voted_directory = None
+    if voted_directory is None:
+        raise QuorumStateError(f"{path}: votedDirectoryId is not a uuid: {directory!r}")
     return ElectionState(epoch, _opt(data.get("leaderId", -1), "leaderId"),
-                         _opt(data.get("votedId", -1), "votedId"))
+                         _opt(data.get("votedId", -1), "votedId"), voted_directory)
 
 
 def write_quorum_state(directory: Path, state: ElectionState) -> None:
@@ -68,7 +80,7 @@ def write_quorum_state(directory: Path, state: ElectionState) -> None:
         "leaderId": -1 if state.leader_id is None else state.leader_id,
         "leaderEpoch": state.epoch,
         "votedId": -1 if state.voted_id is None else state.voted_id,
-        "votedDirectoryId": _NO_DIRECTORY,
+        "votedDirectoryId": topic_id_to_string(state.voted_directory_id),
         "data_version": 1,
     }
     path = directory / FILE_NAME

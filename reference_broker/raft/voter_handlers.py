@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from reference_broker.raft.core import LEADER
-from reference_broker.raft.handlers import _core, _refusal
+from reference_broker.raft.handlers import core_of, refusal
 from reference_broker.raft.messages import (
     FENCED_LEADER_EPOCH,
     INVALID_REQUEST,
@@ -23,7 +23,7 @@ from sdk.protocol import messages as m
 
 
 def _not_leader(broker: Any) -> Answer | None:
-    core = _core(broker)
+    core = core_of(broker)
     if core is None or core.role != LEADER:
         return Answer(NOT_LEADER_OR_FOLLOWER, "this controller is not the raft leader")
     return None
@@ -34,7 +34,7 @@ def _leader_change_api(response_cls: Any, change: Any) -> Any:
     cluster, no quorum, not the leader), then ``change(raft, request)``'s answer."""
 
     async def handler(broker: Any, ctx: Any, request: Any) -> Any:
-        refused = _refusal(broker, request, response_cls)
+        refused = refusal(broker, request, response_cls)
         if refused is not None:
             return refused
         answer = _not_leader(broker) or await change(broker.raft, request)
@@ -63,10 +63,10 @@ _remove_raft_voter = _leader_change_api(m.RemoveRaftVoterResponse, _remove)
 
 def _update_raft_voter(broker: Any, ctx: Any, request: Any) -> Any:
     cls = m.UpdateRaftVoterResponse
-    refused = _refusal(broker, request, cls)
+    refused = refusal(broker, request, cls)
     if refused is not None:
         return refused
-    core = _core(broker)
+    core = core_of(broker)
     answer = _not_leader(broker)
     if answer is None and request.current_leader_epoch != core.epoch:
         stale = request.current_leader_epoch < core.epoch

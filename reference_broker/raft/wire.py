@@ -77,7 +77,7 @@ def to_request(request: Any, cluster_id: str, destination: int = -1,
             topic_name=TOPIC, partitions=[m.VoteRequest.TopicData.PartitionData(
                 partition_index=0, candidate_epoch=request.epoch,
                 candidate_id=request.candidate_id,
-                candidate_directory_id=NO_DIRECTORY if core is None else core.directory_id,
+                candidate_directory_id=request.candidate_directory_id,
                 voter_directory_id=_directory_of(core, destination),
                 last_offset_epoch=request.last_epoch, last_offset=request.last_offset)])])
     if isinstance(request, BeginQuorumEpochRequest):
@@ -198,7 +198,7 @@ def invalid_voter_key(core: RaftCore, request: Any) -> bool:
 def vote_request(request: Any) -> VoteRequest:
     part = _one_partition(request.topics)
     return VoteRequest(part.candidate_epoch, part.candidate_id, part.last_offset_epoch,
-                       part.last_offset)
+                       part.last_offset, part.candidate_directory_id)
 
 
 def vote_response(answer: VoteResponse) -> Any:

@@ -128,6 +128,22 @@ def test_the_vote_survives_a_restart(tmp_path: Path) -> None:
     assert not again.handle_vote_request(VoteRequest(4, 2, 0, 0), 0).granted
 
 
+def test_the_vote_is_for_a_replica_id_and_directory(tmp_path: Path) -> None:
+    """Kafka votes for a replica key: the same id with another disk is another candidate; a v0
+    candidate (no directory id) matches the vote of its id. The key survives a restart."""
+    voter = make(tmp_path, 3)
+    disk, other = uuid.UUID(int=11), uuid.UUID(int=12)
+    assert voter.handle_vote_request(VoteRequest(2, 1, 0, 0, disk), 0).granted
+    assert not voter.handle_vote_request(VoteRequest(2, 1, 0, 0, other), 0).granted
+    assert voter.handle_vote_request(VoteRequest(2, 1, 0, 0), 0).granted
+    stored = read_quorum_state(voter.state_dir)
+    assert stored is not None and (stored.voted_id, stored.voted_directory_id) == (1, disk)
+    voter.log.close()
+    again = make(tmp_path, 3)
+    assert not again.handle_vote_request(VoteRequest(2, 1, 0, 0, other), 0).granted
+    assert again.handle_vote_request(VoteRequest(2, 1, 0, 0, disk), 0).granted
+
+
 def test_vote_refused_to_a_candidate_with_a_shorter_or_older_log(trio: dict[int, RaftCore]) -> None:
     elect(trio, 1, 0)
     trio[1].append([topic("a")], 1, 0)

@@ -78,6 +78,18 @@ def test_quorum_state_round_trip_in_kafkas_json(tmp_path: Path) -> None:
     assert read_quorum_state(tmp_path) == ElectionState(5, 2, None)
 
 
+def test_quorum_state_keeps_the_voted_replicas_directory_id(tmp_path: Path) -> None:
+    directory = uuid.UUID(int=77)
+    write_quorum_state(tmp_path, ElectionState(4, None, 3, directory))
+    data = json.loads((tmp_path / "quorum-state").read_text())
+    assert (data["votedId"], data["votedDirectoryId"]) == (3, "AAAAAAAAAAAAAAAAAAAATQ")
+    assert read_quorum_state(tmp_path) == ElectionState(4, None, 3, directory)
+    data["votedDirectoryId"] = "not a uuid"
+    (tmp_path / "quorum-state").write_text(json.dumps(data))
+    with pytest.raises(QuorumStateError, match="votedDirectoryId"):
+        read_quorum_state(tmp_path)
+
+
 def test_quorum_state_version_0_is_read(tmp_path: Path) -> None:
     (tmp_path / "quorum-state").write_text(json.dumps({
         "clusterId": "", "leaderId": -1, "leaderEpoch": 3, "votedId": 1, "appliedOffset": 0,
