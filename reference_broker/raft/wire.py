@@ -69,8 +69,8 @@ def _leader_endpoints(cls: Any, core: RaftCore | None) -> list[Any]:
 def to_request(request: Any, cluster_id: str, destination: int = -1,
                core: RaftCore | None = None) -> Any:
     """The wire request of a core request to ``destination``; with the sending ``core``, the
-    v1 fields Kafka fills in: the destination voter's replica key, the candidate's directory id
-    and the leader's endpoints."""
+    v1 fields Kafka fills in: the destination voter's replica key and the leader's endpoints
+    (a Vote's candidate directory id is the request's own)."""
     if isinstance(request, VoteRequest):
         return m.VoteRequest(cluster_id=cluster_id, voter_id=destination,
                              topics=[m.VoteRequest.TopicData(

@@ -300,7 +300,7 @@ def test_vote_and_begin_quorum_epoch_v1_name_the_replica_they_are_for(
     settle(quorum, changes, 1050)
     leader = quorum[1]
     leader.endpoints = voter(1).endpoints
-    vote = wire.to_request(VoteRequest(5, 1, 1, 10), "c", 2, leader)
+    vote = wire.to_request(VoteRequest(5, 1, 1, 10, DIRS[1]), "c", 2, leader)
     part = vote.topics[0].partitions[0]
     assert (vote.voter_id, part.voter_directory_id, part.candidate_directory_id) == (
         2, DIRS[2], DIRS[1])
