@@ -26,24 +26,37 @@ from reference_broker.controller.supported_features import (
 from sdk.protocol.messages import ApiVersionsResponse
 
 
+def _single_node_levels(broker: Any) -> dict[str, int]:
+    level = broker.config.get(TRANSACTION_VERSION)
+    return ({TRANSACTION_VERSION: level} if level > 0 else {}) | {GROUP_VERSION: 1}
+
+
+def _kraft_version(broker: Any) -> int:
+    raft = getattr(broker, "raft", None)
+    return 0 if raft is None or raft.core is None else int(raft.core.kraft_version)
+
+
 def finalized_levels(broker: Any) -> tuple[dict[str, int], int]:
     """The finalized levels by feature name (levels above 0 only) and their epoch."""
     loader = getattr(broker, "metadata_loader", None)
     if loader is None:  # a single node
-        level = broker.config.get(TRANSACTION_VERSION)
-        return ({TRANSACTION_VERSION: level} if level > 0 else {}) | {GROUP_VERSION: 1}, 0
+        return _single_node_levels(broker), 0
     image = loader.image
     levels = {name: level for name, level in image.features.items() if level > 0}
-    raft = getattr(broker, "raft", None)
-    kraft = 0 if raft is None or raft.core is None else raft.core.kraft_version
-    if kraft > 0:
+    if (kraft := _kraft_version(broker)) > 0:
         levels[KRAFT_VERSION] = kraft
     return levels, max(image.offset, 0)
 
 
 def finalized_level(broker: Any, name: str) -> int:
-    """The finalized level of ``name`` (0 when not finalized)."""
-    return finalized_levels(broker)[0].get(name, 0)
+    """The finalized level of ``name`` (0 when not finalized); read per request (the produce
+    path asks for transaction.version), so it looks up the one feature only."""
+    loader = getattr(broker, "metadata_loader", None)
+    if loader is None:
+        return _single_node_levels(broker).get(name, 0)
+    if name == KRAFT_VERSION:
+        return _kraft_version(broker)
+    return int(loader.image.features.get(name, 0))
 
 
 def supported_ranges(broker: Any) -> dict[str, tuple[int, int]]:

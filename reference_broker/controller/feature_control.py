@@ -88,18 +88,14 @@ def java_hash_order(names: Iterable[str]) -> list[str]:
     return sorted(names, key=bucket)  # sorted is stable: insertion order within a bucket
 
 
-def _range_text(low: int, high: int) -> str:
-    return f"{low}-{high}"
-
-
-def _reason_not_supported(who: str, level: int, supported: tuple[int, int] | None) -> str | None:
+def _outside_range(who: str, level: int, supported: tuple[int, int] | None) -> str | None:
     """Kafka's QuorumFeatures.reasonNotSupported for one node's supported range."""
     low, high = supported if supported is not None else (0, 0)
     if low <= level <= high:
         return None
     if high == 0:
         return f"{who} does not support this feature."
-    return f"{who} only supports versions {_range_text(low, high)}"
+    return f"{who} only supports versions {low}-{high}"
 
 
 class FeatureControl:
@@ -155,19 +151,19 @@ class FeatureControl:
         """This controller's range, then every registered broker's, then every registered
         controller's; a voter that never registered as a controller may not support it."""
         node_id = self.controller.settings.node_id
-        reason = _reason_not_supported(f"Local controller {node_id}", level, SUPPORTED_FEATURES.get(name))
+        reason = _outside_range(f"Local controller {node_id}", level, SUPPORTED_FEATURES.get(name))
         if reason is not None:
             return reason
         image = self.controller.image
         for broker in sorted(image.brokers.values(), key=lambda b: b.id):
-            reason = _reason_not_supported(f"Broker {broker.id}", level, broker.features.get(name))
+            reason = _outside_range(f"Broker {broker.id}", level, broker.features.get(name))
             if reason is not None:
                 return reason
         controllers = image.controllers
         for controller in sorted(controllers.values(), key=lambda c: c.id):
             if controller.id == node_id:
                 continue
-            reason = _reason_not_supported(f"Controller {controller.id}", level,
+            reason = _outside_range(f"Controller {controller.id}", level,
                                            controller.features.get(name))
             if reason is not None:
                 return reason

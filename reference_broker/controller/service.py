@@ -55,7 +55,7 @@ class _RaftKRaftVersion:
         from reference_broker.raft.core import NotLeaderError
         from reference_broker.raft.voter_changes import KRaftUpgradeError, KRaftUpgradeStateError
 
-        epoch = self.service._active_epoch
+        epoch = self.service.active_epoch
         if epoch is None:
             raise NotControllerError()
         try:
@@ -87,6 +87,11 @@ class ControllerService:
 
     def now_ms(self) -> float:
         return self._clock() * 1000
+
+    @property
+    def active_epoch(self) -> int | None:
+        """The raft epoch this node's controller is active in (None while it is not)."""
+        return self._active_epoch
 
     @property
     def is_active(self) -> bool:

@@ -33,6 +33,7 @@ from reference_broker.raft.messages import (
     NONE,
     NOT_LEADER_OR_FOLLOWER,
     POSITION_OUT_OF_RANGE,
+    REQUEST_TIMED_OUT,
     SNAPSHOT_NOT_FOUND,
     UNKNOWN_LEADER_EPOCH,
     BeginQuorumEpochRequest,
@@ -448,10 +449,14 @@ class RaftCore:
             tuple((e.name, e.host, e.port) for e in self.endpoints), SUPPORTED_KRAFT_VERSIONS)))
 
     def handle_update_voter_response(self, error: int, now_ms: int) -> None:
-        """The leader's answer to UpdateRaftVoter: on an error, try again after a backoff."""
+        """The leader's answer to UpdateRaftVoter: on an error, try again after a backoff, a
+        short one for REQUEST_TIMED_OUT (the leader is still settling its epoch: its high
+        watermark, or the previous voter change, commits within a fetch round or two)."""
         if error != NONE:
             self._update_sent_epoch = -1
-            self._update_not_before_ms = now_ms + self.timeouts.fetch_timeout_ms // 2
+            backoff = (FETCH_RETRY_BACKOFF_MS if error == REQUEST_TIMED_OUT
+                       else self.timeouts.fetch_timeout_ms // 2)
+            self._update_not_before_ms = now_ms + backoff
 
     def _send_fetch(self, destination: int) -> None:
         self._fetch_in_flight = True
